@@ -1,0 +1,52 @@
+# MedAgentGym / Med-Copilot. Two commands from a fresh clone: `make demo` and `make test`.
+# Every target is idempotent: the venv is created and filled once, then reused.
+
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+# The known-good CPU set. torch is installed first and pinned, so nothing later pulls a CUDA build.
+TORCH_PIN := torch==2.13.0
+export OPENBLAS_NUM_THREADS ?= 1
+export WANDB_MODE ?= offline
+export HF_HUB_OFFLINE ?= 1
+export TOKENIZERS_PARALLELISM ?= false
+
+.PHONY: all venv bwrap demo test test-slow bench clean
+
+all: test
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q $(TORCH_PIN)
+	$(PY) -m pip install -q -e '.[dev]'
+	@touch $(STAMP)
+
+venv: $(STAMP) bwrap
+
+# The default sandbox needs bubblewrap. Install it when we are root and it is missing;
+# otherwise say what to do (the sandbox itself also refuses with the same advice).
+bwrap:
+	@if command -v bwrap >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "installing bubblewrap (root, apt-get)"; \
+		apt-get update -qq && apt-get install -y -qq bubblewrap >/dev/null; \
+	else \
+		echo "warning: bubblewrap (bwrap) is missing; install it (e.g. 'sudo apt-get install bubblewrap')"; \
+	fi
+
+demo: venv
+	$(PY) -m scripts.demo
+
+test: venv
+	$(PY) -m pytest -q
+
+test-slow: venv
+	$(PY) -m pytest -q -m slow
+
+bench: venv
+	$(PY) scripts/bench_sandbox.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache
