@@ -1,0 +1,123 @@
+"""Isolated execution of untrusted, model-written code: warm workers, sessions, per-call limits.
+
+Example:
+    >>> from sandbox import make_pool
+    >>> with make_pool(workers=2) as pool, pool.session() as s:
+    ...     s.run_python("x = 6 * 7")
+    ...     print(s.run_python("print(x)").stdout)
+    42
+
+Backends:
+    ``bwrap`` (default): pre-forked workers inside bubblewrap. Layers (``pool.layers``): ``bwrap``;
+    ``uid-drop`` (as root, every worker's code runs as its own unprivileged host uid, 60000+) or ``userns``
+    (not root); ``pidns``, ``netns`` (no network at all, not even the host's loopback), ``ipcns``;
+    ``ro-root`` (only /usr, /lib*, a few /etc files, the Python prefix, the venv and this package are
+    bound, read-only); ``env-scrub`` (the caller's environment never reaches the jail); ``rlimits``
+    (CPU, address space, processes, file size, no core dumps); ``pidns-kill`` (after each call and on
+    timeout every other process of the jail is killed); ``seccomp`` (ptrace, mount, namespaces, bpf,
+    kexec, keyring, module loading, exotic socket families denied); ``no-new-privs``; ``ws-quota``
+    (workspace and /tmp on a size-limited tmpfs).
+    ``docker``: the same worker inside a container (``sandbox.docker_backend``).
+    ``local``: the same worker as a plain process. NO isolation; refused unless ``allow_unisolated=True``.
+
+What this sandbox does NOT protect against:
+    * Kernel exploits: the jail shares the host kernel; seccomp only trims the attack surface.
+    * Side channels (timing, cache, Spectre-class) and covert channels between sessions of one pool.
+    * Reading the data mounts and the runtime (Python prefix, venv, this package): they are visible by
+      design. Anything placed in a mounted directory is readable by the jailed code.
+    * Memory pressure on the host: the limit is RLIMIT_AS per process, not a cgroup; many processes of a
+      call can together use ``processes x memory_mb``. Disk use is capped only where ``ws-quota`` is active.
+    * CPU contention: rlimits bound time, not share; a call may use a full core until its limits hit.
+    * Files the jailed code writes to the workspace: they may be symlinks or huge; the host must read them
+      with care (``Session.workspace``).
+    * The ``local`` backend: none of the above layers except rlimits, env scrubbing and process-group
+      kills; the code runs with the caller's rights.
+    * Without root (``userns`` instead of ``uid-drop``) the user code shares a uid with its worker server,
+      so it can kill its own worker (the pool then replaces it) and RLIMIT_NPROC is shared by all workers.
+"""
+
+from __future__ import annotations
+
+import difflib
+import logging
+import os
+import warnings
+from pathlib import Path
+
+from .api import ErrorKind, ExecResult, Limits
+from .errors import SandboxError, SandboxUnavailable, SessionClosed, WorkerLost
+from .pool import Pool, Session
+
+__all__ = [
+    "ErrorKind",
+    "ExecResult",
+    "Limits",
+    "Pool",
+    "SandboxError",
+    "SandboxUnavailable",
+    "Session",
+    "SessionClosed",
+    "WorkerLost",
+    "make_pool",
+]
+
+BACKENDS = ("bwrap", "docker", "local")
+log = logging.getLogger("sandbox")
+
+
+def make_pool(backend: str = "bwrap", *, workers: int | None = None, limits: Limits = Limits(),
+              data_root: Path | None = None, mounts: dict[str, Path] | None = None,
+              allow_unisolated: bool = False, workspace_mb: int = 512,
+              preload: tuple[str, ...] = ("numpy", "pandas", "sqlite3"), start_timeout: float = 120.0,
+              **backend_options) -> Pool:
+    """Start a pool of warm sandbox workers.
+
+    Args:
+        backend: ``"bwrap"`` (default), ``"docker"`` or ``"local"`` (unisolated, development only).
+        workers: Number of warm workers (concurrent sessions); default: the number of CPUs.
+        limits: Default per-call limits.
+        data_root: Every entry of this host directory appears read-only at ``/data/<name>``.
+        mounts: Extra ``{name: host_path}`` shown read-only at ``/data/<name>`` in every session.
+        allow_unisolated: Required to use ``backend="local"``.
+        workspace_mb: Size of each worker's workspace + /tmp tmpfs (when the host allows mounting).
+        preload: Modules each worker imports once, before forking runners.
+        start_timeout: Seconds a worker may take to start.
+        **backend_options: Passed to the docker backend's launcher.
+
+    Returns:
+        A started :class:`Pool`; ``pool.layers`` lists the isolation layers in force.
+
+    Raises:
+        SandboxUnavailable: The backend cannot run here (the message names the fix).
+        ValueError: Unknown backend or bad argument.
+
+    Example:
+        >>> pool = make_pool("bwrap", workers=2, data_root=Path("data"))
+    """
+    from . import _jail
+
+    if backend not in BACKENDS:
+        near = difflib.get_close_matches(str(backend), BACKENDS, n=1)
+        hint = f"did you mean {near[0]!r}? " if near else ""
+        raise ValueError(f"unknown sandbox backend {backend!r}: {hint}choose one of {', '.join(BACKENDS)}")
+    if backend == "local":
+        if not allow_unisolated:
+            raise SandboxUnavailable("backend='local' runs untrusted code WITHOUT isolation: pass "
+                                     "allow_unisolated=True to accept that, or use backend='bwrap'")
+        message = ("sandbox backend 'local' is UNISOLATED: model-written code runs with your user's rights, "
+                   "network and files. Use it only for development.")
+        warnings.warn(message, RuntimeWarning, stacklevel=2)
+        log.warning(message)
+        launcher = _jail.LocalLauncher()
+    elif backend == "docker":
+        try:
+            from . import docker_backend
+        except ImportError as exc:
+            raise SandboxUnavailable(f"the docker backend is not available ({exc}): use backend='bwrap'") from None
+        launcher = docker_backend.make_launcher(**backend_options)
+    else:
+        if backend_options:
+            raise ValueError(f"unexpected option(s) {sorted(backend_options)} for backend 'bwrap'")
+        launcher = _jail.BwrapLauncher()
+    return Pool(launcher, workers=workers or os.cpu_count() or 2, limits=limits, data_root=data_root,
+                mounts=mounts, workspace_mb=workspace_mb, preload=tuple(preload), start_timeout=start_timeout)

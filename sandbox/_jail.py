@@ -1,0 +1,196 @@
+"""Host-side launch recipes: the command line that starts one worker, per backend.
+
+A launcher turns a worker slot (its host directories, its uid, the data mounts) into an argv and an
+environment. ``BwrapLauncher`` builds the bubblewrap jail; ``LocalLauncher`` runs the same worker unjailed.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import sysconfig
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import sandbox
+
+from .errors import SandboxUnavailable
+
+JAIL_WORKSPACE = "/workspace"
+JAIL_DATA = "/data"
+JAIL_TMP = "/tmp"
+_ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "alternatives", "nsswitch.conf",
+              "ssl", "ca-certificates", "mime.types", "fonts")
+BWRAP_FIX = ("install it with `apt-get install bubblewrap`, or run unisolated for development with "
+             "make_pool(backend='local', allow_unisolated=True)")
+
+
+@dataclass
+class Slot:
+    """Host-side resources of one worker: its directories and its unprivileged uid."""
+
+    index: int
+    root: Path
+    uid: int | None
+    mounts: dict[str, Path] = field(default_factory=dict)
+
+    @property
+    def workspace(self) -> Path:
+        return self.root / "workspace"
+
+    @property
+    def tmp(self) -> Path:
+        return self.root / "tmp"
+
+    @property
+    def shm(self) -> Path:
+        return self.root / "shm"
+
+    @property
+    def data(self) -> Path:
+        return self.root / "data"
+
+
+def package_parent() -> Path:
+    """The directory that contains the ``sandbox`` package (put on the jail's PYTHONPATH)."""
+    return Path(sandbox.__file__).resolve().parent.parent
+
+
+def jail_env(extra_path: str) -> dict[str, str]:
+    """The complete environment of a worker: nothing of the caller's environment is passed on."""
+    return {
+        "PATH": "/usr/local/bin:/usr/bin:/bin",
+        "HOME": JAIL_WORKSPACE,
+        "LANG": "C.UTF-8",
+        "LC_ALL": "C.UTF-8",
+        "TMPDIR": JAIL_TMP,
+        "PYTHONPATH": extra_path,
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONUNBUFFERED": "1",
+        "OPENBLAS_NUM_THREADS": "1",
+        "OMP_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
+        "NUMEXPR_NUM_THREADS": "1",
+        "MPLBACKEND": "Agg",
+        "MPLCONFIGDIR": f"{JAIL_TMP}/matplotlib",
+    }
+
+
+def python_paths() -> list[Path]:
+    """Directories the jailed interpreter needs: base prefix, venv, site-packages (deduplicated)."""
+    found: list[Path] = []
+    candidates = [sys.base_prefix, sys.prefix, os.path.dirname(os.path.realpath(sys.executable))]
+    candidates += [p for k, p in sysconfig.get_paths().items() if k in ("stdlib", "platstdlib", "purelib", "platlib")]
+    for raw in candidates:
+        path = Path(raw).resolve()
+        if path.is_dir() and not any(path == p or p in path.parents for p in found):
+            found = [p for p in found if path not in p.parents] + [path]
+    return found
+
+
+class LocalLauncher:
+    """Runs the worker as a plain child process: NO isolation (development only)."""
+
+    backend = "local"
+    layers = ["rlimits", "pgroup-kill", "env-scrub"]
+
+    def argv(self, slot: Slot, preload: str) -> list[str]:
+        return [sys.executable, "-s", "-m", "sandbox.worker", "--data", str(slot.data),
+                "--workspace", str(slot.workspace), "--preload", preload, "--no-seccomp"]
+
+    def env(self, slot: Slot) -> dict[str, str]:
+        env = jail_env(str(package_parent()))
+        env.update(HOME=str(slot.workspace), TMPDIR=str(slot.tmp), MPLCONFIGDIR=str(slot.tmp / "matplotlib"))
+        return env
+
+
+class BwrapLauncher:
+    """Runs the worker inside bubblewrap: new pid/net/ipc/uts namespaces, read-only runtime, private dirs.
+
+    As root, bwrap runs without a user namespace and grants the worker server only CAP_SETUID, CAP_SETGID
+    and CAP_KILL; runners drop to the slot's unprivileged uid before any user code runs, so the code is
+    really that uid on the host. Not as root, bwrap uses an unprivileged user namespace instead.
+    """
+
+    backend = "bwrap"
+    args_via_fd = True
+
+    def __init__(self, bwrap: str | None = None) -> None:
+        self.bwrap = bwrap or shutil.which("bwrap") or "/usr/bin/bwrap"
+        if not os.access(self.bwrap, os.X_OK):
+            raise SandboxUnavailable(f"bubblewrap is not installed (no executable {self.bwrap}): {BWRAP_FIX}")
+        self.as_root = os.geteuid() == 0
+        self.runtime = python_paths()
+        self.layers = ["bwrap", "uid-drop" if self.as_root else "userns", "pidns", "netns", "ipcns",
+                       "ro-root", "env-scrub", "rlimits", "pidns-kill"]
+
+    def _runtime_binds(self) -> list[str]:
+        args = ["--ro-bind", "/usr", "/usr"]
+        for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
+            if os.path.islink(top):
+                args += ["--symlink", os.readlink(top), top]
+            elif os.path.isdir(top):
+                args += ["--ro-bind", top, top]
+        for name in _ETC_FILES:
+            if os.path.exists(f"/etc/{name}"):
+                args += ["--ro-bind", f"/etc/{name}", f"/etc/{name}"]
+        for path in self.runtime:
+            if not str(path).startswith("/usr/"):
+                args += ["--ro-bind", str(path), str(path)]
+        pkg = Path(sandbox.__file__).resolve().parent
+        args += ["--ro-bind", str(pkg), str(pkg)]
+        return args
+
+    def argv(self, slot: Slot, preload: str) -> list[str]:
+        args = [self.bwrap, "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-net",
+                "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", "--hostname", "sandbox"]
+        if self.as_root:
+            args += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_KILL"]
+        else:
+            args += ["--unshare-user", "--disable-userns"]
+        args += self._runtime_binds()
+        for name in ("passwd", "group"):
+            args += ["--ro-bind", str(slot.root.parent / f"{slot.index}.{name}"), f"/etc/{name}"]
+        args += ["--proc", "/proc", "--dev", "/dev", "--bind", str(slot.shm), "/dev/shm", "--tmpfs", "/run",
+                 "--bind", str(slot.workspace), JAIL_WORKSPACE, "--bind", str(slot.tmp), JAIL_TMP,
+                 "--perms", "0755", "--tmpfs", JAIL_DATA]
+        for name, host in sorted(slot.mounts.items()):
+            if os.path.exists(host):  # a mount of an earlier session may be gone by now
+                args += ["--ro-bind", str(host), f"{JAIL_DATA}/{name}"]
+        args = self._with_parent_dirs(args)
+        args += ["--remount-ro", JAIL_DATA, "--remount-ro", "/", "--chdir", JAIL_WORKSPACE, "--",
+                 sys.executable, "-s", "-m", "sandbox.worker", "--pidns", "--preload", preload]
+        if self.as_root and slot.uid is not None:
+            args += ["--uid", str(slot.uid), "--gid", str(slot.uid)]
+        return args
+
+    def env(self, slot: Slot) -> dict[str, str]:
+        return jail_env(str(package_parent()))
+
+    @staticmethod
+    def _with_parent_dirs(args: list[str]) -> list[str]:
+        """Create every parent of a mount point first with mode 0755 (bwrap would make them 0700,
+        which the unprivileged uid could not traverse)."""
+        width = {"--ro-bind": 2, "--bind": 2, "--symlink": 2, "--tmpfs": 1, "--proc": 1, "--dev": 1}
+        dests = [args[i + width[a]] for i, a in enumerate(args) if a in width]
+        parents = sorted({str(p) for d in dests for p in Path(d).parents if str(p) != "/"},
+                         key=lambda p: (p.count("/"), p))
+        head = args.index("--ro-bind")
+        dirs = [x for p in parents for x in ("--perms", "0755", "--dir", p)]
+        return args[:head] + dirs + args[head:]
+
+    def prepare(self, slot: Slot) -> None:
+        """Write the slot's /etc/passwd and /etc/group (names for the jail's uids)."""
+        uid = slot.uid if slot.uid is not None else os.getuid()
+        files = {
+            "passwd": (f"root:x:0:0:root:/root:/usr/sbin/nologin\n"
+                       f"sandbox:x:{uid}:{uid}:sandbox:{JAIL_WORKSPACE}:/bin/sh\n"),
+            "group": f"root:x:0:\nsandbox:x:{uid}:\n",
+        }
+        for name, text in files.items():
+            path = slot.root.parent / f"{slot.index}.{name}"
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(text)
+            os.chmod(tmp, 0o644)
+            os.replace(tmp, path)

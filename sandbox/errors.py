@@ -1,0 +1,21 @@
+"""Errors raised by the sandbox package (one root: :class:`SandboxError`)."""
+
+from __future__ import annotations
+
+__all__ = ["SandboxError", "SandboxUnavailable", "SessionClosed", "WorkerLost"]
+
+
+class SandboxError(RuntimeError):
+    """Root of every error the sandbox raises on the host side."""
+
+
+class SandboxUnavailable(SandboxError):
+    """The requested backend cannot run on this machine (the message names the fix)."""
+
+
+class SessionClosed(SandboxError):
+    """A call was made on a session (or pool) that is already closed."""
+
+
+class WorkerLost(SandboxError):
+    """A worker process died or stopped answering; the pool replaces it."""

@@ -1,0 +1,569 @@
+"""Host side of the sandbox: a pool of warm workers, sessions on top of them.
+
+A :class:`Pool` owns ``workers`` slots. Each slot has a host directory (``workspace/`` and ``tmp/``, on a
+size-limited tmpfs when the host may mount one), an unprivileged uid, and one worker process started by a
+launcher (``sandbox._jail``). A :class:`Session` borrows one worker for an episode; closing it kills what
+the session left running, wipes the slot's directories and returns the worker. Workers are started from one
+long-lived thread per pool, because bubblewrap's ``--die-with-parent`` is tied to the starting thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import itertools
+import json
+import logging
+import os
+import queue
+import re
+import select
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+import uuid
+import weakref
+from concurrent.futures import Future
+from pathlib import Path
+
+from . import worker as _proto
+from ._jail import Slot
+from .api import ErrorKind, ExecResult, Limits
+from .errors import SandboxError, SandboxUnavailable, SessionClosed, WorkerLost
+
+log = logging.getLogger("sandbox")
+_UIDS = itertools.count(60000 + (os.getpid() % 300) * 16)
+_MOUNT_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
+_GRACE_S = 15.0
+
+
+def _recv(fd: int, deadline: float) -> dict | None:
+    """Read one protocol frame, giving up at ``deadline`` (raises TimeoutError). None at EOF."""
+    buf = bytearray()
+    need = _proto._HDR.size
+    size = None
+    while True:
+        while len(buf) < need:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError("no reply from the worker in time")
+            ready, _, _ = select.select([fd], [], [], left)
+            if not ready:
+                continue
+            chunk = os.read(fd, max(need - len(buf), 1 << 16))
+            if not chunk:
+                return None
+            buf += chunk
+        if size is None:
+            (size,) = _proto._HDR.unpack(buf[: _proto._HDR.size])
+            need = _proto._HDR.size + size
+            continue
+        return json.loads(bytes(buf[_proto._HDR.size: need]))
+
+
+class _Worker:
+    """One running worker process and its request/response channel."""
+
+    def __init__(self, slot: Slot, proc: subprocess.Popen, log_path: Path, ready: dict) -> None:
+        self.slot = slot
+        self.proc = proc
+        self.log_path = log_path
+        self.ready = ready
+        self.lock = threading.Lock()
+        self.dead = False
+
+    def alive(self) -> bool:
+        return not self.dead and self.proc.poll() is None
+
+    def request(self, msg: dict, timeout: float) -> dict:
+        with self.lock:
+            if not self.alive():
+                raise WorkerLost(f"worker {self.slot.index} is not running")
+            try:
+                _proto.write_frame(self.proc.stdin.fileno(), msg)
+                reply = _recv(self.proc.stdout.fileno(), time.monotonic() + timeout)
+            except (OSError, TimeoutError, ValueError) as exc:
+                self.kill()
+                raise WorkerLost(f"worker {self.slot.index} failed: {type(exc).__name__}: {exc}") from None
+            if reply is None:
+                self.kill()
+                raise WorkerLost(f"worker {self.slot.index} died (exit status {self.proc.poll()})")
+            if not reply.get("ok"):
+                raise SandboxError(f"worker {self.slot.index} refused {msg.get('op')!r}: {reply.get('error')}")
+            return reply
+
+    def kill(self) -> None:
+        self.dead = True
+        if self.proc.poll() is None:
+            self.proc.kill()
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            log.error("sandbox worker %s (pid %s) did not exit after SIGKILL", self.slot.index, self.proc.pid)
+        for stream in (self.proc.stdin, self.proc.stdout):
+            try:
+                stream.close()
+            except OSError:
+                pass
+
+
+def _tmpfs(path: Path, size_mb: int) -> bool:
+    """Mount a size-limited tmpfs on ``path`` (the workspace quota). False where not permitted."""
+    if os.geteuid() != 0:
+        return False
+    libc = ctypes.CDLL(None, use_errno=True)
+    opts = f"size={size_mb}m,mode=0755".encode()
+    return libc.mount(b"tmpfs", str(path).encode(), b"tmpfs", 0, opts) == 0
+
+
+def _umount(path: Path) -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.umount2(str(path).encode(), 2)  # MNT_DETACH
+
+
+def _cleanup(base: Path, workers: list, mounted: list) -> None:
+    """Kill every worker, unmount the quotas and remove the pool's directory (also runs at exit)."""
+    for w in list(workers):
+        w.kill()
+    for path in mounted:
+        _umount(path)
+    shutil.rmtree(base, ignore_errors=True)
+
+
+def _force_writable(func, path, _exc) -> None:
+    """rmtree error hook: the jailed code may have removed write permission from its own directories."""
+    try:
+        os.chmod(os.path.dirname(path), 0o700)
+        if os.path.isdir(path) and not os.path.islink(path):
+            os.chmod(path, 0o700)
+        func(path)
+    except OSError:
+        pass
+
+
+def _process_identity(pid: int) -> str | None:
+    """``"pid:start_time"`` of a live process (robust against pid reuse), None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            start = fh.read().rsplit(b")", 1)[1].split()[19].decode()
+    except (OSError, IndexError):
+        return None
+    return f"{pid}:{start}"
+
+
+def _remove_stale_pools(parent: Path) -> None:
+    """Unmount and delete pool directories whose owning process died without closing them (SIGKILL)."""
+    for base in parent.glob("sandbox-pool-*"):
+        try:
+            owner = (base / "owner").read_text().strip()
+            pid = int(owner.split(":")[0])
+        except (OSError, ValueError):
+            continue
+        if _process_identity(pid) == owner:
+            continue
+        mounted = [w for w in base.glob("w*") if w.is_dir() and os.path.ismount(w)]
+        _cleanup(base, [], mounted)
+        log.info("removed stale sandbox pool directory %s (owner %s is gone)", base, owner)
+
+
+def _wipe(path: Path, uid: int | None) -> None:
+    """Empty ``path`` without following links planted by the jailed code; restore owner and mode."""
+    os.chmod(path, 0o700)
+    with os.scandir(path) as entries:
+        for entry in entries:
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path, onerror=_force_writable)
+            else:
+                try:
+                    os.unlink(entry.path)
+                except FileNotFoundError:
+                    pass
+    os.chmod(path, 0o700)
+    if uid is not None and os.geteuid() == 0:
+        os.chown(path, uid, uid)
+
+
+class Pool:
+    """A pool of warm sandbox workers. Build one with :func:`sandbox.make_pool`.
+
+    Attributes:
+        backend: ``"bwrap"``, ``"docker"`` or ``"local"``.
+        layers: Isolation layers in force, e.g. ``["bwrap", "uid-drop", "pidns", "netns", "seccomp", ...]``.
+        limits: Default per-call limits.
+        jail_uids: Host uids the jailed code runs as (empty when no uid drop is possible).
+    """
+
+    def __init__(self, launcher, *, workers: int, limits: Limits, data_root: Path | None = None,
+                 mounts: dict[str, Path] | None = None, workspace_mb: int = 512,
+                 preload: tuple[str, ...] = ("numpy", "pandas", "sqlite3"), start_timeout: float = 120.0,
+                 acquire_timeout: float = 600.0) -> None:
+        if workers < 1:
+            raise ValueError(f"workers={workers} is invalid: use at least 1")
+        self.launcher = launcher
+        self.backend = launcher.backend
+        self.limits = limits
+        self.data_root = Path(data_root).resolve() if data_root else None
+        self.mounts = self._check_mounts(mounts or {})
+        self.preload = ",".join(preload)
+        self.start_timeout = start_timeout
+        self.acquire_timeout = acquire_timeout
+        self.workspace_quota_mb = workspace_mb
+        self._closed = False
+        _remove_stale_pools(Path(tempfile.gettempdir()))
+        self._base = Path(tempfile.mkdtemp(prefix="sandbox-pool-"))
+        (self._base / "owner").write_text(_process_identity(os.getpid()) or "")
+        self._workers: list[_Worker] = []
+        self._mounted: list[Path] = []
+        self._idle: queue.Queue[_Worker] = queue.Queue()
+        self._spawn_q: queue.Queue = queue.Queue()
+        self._finalizer = weakref.finalize(self, _cleanup, self._base, self._workers, self._mounted)
+        self._spawner = threading.Thread(target=self._spawn_loop, name="sandbox-spawner", daemon=True)
+        self._spawner.start()
+        as_root = os.geteuid() == 0 and self.backend == "bwrap"
+        slots = [Slot(i, self._base / f"w{i}", next(_UIDS) if as_root else None) for i in range(workers)]
+        try:
+            futures = [self._submit_spawn(self._prepare_slot(slot)) for slot in slots]
+            for fut in futures:
+                self._idle.put(fut.result())
+        except BaseException:
+            self.close()
+            raise
+        ready = self._workers[0].ready
+        self.layers = list(launcher.layers)
+        if str(ready.get("seccomp")) == "on":
+            self.layers.append("seccomp")
+        if ready.get("no_new_privs"):
+            self.layers.append("no-new-privs")
+        if len(self._mounted) == workers:
+            self.layers.append("ws-quota")
+        self.jail_uids = [s.uid for s in slots if s.uid is not None]
+        log.info("sandbox pool ready: backend=%s workers=%d layers=%s seccomp=%s",
+                 self.backend, workers, ",".join(self.layers), ready.get("seccomp"))
+
+    # -- workers ------------------------------------------------------------------------------
+    def _check_mounts(self, mounts: dict[str, Path]) -> dict[str, Path]:
+        checked = {}
+        for name, path in mounts.items():
+            if not _MOUNT_NAME.match(str(name)):
+                raise ValueError(f"mount name {name!r} is invalid: use letters, digits, '_', '.', '-'")
+            resolved = Path(path).resolve()
+            if not resolved.exists():
+                raise ValueError(f"mount {name!r}: host path {str(path)!r} does not exist")
+            checked[str(name)] = resolved
+        return checked
+
+    def _wanted_mounts(self, extra: dict[str, Path]) -> dict[str, Path]:
+        wanted: dict[str, Path] = {}
+        if self.data_root and self.data_root.is_dir():
+            wanted.update({p.name: p.resolve() for p in self.data_root.iterdir() if _MOUNT_NAME.match(p.name)})
+        wanted.update(self.mounts)
+        wanted.update(extra)
+        return wanted
+
+    def _prepare_slot(self, slot: Slot) -> Slot:
+        slot.root.mkdir(mode=0o755)
+        if self.workspace_quota_mb and _tmpfs(slot.root, self.workspace_quota_mb):
+            self._mounted.append(slot.root)
+        slot.mounts = self._wanted_mounts({})
+        for sub in (slot.workspace, slot.tmp, slot.shm, slot.data):
+            sub.mkdir(mode=0o700, exist_ok=True)
+            if slot.uid is not None:
+                os.chown(sub, slot.uid, slot.uid)
+        os.chmod(slot.data, 0o755)
+        return slot
+
+    def _sync_local_data(self, slot: Slot) -> None:
+        """Local backend: /data is a directory of symlinks to the host paths."""
+        for entry in os.scandir(slot.data):
+            os.unlink(entry.path)
+        for name, host in slot.mounts.items():
+            os.symlink(host, slot.data / name)
+
+    def _submit_spawn(self, slot: Slot) -> Future:
+        if self._closed:
+            raise SessionClosed("the pool is closed: create a new one with make_pool()")
+        fut: Future = Future()
+        self._spawn_q.put((slot, fut))
+        return fut
+
+    def _spawn_loop(self) -> None:
+        while True:
+            item = self._spawn_q.get()
+            if item is None:
+                return
+            slot, fut = item
+            try:
+                fut.set_result(self._start_worker(slot))
+            except BaseException as exc:
+                fut.set_exception(exc)
+
+    def _start_worker(self, slot: Slot) -> _Worker:
+        if self._closed:
+            raise SessionClosed("the pool is closed")
+        if hasattr(self.launcher, "prepare"):
+            self.launcher.prepare(slot)
+        if self.backend == "local":
+            self._sync_local_data(slot)
+        log_path = self._base / f"w{slot.index}.log"
+        argv, pass_fds = self.launcher.argv(slot, self.preload), ()
+        if getattr(self.launcher, "args_via_fd", False):
+            # bwrap reads its options from a pipe, so the jail's /proc/1/cmdline shows no host paths
+            cut = argv.index("--")
+            read_end, write_end = os.pipe()
+            os.write(write_end, b"".join(a.encode() + b"\0" for a in argv[1:cut]))
+            os.close(write_end)
+            argv, pass_fds = [argv[0], "--args", str(read_end), *argv[cut:]], (read_end,)
+        try:
+            with open(log_path, "ab") as log_fh:
+                proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log_fh,
+                                        env=self.launcher.env(slot), close_fds=True, pass_fds=pass_fds,
+                                        cwd=str(slot.workspace))
+        finally:
+            for fd in pass_fds:
+                os.close(fd)
+        try:
+            ready = _recv(proc.stdout.fileno(), time.monotonic() + self.start_timeout)
+        except TimeoutError:
+            ready = None
+        if not ready or ready.get("op") != "ready":
+            proc.kill()
+            proc.wait()
+            tail = log_path.read_text(errors="replace").strip().splitlines()[-1:] or ["(no output)"]
+            fix = ("; check that bubblewrap can create namespaces here (`bwrap --ro-bind / / true`), or run "
+                   "unisolated for development with make_pool(backend='local', allow_unisolated=True)"
+                   if self.backend == "bwrap" else "")
+            raise SandboxUnavailable(f"{self.backend} worker failed to start ({tail[0].strip()}; log "
+                                     f"{log_path}){fix}")
+        worker = _Worker(slot, proc, log_path, ready)
+        self._workers.append(worker)
+        return worker
+
+    def _replace(self, worker: _Worker) -> _Worker:
+        """Kill ``worker`` and start a fresh one in the same slot (same directories and uid)."""
+        worker.kill()
+        if worker in self._workers:
+            self._workers.remove(worker)
+        log.warning("sandbox worker %d replaced (log: %s)", worker.slot.index, worker.log_path)
+        return self._submit_spawn(worker.slot).result()
+
+    # -- sessions -----------------------------------------------------------------------------
+    def session(self, mounts: dict[str, Path] | None = None, persistent: bool = True,
+                limits: Limits | None = None) -> Session:
+        """Borrow a worker for one episode.
+
+        Args:
+            mounts: ``{name: host_path}`` shown read-only at ``/data/<name>`` in the jail.
+            persistent: Keep one interpreter for the session, so variables survive between calls.
+            limits: Default limits of the session's calls (and the ceiling of their rlimits).
+
+        Returns:
+            An open :class:`Session` (a context manager).
+
+        Raises:
+            SessionClosed: The pool is closed.
+            SandboxError: No worker became free within ``acquire_timeout`` seconds.
+
+        Example:
+            >>> with pool.session(mounts={"mimic_iii": Path("/data/mimic_iii")}) as s:
+            ...     s.run_python("x = 2"); s.run_python("print(x * 21)").stdout
+            '42\\n'
+        """
+        if self._closed:
+            raise SessionClosed("the pool is closed: create a new one with make_pool()")
+        wanted = self._wanted_mounts(self._check_mounts(mounts or {}))
+        try:
+            worker = self._idle.get(timeout=self.acquire_timeout)
+        except queue.Empty:
+            raise self._busy() from None
+        return self._open_session(worker, wanted, persistent, limits)
+
+    async def asession(self, mounts: dict[str, Path] | None = None, persistent: bool = True,
+                       limits: Limits | None = None) -> Session:
+        """Async form of :meth:`session`: waits for a free worker without holding a thread.
+
+        Example:
+            >>> async with await pool.asession() as s:
+            ...     res = await s.arun_python("print(1)")
+        """
+        if self._closed:
+            raise SessionClosed("the pool is closed: create a new one with make_pool()")
+        wanted = self._wanted_mounts(self._check_mounts(mounts or {}))
+        deadline = time.monotonic() + self.acquire_timeout
+        while True:
+            try:
+                worker = self._idle.get_nowait()
+                break
+            except queue.Empty:
+                if time.monotonic() > deadline:
+                    raise self._busy() from None
+                await asyncio.sleep(0.002)
+        return await asyncio.to_thread(self._open_session, worker, wanted, persistent, limits)
+
+    def _busy(self) -> SandboxError:
+        return SandboxError(f"no free sandbox worker after {self.acquire_timeout:.0f}s: close finished "
+                            f"sessions or pass a larger workers= to make_pool")
+
+    def _open_session(self, worker: _Worker, wanted: dict[str, Path], persistent: bool,
+                      limits: Limits | None) -> Session:
+        try:
+            if not worker.alive() or any(worker.slot.mounts.get(k) != v for k, v in wanted.items()):
+                worker.slot.mounts = wanted  # bind mounts are fixed at jail creation: restart with these
+                worker = self._replace(worker)
+            return Session(self, worker, persistent, limits or self.limits)
+        except BaseException:
+            worker.slot.mounts = self._wanted_mounts({})  # do not keep retrying a mount that failed
+            self._release(worker, broken=True)
+            raise
+
+    def _release(self, worker: _Worker, broken: bool = False) -> None:
+        if self._closed:
+            worker.kill()
+            return
+        try:
+            if broken or not worker.alive():
+                raise WorkerLost("worker not usable")
+            worker.request({"op": "reset"}, timeout=_GRACE_S)
+            for path in (worker.slot.workspace, worker.slot.tmp, worker.slot.shm):
+                _wipe(path, worker.slot.uid)
+        except (SandboxError, OSError):
+            try:
+                for path in (worker.slot.workspace, worker.slot.tmp, worker.slot.shm):
+                    _wipe(path, worker.slot.uid)
+                worker = self._replace(worker)
+            except SandboxError as exc:
+                log.error("sandbox worker %d could not be replaced: %s", worker.slot.index, exc)
+                return
+        self._idle.put(worker)
+
+    def close(self) -> None:
+        """Stop every worker and remove the pool's directories. Safe to call twice."""
+        if self._closed:
+            return
+        self._closed = True
+        self._spawn_q.put(None)
+        self._finalizer()
+
+    def __enter__(self) -> Pool:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class Session:
+    """One episode's view of a worker: a private workspace and (optionally) a persistent interpreter.
+
+    Limits: the session's ``limits`` are the defaults of its calls and the hard ceiling of the rlimits
+    (address space, file size, processes) of its interpreter; a call's own ``limits`` may lower those and
+    may set any ``wall_s``, ``cpu_s`` and ``output_bytes``. A call that times out or is killed loses the
+    persistent namespace; its ``stderr`` says so and the next call starts a fresh interpreter.
+
+    Attributes:
+        id: Random identifier of the session.
+        workspace: Host path of the session's workspace (``/workspace`` in the jail). Files in it are
+            written by untrusted code: open them with care (they may be symlinks).
+    """
+
+    def __init__(self, pool: Pool, worker: _Worker, persistent: bool, limits: Limits) -> None:
+        self.id = uuid.uuid4().hex[:12]
+        self.persistent = persistent
+        self.limits = limits
+        self._pool = pool
+        self._worker = worker
+        self._lock = threading.Lock()
+        self._closed = False
+        self._open()
+
+    @property
+    def workspace(self) -> Path:
+        return self._worker.slot.workspace
+
+    def _open(self) -> None:
+        self._worker.request({"op": "open", "persistent": self.persistent, "limits": self.limits.to_dict()},
+                             timeout=_GRACE_S)
+
+    def _run(self, lang: str, source: str, limits: Limits | None, **extra) -> ExecResult:
+        if not isinstance(source, str):
+            raise TypeError(f"{lang} source must be str, got {type(source).__name__}")
+        limits = limits or self.limits
+        with self._lock:
+            if self._closed:
+                raise SessionClosed(f"session {self.id} is closed: open a new one with pool.session()")
+            msg = {"op": "run", "lang": lang, "source": source, "limits": limits.to_dict(), **extra}
+            start = time.monotonic()
+            try:
+                reply = self._worker.request(msg, timeout=limits.wall_s + _GRACE_S)
+            except WorkerLost as exc:
+                self._worker = self._pool._replace(self._worker)
+                self._open()
+                res = ExecResult.sandbox_error(lang, source, f"{exc}; the session continues on a fresh worker "
+                                               "(variables from earlier calls are gone)",
+                                               time.monotonic() - start)
+                res.error_kind = ErrorKind.KILLED
+                return res
+            return ExecResult.from_dict(reply["result"])
+
+    def run_python(self, code: str, limits: Limits | None = None) -> ExecResult:
+        """Run Python ``code`` (in the session's namespace when persistent).
+
+        Example:
+            >>> session.run_python("import pandas as pd; print(pd.__name__)").stdout
+            'pandas\\n'
+        """
+        return self._run("python", code, limits)
+
+    def run_sql(self, query: str, database: str, limits: Limits | None = None, max_rows: int = 100) -> ExecResult:
+        """Run one SQL statement on a read-only sqlite connection; rows are printed as a table.
+
+        Args:
+            query: The statement.
+            database: A path in the jail (``/data/mimic_iii/mimic_iii.db``), a path relative to ``/data``
+                (``mimic_iii/mimic_iii.db``), a mount name holding exactly one ``.db`` file, or a path
+                relative to the workspace.
+            limits: Per-call limits (default: the session's).
+            max_rows: Rows printed at most; a footer says when there were more.
+        """
+        return self._run("sql", query, limits, database=str(database), max_rows=int(max_rows))
+
+    def run_shell(self, command: str, limits: Limits | None = None) -> ExecResult:
+        """Run ``command`` with ``/bin/sh -c`` in the workspace; a non-zero exit is ``ErrorKind.SHELL``."""
+        return self._run("shell", command, limits)
+
+    async def arun_python(self, code: str, limits: Limits | None = None) -> ExecResult:
+        """Async form of :meth:`run_python` (runs in a thread; the event loop stays free)."""
+        return await asyncio.to_thread(self.run_python, code, limits)
+
+    async def arun_sql(self, query: str, database: str, limits: Limits | None = None,
+                       max_rows: int = 100) -> ExecResult:
+        """Async form of :meth:`run_sql`."""
+        return await asyncio.to_thread(self.run_sql, query, database, limits, max_rows)
+
+    async def arun_shell(self, command: str, limits: Limits | None = None) -> ExecResult:
+        """Async form of :meth:`run_shell`."""
+        return await asyncio.to_thread(self.run_shell, command, limits)
+
+    def close(self) -> None:
+        """Kill what the session left running, wipe its workspace and /tmp, return the worker. Idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        self._pool._release(self._worker)
+
+    async def aclose(self) -> None:
+        """Async form of :meth:`close`."""
+        await asyncio.to_thread(self.close)
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    async def __aenter__(self) -> Session:
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.aclose()

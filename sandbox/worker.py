@@ -1,0 +1,516 @@
+"""In-jail worker server: ``python -m sandbox.worker [options]``, channel = its stdin/stdout.
+
+The same script runs inside bubblewrap (``bwrap`` backend), as a plain process (``local`` backend) and inside a
+container (``docker`` backend). It depends on the standard library only (plus the modules it preloads).
+
+Protocol (host <-> server): each message is one frame, a 4-byte big-endian length followed by that many bytes
+of UTF-8 JSON (an object). Frames are strictly request/response, one request in flight per worker.
+
+* Server -> host at start: ``{"op": "ready", "pid", "uid", "runner_uid", "seccomp", "no_new_privs",
+  "preloaded": [...], "python": "3.11.7"}`` once the preload and the seccomp filter are done.
+* ``{"op": "open", "persistent": bool, "limits": {...}}`` starts a session: leftover processes are killed;
+  the limits are the session's hard ceiling. Reply ``{"ok": true}``.
+* ``{"op": "run", "lang": "python"|"sql"|"shell", "source": str, "database": str, "max_rows": int,
+  "limits": {...}}``. Reply ``{"ok": true, "result": <ExecResult.to_dict()>}``.
+* ``{"op": "reset"}`` ends the session (runner and leftovers killed). ``{"op": "ping"}``. Both reply ``{"ok": true}``.
+* Any failure of the server itself: ``{"ok": false, "error": "one line"}``.
+
+Processes inside: the server (this module) preloads heavy modules once, loads the seccomp filter once, and
+forks a *runner* (``sandbox._runner``) per session (persistent) or per call; a spare runner is forked ahead
+of need, right after each reply, so the fork is off the critical path. The runner drops to the
+unprivileged ``--uid`` (when given), sets rlimits and executes user code with its stdout/stderr on pipes that
+the server drains concurrently, keeping head and tail up to the cap. On timeout the server kills every
+process of the jail except itself (``--pidns``: the jail has its own pid namespace) or the runner's process
+group (no pid namespace), so nothing a call started survives it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import errno
+import fcntl
+import gc
+import json
+import os
+import select
+import signal
+import struct
+import sys
+import time
+from typing import Any
+
+_HDR = struct.Struct(">I")
+MAX_FRAME = 256 << 20
+_MARKER = "\n...[sandbox: {omitted} bytes omitted from the middle; {total} bytes in total]...\n"
+
+
+def write_frame(fd: int, obj: Any) -> None:
+    """Write one length-prefixed JSON frame to ``fd`` (blocking)."""
+    data = json.dumps(obj, default=str).encode("utf-8")
+    view = memoryview(_HDR.pack(len(data)) + data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
+
+def _read_exact(fd: int, size: int) -> bytes | None:
+    chunks, left = [], size
+    while left:
+        chunk = os.read(fd, min(left, 1 << 20))
+        if not chunk:
+            return None
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+def read_frame(fd: int) -> Any:
+    """Read one frame from ``fd`` (blocking). Returns None at EOF; raises ValueError on a bad frame."""
+    head = _read_exact(fd, _HDR.size)
+    if head is None:
+        return None
+    (size,) = _HDR.unpack(head)
+    if size > MAX_FRAME:
+        raise ValueError(f"frame of {size} bytes exceeds {MAX_FRAME}")
+    body = _read_exact(fd, size)
+    if body is None:
+        return None
+    return json.loads(body)
+
+
+class Capture:
+    """Keeps the first and last ``cap // 2`` bytes of a stream and counts the total."""
+
+    def __init__(self, cap: int) -> None:
+        self.head_cap = cap // 2
+        self.tail_cap = cap - self.head_cap
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.total = 0
+
+    def feed(self, data: bytes) -> None:
+        self.total += len(data)
+        room = self.head_cap - len(self.head)
+        if room > 0:
+            self.head += data[:room]
+            data = data[room:]
+        if data:
+            self.tail += data
+            if len(self.tail) > 4 * self.tail_cap:
+                del self.tail[: len(self.tail) - self.tail_cap]
+
+    @property
+    def truncated(self) -> bool:
+        return self.total > self.head_cap + self.tail_cap
+
+    def text(self) -> str:
+        if not self.truncated:
+            return (bytes(self.head) + bytes(self.tail)).decode("utf-8", errors="replace")
+        tail = bytes(self.tail[-self.tail_cap:])
+        omitted = self.total - len(self.head) - len(tail)
+        return (bytes(self.head).decode("utf-8", errors="replace")
+                + _MARKER.format(omitted=omitted, total=self.total)
+                + tail.decode("utf-8", errors="replace"))
+
+
+# -- process bookkeeping -------------------------------------------------------------------------
+def _proc_table(skip: set) -> list[tuple[int, int, int, str]]:
+    """(pid, ppid, pgid, state) of every process visible in /proc, except the pids in ``skip``.
+
+    Skipping matters for speed: reading the stat file of a process that is being killed waits for the
+    teardown of its whole address space.
+    """
+    rows = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) in skip:
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as fh:
+                stat = fh.read()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(b")") + 2:].split()
+        rows.append((int(name), int(fields[1]), int(fields[2]), fields[0].decode()))
+    return rows
+
+
+def _load_seccomp() -> str:
+    """Install a deny-list seccomp filter (inherited by every runner). Returns "on" or why not."""
+    try:
+        import pyseccomp as sc
+    except Exception as exc:  # the layer is reported as absent; the jail still works
+        return f"off: {type(exc).__name__}: {exc}"
+    f = sc.SyscallFilter(defaction=sc.ALLOW)
+    deny = ["ptrace", "mount", "umount2", "unshare", "setns", "pivot_root", "chroot", "kexec_load",
+            "kexec_file_load", "bpf", "keyctl", "add_key", "request_key", "perf_event_open", "init_module",
+            "finit_module", "delete_module", "reboot", "swapon", "swapoff", "process_vm_readv",
+            "process_vm_writev", "userfaultfd", "open_by_handle_at", "name_to_handle_at", "acct",
+            "quotactl", "syslog", "personality", "move_mount", "open_tree", "fsopen", "fsmount",
+            "io_uring_setup", "lookup_dcookie", "vhangup"]
+    for name in deny:
+        try:
+            f.add_rule(sc.ERRNO(errno.EPERM), name)
+        except Exception:
+            pass  # syscall unknown on this architecture
+    # Only AF_UNIX(1), AF_INET(2), AF_INET6(10) and AF_NETLINK(16) sockets; the netns has no route anyway.
+    for family in [*range(3, 10), *range(11, 16)]:
+        f.add_rule(sc.ERRNO(errno.EAFNOSUPPORT), "socket", sc.Arg(0, sc.EQ, family))
+    f.add_rule(sc.ERRNO(errno.EAFNOSUPPORT), "socket", sc.Arg(0, sc.GE, 17))
+    for flag in (0x10000000, 0x20000000, 0x40000000, 0x00020000, 0x08000000, 0x04000000, 0x02000000):
+        f.add_rule(sc.ERRNO(errno.EPERM), "clone", sc.Arg(0, sc.MASKED_EQ, flag, flag))
+    f.add_rule(sc.ERRNO(errno.ENOSYS), "clone3")  # its flags live in memory; glibc falls back to clone
+    f.load()
+    return "on"
+
+
+class Server:
+    """The worker server: one session at a time, one call at a time.
+
+    A *spare* runner is forked ahead of need (after each reply), so a session's first call does not pay
+    for the fork. The spare stays uid 0 without file capabilities, runs no user code and is configured
+    (uid drop, rlimits) by the first frame it receives, so the session in progress cannot touch it.
+    """
+
+    def __init__(self, args: argparse.Namespace, chan_in: int, chan_out: int) -> None:
+        self.args = args
+        self.chan_in, self.chan_out = chan_in, chan_out
+        self.persistent = True
+        self.session_limits: dict = {}
+        self.runner: dict | None = None
+        self.spare: dict | None = None
+        self.status: dict[int, int] = {}  # wait status of the current runner, once reaped
+
+    # -- runner lifecycle ---------------------------------------------------------------------
+    def _spawn_runner(self) -> dict:
+        pipes = [os.pipe() for _ in range(4)]  # req, resp, out, err
+        (req_r, req_w), (resp_r, resp_w), (out_r, out_w), (err_r, err_w) = pipes
+        pid = os.fork()
+        if pid == 0:
+            try:
+                self._become_runner(req_r, resp_w, out_w, err_w)
+            finally:
+                os._exit(70)
+        for fd in (req_r, resp_w, out_w, err_w):
+            os.close(fd)
+        for fd in (out_r, err_r):
+            fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_NONBLOCK)
+        return {"pid": pid, "req": req_w, "resp": resp_r, "out": out_r, "err": err_r}
+
+    def _become_runner(self, req_r: int, resp_w: int, out_w: int, err_w: int) -> None:
+        import resource
+
+        from sandbox._runner import REQ_FD, Runner
+
+        os.setpgid(0, 0)
+        devnull = os.open("/dev/null", os.O_RDWR)
+        high = [fcntl.fcntl(fd, fcntl.F_DUPFD, 100) for fd in (devnull, out_w, err_w, req_r, resp_w)]
+        for target, fd in enumerate(high):
+            os.dup2(fd, target, inheritable=True)
+        os.closerange(5, 1 << 16)
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+        config = read_frame(REQ_FD)  # the spare waits here until a session takes it
+        if config is None:
+            os._exit(0)
+        if self.args.uid is not None:
+            os.setgroups([])
+            os.setresgid(self.args.gid, self.args.gid, self.args.gid)
+            os.setresuid(self.args.uid, self.args.uid, self.args.uid)
+        lim = config.get("limits") or {}
+        mb = 1 << 20
+        hard = {
+            resource.RLIMIT_AS: int(lim.get("memory_mb", 2048)) * mb,
+            resource.RLIMIT_FSIZE: int(lim.get("file_size_mb", 64)) * mb,
+            resource.RLIMIT_NPROC: int(lim.get("processes", 64)),
+            resource.RLIMIT_CORE: 0,
+        }
+        if not config.get("persistent", True):
+            hard[resource.RLIMIT_CPU] = int(float(lim.get("cpu_s", 30.0))) + 2
+        for res, value in hard.items():
+            resource.setrlimit(res, (value, value))
+        os.chdir(self.args.workspace)
+        Runner(self.args.data, self.args.workspace).serve(read_frame, write_frame)
+
+    def _take_runner(self) -> dict:
+        """Hand the spare (or a fresh runner) its configuration; it then drops privileges."""
+        for _ in range(2):
+            runner, self.spare = self.spare, None
+            if runner is None:
+                runner = self._spawn_runner()
+            try:
+                write_frame(runner["req"], {"persistent": self.persistent, "limits": self.session_limits})
+                return runner
+            except OSError:
+                self._discard(runner)
+        raise RuntimeError("could not start a runner process")
+
+    def _prepare_spare(self) -> None:
+        if self.spare is None:
+            self.spare = self._spawn_runner()
+
+    def _discard(self, runner: dict) -> None:
+        try:
+            os.kill(runner["pid"], signal.SIGKILL)
+        except OSError:
+            pass
+        for key in ("req", "resp", "out", "err"):
+            try:
+                os.close(runner[key])
+            except OSError:
+                pass
+
+    def _close_runner(self) -> None:
+        if self.runner is not None:
+            self._discard(self.runner)
+            self.runner = None
+        self.status.clear()
+
+    def _reap(self) -> None:
+        """Collect exited children without blocking; keep only the current runner's status."""
+        current = self.runner["pid"] if self.runner else None
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            if pid == current:
+                self.status[pid] = status
+
+    def _status_of(self, pid: int) -> int:
+        """Wait for the current runner ``pid`` and return its wait status."""
+        if pid not in self.status:
+            try:
+                _, status = os.waitpid(pid, 0)
+                self.status[pid] = status
+            except ChildProcessError:
+                self.status.setdefault(pid, 0)
+        return self.status.pop(pid)
+
+    def kill_strays(self, keep: int | None) -> None:
+        """SIGKILL every process a call left behind, rescanning until no new one appears (fork bombs).
+
+        With ``--pidns`` that is every process of the namespace but us, its init, the spare and ``keep``;
+        without, the runner's process group. Killed processes are reaped later (we are a child subreaper),
+        so their teardown does not delay the reply.
+        """
+        spare = self.spare["pid"] if self.spare else None
+        spared = {os.getpid(), keep, spare, 1 if self.args.pidns else None}
+        runner_pgid = self.runner["pid"] if self.runner else None
+        killed: set[int] = set()
+        for attempt in range(2000):
+            victims = []
+            for pid, _ppid, pgid, state in _proc_table(spared | killed):
+                if state in ("Z", "X"):
+                    continue
+                if self.args.pidns or (runner_pgid is not None and pgid == runner_pgid):
+                    victims.append(pid)
+            if not victims:
+                break
+            for pid in victims:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+            killed.update(victims)
+            if attempt > 10:
+                time.sleep(0.001)
+        self._reap()
+
+    # -- requests -----------------------------------------------------------------------------
+    def handle(self, req: dict) -> dict:
+        self._reap()
+        op = req.get("op")
+        if op == "ping":
+            return {"ok": True}
+        if op in ("open", "reset"):
+            self.kill_strays(keep=None)
+            self._close_runner()
+            if op == "open":
+                self.persistent = bool(req.get("persistent", True))
+                self.session_limits = dict(req.get("limits") or {})
+            return {"ok": True}
+        if op == "run":
+            return {"ok": True, "result": self.run(req)}
+        return {"ok": False, "error": f"unknown op {op!r}: expected open, run, reset or ping"}
+
+    def run(self, req: dict) -> dict:
+        """Execute one call in the runner, draining its output, enforcing the wall-clock limit."""
+        limits = dict(self.session_limits)
+        limits.update(req.get("limits") or {})
+        wall = float(limits.get("wall_s", 30.0))
+        cap = int(limits.get("output_bytes", 65536))
+        out, err = Capture(cap), Capture(cap)
+        start = time.monotonic()
+        if self.runner is None:
+            self.runner = self._take_runner()
+        runner = self.runner
+        for fd in (runner["out"], runner["err"]):
+            self._drain(fd, None)  # bytes a killed straggler wrote after the previous call
+        call = {k: req.get(k) for k in ("lang", "source", "database", "max_rows")}
+        call.update(limits=limits, once=not self.persistent)
+        reply, died, timed_out = None, False, False
+        try:
+            write_frame(runner["req"], call)
+        except OSError:
+            died = True
+        poller = select.poll()
+        for fd in (runner["resp"], runner["out"], runner["err"]):
+            poller.register(fd, select.POLLIN)
+        sinks = {runner["out"]: out, runner["err"]: err}
+        while not died and reply is None:
+            remaining = start + wall - time.monotonic()
+            if remaining <= 0:
+                timed_out = True
+                break
+            for fd, _ in poller.poll(remaining * 1000):
+                if fd == runner["resp"]:
+                    try:
+                        reply = read_frame(fd)
+                    except (ValueError, OSError):
+                        reply = None
+                    died = reply is None
+                elif not self._drain(fd, sinks[fd], once=True):
+                    poller.unregister(fd)
+        alive = not (died or timed_out) and self.persistent
+        self.kill_strays(keep=runner["pid"] if alive else None)
+        for fd, sink in sinks.items():
+            self._drain(fd, sink)
+        status = None
+        if not alive:
+            if reply is None:
+                status = self._status_of(runner["pid"])
+            self._close_runner()
+        return self._result(req, limits, reply, status, timed_out, out, err, time.monotonic() - start)
+
+    @staticmethod
+    def _drain(fd: int, sink: Capture | None, once: bool = False) -> bool:
+        """Read what is available from a non-blocking pipe. Returns False at EOF."""
+        while True:
+            try:
+                data = os.read(fd, 1 << 16)
+            except BlockingIOError:
+                return True
+            except OSError:
+                return False
+            if not data:
+                return False
+            if sink is not None:
+                sink.feed(data)
+            if once:
+                return True
+
+    def _result(self, req: dict, limits: dict, reply: dict | None, status: int | None,
+                timed_out: bool, out: Capture, err: Capture, duration: float) -> dict:
+        lang = req.get("lang", "python")
+        exit_code, sig, exception = None, None, None
+        notes = []
+        if reply is not None:
+            exit_code, sig = reply.get("exit_code"), reply.get("signal")
+            kind, exception = reply.get("error_kind", "ok"), reply.get("exception")
+        elif timed_out:
+            kind = "timeout"
+            sig = signal.SIGKILL
+            notes.append(f"wall-clock limit of {limits.get('wall_s')} s reached; every process of the call was killed")
+        else:
+            if status is not None and os.WIFEXITED(status):
+                exit_code = os.WEXITSTATUS(status)
+                kind = "ok" if exit_code == 0 else f"{'python' if lang == 'python' else lang}_error"
+                kind = kind if kind in ("ok", "python_error", "sql_error", "shell_error") else "python_error"
+            else:
+                sig = os.WTERMSIG(status) if status is not None else signal.SIGKILL
+                if sig in (signal.SIGXCPU, getattr(signal, "SIGXFSZ", -1)):
+                    kind = "timeout" if sig == signal.SIGXCPU else "killed"
+                    timed_out = sig == signal.SIGXCPU
+                    notes.append(f"killed by {signal.Signals(sig).name}"
+                                 + (f": CPU limit of {limits.get('cpu_s')} s" if timed_out else ": file size limit"))
+                else:
+                    kind = "killed"
+                    notes.append(f"killed by signal {sig}")
+        if self.persistent and reply is None:
+            notes.append("the session's interpreter was restarted; variables from earlier calls are gone")
+        for note in notes:
+            err.feed(f"\n[sandbox] {note}\n".encode())
+        return {"lang": lang, "source": req.get("source", ""), "stdout": out.text(), "stderr": err.text(),
+                "exit_code": exit_code, "signal": sig, "timed_out": timed_out,
+                "truncated": out.truncated or err.truncated, "stdout_bytes": out.total,
+                "stderr_bytes": err.total, "duration_s": round(duration, 6), "error_kind": kind,
+                "exception": exception}
+
+    def serve(self) -> None:
+        """Answer requests from the host until the channel closes."""
+        self._prepare_spare()
+        while True:
+            try:
+                req = read_frame(self.chan_in)
+            except ValueError as exc:
+                write_frame(self.chan_out, {"ok": False, "error": f"bad frame: {exc}"})
+                return
+            if req is None or req.get("op") == "exit":
+                if self.spare:
+                    self._discard(self.spare)
+                    self.spare = None
+                self.kill_strays(keep=None)
+                return
+            try:
+                reply = self.handle(req)
+            except Exception as exc:  # report, keep serving: the host decides whether to replace us
+                reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+            write_frame(self.chan_out, reply)
+            if self.runner is None:
+                self._prepare_spare()  # fork while the host is busy elsewhere
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m sandbox.worker", description=__doc__.split("\n")[0])
+    p.add_argument("--uid", type=int, default=None, help="uid the runners drop to (needs CAP_SETUID)")
+    p.add_argument("--gid", type=int, default=None, help="gid the runners drop to (default: --uid)")
+    p.add_argument("--pidns", action="store_true", help="the worker owns its pid namespace: kill all on cleanup")
+    p.add_argument("--data", default="/data", help="where the read-only data mounts are")
+    p.add_argument("--workspace", default="/workspace", help="the session's writable working directory")
+    p.add_argument("--preload", default="numpy,pandas,sqlite3", help="comma-separated modules to import once")
+    p.add_argument("--no-seccomp", action="store_true", help="do not install the seccomp filter")
+    args = p.parse_args(argv)
+    if args.gid is None:
+        args.gid = args.uid
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: set up the channel, preload, lock down, then serve until stdin closes."""
+    args = _parse(argv)
+    chan_in, chan_out = os.dup(0), os.dup(1)
+    devnull = os.open("/dev/null", os.O_RDWR)
+    os.dup2(devnull, 0)
+    os.dup2(devnull, 1)
+    sys.stdout = sys.stderr
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER: orphans of a call come back to us to be reaped
+    preloaded = []
+    for name in filter(None, args.preload.split(",")):
+        try:
+            __import__(name)
+            preloaded.append(name)
+        except Exception as exc:
+            print(f"sandbox.worker: preload of {name} failed: {exc}", file=sys.stderr)
+    import subprocess  # noqa: F401  (used by runners; imported once here)
+
+    import sandbox._runner  # noqa: F401
+    try:
+        import sandbox.grounding  # noqa: F401  (optional; runners use it when user code fails)
+    except Exception as exc:
+        print(f"sandbox.worker: sandbox.grounding unavailable: {exc}", file=sys.stderr)
+    seccomp = "off: disabled" if args.no_seccomp else _load_seccomp()
+    # Objects of the preloaded modules go to the permanent generation: the garbage collector of a forked
+    # runner then never writes to their pages, so they stay shared instead of being copied on write.
+    gc.freeze()
+    nnp = libc.prctl(38, 1, 0, 0, 0) == 0 or libc.prctl(39, 0, 0, 0, 0) == 1  # PR_SET/GET_NO_NEW_PRIVS
+    write_frame(chan_out, {"op": "ready", "pid": os.getpid(), "uid": os.getuid(), "runner_uid": args.uid,
+                           "seccomp": seccomp, "no_new_privs": bool(nnp), "preloaded": preloaded,
+                           "python": sys.version.split()[0]})
+    Server(args, chan_in, chan_out).serve()
+
+
+if __name__ == "__main__":
+    main()

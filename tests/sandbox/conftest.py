@@ -1,0 +1,72 @@
+"""Shared sandbox fixtures: one warm bwrap pool for the sandbox tests, and a process-leak check.
+
+The pool uses small limits so that attacks end fast, and a 64 MiB workspace quota so that filling it is quick.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+
+import pytest
+
+from sandbox import Limits, make_pool
+
+FAST = Limits(wall_s=10.0, cpu_s=10.0, memory_mb=2048, processes=64, output_bytes=65536, file_size_mb=64)
+
+
+def jail_processes(uids: list[int], settle_s: float = 2.0) -> list[str]:
+    """Host-wide ps lines of live processes owned by any of ``uids`` (real or effective uid).
+
+    Killed processes are reaped asynchronously, so a process still tearing down gets ``settle_s`` to go.
+    """
+    if not uids:
+        return []
+    wanted = {str(u) for u in uids}
+    deadline = time.monotonic() + settle_s
+    while True:
+        out = subprocess.run(["ps", "-e", "-o", "ruid=,euid=,stat=,pid=,args="], capture_output=True,
+                             text=True, check=True).stdout
+        found = [line for line in out.splitlines()
+                 if set(line.split()[:2]) & wanted and not line.split()[2].startswith("Z")]
+        if not found or time.monotonic() > deadline:
+            return found
+        time.sleep(0.05)
+
+
+@pytest.fixture(scope="session")
+def pool(tmp_path_factory):
+    """A two-worker bwrap pool shared by the sandbox tests; after the suite no jailed process may remain.
+
+    Its ``data_root`` holds one dataset, ``demo/readme.txt``, so it appears at ``/data/demo/readme.txt``.
+    """
+    root = tmp_path_factory.mktemp("data_root")
+    (root / "demo").mkdir()
+    (root / "demo" / "readme.txt").write_text("demo data\n")
+    for path in (root, root / "demo"):
+        path.chmod(0o755)
+    p = make_pool("bwrap", workers=2, limits=FAST, workspace_mb=64, data_root=root)
+    yield p
+    uids = list(p.jail_uids)
+    p.close()
+    assert jail_processes(uids) == [], "jailed processes survived the pool"
+
+
+@pytest.fixture(scope="session")
+def leftovers():
+    """``leftovers(uids)`` -> host-wide ps lines of processes owned by those uids."""
+    return jail_processes
+
+
+@pytest.fixture(scope="session")
+def fast_limits():
+    """The small limits the shared pool uses."""
+    return FAST
+
+
+@pytest.fixture()
+def session(pool):
+    """A fresh persistent session; checks afterwards that the session left no jailed process behind."""
+    with pool.session() as s:
+        yield s
+    assert jail_processes(pool.jail_uids) == []
