@@ -1,0 +1,34 @@
+"""Episodes over the sandbox: typed actions, model-text parsing, the gymnasium-like ``Env``, trajectories.
+
+Example:
+    >>> from sandbox import make_pool
+    >>> from env_client import Env
+    >>> with make_pool(workers=2) as pool, Env(pool, tasks_root="artifacts/tasks") as env:
+    ...     obs, info = env.reset(task)
+    ...     result = env.step(model_reply, n_tokens=57)
+"""
+
+from env_client.actions import Action, parse_call, tool_schemas
+from env_client.episode import Env, EnvConfig, Observation, StepResult
+from env_client.errors import EnvClientError, InvalidAction, ResetNeeded
+from env_client.parsing import ParseResult, parse_model_text
+from env_client.trajectory import StepRecord, Trajectory, TrajectoryStore, to_chat_messages
+
+__all__ = [
+    "Action",
+    "Env",
+    "EnvClientError",
+    "EnvConfig",
+    "InvalidAction",
+    "Observation",
+    "ParseResult",
+    "ResetNeeded",
+    "StepRecord",
+    "StepResult",
+    "Trajectory",
+    "TrajectoryStore",
+    "parse_call",
+    "parse_model_text",
+    "to_chat_messages",
+    "tool_schemas",
+]

@@ -1,0 +1,546 @@
+"""One episode: reset on a task instance, step on model text, grade exactly one submitted answer.
+
+``Env`` is gymnasium-like and reused across tasks by one worker (``reset`` closes the previous sandbox
+session). Each ``step`` takes the model's raw reply, parses it (Qwen ``<tool_call>`` or the original JSON
+format), enforces the family's permitted actions, runs the action in the episode's sandbox session and returns
+``StepResult(observation, reward, terminated, truncated, info)``:
+
+* ``reward`` is 0.0 until ``submit_answer``; then the family's oracle grades the one submission and the reward
+  is ``rewards.oracle_reward(verdict)`` (None when the grader itself failed). Intermediate outputs are never graded.
+* ``terminated``: the graded submit, or a fatal sandbox failure. ``truncated``: a budget ran out (turns,
+  completion tokens, wall time, or a detected loop with ``end_on_loop``), applied in :meth:`Env._budget`.
+* Stepping before ``reset`` or after the end raises :class:`ResetNeeded`; ``close`` is idempotent.
+
+Example:
+    >>> env = Env(pool, tasks_root="artifacts/tasks")
+    >>> obs, info = env.reset(tasks.make("toy_sql", root="artifacts/tasks").instances("test")[0])
+    >>> res = env.step('<tool_call>{"name": "submit_answer", "arguments": {"answer": "7"}}</tool_call>')
+    >>> res.terminated, res.reward
+    (True, 0.0)
+"""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+import os
+import re
+import time
+from pathlib import Path
+from typing import Any, Literal, NamedTuple
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+import tasks
+from env_client.actions import (
+    ACTION_MODELS,
+    CodeExecution,
+    Debugging,
+    RequestInfo,
+    SubmitAnswer,
+    Terminal,
+    parse_action,
+    tool_schemas,
+)
+from env_client.errors import InvalidAction, ResetNeeded
+from env_client.parsing import ParseResult, parse_model_text
+from env_client.prompts import initial_messages
+from env_client.request_info import Catalogue, InfoError
+from env_client.trajectory import FinalRecord, StepRecord, Trajectory, TrajectoryHeader, dump_json
+from rewards.oracle import oracle_reward
+from sandbox import Limits, SandboxError
+from sandbox.grounding import ground
+from tasks.base import GradeContext, Instance, Verdict
+from tasks.registry import max_turns as family_max_turns
+
+__all__ = ["Env", "EnvConfig", "Observation", "StepResult", "explain_failure", "truncate_middle"]
+
+_SQL_SUFFIXES = (".db", ".sqlite", ".sqlite3")
+_GOLD_FILES = ("train.jsonl", "test.jsonl", "tasks.jsonl", "manifest.json")
+
+
+class EnvConfig(BaseModel):
+    """Episode rules. Its JSON hash is recorded in every trajectory header."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_turns: int = Field(15, ge=1, description="Turn cap; the episode uses min(this, the family's max_turns).")
+    max_total_tokens: int | None = Field(None, ge=1, description="Cap on summed completion tokens (None = none).")
+    episode_wall_s: float = Field(600.0, gt=0, description="Wall-clock seconds from reset before truncation.")
+    obs_max_chars: int = Field(4000, ge=200, description="Observation cap; head + tail kept around a marker.")
+    loop_window: int = Field(3, ge=2, description="Same action or same error this many times in a row = a loop.")
+    end_on_loop: bool = Field(False, description="Truncate the episode when a loop is detected.")
+    llm_debugger: dict[str, Any] | None = Field(
+        None,
+        description="Optional LLM debugger (OFF when None): {'base_url', 'model', 'api_key_env'?, 'max_tokens'?, "
+        "'temperature'?, 'timeout_s'?} for any OpenAI-compatible endpoint.",
+    )
+    limits: dict[str, Any] | None = Field(None, description="Per-call sandbox Limits fields (None = pool defaults).")
+    format: Literal["tool_call", "json"] = Field("tool_call", description="Wire format shown in the prompt.")
+
+    @field_validator("llm_debugger")
+    @classmethod
+    def _check_debugger(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value is not None:
+            missing = {"base_url", "model"} - set(value)
+            unknown = set(value) - _LLM_DEBUGGER_KEYS
+            if missing or unknown:
+                raise ValueError(f"llm_debugger needs base_url and model (missing {sorted(missing)}); "
+                                 f"unknown keys {sorted(unknown)}; allowed: {sorted(_LLM_DEBUGGER_KEYS)}")
+        return value
+
+    @field_validator("limits", mode="before")
+    @classmethod
+    def _check_limits(cls, value: Any) -> dict[str, Any] | None:
+        if isinstance(value, Limits):
+            return value.to_dict()
+        if value is not None:
+            Limits.from_dict(value)  # raises naming the bad field
+        return value
+
+    def hash(self) -> str:
+        """sha256 prefix of the config's JSON."""
+        return hashlib.sha256(dump_json(self.model_dump()).encode()).hexdigest()[:16]
+
+
+class Observation(BaseModel):
+    """What the policy sees after ``reset`` or ``step``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    text: str = Field(description="Observation text (on reset: the first user message).")
+    role: Literal["user", "tool"] = Field("user", description="Chat role to send `text` as.")
+    messages: list[dict[str, str]] = Field(
+        description="Messages to append to the conversation: [system, user] on reset, one message per step."
+    )
+    tools: list[dict[str, Any]] = Field(default_factory=list, description="Tool schemas (on reset only).")
+    kind: str = Field(description="task | requested_info | code_execution | cmd_result | debugging_info | "
+                      "parse_error | forbidden | submitted | error | fatal.")
+    turn: int = Field(0, description="Turns taken so far.")
+    turns_left: int = Field(description="Turns left before truncation.")
+
+
+class StepResult(NamedTuple):
+    """``(observation, reward, terminated, truncated, info)``; unpacks like gymnasium's tuple."""
+
+    observation: Observation
+    reward: float | None
+    terminated: bool
+    truncated: bool
+    info: dict[str, Any]
+
+
+def truncate_middle(text: str, max_chars: int) -> str:
+    """Keep the head and the tail of ``text`` around a marker ``… [N chars truncated] …``.
+
+    Example:
+        >>> truncate_middle("a" * 50 + "b" * 50, 40)
+        'aaaaaaaaaaa… [70 chars truncated] …bbbbbbbbbbb'
+    """
+    if len(text) <= max_chars:
+        return text
+    marker_len = len(f"… [{len(text)} chars truncated] …")
+    keep = max(max_chars - marker_len, 2)
+    head, tail = keep - keep // 2, keep // 2
+    cut = len(text) - head - tail
+    return f"{text[:head]}… [{cut} chars truncated] …{text[len(text) - tail:]}"
+
+
+class _Outcome(NamedTuple):
+    text: str
+    kind: str
+    status: str  # ok | error | parse_error | forbidden | submitted | fatal
+    exec_s: float = 0.0
+    error_kind: str | None = None
+    verdict: Verdict | None = None
+    llm_debugger: bool = False
+
+
+class Env:
+    """A reusable episode runner over a sandbox pool.
+
+    Args:
+        pool: A started ``sandbox.Pool``; one session is borrowed per episode.
+        tasks_root: The tasks root the families were built under.
+        config: Episode rules.
+    """
+
+    def __init__(self, pool: Any, *, tasks_root: Path | str, config: EnvConfig | None = None) -> None:
+        self.pool = pool
+        self.tasks_root = Path(tasks_root)
+        self.config = config or EnvConfig()
+        self._limits = Limits.from_dict(self.config.limits) if self.config.limits else None
+        self._families: dict[str, Any] = {}
+        self._catalogues: dict[tuple[tuple[str, str], ...], Catalogue] = {}
+        self._session: Any = None
+        self._traj: Trajectory | None = None
+        self._done = True
+        self.instance: Instance | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------------------------
+    def family(self, name: str) -> Any:
+        """The family object ``name`` bound to ``tasks_root`` (cached)."""
+        if name not in self._families:
+            self._families[name] = tasks.make(name, root=self.tasks_root)
+        return self._families[name]
+
+    def reset(self, task: Instance, *, seed: int | None = None, options: dict[str, Any] | None = None
+              ) -> tuple[Observation, dict[str, Any]]:
+        """Start an episode on ``task``: open a sandbox session with its data mounts and build the prompt.
+
+        Args:
+            task: The instance to solve.
+            seed: Recorded in the trajectory (the policy's sampling seed).
+            options: ``{"policy": str, "sample_idx": int}`` recorded in the header.
+
+        Returns:
+            ``(observation, info)``; ``observation.messages`` = [system, user], ``observation.tools`` = schemas.
+        """
+        self.close()  # an unfinished previous episode is recorded as closed; its session is returned
+        options = dict(options or {})
+        unknown = set(options) - {"policy", "sample_idx"}
+        if unknown:
+            raise ValueError(f"unknown reset option(s) {sorted(unknown)}; allowed: policy, sample_idx")
+        fam = self.family(task.family)
+        self.instance = task
+        self.permitted = frozenset(fam.actions) & frozenset(ACTION_MODELS)
+        self.max_turns = min(self.config.max_turns, family_max_turns(task.family, root=self.tasks_root))
+        self._mounts = {name: Path(fam.root) / rel for name, rel in task.data.items()}
+        missing = [str(p) for p in self._mounts.values() if not p.exists()]
+        if missing:
+            raise tasks.NotBuilt(f"data of {task.id} is missing ({missing[0]}); build the family with "
+                                 f"`python scripts/build_tasks.py --families {task.family} --out {self.tasks_root}`")
+        leaking = [name for name, p in self._mounts.items() if p.is_dir() and any((p / f).exists() for f in _GOLD_FILES)]
+        if leaking:  # the agent would read the gold answers from its own data mount
+            raise tasks.TaskError(f"{task.family}: mount {leaking[0]!r} exposes instance files with gold answers "
+                                  f"({', '.join(_GOLD_FILES)}); mount a data subdirectory instead")
+        self._session = self.pool.session(mounts=self._mounts, persistent=True, limits=self._limits)
+        self._last_failure: Any = None
+        self._signatures: collections.deque = collections.deque(maxlen=self.config.loop_window)
+        self._errors: collections.deque = collections.deque(maxlen=self.config.loop_window)
+        self._turn, self._tokens, self._t0 = 0, 0, time.monotonic()
+        messages = initial_messages(task, self.permitted, fmt=self.config.format)
+        tools = tool_schemas(self.permitted)
+        header = TrajectoryHeader(
+            task_id=task.id, family=task.family, family_version=getattr(fam, "version", None),
+            category=task.category, split=task.split, policy=options.get("policy"),
+            sample_idx=int(options.get("sample_idx", 0)), seed=seed, config_hash=self.config.hash(),
+            config=self.config.model_dump(), format=self.config.format,
+        )
+        self._traj = Trajectory(header=header, prompt=messages, tools=tools)
+        self._done = False
+        obs = Observation(text=messages[-1]["content"], role="user", messages=messages, tools=tools, kind="task",
+                          turn=0, turns_left=self.max_turns)
+        info = {"episode_id": header.episode_id, "task_id": task.id, "permitted_actions": sorted(self.permitted),
+                "max_turns": self.max_turns, "format": self.config.format}
+        return obs, info
+
+    def close(self) -> None:
+        """End the episode (recorded as ``closed`` if it was still running) and return the sandbox session."""
+        if not self._done and self._traj is not None:
+            self._finish(None, terminated=False, truncated=False, reason="closed")
+        self._close_session()
+
+    def _close_session(self) -> None:
+        if self._session is not None:
+            session, self._session = self._session, None
+            session.close()
+
+    def __enter__(self) -> Env:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def trajectory(self) -> Trajectory:
+        """The record of the current (or last) episode."""
+        if self._traj is None:
+            raise ResetNeeded("no episode yet: call reset(task) first")
+        return self._traj
+
+    @property
+    def done(self) -> bool:
+        """True before the first reset and after the episode ended."""
+        return self._done
+
+    def state(self) -> dict[str, Any]:
+        """A JSON summary of the episode (for the HTTP server's ``/state``)."""
+        traj = self._traj
+        return {
+            "episode_id": traj.header.episode_id if traj else None,
+            "task_id": traj.header.task_id if traj else None,
+            "turn": getattr(self, "_turn", 0), "done": self._done, "total_tokens": getattr(self, "_tokens", 0),
+            "final": traj.final.model_dump() if traj and traj.final else None,
+        }
+
+    # -- step --------------------------------------------------------------------------------------------
+    def step(self, model_text: str | BaseModel | dict[str, Any], *, n_tokens: int | None = None) -> StepResult:
+        """Advance one turn on the model's reply.
+
+        Args:
+            model_text: The raw assistant text; or a typed action (model or flat dict, e.g. from the HTTP client).
+            n_tokens: Completion tokens of this reply (counted against ``max_total_tokens``).
+
+        Returns:
+            ``StepResult(observation, reward, terminated, truncated, info)``.
+
+        Raises:
+            ResetNeeded: No running episode.
+            InvalidAction: A typed action dict that does not validate (model text never raises).
+        """
+        if self._done or self._traj is None:
+            raise ResetNeeded("the episode is over (or never started): call reset(task) before step()")
+        t_start = time.monotonic()
+        parsed = self._parse(model_text)
+        self._turn += 1
+        self._tokens += int(n_tokens or 0)
+        outcome = self._dispatch(parsed)
+        role: Literal["user", "tool"] = "tool" if parsed.format == "tool_call" else "user"
+        text = truncate_middle(outcome.text, self.config.obs_max_chars)
+        loop = self._loop_check(parsed, outcome)
+        duration = time.monotonic() - t_start
+        self._traj.steps.append(StepRecord(
+            turn=self._turn, raw_text=parsed.raw, action=parsed.action.model_dump() if parsed.action else None,
+            format=parsed.format, parse_error=parsed.error, observation=text, observation_role=role,
+            status=outcome.status, error_kind=outcome.error_kind, duration_s=round(duration, 6),
+            exec_s=round(outcome.exec_s, 6), n_tokens=n_tokens, loop=loop, llm_debugger=outcome.llm_debugger,
+        ))
+        reward: float | None = 0.0
+        terminated = outcome.status in {"submitted", "fatal"}
+        truncated, reason = False, None
+        if outcome.status == "submitted":
+            reason = "submitted"
+            reward = self._finish(outcome.verdict, terminated=True, truncated=False, reason=reason)
+        elif outcome.status == "fatal":
+            reason = f"fatal: {outcome.text}"
+            reward = self._finish(None, terminated=True, truncated=False, reason=reason, fatal=True)
+        else:
+            reason = self._budget(loop)
+            if reason:
+                truncated = True
+                reward = self._finish(None, terminated=False, truncated=True, reason=reason)
+        obs = Observation(text=text, role=role, messages=[{"role": role, "content": text}], kind=outcome.kind,
+                          turn=self._turn, turns_left=max(self.max_turns - self._turn, 0))
+        info = {
+            "turn": self._turn, "action": parsed.action.action if parsed.action else None, "format": parsed.format,
+            "parse_error": parsed.error, "status": outcome.status, "error_kind": outcome.error_kind,
+            "exec_s": outcome.exec_s, "overhead_s": max(duration - outcome.exec_s, 0.0), "duration_s": duration,
+            "loop": loop, "llm_debugger": outcome.llm_debugger, "total_tokens": self._tokens, "reason": reason,
+            "verdict": outcome.verdict.model_dump() if outcome.verdict else None,
+        }
+        return StepResult(obs, reward, terminated, truncated, info)
+
+    def _parse(self, model_text: Any) -> ParseResult:
+        if isinstance(model_text, str):
+            return parse_model_text(model_text)
+        if isinstance(model_text, dict):
+            try:
+                model_text = parse_action(model_text)
+            except ValidationError as exc:
+                raise InvalidAction(f"invalid typed action: {str(exc).splitlines()[0]} ({exc.error_count()} error(s))"
+                                    ) from None
+        if isinstance(model_text, tuple(ACTION_MODELS.values())):
+            args = model_text.model_dump(exclude={"action"}, exclude_none=True)
+            raw = "<tool_call>\n" + dump_json({"name": model_text.action, "arguments": args}) + "\n</tool_call>"
+            return ParseResult(raw=raw, action=model_text, format="tool_call", name=model_text.action)
+        raise InvalidAction(f"step() takes model text or an action, got {type(model_text).__name__}")
+
+    def _budget(self, loop: bool) -> str | None:
+        """The one place budgets are applied; returns the truncation reason or None."""
+        if loop and self.config.end_on_loop:
+            return "loop"
+        if self._turn >= self.max_turns:
+            return "max_turns"
+        if self.config.max_total_tokens is not None and self._tokens >= self.config.max_total_tokens:
+            return "max_tokens"
+        if time.monotonic() - self._t0 >= self.config.episode_wall_s:
+            return "wall_time"
+        return None
+
+    def _loop_check(self, parsed: ParseResult, outcome: _Outcome) -> bool:
+        signature = None
+        if parsed.action is not None:
+            fields = parsed.action.model_dump()
+            signature = dump_json({k: " ".join(v.split()) if isinstance(v, str) else v for k, v in fields.items()})
+        error = outcome.text if outcome.status in {"error", "parse_error", "forbidden"} else None
+        self._signatures.append(signature)
+        self._errors.append(error)
+        n = self.config.loop_window
+
+        def repeated(seq: collections.deque) -> bool:
+            return len(seq) == n and seq[0] is not None and all(x == seq[0] for x in seq)
+
+        return repeated(self._signatures) or repeated(self._errors)
+
+    def _finish(self, verdict: Verdict | None, *, terminated: bool, truncated: bool, reason: str,
+                fatal: bool = False) -> float | None:
+        reward = None if fatal else oracle_reward(verdict)
+        self._traj.final = FinalRecord(
+            verdict=verdict.model_dump() if verdict else None, reward=reward, terminated=terminated,
+            truncated=truncated, reason=reason, turns=self._turn, total_tokens=self._tokens,
+            wall_s=round(time.monotonic() - self._t0, 6),
+        )
+        self._done = True
+        return reward
+
+    # -- actions -----------------------------------------------------------------------------------------
+    def _dispatch(self, parsed: ParseResult) -> _Outcome:
+        if parsed.action is None:
+            return _Outcome(parsed.error or "Invalid action.", "parse_error", "parse_error")
+        action = parsed.action
+        if action.action not in self.permitted:
+            allowed = ", ".join(n for n in ACTION_MODELS if n in self.permitted)
+            return _Outcome(f"Action {action.action!r} is not allowed in this task. Allowed actions: {allowed}.",
+                            "forbidden", "forbidden")
+        try:
+            if isinstance(action, SubmitAnswer):
+                return self._submit(action)
+            if isinstance(action, RequestInfo):
+                return self._request_info(action)
+            if isinstance(action, CodeExecution):
+                return self._execute(action)
+            if isinstance(action, Terminal):
+                return self._run_result(self._session.run_shell(action.cmd, self._call_limits()), "cmd_result")
+            if isinstance(action, Debugging):
+                return self._debug(action)
+        except SandboxError as exc:
+            return _Outcome(f"{type(exc).__name__}: {exc}", "fatal", "fatal", error_kind="sandbox_error")
+        raise AssertionError(f"unhandled action {action.action!r}")
+
+    def _call_limits(self) -> Limits | None:
+        """Per-call limits, with the wall time capped by what is left of the episode."""
+        base = self._limits or getattr(self._session, "limits", None) or Limits()
+        left = self.config.episode_wall_s - (time.monotonic() - self._t0)
+        if left >= base.wall_s:
+            return self._limits
+        return Limits(**{**base.to_dict(), "wall_s": max(left, 0.5)})
+
+    def _sql_database(self) -> str | None:
+        meta = self.instance.metadata.get("sql_database")
+        if meta:
+            return f"/data/{meta}"
+        for name in sorted(self._mounts):
+            if name.endswith(_SQL_SUFFIXES):
+                return f"/data/{name}"
+        return None
+
+    def _execute(self, action: CodeExecution) -> _Outcome:
+        if action.lang == "sql":
+            database = self._sql_database()
+            if database is None:
+                return _Outcome("This task has no SQL database; use lang 'python'.", "code_execution", "error")
+            result = self._session.run_sql(action.code, database, self._call_limits())
+        else:
+            result = self._session.run_python(action.code, self._call_limits())
+        return self._run_result(result, "code_execution")
+
+    def _run_result(self, result: Any, kind: str) -> _Outcome:
+        kind_value = getattr(result.error_kind, "value", str(result.error_kind))
+        if result.ok:
+            body = result.stdout if result.stdout.strip() else "(no output; print the values you need)"
+            if result.stderr.strip():
+                body += f"\nstderr:\n{result.stderr}"
+            if result.truncated:
+                body += "\n" + ground(result, result.source)
+            return _Outcome(f"status: SUCCESS\n{body}", kind, "ok", result.duration_s)
+        self._last_failure = result
+        parts = ["status: FAILED"]
+        if result.stdout.strip():
+            parts.append(f"stdout:\n{result.stdout.rstrip()}")
+        parts.append(ground(result, result.source))
+        return _Outcome("\n".join(parts), kind, "error", result.duration_s, kind_value)
+
+    def _request_info(self, action: RequestInfo) -> _Outcome:
+        key = tuple(sorted((name, str(path)) for name, path in self._mounts.items()))
+        if key not in self._catalogues:  # built once per distinct set of mounts, reused across episodes
+            self._catalogues[key] = Catalogue(self._mounts)
+        try:
+            text = self._catalogues[key].answer(action.info_type, target=action.target, keyterm=action.keyterm)
+        except InfoError as exc:
+            return _Outcome(f"request_info failed: {exc}", "requested_info", "error")
+        return _Outcome(text, "requested_info", "ok")
+
+    def _debug(self, action: Debugging) -> _Outcome:
+        text = explain_failure(self._last_failure, code=action.code, error_msg=action.error_msg)
+        used = False
+        if self.config.llm_debugger and self._last_failure is not None:
+            advice, used = llm_advice(self.config.llm_debugger, text, self.instance.question)
+            text += "\n\n" + advice
+        return _Outcome(text, "debugging_info", "ok", llm_debugger=used)
+
+    def _submit(self, action: SubmitAnswer) -> _Outcome:
+        fam = self.family(self.instance.family)
+        ctx = GradeContext(workspace=getattr(self._session, "workspace", None), session=self._session,
+                           family_dir=Path(fam.root))
+        try:
+            verdict = fam.grade(self.instance, action.answer, ctx)
+            if not isinstance(verdict, Verdict):
+                raise TypeError(f"grade() returned {type(verdict).__name__}, not a Verdict")
+        except Exception as exc:  # a broken grader is recorded loudly as an error verdict, never as a 0
+            verdict = Verdict(correct=False, score=0.0, reason="the grader failed",
+                              error=f"{type(exc).__name__}: {exc}")
+        return _Outcome("Answer submitted. The episode is over.", "submitted", "submitted", verdict=verdict)
+
+
+# -- debugging -------------------------------------------------------------------------------------------
+_CELL_LINE_RE = re.compile(r'File "<[^"]*>", line (\d+)')
+_LLM_DEBUGGER_KEYS = {"base_url", "model", "api_key_env", "max_tokens", "temperature", "timeout_s"}
+
+
+def _failure_line(result: Any) -> int | None:
+    exc = getattr(result, "exception", None) or {}
+    if isinstance(exc.get("lineno"), int):
+        return exc["lineno"]
+    found = _CELL_LINE_RE.findall(getattr(result, "stderr", "") or "")
+    return int(found[-1]) if found else None
+
+
+def explain_failure(result: Any, *, code: str | None = None, error_msg: str | None = None, context: int = 2) -> str:
+    """A grounded explanation of the last failed execution: kind, line, source with context, message.
+
+    Args:
+        result: The last failed ``ExecResult`` of the episode, or None.
+        code: Code the agent says failed (used when the result's own source is unavailable).
+        error_msg: The error the agent saw (echoed when there is no recorded failure).
+        context: Source lines shown before and after the failing line.
+    """
+    if result is None:
+        said = f" You reported: {error_msg.strip()[:300]}" if error_msg and error_msg.strip() else ""
+        return "No failed execution in this episode to explain yet." + said
+    kind = getattr(result.error_kind, "value", str(result.error_kind))
+    source = result.source or code or ""
+    lines = [f"Last failure: {kind} in {result.lang} (exit status {result.exit_code}).", ground(result, source)]
+    lineno = _failure_line(result)
+    src_lines = source.splitlines()
+    if lineno and 1 <= lineno <= len(src_lines):
+        lines.append(f"Source around line {lineno}:")
+        for n in range(max(1, lineno - context), min(len(src_lines), lineno + context) + 1):
+            lines.append(f"{'>' if n == lineno else ' '} {n:4d} | {src_lines[n - 1]}")
+    return "\n".join(lines)
+
+
+def llm_advice(cfg: dict[str, Any], explanation: str, question: str) -> tuple[str, bool]:
+    """Ask an OpenAI-compatible endpoint to explain the failure and suggest a fix.
+
+    Returns:
+        ``(text, used)``; ``used`` is False (and the text says why) when the endpoint failed.
+    """
+    try:
+        from openai import OpenAI
+
+        client = OpenAI(base_url=cfg["base_url"], api_key=os.environ.get(cfg.get("api_key_env", "OPENAI_API_KEY"),
+                        "EMPTY"), timeout=float(cfg.get("timeout_s", 30.0)), max_retries=0)
+        reply = client.chat.completions.create(
+            model=cfg["model"], max_tokens=int(cfg.get("max_tokens", 512)),
+            temperature=float(cfg.get("temperature", 0.0)),
+            messages=[
+                {"role": "system", "content": "You are a debugging assistant. Explain the error in two or three "
+                 "sentences and propose a concrete fix. Do not solve the task itself."},
+                {"role": "user", "content": f"Task: {question}\n\n{explanation}"},
+            ],
+        )
+        content = (reply.choices[0].message.content or "").strip()
+        return f"LLM debugger advice:\n{content}", True
+    except Exception as exc:  # the optional helper must never break an episode
+        return f"(LLM debugger unavailable: {type(exc).__name__}: {str(exc)[:200]})", False

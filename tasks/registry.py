@@ -1,0 +1,259 @@
+"""Family registry: names → lazy entry points, so ``import tasks`` loads no family module.
+
+Two kinds of family are known by name:
+
+* registered ones, ``register("toy_sql", entry_point="tasks.toy_sql:ToySQL", max_turns=8)``; the module is
+  imported only when ``make("toy_sql")`` (or ``family_class``) needs it;
+* config-declared ones: a directory ``<root>/<name>/family.yaml`` under the tasks root (see
+  ``tasks/config_family.py``); ``make(name, root=...)`` finds them without any registration.
+
+Example:
+    >>> import tasks
+    >>> fam = tasks.make("toy_sql", root="artifacts/tasks")
+    >>> fam.name, fam.version
+    ('toy_sql', 1)
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tasks.base import FAMILY_YAML, TaskError, UnknownTask
+
+#: Where ``scripts/build_tasks.py`` writes families by default, relative to the working directory.
+DEFAULT_ROOT = Path("artifacts/tasks")
+#: The turn budget of a family that does not state one.
+DEFAULT_MAX_TURNS = 15
+_CONFIG_ENTRY_POINT = "tasks.config_family:ConfigFamily"
+
+
+@dataclass(frozen=True)
+class FamilySpec:
+    """How to construct one family.
+
+    Attributes:
+        name: Registry name (also the built directory's name under the tasks root).
+        entry_point: ``"module:Class"``; imported lazily.
+        max_turns: The family's turn budget; an episode uses ``min(EnvConfig.max_turns, max_turns)``.
+        defaults: Keyword arguments passed to the class on construction (``make`` kwargs override them).
+    """
+
+    name: str
+    entry_point: str
+    max_turns: int = DEFAULT_MAX_TURNS
+    defaults: dict[str, Any] = field(default_factory=dict)
+
+
+_REGISTRY: dict[str, FamilySpec] = {}
+
+
+def register(
+    name: str, entry_point: str, *, max_turns: int = DEFAULT_MAX_TURNS, replace: bool = False, **defaults: Any
+) -> FamilySpec:
+    """Register a family under ``name`` with a lazy ``"module:Class"`` entry point.
+
+    Args:
+        name: Registry name, lowercase letters, digits and underscores.
+        entry_point: ``"package.module:ClassName"``; nothing is imported now.
+        max_turns: Turn budget of the family's episodes (>= 1).
+        replace: Allow re-registering an existing name with a different entry point.
+        **defaults: Constructor keyword arguments.
+
+    Returns:
+        The stored spec.
+
+    Raises:
+        TaskError: Bad name, malformed entry point, or a conflicting re-registration.
+
+    Example:
+        >>> register("toy_sql", entry_point="tasks.toy_sql:ToySQL", max_turns=8)
+    """
+    if not name or not name.replace("_", "").isalnum() or name != name.lower():
+        raise TaskError(f"family name {name!r} must be lowercase letters, digits and underscores, e.g. 'toy_sql'")
+    if entry_point.count(":") != 1 or not all(entry_point.split(":")):
+        raise TaskError(f"entry_point {entry_point!r} must look like 'tasks.toy_sql:ToySQL'")
+    if max_turns < 1:
+        raise TaskError(f"max_turns={max_turns} for family {name!r} must be >= 1")
+    spec = FamilySpec(name=name, entry_point=entry_point, max_turns=max_turns, defaults=dict(defaults))
+    old = _REGISTRY.get(name)
+    if old is not None and old != spec and not replace:
+        raise TaskError(f"family {name!r} is already registered as {old.entry_point!r}; pass replace=True to override")
+    _REGISTRY[name] = spec
+    return spec
+
+
+def _config_names(root: Path | str | None) -> list[str]:
+    if root is None or not Path(root).is_dir():
+        return []
+    return sorted(p.parent.name for p in Path(root).glob(f"*/{FAMILY_YAML}"))
+
+
+def names(root: Path | str | None = None) -> list[str]:
+    """Registered family names, plus the config-declared families found under ``root`` when given; sorted."""
+    return sorted(set(_REGISTRY) | set(_config_names(root)))
+
+
+def spec(name: str, *, root: Path | str | None = None) -> FamilySpec:
+    """The spec of ``name``: registered, or config-declared under ``root``.
+
+    Raises:
+        UnknownTask: Neither; the message suggests the nearest known name.
+    """
+    if name in _REGISTRY:
+        return _REGISTRY[name]
+    if root is not None and (Path(root) / name / FAMILY_YAML).is_file():
+        from tasks.config_family import read_family_yaml
+
+        declared = read_family_yaml(Path(root) / name / FAMILY_YAML)
+        return FamilySpec(name=name, entry_point=_CONFIG_ENTRY_POINT, max_turns=declared.max_turns)
+    known = names(root)
+    close = difflib.get_close_matches(name, known, n=1, cutoff=0.5)
+    hint = f"did you mean `{close[0]}`?" if close else f"known families: {', '.join(known) or '(none)'}"
+    raise UnknownTask(f"unknown task family {name!r}; {hint}")
+
+
+def family_class(name: str, *, root: Path | str | None = None) -> type:
+    """Import and return the class behind ``name`` (the only place a family module is imported)."""
+    entry = spec(name, root=root).entry_point
+    module_name, _, attr = entry.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise TaskError(f"family {name!r}: cannot import {module_name!r} ({exc}); is the module installed?") from exc
+    try:
+        return getattr(module, attr)
+    except AttributeError as exc:
+        raise TaskError(f"family {name!r}: module {module_name!r} has no {attr!r} (entry point {entry!r})") from exc
+
+
+def make(name: str, *, root: Path | str = DEFAULT_ROOT, **kwargs: Any) -> Any:
+    """Construct family ``name`` bound to its built directory ``<root>/<name>/``.
+
+    The directory need not exist yet: ``build`` writes it, ``instances`` raises ``NotBuilt`` with the command
+    to run when it is missing.
+
+    Args:
+        name: A registered or config-declared family name.
+        root: The tasks root (``scripts/build_tasks.py --out``).
+        **kwargs: Constructor arguments, overriding the registered defaults.
+
+    Returns:
+        The family object (satisfies ``tasks.TaskFamily``).
+
+    Raises:
+        UnknownTask: Unknown name, with a "did you mean" hint.
+
+    Example:
+        >>> fam = make("toy_sql", root="artifacts/tasks")
+        >>> fam.build(Path("artifacts/tasks"), size="tiny", seed=0)
+    """
+    family_spec = spec(name, root=root)
+    cls = family_class(name, root=root)
+    family = cls(root=Path(root) / name, **{**family_spec.defaults, **kwargs})
+    if getattr(family, "name", None) != name:
+        raise TaskError(f"family class {family_spec.entry_point!r} reports name {family.name!r}, registered as {name!r}")
+    return family
+
+
+def max_turns(name: str, *, root: Path | str | None = None) -> int:
+    """The family's turn budget (registered, or ``max_turns`` in its family.yaml)."""
+    return spec(name, root=root).max_turns
+
+
+# -------------------------------------------------------------------------------------------------------------
+# check_family: the contract test every family passes (used by tests/tasks/test_registry.py for every name).
+# -------------------------------------------------------------------------------------------------------------
+_TRACEBACK = 'Traceback (most recent call last):\n  File "<cell-1>", line 1, in <module>\nNameError: name \'x\''
+_SHOTGUN = " ".join(str(i) for i in range(1000)) + " yes no true false 2020-01-01 [] " + "\n".join("abc")
+
+
+def _scores(family: Any, items: list[Any], answer_of: Any, play: Any) -> float:
+    return sum(play(family, inst, answer_of(inst)) for inst in items) / len(items)
+
+
+def check_family(name: str, *, size: str = "tiny", seed: int = 0, root: Path | str | None = None,
+                 play: Any = None, limit: int | None = None) -> dict[str, Any]:
+    """Check that family ``name`` honours the contract; returns a report, raises ``TaskError`` listing failures.
+
+    Checks: the same seed builds byte-identical files; instances load, have unique ids, known categories, and
+    survive pickle/JSON round trips; the reference solution scores 1 on every instance; empty, traceback and
+    shotgun submissions score 0; constant answers score at most the base rate (the best score any single
+    gold label gets as a constant answer, under the family's own grader).
+
+    Args:
+        name: A registered (or config-declared under ``root``) family.
+        size: Build size.
+        seed: Build seed.
+        root: Where to build; a temporary directory when None.
+        play: ``play(family, instance, steps) -> score``: replays action steps (e.g. through an ``Env``).
+            Default: grade the final ``submit_answer`` directly (for families whose grading needs no sandbox).
+        limit: Check at most this many instances per split (the build is always complete).
+    """
+    import pickle
+    import tempfile
+
+    from tasks.base import ALL_ACTIONS, GradeContext, Instance
+    from tasks.graders import render_answer
+
+    def direct(family: Any, inst: Any, steps: list[dict[str, Any]]) -> float:
+        answer = steps[-1]["params"]["answer"]
+        return family.grade(inst, answer, GradeContext(family_dir=Path(family.root))).score
+
+    play = play or direct
+    problems: list[str] = []
+    report: dict[str, Any] = {"family": name}
+    with tempfile.TemporaryDirectory() as scratch:
+        base_root = Path(root) if root is not None else Path(scratch) / "a"
+        first = make(name, root=base_root).build(base_root, size=size, seed=seed)
+        second = make(name, root=Path(scratch) / "b").build(Path(scratch) / "b", size=size, seed=seed)
+        if first.get("files") != second.get("files"):
+            differ = sorted(k for k in set(first.get("files", {})) | set(second.get("files", {}))
+                            if first.get("files", {}).get(k) != second.get("files", {}).get(k))
+            problems.append(f"same seed, different files: {differ[:5]}")
+        family = make(name, root=base_root)
+        if not isinstance(family.version, int) or not family.categories:
+            problems.append("needs an int version and at least one category")
+        if not set(family.actions) <= ALL_ACTIONS or "submit_answer" not in family.actions:
+            problems.append(f"actions {sorted(family.actions)} must be a subset of ALL_ACTIONS with submit_answer")
+        for split in ("train", "test"):
+            items = family.instances(split)[:limit] if limit else family.instances(split)
+            report[split] = {"instances": len(items)}
+            if not items:
+                continue
+            ids = [i.id for i in items]
+            if len(set(ids)) != len(ids) or any(i.family != name or i.split != split for i in items):
+                problems.append(f"{split}: ids must be unique, family/split fields must match")
+            if any(i.category not in family.categories for i in items):
+                problems.append(f"{split}: an instance category is not in family.categories")
+            if any(pickle.loads(pickle.dumps(i)) != i or Instance.model_validate_json(i.model_dump_json()) != i
+                   for i in items):
+                problems.append(f"{split}: instances must round-trip through pickle and JSON")
+            oracle = _scores(family, items, family.reference_solution, play)
+            rendered = [render_answer(i.answer_type, i.answer) for i in items]
+            # The label base rate is the best any single gold label scores under the family's own grader:
+            # with a tolerance band, one constant can match several nearby labels (e.g. MedCalc's ±5 %).
+            base = max(rendered.count(r) for r in set(rendered)) / len(items)
+            base = max([base] + [_scores(family, items, lambda _i, c=c: [_submit(c)], play) for c in set(rendered)])
+            report[split].update(oracle=oracle, base_rate=base)
+            if oracle != 1.0:
+                problems.append(f"{split}: reference solutions score {oracle:.3f}, not 1")
+            for label, text in (("empty", ""), ("traceback", _TRACEBACK), ("shotgun", _SHOTGUN)):
+                score = _scores(family, items, lambda _i, t=text: [_submit(t)], play)
+                report[split][label] = score
+                if score != 0:
+                    problems.append(f"{split}: a {label} submission scores {score:.3f}, not 0")
+            for constant in sorted({"0", "1", "yes", "no", max(set(rendered), key=rendered.count)}):
+                score = _scores(family, items, lambda _i, c=constant: [_submit(c)], play)
+                if score > base + 1e-9:
+                    problems.append(f"{split}: constant {constant[:20]!r} scores {score:.3f} > base rate {base:.3f}")
+    if problems:
+        raise TaskError(f"family {name!r} fails its contract: " + "; ".join(problems))
+    return report
+
+
+def _submit(answer: str) -> dict[str, Any]:
+    return {"action": "submit_answer", "params": {"answer": answer}}

@@ -1,0 +1,34 @@
+"""Fixtures for the task tests: toy_sql built once (tiny, seed 0) into a session temp root."""
+
+from __future__ import annotations
+
+import pytest
+
+import tasks
+
+
+@pytest.fixture(scope="session")
+def toy_root(tmp_path_factory: pytest.TempPathFactory):
+    """A tasks root holding ``toy_sql`` built at size tiny, seed 0. Read-only use."""
+    root = tmp_path_factory.mktemp("tasks_root")
+    tasks.make("toy_sql", root=root).build(root, size="tiny", seed=0)
+    return root
+
+
+@pytest.fixture(scope="session")
+def toy(toy_root):
+    """The toy_sql family bound to :func:`toy_root`."""
+    return tasks.make("toy_sql", root=toy_root)
+
+
+@pytest.fixture(scope="session")
+def task_pool():
+    """One sandbox worker for the config-family episode test (bwrap when it works, else local unisolated)."""
+    from sandbox import SandboxUnavailable, make_pool
+
+    try:
+        pool = make_pool("bwrap", workers=1)
+    except SandboxUnavailable:
+        pool = make_pool("local", workers=1, allow_unisolated=True)
+    yield pool
+    pool.close()

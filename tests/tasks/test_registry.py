@@ -1,0 +1,99 @@
+"""Registry: lazy entry points, make/names, typos, config-declared families."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+import tasks
+from tasks.registry import FamilySpec, family_class, max_turns, register, spec
+
+
+def test_import_tasks_loads_no_family():
+    code = "import sys, tasks; print(json.dumps(sorted(m for m in sys.modules if m.startswith('tasks'))))"
+    out = subprocess.run([sys.executable, "-c", "import json; " + code], capture_output=True, text=True, check=True)
+    loaded = json.loads(out.stdout)
+    assert "tasks.toy_sql" not in loaded and "tasks.config_family" not in loaded
+    assert "toy_sql" in subprocess.run([sys.executable, "-c", "import tasks; print(tasks.names())"],
+                                       capture_output=True, text=True, check=True).stdout
+
+
+def test_make_binds_family_to_its_built_dir(toy_root):
+    fam = tasks.make("toy_sql", root=toy_root)
+    assert fam.root == toy_root / "toy_sql"
+    assert fam.name == "toy_sql" and isinstance(fam.version, int)
+    assert isinstance(fam, tasks.TaskFamily)
+    assert fam.actions <= tasks.ALL_ACTIONS
+    assert max_turns("toy_sql") == 8
+
+
+def test_typo_suggests_nearest_name():
+    with pytest.raises(tasks.UnknownTask, match="did you mean `toy_sql`"):
+        tasks.make("toy_sq")
+    with pytest.raises(tasks.UnknownTask, match="known families"):
+        tasks.make("zzzzzzzz")
+
+
+def test_unbuilt_family_says_how_to_build(tmp_path):
+    fam = tasks.make("toy_sql", root=tmp_path)
+    with pytest.raises(tasks.NotBuilt, match="scripts/build_tasks.py --families toy_sql"):
+        fam.instances("test")
+
+
+def test_register_validates_and_refuses_silent_override():
+    with pytest.raises(tasks.TaskError, match="lowercase"):
+        register("Bad-Name", entry_point="tasks.toy_sql:ToySQL")
+    with pytest.raises(tasks.TaskError, match="entry_point"):
+        register("some_family", entry_point="tasks.toy_sql.ToySQL")
+    with pytest.raises(tasks.TaskError, match="already registered"):
+        register("toy_sql", entry_point="tasks.other:Other")
+    assert register("toy_sql", entry_point="tasks.toy_sql:ToySQL", max_turns=8) == spec("toy_sql")
+
+
+def test_bad_entry_point_fails_on_make_only():
+    register("broken_family", entry_point="tasks.does_not_exist:Nope")
+    try:
+        assert "broken_family" in tasks.names()
+        with pytest.raises(tasks.TaskError, match="cannot import 'tasks.does_not_exist'"):
+            family_class("broken_family")
+    finally:
+        from tasks import registry
+
+        registry._REGISTRY.pop("broken_family")
+
+
+def test_config_family_is_found_under_root(tmp_path):
+    d = tmp_path / "declared_family"
+    d.mkdir()
+    (d / "family.yaml").write_text("name: declared_family\nanswer_type: integer\nmax_turns: 4\n")
+    (d / "tasks.jsonl").write_text(json.dumps({"question": "1+1?", "answer": 2, "split": "test"}) + "\n")
+    assert "declared_family" in tasks.names(tmp_path)
+    assert "declared_family" not in tasks.names()
+    assert spec("declared_family", root=tmp_path) == FamilySpec(
+        "declared_family", "tasks.config_family:ConfigFamily", max_turns=4)
+    fam = tasks.make("declared_family", root=tmp_path)
+    assert fam.instances("test")[0].answer == 2
+    with pytest.raises(tasks.UnknownTask, match="did you mean `declared_family`"):
+        tasks.make("declared_familly", root=tmp_path)
+
+
+@pytest.mark.parametrize("name", tasks.names())
+def test_every_registered_family_passes_check_family(name):
+    report = tasks.check_family(name, size="tiny", seed=0)
+    for split in ("train", "test"):
+        if report[split]["instances"]:
+            assert report[split]["oracle"] == 1.0
+            assert report[split]["empty"] == report[split]["traceback"] == report[split]["shotgun"] == 0.0
+
+
+def test_check_family_catches_a_lenient_grader(monkeypatch):
+    from tasks.base import Verdict
+    from tasks.toy_sql import ToySQL
+
+    monkeypatch.setattr(ToySQL, "grade", lambda self, inst, sub, ctx=None: Verdict(
+        correct=str(inst.answer) in str(sub), score=float(str(inst.answer) in str(sub))))  # substring grading
+    with pytest.raises(tasks.TaskError, match="shotgun submission scores"):
+        tasks.check_family("toy_sql")
