@@ -1,0 +1,15 @@
+"""A seeded synthetic hospital in MIMIC-III shape and the builders of the EHR SQL databases.
+
+* ``hospital.draw_hospital(n_patients, seed)``: the raw draw (MIMIC-III CSV-shaped frames, synthetic only);
+* ``mimic_iii_db.build_mimic_iii``, ``eicu_db.build_eicu`` (from ``eicu_view.eicu_view``), ``treqs_db.build_treqs``:
+  the EHRSQL MIMIC-III, EHRSQL eICU and MIMICSQL databases, byte-identical per seed;
+* ``importers``: the same builders over real MIMIC-III / eICU CSVs, and public question files re-instantiated;
+* ``templating`` / ``family``: question templates as data and the shared family machinery.
+
+Families built on it: ``tasks/mimic_iii.py``, ``tasks/eicu.py``, ``tasks/treqs.py``. The raw draw is meant to be
+reused by EHR-SeqSQL, EHRCon and MIMIC-Extract style families (same frames, other views).
+"""
+
+from tasks.ehr_synth.hospital import SIZES, RawHospital, cached_draw, draw_hospital
+
+__all__ = ["SIZES", "RawHospital", "cached_draw", "draw_hospital"]

@@ -1,0 +1,106 @@
+"""eicu family: every category instantiates on the tiny database, gold SQL re-executes, contract audits."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+
+import pytest
+
+import tasks
+from tasks.base import TaskError
+from tasks.ehr_synth.family import DATA_DIR
+from tasks.ehr_synth.templating import gold_answer, load_templates
+from tasks.eicu import EICU
+from tasks.graders import render_answer
+
+#: The most common gold answer's share must stay small (tiny build).
+BASE_RATE_MAX = 0.2
+NAME, CLS, ENTRY, DB = "eicu", EICU, "tasks.eicu:EICU", "eicu.db"
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    root = tmp_path_factory.mktemp(f"{NAME}_root")
+    started = time.perf_counter()
+    manifest = CLS().build(root, size="tiny", seed=0)
+    manifest["elapsed"] = time.perf_counter() - started
+    return root, manifest, CLS(root=root / NAME)
+
+
+def test_tiny_build_is_fast_and_has_a_manifest(built):
+    root, manifest, _fam = built
+    assert manifest["elapsed"] < 30
+    assert manifest["seed"] == 0 and manifest["size"] == "tiny" and manifest["tables"]
+    assert set(manifest["files"]) == {DB, "train.jsonl", "test.jsonl"}
+    assert (root / NAME / "manifest.json").is_file()
+    built_counts = {"categories": len(manifest["categories"]), "instances": sum(manifest["counts"].values())}
+    assert CLS().counts("tiny") == built_counts, "templates changed: re-record counts.json (EHRSQLFamily.record_counts)"
+
+
+def test_every_category_has_instances_and_gold_sql_reexecutes(built):
+    root, manifest, fam = built
+    items = fam.instances("train") + fam.instances("test")
+    assert len(fam.categories) >= 100
+    assert {i.category for i in items} == set(fam.categories)
+    templates = {t.id: t for t in load_templates(DATA_DIR / NAME / "templates.yaml")[1]}
+    con = sqlite3.connect(f"file:{root / NAME / DB}?mode=ro", uri=True)
+    try:
+        for inst in items:
+            rows = con.execute(inst.solution).fetchall()
+            assert gold_answer(templates[inst.metadata["template"]], rows) == inst.answer, inst.id
+    finally:
+        con.close()
+    assert manifest["counts"]["train"] + manifest["counts"]["test"] == len(items)
+
+
+def test_instances_mount_only_the_database_and_state_the_clock(built):
+    _root, _manifest, fam = built
+    for inst in fam.instances("test"):
+        assert inst.data == {DB: DB} and inst.metadata["sql_database"] == DB
+        assert inst.solution_lang == "sql" and inst.answer is not None
+        assert "2105-12-31 23:59:00" in inst.context or NAME == "treqs"
+        assert "current_time" not in inst.solution  # SQLite's current_time is the wall clock
+    ids = [i.id for s in ("train", "test") for i in fam.instances(s)]
+    assert len(ids) == len(set(ids))
+
+
+def test_reference_solution_and_strict_grading(built):
+    _root, _manifest, fam = built
+    inst = next(i for i in fam.instances("test") if i.answer_type == "set" and len(i.answer) >= 2)
+    steps = fam.reference_solution(inst)
+    assert [s["action"] for s in steps] == ["code_execution", "submit_answer"]
+    assert steps[0]["params"] == {"lang": "sql", "code": inst.solution}
+    assert fam.grade(inst, steps[1]["params"]["answer"]).correct
+    assert not fam.grade(inst, render_answer("set", inst.answer[:-1])).correct  # a missing element
+    assert not fam.grade(inst, render_answer("set", inst.answer + ["extra"])).correct  # one too many
+    num = next(i for i in fam.instances("test") if i.answer_type == "integer")
+    assert not fam.grade(num, f"{num.answer} or {num.answer + 1}").correct
+
+
+def test_family_contract_audits():
+    if NAME not in tasks.names():
+        tasks.register(NAME, entry_point=ENTRY, max_turns=15)
+    # limit: check_family scores every distinct gold label as a constant (quadratic); 150 items per split suffice
+    report = tasks.check_family(NAME, size="tiny", seed=0, limit=150)
+    for split in ("train", "test"):
+        assert report[split]["oracle"] == 1.0
+        assert report[split]["empty"] == report[split]["shotgun"] == report[split]["traceback"] == 0
+        assert report[split]["base_rate"] < BASE_RATE_MAX
+
+
+def test_counts_and_size_errors():
+    fam = CLS()
+    counts = fam.counts("default")
+    assert counts["categories"] == len(fam.categories) and counts["instances"] >= 100 * 100
+    with pytest.raises(TaskError, match="tiny"):
+        fam.counts("huge")
+
+
+def test_spec_card_sections():
+    import tasks.eicu as module
+
+    for section in ("Description:", "Example instance:", "Allowed actions:", "Grading:", "Episode end:",
+                    "Arguments:", "Version history:"):
+        assert section in module.__doc__
+    assert CLS.actions == {"request_info", "code_execution", "debugging", "submit_answer"}
