@@ -1,0 +1,126 @@
+"""mimic_extract family: hidden labels, full id coverage, AUROC / macro-F1 outside the sandbox, contract audits."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import tasks
+from tasks.base import GradeContext
+from tasks.ehr_synth.extract import CLASSES, STAY_TASKS, draw_cohort
+from tasks.mimic_extract import (
+    MOUNT,
+    PREDICTIONS,
+    MimicExtract,
+    host_play,
+    load_hidden_labels,
+)
+
+NAME = "mimic_extract"
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """check_family (with the host replay) builds twice and leaves the first build in ``root``."""
+    tasks.register(NAME, entry_point="tasks.mimic_extract:MimicExtract", max_turns=15, replace=True)
+    root = tmp_path_factory.mktemp("mimic_extract_root")
+    report = tasks.check_family(NAME, size="tiny", seed=0, root=root, play=host_play)
+    return report, MimicExtract(root=root / NAME)
+
+
+def _grade(fam, inst, tmp_path, ids, preds, answer="done"):
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame({"id": ids, "prediction": preds}).to_csv(tmp_path / PREDICTIONS, index=False)
+    return fam.grade(inst, answer, GradeContext(workspace=tmp_path, family_dir=fam.root))
+
+
+def test_contract_and_reference_scores(built):
+    report, fam = built
+    for split in ("train", "test"):
+        assert report[split]["oracle"] == 1.0
+        assert report[split]["empty"] == report[split]["traceback"] == report[split]["shotgun"] == 0
+    items = fam.instances("train") + fam.instances("test")
+    assert sorted({i.category for i in items}) == sorted(fam.categories) and len(fam.categories) == 6
+    for inst in items:
+        meta = inst.metadata
+        assert meta["reference_metric"] >= meta["threshold"] >= meta["chance"] + 0.05
+
+
+def test_hidden_labels_are_never_mounted(built):
+    _report, fam = built
+    for inst in fam.instances("test"):
+        mounted = fam.root / inst.data[MOUNT]
+        names = {p.name for p in mounted.rglob("*")}
+        assert "hidden" not in inst.data[MOUNT] and not any("test" in n and "label" in n for n in names)
+        assert {"train_labels.csv", "X_lab_test.csv", "X_windows_test.csv"} <= names
+        assert (fam.root / inst.metadata["hidden_labels"]).is_dir()
+        assert "hidden/" not in inst.question + inst.context
+
+
+def test_constant_random_and_partial_coverage_score_low(built, tmp_path):
+    _report, fam = built
+    for inst in fam.instances("test"):
+        gold = load_hidden_labels(fam.root / inst.metadata["hidden_labels"], inst.category)
+        ids = list(gold.index)
+        stay = inst.category in STAY_TASKS
+        const = _grade(fam, inst, tmp_path / f"c{inst.id[-2:]}", ids, [0.5 if stay else CLASSES[0]] * len(ids))
+        assert not const.correct and const.score == 0.0
+        perfect = _grade(fam, inst, tmp_path / f"p{inst.id[-2:]}", ids, list(gold))
+        assert perfect.correct and perfect.score == 1.0
+        rng = np.random.default_rng(0)
+        noise = rng.random(len(ids)) if stay else rng.choice(CLASSES, len(ids))
+        assert not _grade(fam, inst, tmp_path / f"r{inst.id[-2:]}", ids, list(noise)).correct
+        missing = _grade(fam, inst, tmp_path / f"m{inst.id[-2:]}", ids[1:], list(gold)[1:])
+        assert missing.score == 0.0 and "1 test ids missing" in missing.reason
+        extra = _grade(fam, inst, tmp_path / f"e{inst.id[-2:]}", ids + ["999999"], list(gold) + [gold.iloc[0]])
+        assert extra.score == 0.0 and "1 unknown ids" in extra.reason
+        assert _grade(fam, inst, tmp_path / f"t{inst.id[-2:]}", ids, list(gold), answer="").score == 0.0
+
+
+def test_malformed_prediction_files_score_zero(built, tmp_path):
+    _report, fam = built
+    inst = next(i for i in fam.instances("test") if i.category == "mort_icu")
+    ctx = GradeContext(workspace=tmp_path, family_dir=fam.root)
+    assert "no predictions.csv" in fam.grade(inst, "done", ctx).reason
+    (tmp_path / "elsewhere.csv").write_text("id,prediction\n1,0.5\n")
+    os.symlink(tmp_path / "elsewhere.csv", tmp_path / PREDICTIONS)
+    assert fam.grade(inst, "done", ctx).reason == f"{PREDICTIONS} must be a regular file"
+    (tmp_path / PREDICTIONS).unlink()
+    (tmp_path / PREDICTIONS).write_text("subject,pred\n1,0.5\n")
+    assert "header must be exactly id,prediction" in fam.grade(inst, "done", ctx).reason
+    (tmp_path / PREDICTIONS).write_text("id,prediction\n1,0.5\n1,0.7\n")
+    assert "repeats id" in fam.grade(inst, "done", ctx).reason
+    assert fam.grade(inst, "done", GradeContext()).score == 0.0
+
+
+def test_outcomes_depend_on_the_features():
+    cohort = draw_cohort(400, 3)
+    first_day = cohort["hourly"][cohort["hourly"]["hours_in"] < 24]
+    hr = first_day.groupby("subject_id")["heart rate__mean"].mean()
+    out = cohort["outcomes"].set_index("subject_id")
+    assert hr[out["mort_icu"] == 1].mean() > hr[out["mort_icu"] == 0].mean() + 3
+    assert set(cohort["windows"]["vasopressor"]) == set(CLASSES)
+    assert 0.05 < out["los_7"].mean() < 0.5 and 0.05 < out["mort_icu"].mean() < 0.4
+
+
+def test_episode_in_the_sandbox_scores_the_reference(built):
+    """The real path: the reference code runs jailed with the cohort mounted; the host grades the workspace."""
+    from sandbox import SandboxUnavailable, make_pool
+
+    _report, fam = built
+    try:
+        pool = make_pool("bwrap", workers=1)
+    except SandboxUnavailable as exc:
+        pytest.skip(f"bwrap sandbox unavailable here: {exc}")
+    inst = next(i for i in fam.instances("test") if i.category == "mort_icu")
+    try:
+        with pool.session(mounts={MOUNT: fam.root / inst.data[MOUNT]}) as session:
+            result = session.run_python(fam.reference_solution(inst)[0]["params"]["code"])
+            assert result.ok, result.stderr[-500:]
+            verdict = fam.grade(inst, "done", GradeContext(workspace=session.workspace, family_dir=fam.root))
+    finally:
+        pool.close()
+    assert verdict.correct and verdict.score == 1.0, verdict.reason
