@@ -1,0 +1,145 @@
+"""ehrshot: contract (reference replayed into a workspace), hidden labels, full-coverage scoring, sandbox run."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import tasks
+from tasks.base import GradeContext, GraderError, TaskError
+from tasks.ehrshot import (
+    MOUNT,
+    PREDICTIONS,
+    TASKS,
+    EHRShot,
+    solution_code,
+)
+
+
+def replay(family, inst, steps) -> float:
+    """check_family's play: the family replays its reference program into a fresh workspace."""
+    return family.replay(inst, steps)
+
+
+@pytest.fixture(scope="module")
+def fam(tmp_path_factory):
+    # Registered only for this module (until tasks/__init__.py carries the line); restored afterwards.
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setitem(tasks.registry._REGISTRY, "ehrshot", tasks.registry.FamilySpec("ehrshot", "tasks.ehrshot:EHRShot", 12))
+        root = tmp_path_factory.mktemp("ehrshot_root")
+        report = tasks.check_family("ehrshot", size="tiny", seed=0, root=root, play=replay)
+        family = tasks.make("ehrshot", root=root)
+        family.contract_report = report
+        yield family
+
+
+def _truth(family, inst) -> dict[int, int]:
+    rows = list(csv.reader((family.root / inst.metadata["hidden_labels"]).read_text().splitlines()))[1:]
+    return {int(a): int(b) for a, b in rows}
+
+
+def _write(ws: Path, rows, header="id,prediction") -> GradeContext:
+    (ws / PREDICTIONS).write_text(header + "\n" + "".join(f"{a},{b}\n" for a, b in rows))
+    return GradeContext(workspace=ws)
+
+
+def test_contract_and_layout(fam):
+    report = fam.contract_report
+    assert report["train"]["oracle"] == report["test"]["oracle"] == 1.0
+    assert report["test"]["instances"] == EHRShot(fam.root).counts("tiny")["instances"] // 2
+    items = fam.instances("train") + fam.instances("test")
+    assert {i.category for i in items} == set(fam.categories) and len(fam.categories) == 15
+    for inst in items:
+        mount = fam.root / inst.data[MOUNT]
+        assert sorted(p.name for p in mount.iterdir()) == [
+            "test_embeddings.npy", "test_ids.csv", "train_embeddings.npy", "train_labels.csv"]
+        assert "hidden" not in inst.data[MOUNT] and inst.metadata["hidden_labels"].startswith("hidden/")
+        x = np.load(mount / "train_embeddings.npy")
+        assert x.dtype == np.float32 and x.shape[1] == 64
+        if inst.metadata["k"] != "all":  # few-shot: at most k per class/finding
+            assert len(x) <= inst.metadata["k"] * (14 if inst.category == "chexpert" else 4)
+
+
+def test_labels_match_reference_types(fam):
+    for inst in fam.instances("test"):
+        labels = set(_truth(fam, inst).values())
+        kind = inst.metadata["label_type"]
+        if kind == "boolean":
+            assert labels == {0, 1}
+        elif kind == "categorical":
+            assert labels <= {0, 1, 2, 3} and 0 in labels and len(labels) >= 3
+        else:
+            assert max(labels) < 1 << 14 and 8192 in labels  # "No Finding" only occurs
+
+
+def test_trivial_and_partial_predictions_score_low(fam, tmp_path):
+    inst = next(i for i in fam.instances("test") if i.category == "guo_los" and i.metadata["k"] == "all")
+    truth = _truth(fam, inst)
+    constant = fam.grade(inst, PREDICTIONS, _write(tmp_path, [(i, 0.5) for i in truth]))
+    assert constant.score == 0.0 and not constant.correct
+    perfect = fam.grade(inst, PREDICTIONS, _write(tmp_path, list(truth.items())))
+    assert perfect.score == 1.0 and perfect.correct
+    one_row = fam.grade(inst, PREDICTIONS, _write(tmp_path, list(truth.items())[:1]))
+    assert one_row.score == 0.0 and "missing" in one_row.reason  # the original scored only predicted ids
+    dup = list(truth.items()) + [next(iter(truth.items()))]
+    assert "twice" in fam.grade(inst, PREDICTIONS, _write(tmp_path, dup)).reason
+    assert "header" in fam.grade(inst, PREDICTIONS, _write(tmp_path, truth.items(), header="a,b")).reason
+    flipped = fam.grade(inst, PREDICTIONS, _write(tmp_path, [(i, 1 - v) for i, v in truth.items()]))
+    assert flipped.score == 0.0
+
+
+def test_lab_and_chexpert_constants_earn_nothing(fam, tmp_path):
+    for category, constant in (("lab_anemia", 0), ("chexpert", 16383), ("chexpert", 8192)):
+        inst = next(i for i in fam.instances("test") if i.category == category)
+        verdict = fam.grade(inst, PREDICTIONS, _write(tmp_path, [(i, constant) for i in _truth(fam, inst)]))
+        assert verdict.score == 0.0, (category, verdict.reason)
+    lab = next(i for i in fam.instances("test") if i.category == "lab_anemia")
+    assert "integer" in fam.grade(lab, PREDICTIONS, _write(tmp_path, [(i, 0.5) for i in _truth(fam, lab)])).reason
+
+
+def test_submission_text_and_workspace_are_required(fam, tmp_path):
+    inst = fam.instances("test")[0]
+    for text in ("", "0.87", "predictions.csv predictions.csv", "Traceback (most recent call last):"):
+        assert fam.grade(inst, text, GradeContext(workspace=tmp_path)).score == 0.0
+    assert "no regular file" in fam.grade(inst, PREDICTIONS, GradeContext(workspace=tmp_path)).reason
+    (tmp_path / PREDICTIONS).symlink_to(fam.root / inst.metadata["hidden_labels"])
+    assert fam.grade(inst, PREDICTIONS, GradeContext(workspace=tmp_path)).score == 0.0
+    with pytest.raises(GraderError, match="workspace"):
+        fam.grade(inst, PREDICTIONS, GradeContext())
+
+
+def test_bad_size_is_one_line_error(tmp_path):
+    with pytest.raises(TaskError, match="size 'huge'"):
+        EHRShot(tmp_path / "ehrshot").build(tmp_path, size="huge")
+    assert len(TASKS) == 15 and {t["label_type"] for t in TASKS} == {"boolean", "categorical", "multilabel"}
+
+
+def test_reference_solution_in_the_sandbox(fam):
+    """The stored solution runs in a real jail: /data mount, workspace cwd, scikit-learn; scored outside."""
+    from sandbox import SandboxUnavailable, make_pool
+
+    try:
+        pool = make_pool("bwrap", workers=1, preload=("numpy", "pandas"))
+    except SandboxUnavailable as exc:
+        pytest.skip(f"bubblewrap sandbox unavailable here: {exc}")
+    inst = next(i for i in fam.instances("test") if i.category == "chexpert")
+    try:
+        with pool.session(mounts={n: fam.root / rel for n, rel in inst.data.items()}, persistent=True) as session:
+            result = session.run_python(inst.solution)
+            assert result.ok, result.stdout + str(getattr(result, "stderr", ""))
+            verdict = fam.grade(inst, PREDICTIONS, GradeContext(workspace=session.workspace, family_dir=fam.root))
+    finally:
+        pool.close()
+    assert verdict.score >= 0.99 and verdict.correct, verdict.reason
+
+
+def test_replay_runs_only_the_reference_program(fam):
+    inst = fam.instances("test")[0]
+    assert inst.solution == solution_code(inst.metadata["label_type"])  # the jail's paths: /data/ehrshot, cwd
+    with pytest.raises(TaskError, match="only the reference program"):
+        fam.replay(inst, [{"action": "code_execution", "params": {"lang": "python", "code": "import os"}},
+                          {"action": "submit_answer", "params": {"answer": PREDICTIONS}}])
+    assert fam.replay(inst, [{"action": "submit_answer", "params": {"answer": PREDICTIONS}}]) == 0.0

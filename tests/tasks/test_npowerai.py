@@ -1,0 +1,192 @@
+"""npowerai: contract, gold cross-checked against independent scipy formulas, conventions, grading, importer."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from pathlib import Path
+
+import pytest
+
+import tasks
+from tasks.base import TaskError
+from tasks.npowerai import CATEGORIES, NPowerAI, execute_snippet
+from tasks.power import formulas as F
+from tasks.power.importer import import_records, parse_params
+from tasks.power.scenarios import question, sample
+from tasks.power.snippets import reference_code
+
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "npowerai" / "records.jsonl"
+
+
+@pytest.fixture(scope="module")
+def registered():
+    # Registered only for this module (until tasks/__init__.py carries the line); restored afterwards.
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setitem(tasks.registry._REGISTRY, "npowerai", tasks.registry.FamilySpec("npowerai", "tasks.npowerai:NPowerAI", 10))
+        yield "npowerai"
+
+
+@pytest.fixture(scope="module")
+def fam(tmp_path_factory, registered):
+    root = tmp_path_factory.mktemp("npowerai_root")
+    family = tasks.make("npowerai", root=root)
+    family.build(root, size="tiny", seed=0)
+    return family
+
+
+def _effect(design: str, p: dict) -> float:
+    if "d" in p:
+        return p["d"]
+    if design == "one_sample_t":
+        return abs(p["mu1"] - p["mu0"]) / p["sd"]
+    if design == "paired_t":
+        sd = p["sd_diff"] if "sd_diff" in p else p["sd"] * math.sqrt(2 * (1 - p["rho"]))
+        return abs(p["mean_diff"]) / sd
+    sd = p["sd"] if "sd" in p else math.sqrt((p["sd1"] ** 2 + p["sd2"] ** 2) / 2)
+    return abs(p["mean1"] - p["mean2"]) / sd
+
+
+def independent_answer(design: str, target: str, p: dict) -> float:
+    """The answer re-derived from scipy's noncentral distributions / closed forms (no statsmodels)."""
+    groups, power_at = 1, None
+    if design in ("one_sample_t", "paired_t"):
+        power_at = lambda n: F.power_t_one_sample(_effect(design, p), n, p["alpha"], p["sides"])
+    elif design == "two_sample_t":
+        groups = 2
+        power_at = lambda n: F.power_t_two_sample(_effect(design, p), n, p["alpha"], p["sides"])
+    elif design == "anova":
+        groups, f = p["k"], p.get("f") or F.cohen_f(p["means"], p["sd"])
+        power_at = lambda n: F.power_anova(f, n, p["k"], p["alpha"])
+    elif design == "chisq":
+        w = p.get("w") or F.cohen_w_two_rows(p["row_a"], p["row_b"])
+        power_at = lambda n: F.power_chisq(w, n, p["df"], p["alpha"])
+    elif design in ("one_proportion", "two_proportions"):
+        two = design == "two_proportions"
+        groups, h = (2, F.cohen_h(p["p1"], p["p2"])) if two else (1, F.cohen_h(p["p1"], p["p0"]))
+        power_at = lambda n: F.power_normal(h, n, p["alpha"], p["sides"], two_sample=two)
+    if power_at is not None:
+        if target == "power":
+            n = p["n"] // groups if p.get("report") == "total" else p["n"]
+            return float(power_at(n))
+        n = F.smallest_n(power_at, p["power"], lo=1 if design == "one_proportion" else 2)
+        return n * groups if p.get("report") == "total" else n
+    if design == "cox_schoenfeld":
+        share = p["alloc"][0] / sum(p["alloc"])
+        if target == "power":
+            return float(F.power_cox_schoenfeld(p["hr"], p["n"] * p["p_event"], p["alpha"], p["sides"], share))
+        events = math.ceil(F.cox_events_schoenfeld(p["hr"], p["alpha"], p["sides"], p["power"], share))
+        return events if target == "events" else math.ceil(events / p["p_event"])
+    p_event = (p["p_control"] + p["p_treated"]) / 2
+    if target == "power":
+        return float(F.power_cox_freedman(p["hr"], p["n"] * p_event, p["alpha"], p["sides"]))
+    return math.ceil(math.ceil(F.cox_events_freedman(p["hr"], p["alpha"], p["sides"], p["power"])) / p_event)
+
+
+def test_contract(registered, tmp_path):
+    report = tasks.check_family("npowerai", size="tiny", seed=0, root=tmp_path)
+    assert report["train"]["oracle"] == 1.0 and report["test"]["instances"] == len(CATEGORIES)
+    assert NPowerAI(tmp_path / "npowerai").counts("tiny")["instances"] == sum(
+        report[s]["instances"] for s in ("train", "test"))
+
+
+def test_gold_matches_independent_formulas(fam):
+    items = fam.instances("train") + fam.instances("test")
+    assert {i.category for i in items} == set(CATEGORIES)
+    for inst in items:
+        meta = inst.metadata
+        expected = independent_answer(meta["design"], meta["target"], meta["params"])
+        if meta["target"] == "power":
+            assert inst.answer == pytest.approx(expected, abs=2e-4), inst.id
+        else:
+            assert inst.answer == expected, (inst.id, inst.question)
+
+
+def test_no_category_has_a_constant_answer():
+    rng = random.Random(7)
+    for category in CATEGORIES:
+        design, target = category.split(".")
+        answers = {execute_snippet(reference_code(design, target, sample(design, target, rng))) for _ in range(8)}
+        assert len(answers) >= 6, (category, answers)
+
+
+def test_questions_state_their_conventions(fam):
+    for inst in fam.instances("train") + fam.instances("test"):
+        q, meta = inst.question, inst.metadata
+        assert f"alpha = {meta['params']['alpha']}" in q
+        if meta["target"] == "power":
+            assert "proportion between 0 and 1" in q
+            continue
+        assert "round" in q.lower() and "up to the next integer" in q
+        if meta["design"] in ("two_sample_t", "anova", "two_proportions"):
+            assert ("per group" in q) == (meta["params"]["report"] == "per_group")
+        if "sides" in meta["params"]:
+            assert ("two-sided" in q) == (meta["params"]["sides"] == 2)
+
+
+def test_grading_is_strict_and_tolerant_where_stated(fam):
+    items = fam.instances("test")
+    size = next(i for i in items if i.category == "two_sample_t.size")
+    power = next(i for i in items if i.category == "one_sample_t.power")
+    assert fam.grade(size, str(size.answer)).correct
+    assert not fam.grade(size, str(size.answer + 1)).correct
+    assert not fam.grade(size, f"{size.answer} or {size.answer + 1}").correct
+    assert fam.grade(power, f"{power.answer + 0.009:.4f}").correct
+    assert not fam.grade(power, f"{power.answer + 0.02:.4f}").correct
+    assert not fam.grade(power, f"{power.answer * 100:.1f}%").correct
+    assert not fam.grade(power, "Traceback (most recent call last):\nValueError: x").correct
+
+
+def test_build_is_deterministic_and_seed_sensitive(tmp_path):
+    a = NPowerAI(tmp_path / "a" / "npowerai").build(tmp_path / "a", size="tiny", seed=3)
+    b = NPowerAI(tmp_path / "b" / "npowerai").build(tmp_path / "b", size="tiny", seed=3)
+    c = NPowerAI(tmp_path / "c" / "npowerai").build(tmp_path / "c", size="tiny", seed=4)
+    assert a["files"] == b["files"] and a["files"]["test.jsonl"] != c["files"]["test.jsonl"]
+    with pytest.raises(TaskError, match="size 'huge'"):
+        NPowerAI(tmp_path / "d").build(tmp_path, size="huge")
+
+
+def test_reference_snippet_runs_standalone(fam):
+    inst = fam.instances("test")[0]
+    steps = fam.reference_solution(inst)
+    assert steps[0]["params"]["code"].rstrip().endswith("print(answer)")
+    assert execute_snippet(inst.solution) == inst.answer
+
+
+def test_importer_recomputes_keeps_and_drops():
+    items, report = import_records(FIXTURE, split="test")
+    by_id = {i.id.rsplit("/", 1)[1]: i for i in items}
+    assert report == {"recomputed": 5, "kept": 2, "dropped": 3, "changed": 5}
+    assert by_id["101"].answer == 34 and by_id["101"].metadata["original_answer"] == 33
+    assert by_id["104"].answer == independent_answer("two_sample_t", "size", by_id["104"].metadata["params"])
+    assert by_id["107"].answer == pytest.approx(float(F.power_chisq(0.25, 200, 4, 0.05)), abs=1e-4)
+    assert by_id["108"].answer == math.ceil(math.ceil(F.cox_events_freedman(0.7, 0.05, 2, 0.8)) / 0.44)
+    assert by_id["105"].metadata["answer_source"] == "original" and by_id["105"].answer == 41
+    assert by_id["110"].category == "other.size"
+    assert not {"103", "106", "109"} & set(by_id)  # broken groups without parseable inputs are dropped
+    assert all(i.answer_type == ("number" if i.category.endswith("power") else "integer") for i in items)
+
+
+def test_importer_rejects_bad_records(tmp_path):
+    with pytest.raises(TaskError, match="lacks"):
+        import_records([{"task_type": "Paired t-test", "question": "?"}])
+    with pytest.raises(TaskError, match="estimate_target"):
+        import_records([{"task_type": "Paired t-test", "task_id": 1, "estimate_target": "effect",
+                         "question": "?", "answer": 1}])
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"task_id": 1}) + "\n{oops\n")
+    with pytest.raises(TaskError, match="bad.jsonl:2"):
+        import_records(bad)
+
+
+def test_parse_params_needs_every_input():
+    assert parse_params("anova", "size", "Cohen's f = 0.25 for 4 groups, alpha 0.05, power of 80%") == {
+        "alpha": 0.05, "f": 0.25, "k": 4, "power": 0.8, "report": "per_group", "scenario": 0}
+    assert parse_params("anova", "size", "Cohen's f = 0.25, alpha 0.05, power of 80%") is None
+
+
+def test_questions_are_unique_within_a_build(fam):
+    texts = [i.question for i in fam.instances("train") + fam.instances("test")]
+    assert len(texts) == len(set(texts))
+    assert question("chisq", "power", sample("chisq", "power", random.Random(0))).endswith("not as a percentage.")
