@@ -1,0 +1,168 @@
+"""Run a graded program inside a sandbox session, in a fresh namespace, and read back a JSON payload.
+
+The code families (biocoder, biodsbench) grade by executing the agent's code plus a hidden harness. The
+program runs inside the episode's sandbox session (``GradeContext.session``), but not in the agent's
+persistent namespace: a small wrapper ``exec``s it in a new ``__main__`` dict, in a fresh temporary working
+directory, with stdout captured. The harness stores its findings in a variable whose name contains a nonce
+drawn at grade time; the wrapper prints that variable as one JSON line tagged with the nonce, so nothing the
+agent prints can be mistaken for the verdict.
+
+When a grader gets no session (``tasks.check_family``'s direct play, offline scoring), the family opens its
+own one-worker bwrap pool with the family's data mounts (:class:`FallbackPool`).
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import re
+import secrets
+import textwrap
+from pathlib import Path
+from typing import Any
+
+from tasks.base import GraderError
+
+#: Name the harness must assign its payload to; ``{nonce}`` is filled at grade time.
+PAYLOAD_VAR = "__mg_payload_{nonce}"
+
+_WRAPPER = '''
+def __mg_grade(src, var, tag, modname):
+    import contextlib, io, json, os, tempfile
+    ns = {"__name__": modname, "__builtins__": __builtins__}
+    here = os.getcwd()
+    work = tempfile.mkdtemp(prefix="graded_")
+    buf = io.StringIO()
+    status = "ok"
+    try:
+        os.chdir(work)
+        with contextlib.redirect_stdout(buf):
+            exec(compile(src, "<graded>", "exec"), ns)
+    except BaseException as exc:  # SystemExit and KeyboardInterrupt included: the program did not finish
+        status = f"{type(exc).__name__}: {str(exc)[:300]}"
+    finally:
+        os.chdir(here)
+        try:
+            import matplotlib.pyplot as plt
+            plt.close("all")
+        except Exception:
+            pass
+    try:
+        text = json.dumps(ns.get(var), default=repr)
+    except Exception as exc:
+        text, status = "null", f"payload not serialisable: {type(exc).__name__}"
+    head = json.dumps({"status": status, "stdout": buf.getvalue()[-20000:]})
+    print(tag + head + tag + text)
+__mg_grade(%s, %s, %s, %s)
+'''
+
+_FENCE = re.compile(r"^\s*```[a-zA-Z0-9_+-]*\s*\n(.*?)\n\s*```\s*$", re.DOTALL)
+
+
+def strip_fence(code: str) -> str:
+    """The code inside one surrounding Markdown fence (```python ... ```), else ``code`` unchanged."""
+    match = _FENCE.match(code)
+    return match.group(1) if match else code
+
+
+def precheck(code: str, names: list[str] | tuple[str, ...] = ()) -> str | None:
+    """Why ``code`` cannot pass, decided on the host without running it; None when it must be run.
+
+    A syntax error (of the dedented code) or a required name that never occurs in the text fails fast: code
+    that never mentions ``name`` cannot define it. This keeps hopeless submissions out of the sandbox.
+    """
+    try:
+        compile(indent_for(code, ""), "<submission>", "exec")
+    except SyntaxError as exc:
+        return f"SyntaxError: {exc.msg} (line {exc.lineno})"
+    except (ValueError, MemoryError, RecursionError) as exc:
+        return f"{type(exc).__name__}: cannot compile the submission"
+    for name in names:
+        if not re.search(rf"(?<![A-Za-z0-9_]){re.escape(name)}(?![A-Za-z0-9_])", code):
+            return f"{name} is never defined (the name does not occur in the submission)"
+    return None
+
+
+def new_nonce() -> str:
+    """A fresh random hex tag for one grading run."""
+    return secrets.token_hex(8)
+
+
+def run_graded(session: Any, program: str, nonce: str, *, wall_s: float = 30.0,
+               module_name: str = "__main__") -> tuple[str, Any, str]:
+    """Execute ``program`` in a fresh namespace inside ``session``; return ``(status, payload)``.
+
+    Args:
+        session: A sandbox session (``run_python(code, limits=...)``).
+        program: Full source; it must assign its JSON-serialisable findings to ``PAYLOAD_VAR`` with ``nonce``.
+        nonce: The tag of this run (:func:`new_nonce`).
+        wall_s: Wall-clock limit of the run.
+        module_name: ``__name__`` of the namespace (``"__main__"`` runs a ``__main__`` guard).
+
+    Returns:
+        ``(status, payload, stdout)``: ``status`` is ``"ok"`` or ``"<ExceptionType>: message"`` (or a sandbox
+        failure); ``payload`` is the decoded variable (None when never assigned or the run died); ``stdout`` is
+        what the program printed (its last 20,000 characters).
+    """
+    from sandbox import Limits
+
+    tag = f"@@{nonce}@@"
+    code = _WRAPPER % (repr(program), repr(PAYLOAD_VAR.format(nonce=nonce)), repr(tag), repr(module_name))
+    result = session.run_python(code, limits=Limits(wall_s=wall_s, cpu_s=wall_s, output_bytes=1 << 20))
+    for line in reversed((result.stdout or "").splitlines()):
+        if line.startswith(tag):
+            _, head, body = line.split(tag, 2)
+            facts = json.loads(head)
+            return facts["status"], json.loads(body), facts["stdout"]
+    tail = (result.stderr or "").strip().splitlines()[-1:] or [str(getattr(result, "error_kind", "no output"))]
+    return f"run failed: {tail[0][:200]}", None, ""
+
+
+def indent_for(code: str, indent: str) -> str:
+    """``code`` dedented, then indented by ``indent`` (blank lines kept empty)."""
+    body = textwrap.dedent(code.expandtabs(4)).strip("\n")
+    return "\n".join(indent + line if line.strip() else "" for line in body.splitlines())
+
+
+class FallbackPool:
+    """A lazily started one-worker sandbox pool for grading without an episode session.
+
+    Args:
+        backend: Sandbox backend (``"bwrap"``; ``"local"`` only for development, unisolated).
+    """
+
+    def __init__(self, backend: str = "bwrap") -> None:
+        self.backend = backend
+        self._pool: Any = None
+        self._session: Any = None
+        self._mounts: dict[str, Path] | None = None
+
+    def session(self, mounts: dict[str, Path] | None = None) -> Any:
+        """A grading session seeing ``mounts`` under /data (reused while the mounts stay the same)."""
+        mounts = {k: Path(v) for k, v in (mounts or {}).items()}
+        if self._session is not None and mounts == self._mounts:
+            return self._session
+        if self._pool is None:
+            from sandbox import SandboxUnavailable, make_pool
+
+            try:
+                self._pool = make_pool(self.backend, workers=1, allow_unisolated=self.backend == "local",
+                                       preload=("numpy", "pandas", "json"))
+            except SandboxUnavailable as exc:
+                raise GraderError(f"grading runs code but no session was given and the {self.backend!r} "
+                                  f"sandbox is unavailable ({exc}); pass GradeContext(session=...)") from exc
+            atexit.register(self.close)
+        if self._session is not None:
+            self._session.close()
+        self._session = self._pool.session(mounts=mounts, persistent=True)
+        self._mounts = mounts
+        return self._session
+
+    def close(self) -> None:
+        """Close the session and the pool (idempotent)."""
+        if self._session is not None:
+            self._session.close()
+            self._session = None
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None

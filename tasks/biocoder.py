@@ -1,0 +1,291 @@
+"""biocoder: write one bioinformatics function that is spliced into a module and run against hidden tests.
+
+Description:
+    BioCoder-style code generation. 45 function kinds written once (reverse complement, translation with a
+    codon table, GC content/skew, ORFs, motif and restriction-site search, k-mers, de Bruijn and overlap
+    graphs, FASTA/FASTQ/GFF/VCF/SAM/CIGAR parsing, Hamming/edit distance, Needleman-Wunsch and
+    Smith-Waterman scores, distance matrices, consensus profiles, intervals, RNA folding counts, simple
+    statistics, one class-method kind) x 4 variants each (names, conventions, parameters) = 180 tasks
+    (``tasks/bio/kinds_seq.py``, ``tasks/bio/kinds_io.py``). Each task has a module context with the marker
+    ``<<insert solution here>>`` (indented inside a class for the class-method kind). An instance is a task
+    plus one seeded draw of hidden argument lists; the gold results are computed by EXECUTING the reference
+    function at build time. ``import_records`` turns original BioCoder records (idx, problem, solution,
+    context, signature, code) into instances graded on the program's stdout.
+
+Example instance:
+    question: "This is in python\\nReturn the reverse complement of the DNA sequence `seq` ...
+               Signature: def reverse_complement(seq)"
+    context:  the module (imports, PAIRS table, the marker line, a main() demo)
+    answer:   the reference function source           answer_type: "text"    category: "reverse_complement"
+    metadata: {"tests": [[...], ...], "expected": [["ok", ...], ...], "target": "reverse_complement", ...}
+
+Allowed actions:
+    code_execution, terminal, debugging, submit_answer (the function's source code).
+
+Grading:
+    The submission (one surrounding Markdown fence is removed) is dedented, re-indented to the marker's
+    column and spliced into the context; the program runs in the episode's sandbox session in a fresh
+    namespace (a family-owned one-worker bwrap pool when the grader gets no session), the hidden harness
+    calls the target on every hidden argument list, and every canonical result must equal the gold (numbers
+    within 1e-6; tuples and lists are the same; sets and dicts compare order-free). A syntax error, an
+    exception, a missing function, a timeout (10 s) or any wrong result is wrong. Stdout is ignored, except
+    for imported records, whose whole stdout must equal the gold stdout captured offline.
+
+Episode end:
+    The graded submit (terminated) or a budget (truncated). Default 10 turns.
+
+Arguments:
+    ``tasks.make("biocoder", root=DIR, grader_backend="bwrap")``; ``build(out_dir, size, seed)`` writes
+    ``<out_dir>/biocoder/{train,test}.jsonl`` and ``manifest.json``, byte-identical per seed. tiny: variants
+    1 and 4 of each kind, one draw (90 instances); default: all 180 tasks x 6 draws (1,080). The last
+    variant of each kind is the test split, so test functions are never seen in train.
+
+Version history:
+    1: first version (45 kinds x 4 variants, hidden tests executed in the sandbox).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from tasks.base import (
+    GradeContext,
+    GraderError,
+    Instance,
+    Size,
+    Split,
+    TaskError,
+    Verdict,
+    load_instances,
+    write_instances,
+    write_manifest,
+)
+from tasks.bio import biocoder_build as bb
+from tasks.bio import kinds_io, kinds_seq
+from tasks.bio.kinds_base import Kind
+from tasks.bio.runner import FallbackPool, new_nonce, precheck, run_graded, strip_fence
+
+KINDS: tuple[Kind, ...] = tuple(kinds_seq.KINDS + kinds_io.KINDS)
+_SIZES: dict[str, dict[str, Any]] = {"tiny": {"variants": (0, 3), "draws": 1}, "default": {"variants": None, "draws": 6}}
+_WALL_S = 10.0
+_INSTRUCTIONS = (
+    "Write the function in Python. Submit ONLY its source code (the full `def`, plus any imports it needs) with "
+    "submit_answer. It is inserted at the line `<<insert solution here>>` of the module shown below (re-indented "
+    "to that line) and called by hidden tests; its return value is checked, printed output is ignored."
+)
+
+
+def _task_id(kind: Kind, variant: dict[str, Any]) -> str:
+    return f"{kind.id}.{variant['fn']}"
+
+
+class BioCoder:
+    """The biocoder family (see the module docstring for the spec card)."""
+
+    name = "biocoder"
+    version = 1
+    actions = frozenset({"code_execution", "terminal", "debugging", "submit_answer"})
+
+    def __init__(self, root: Path | str, grader_backend: str = "bwrap") -> None:
+        """Bind to the built directory ``root``; ``grader_backend`` is used only when grading without a session."""
+        self.root = Path(root)
+        self._fallback = FallbackPool(grader_backend)
+
+    @property
+    def categories(self) -> list[str]:
+        """Kind ids, in a fixed order (plus ``imported`` for records brought in by :func:`import_records`)."""
+        return [k.id for k in KINDS] + ["imported"]
+
+    def counts(self, size: Size = "default") -> dict[str, int]:
+        """Instance counts for ``size`` without building (every reference passes its own tests)."""
+        conf = _SIZES[size]
+        per_kind = sum(len(conf["variants"] or k.variants) for k in KINDS)
+        return {"categories": len(KINDS), "instances": per_kind * conf["draws"]}
+
+    def build(self, out_dir: Path | str, *, size: Size = "tiny", seed: int = 0) -> dict[str, Any]:
+        """Write ``<out_dir>/biocoder/``: instances whose gold results come from executing the references.
+
+        Args:
+            out_dir: The tasks root.
+            size: ``"tiny"`` or ``"default"``.
+            seed: Seeds the hidden inputs; the same seed gives byte-identical files.
+
+        Returns:
+            The manifest (counts per split and category, dropped tasks, sha256 per file).
+        """
+        if size not in _SIZES:
+            raise TaskError(f"size {size!r} is not one of {sorted(_SIZES)}")
+        conf = _SIZES[size]
+        family_dir = Path(out_dir) / self.name
+        family_dir.mkdir(parents=True, exist_ok=True)
+        splits: dict[str, list[Instance]] = {"train": [], "test": []}
+        dropped: list[str] = []
+        for kind in KINDS:
+            for v_index, variant in enumerate(kind.variants):
+                if conf["variants"] is not None and v_index not in conf["variants"]:
+                    continue
+                split: Split = "test" if v_index == len(kind.variants) - 1 else "train"
+                for draw in range(conf["draws"]):
+                    inst = self._instance(kind, variant, split, len(splits[split]), f"biocoder:{seed}:{draw}")
+                    if inst is None:
+                        dropped.append(f"{_task_id(kind, variant)}#{draw}")
+                    else:
+                        splits[split].append(inst)
+        for split, items in splits.items():
+            write_instances(family_dir, split, items)
+        return write_manifest(
+            family_dir, family=self.name, version=self.version, size=size, seed=seed, dropped=dropped,
+            counts={s: len(items) for s, items in splits.items()},
+            categories={k.id: sum(i.category == k.id for items in splits.values() for i in items) for k in KINDS},
+        )
+
+    def _instance(self, kind: Kind, variant: dict[str, Any], split: Split, index: int, seed: str) -> Instance | None:
+        task = _task_id(kind, variant)
+        solution = kind.fill(kind.code, variant)
+        example = bb.hidden_cases(kind, variant, f"{seed}:{task}:example")[0]
+        ctx = bb.context(kind, variant, example)
+        cases = bb.hidden_cases(kind, variant, f"{seed}:{task}")
+        target = bb.target_expr(kind, variant)
+        try:  # gold = the executed reference; a reference that fails its own tests is dropped, never kept
+            payload = bb.run_in_process(bb.program(ctx, solution, target, cases, "build"), "build")
+        except Exception:  # noqa: BLE001 - any failure of the reference drops the task (listed in the manifest)
+            return None
+        expected = payload["results"]
+        if not payload["defined"] or any(r[0] != "ok" for r in expected):
+            return None
+        sig = bb.signature(kind, variant)
+        question = (f"This is in python\n{kind.fill(kind.problem, variant)}\n\nSignature: {sig}\n\n{_INSTRUCTIONS}")
+        return Instance(
+            id=f"{self.name}/{split}/{index:05d}", family=self.name, category=kind.id, split=split,
+            question=question, context=f"Module context (your function replaces the marker):\n\n{ctx}",
+            answer=solution, answer_type="text", solution=solution, solution_lang="python",
+            metadata={"mode": "tests", "task": task, "group": kind.group, "signature": sig, "target": target,
+                      "module": ctx, "tests": cases, "expected": expected},
+        )
+
+    def instances(self, split: Split) -> list[Instance]:
+        """Instances of ``split`` from the built directory (raises ``NotBuilt`` with the build command)."""
+        return load_instances(self.root, split, family=self.name)
+
+    def reference_solution(self, instance: Instance) -> list[dict[str, Any]]:
+        """Run the module with the reference spliced in (its demo prints), then submit the reference code."""
+        demo = bb.splice(instance.metadata["module"], instance.solution or "")
+        return [
+            {"action": "code_execution", "params": {"lang": "python", "code": demo}},
+            {"action": "submit_answer", "params": {"answer": instance.solution}},
+        ]
+
+    def grade(self, instance: Instance, submission: str, ctx: GradeContext | None = None) -> Verdict:
+        """Splice the submitted function into the module and run the hidden tests in a sandbox session."""
+        code = strip_fence(submission or "")
+        if not code.strip():
+            return Verdict(correct=False, score=0.0, reason="empty submission")
+        meta = instance.metadata
+        hopeless = precheck(code, [meta["target"].rsplit(".", 1)[-1]])
+        if hopeless:
+            return Verdict(correct=False, score=0.0, reason=f"program failed: {hopeless}")
+        session = ctx.session if ctx is not None and ctx.session is not None else self._fallback.session()
+        nonce = new_nonce()
+        if meta.get("mode") == "stdout":
+            try:
+                source = bb.splice(meta["module"], code)
+            except ValueError as exc:
+                raise GraderError(f"{instance.id}: {exc}") from exc
+            status, _, stdout = run_graded(session, source, nonce, wall_s=_WALL_S)
+            if status != "ok":
+                return Verdict(correct=False, score=0.0, reason=f"program failed: {status}")
+            ok = stdout.rstrip() == meta["expected_stdout"].rstrip()
+            return Verdict(correct=ok, score=float(ok), reason="stdout matches" if ok else "stdout differs")
+        source = bb.program(meta["module"], code, meta["target"], meta["tests"], nonce)
+        status, payload, _ = run_graded(session, source, nonce, wall_s=_WALL_S, module_name=bb.GRADED_MODULE)
+        if status != "ok" or payload is None:
+            return Verdict(correct=False, score=0.0, reason=f"program failed: {status}")
+        if not payload.get("defined"):
+            return Verdict(correct=False, score=0.0, reason=f"function {meta['target']} is not defined")
+        got, want = payload.get("results", []), meta["expected"]
+        failed = sum(not bb.same(g, w) for g, w in zip(got, want, strict=False)) + abs(len(got) - len(want))
+        ok = failed == 0
+        return Verdict(correct=ok, score=float(ok), reason="all hidden tests pass" if ok else
+                       f"{failed} of {len(want)} hidden tests fail")
+
+
+# -------------------------------------------------------------------------------------------------------------
+# Importer for original BioCoder records (idx, problem, solution, context, signature, code).
+# -------------------------------------------------------------------------------------------------------------
+_RECORD_FIELDS = ("idx", "problem", "solution", "context", "signature", "code")
+
+
+def _run_local(code: str, timeout: float) -> tuple[bool, str]:
+    """Run trusted record code in a fresh isolated interpreter (cwd = a temp dir); ``(ok, stdout)``."""
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            proc = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True,
+                                  timeout=timeout, cwd=tmp, check=False)
+        except subprocess.TimeoutExpired:
+            return False, ""
+    return proc.returncode == 0, proc.stdout
+
+
+def import_records(path: Path | str, *, split: Split = "test", session: Any = None,
+                   timeout: float = 20.0) -> tuple[list[Instance], list[str]]:
+    """Turn a BioCoder JSONL file into instances whose gold is the reference program's stdout.
+
+    Each record's ``code`` (context + reference) is run twice (in ``session`` when given, else in a fresh local
+    interpreter): records that fail, print nothing, or print different output on the two runs are dropped
+    (nondeterministic or missing dependencies). Stdout only, never stderr.
+
+    Args:
+        path: JSONL with the fields idx, problem, solution, context, signature, code.
+        split: Split of the produced instances.
+        session: Optional sandbox session to run the reference programs in.
+        timeout: Seconds per run.
+
+    Returns:
+        ``(instances, dropped)``: ``dropped`` lists ``"<idx>: <why>"``.
+
+    Raises:
+        TaskError: A line is not JSON or lacks a field (names the line).
+    """
+    out: list[Instance] = []
+    dropped: list[str] = []
+    for lineno, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise TaskError(f"{path}:{lineno}: not JSON ({exc.msg}); one BioCoder record per line") from exc
+        missing = [f for f in _RECORD_FIELDS if f not in rec]
+        if missing:
+            raise TaskError(f"{path}:{lineno}: BioCoder record lacks {missing}; expected fields {list(_RECORD_FIELDS)}")
+        if bb.MARKER not in rec["context"]:
+            dropped.append(f"{rec['idx']}: context has no marker")
+            continue
+        program = bb.splice(rec["context"], rec["solution"])
+        runs = []
+        for _ in range(2):
+            if session is not None:
+                status, _, stdout = run_graded(session, program, new_nonce(), wall_s=timeout)
+                runs.append((status == "ok", stdout))
+            else:
+                runs.append(_run_local(program, timeout))
+        if not all(ok for ok, _ in runs) or not runs[0][1].strip() or runs[0][1] != runs[1][1]:
+            why = "reference fails" if not all(ok for ok, _ in runs) else "no output or nondeterministic output"
+            dropped.append(f"{rec['idx']}: {why}")
+            continue
+        fn = rec["signature"].split("def ", 1)[-1].split("(", 1)[0].strip()
+        question = f"{rec['problem']}\n\nSignature: {rec['signature']}\n\n{_INSTRUCTIONS}"
+        digest = hashlib.sha256(rec["idx"].encode()).hexdigest()[:12]
+        out.append(Instance(
+            id=f"biocoder/{split}/rec-{digest}", family="biocoder", category="imported", split=split,
+            question=question, context=f"Module context (your function replaces the marker):\n\n{rec['context']}",
+            answer=rec["solution"], answer_type="text", solution=rec["solution"], solution_lang="python",
+            metadata={"mode": "stdout", "idx": rec["idx"], "target": fn, "module": rec["context"],
+                      "expected_stdout": runs[0][1]}))
+    return out, dropped

@@ -1,0 +1,217 @@
+"""biodsbench: synthetic cBioPortal studies, executed asserts, one-namespace grading, contract check, importer."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+import tasks
+from tasks.base import GradeContext, TaskError
+from tasks.bio.cbioportal import (
+    MAF_COLUMNS,
+    PATIENT_COLUMNS,
+    SAMPLE_COLUMNS,
+    STUDIES,
+    TABLES,
+    write_study,
+)
+from tasks.biodsbench import KINDS, MOUNT, BioDSBench, assert_lines, import_records
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "biodsbench"
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    root = tmp_path_factory.mktemp("biodsbench")
+    fam = BioDSBench(root=root / "biodsbench")
+    return fam, fam.build(root, size="tiny", seed=0)
+
+
+@pytest.fixture(scope="module")
+def imported_dir(tmp_path_factory):
+    """A family dir holding the fixture study copied by the importer (no verification run yet)."""
+    family_dir = tmp_path_factory.mktemp("imported") / "biodsbench"
+    import_records(FIXTURES / "records.jsonl", FIXTURES / "data", family_dir)
+    return family_dir
+
+
+@pytest.fixture(scope="module")
+def pool():
+    """Two sandbox workers (bwrap, else local): one for the grading session, one for the episode test."""
+    from sandbox import SandboxUnavailable, make_pool
+
+    try:
+        pool = make_pool("bwrap", workers=2)
+    except SandboxUnavailable:
+        pool = make_pool("local", workers=2, allow_unisolated=True)
+    yield pool
+    pool.close()
+
+
+@pytest.fixture(scope="module")
+def session(pool, built, imported_dir):
+    """One sandbox session seeing the built studies and the imported fixture study."""
+    fam, _ = built
+    mounts = {MOUNT: fam.root / "studies", "workdir": imported_dir / "imported" / "32437664"}
+    with pool.session(mounts=mounts) as sess:
+        yield sess
+
+
+def test_catalogue_sizes():
+    fam = BioDSBench(root="unused")
+    assert len(KINDS) >= 15 and len({k.id for k in KINDS}) == len(KINDS)
+    assert fam.counts("default")["instances"] >= 300 and fam.counts("tiny")["instances"] == len(KINDS)
+    assert len(STUDIES) >= 3
+
+
+def test_studies_have_cbioportal_columns_and_depend_on_the_seed(built, tmp_path):
+    fam, manifest = built  # byte-identical rebuilds are checked by test_check_family_contract
+    assert manifest["dropped"] == [] and sum(manifest["counts"].values()) == len(KINDS)
+    study = fam.root / "studies" / STUDIES[0].study_id
+    assert sorted(p.name for p in study.iterdir()) == sorted(TABLES)
+    assert tuple(pd.read_csv(study / "data_mutations.csv").columns) == MAF_COLUMNS
+    assert tuple(pd.read_csv(study / "data_clinical_patient.csv").columns) == PATIENT_COLUMNS
+    assert tuple(pd.read_csv(study / "data_clinical_sample.csv").columns) == SAMPLE_COLUMNS
+    assert set(pd.read_csv(study / "data_clinical_patient.csv")["OS_STATUS"]) == {"0:LIVING", "1:DECEASED"}
+    cna = pd.read_csv(study / "data_cna.csv")
+    assert cna.columns[0] == "Hugo_Symbol" and set(cna.columns[1:]) == set(pd.read_csv(study / "data_clinical_sample.csv")["SAMPLE_ID"])
+    write_study(STUDIES[0], tmp_path / "s1", seed=1)
+    assert (tmp_path / "s1" / "data_mutations.csv").read_bytes() != (study / "data_mutations.csv").read_bytes()
+
+
+def test_instances_hide_gold_and_mount_only_data(built):
+    fam, _ = built
+    items = fam.instances("train") + fam.instances("test")
+    assert {i.category for i in items} == {k.id for k in KINDS}
+    for inst in items:
+        assert inst.data == {MOUNT: "studies"}
+        assert "assert" not in inst.question + inst.context
+        assert all(f"`{name}`" in inst.question for name in inst.metadata["outputs"])
+    assert not any((fam.root / "studies").rglob("*.jsonl"))
+
+
+def test_assert_lines_cover_value_types():
+    ns = {"x": 2.5, "n": 3, "s": "TP53", "l": ["A", "B"], "d": {"a": 1, "b": 0.5}, "h": [1.0, 2.0]}
+    code = "".join(assert_lines(k, v) for k, v in ns.items())
+    exec(code, dict(ns))  # noqa: S102 - test-built code
+    with pytest.raises(AssertionError):
+        exec(code, dict(ns, d={"a": 1, "b": 0.6}))  # noqa: S102 - test-built code
+    with pytest.raises(TaskError, match="not finite"):
+        assert_lines("m", float("inf"))
+
+
+def test_reference_passes_and_wrong_code_fails_in_the_sandbox(built, session):
+    fam, _ = built
+    ctx = GradeContext(session=session)
+    for inst in fam.instances("train") + fam.instances("test"):
+        assert fam.grade(inst, inst.solution, ctx).correct, inst.id
+    km = next(i for i in fam.instances("train") + fam.instances("test") if i.category == "km_median_os_by_gene")
+    gene = km.metadata["params"]["gene"]
+    wrong = {
+        "median_os_mut = 1.0\nmedian_os_wt = 2.0": "AssertionError",
+        km.solution.replace(f"'{gene}'", "'CDH1'"): "AssertionError",
+        "print('done')": "never defined",
+        "print('median_os_mut median_os_wt')": "NameError",
+        "median_os_mut = (": "SyntaxError",
+        "median_os_mut = median_os_wt = 1.0\nimport sys\nsys.exit(0)": "SystemExit",
+        "": "empty",
+    }
+    for code, why in wrong.items():
+        verdict = fam.grade(km, code, ctx)
+        assert not verdict.correct and why in verdict.reason, (code[:40], verdict)
+    plot = next(i for i in fam.instances("train") + fam.instances("test") if i.category == "km_plot")
+    no_file = plot.solution.replace("fig.savefig(", "print(")
+    assert not fam.grade(plot, no_file, ctx).correct
+
+
+def test_check_family_contract(session, tmp_path):
+    tasks.register("biodsbench", entry_point="tasks.biodsbench:BioDSBench", max_turns=10, replace=True)
+
+    def play(family, inst, steps):
+        return family.grade(inst, steps[-1]["params"]["answer"], GradeContext(session=session)).score
+
+    # Same seed and size as the `built` fixture, so the session's mounted studies hold identical bytes.
+    report = tasks.check_family("biodsbench", size="tiny", seed=0, root=tmp_path, play=play, limit=4)
+    for split in ("train", "test"):
+        assert report[split]["oracle"] == 1.0
+        assert report[split]["empty"] == report[split]["traceback"] == report[split]["shotgun"] == 0
+
+
+def test_importer_runs_histories_and_drops_failing_references(imported_dir, session):
+    instances, dropped = import_records(FIXTURES / "records.jsonl", FIXTURES / "data", imported_dir)
+    assert [i.metadata["question_id"] for i in instances] == ["0", "1", "2"] and not dropped
+    assert all((i.question + i.context + i.solution).replace("/data/workdir/", "").count("/workdir/") == 0
+               for i in instances)
+    assert all(i.data == {"workdir": "imported/32437664"} for i in instances)
+    kept, dropped = import_records(FIXTURES / "records.jsonl", FIXTURES / "data", imported_dir, session=session)
+    assert [i.metadata["question_id"] for i in kept] == ["0", "1"]
+    assert len(dropped) == 1 and "reference fails" in dropped[0]
+    fam, ctx = BioDSBench(root=imported_dir), GradeContext(session=session)
+    with_history = kept[1]
+    assert "patients = pd.read_csv" in with_history.metadata["prelude"]
+    assert fam.grade(with_history, with_history.solution, ctx).correct
+    assert not fam.grade(with_history, "mean_os_dead = 12.0", ctx).correct
+    assert not fam.grade(kept[0], "n_male = 2", ctx).correct
+
+
+def test_importer_rejects_malformed_records(tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"queries": "q"}) + "\n")
+    with pytest.raises(TaskError, match="lacks"):
+        import_records(bad, FIXTURES / "data", tmp_path / "f")
+    rec = json.loads((FIXTURES / "records.jsonl").read_text().splitlines()[0])
+    bad.write_text(json.dumps(dict(rec, study_ids="999")) + "\n")
+    with pytest.raises(TaskError, match="no data folder"):
+        import_records(bad, FIXTURES / "data", tmp_path / "f")
+
+
+def test_episode_grades_the_submitted_code(pool, built, session):
+    from env_client.episode import Env
+
+    fam, _ = built
+    tasks.register("biodsbench", entry_point="tasks.biodsbench:BioDSBench", max_turns=10, replace=True)
+    inst = next(i for i in fam.instances("train") + fam.instances("test") if i.category == "cohort_size")
+    with Env(pool, tasks_root=fam.root.parent) as env:
+        obs, info = env.reset(inst)
+        assert set(info["permitted_actions"]) == set(fam.actions) and "/data/biodsbench/" in obs.text
+        ran = env.step(json.dumps({"action": "code_execution", "params": {"lang": "python", "code": inst.solution +
+                                                                           "\nprint(n_patients)"}}))
+        assert ran.info["status"] == "ok" and str(inst.metadata["values"]["n_patients"]) in ran.observation.text
+        done = env.step(json.dumps({"action": "submit_answer", "params": {"answer": inst.solution}}))
+        assert done.terminated and done.reward == 1.0 and done.info["verdict"]["correct"]
+        env.reset(inst)
+        wrong = env.step(json.dumps({"action": "submit_answer", "params": {"answer": "n_patients = 1\nn_samples = 1"}}))
+        assert wrong.terminated and wrong.reward == 0.0
+
+
+def test_subverted_asserts_are_caught_on_the_host(built, session):
+    fam, _ = built
+    ctx = GradeContext(session=session)
+    km = next(i for i in fam.instances("train") + fam.instances("test") if i.category == "km_median_os_by_gene")
+    cheat = "abs = lambda x: 0.0\nmedian_os_mut = 1.0\nmedian_os_wt = 2.0\n"
+    verdict = fam.grade(km, cheat, ctx)
+    assert not verdict.correct and "differ on the host" in verdict.reason
+    top = next(i for i in fam.instances("train") + fam.instances("test") if i.category == "top_mutated_genes")
+    n = top.metadata["params"]["n"]
+    lenient = f"class S(str):\n    def __eq__(self, other):\n        return True\n\ntop_genes = [S('x')] * {n}\n"
+    assert not fam.grade(top, lenient, ctx).correct
+
+
+@pytest.mark.slow
+def test_every_default_reference_passes_in_the_sandbox(tmp_path):
+    from sandbox import SandboxUnavailable, make_pool
+
+    fam = BioDSBench(root=tmp_path / "biodsbench")
+    manifest = fam.build(tmp_path, size="default", seed=0)
+    assert manifest["dropped"] == [] and sum(manifest["counts"].values()) == 300
+    try:
+        pool = make_pool("bwrap", workers=1)
+    except SandboxUnavailable:
+        pool = make_pool("local", workers=1, allow_unisolated=True)
+    with pool, pool.session(mounts={MOUNT: fam.root / "studies"}) as sess:
+        ctx = GradeContext(session=sess)
+        failed = [i.id for s in ("train", "test") for i in fam.instances(s) if not fam.grade(i, i.solution, ctx).correct]
+    assert failed == []
