@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import difflib
+import functools
 import json
 from collections.abc import Iterable
 from typing import Annotated, Any, Literal
@@ -183,6 +184,12 @@ def _strip_titles(schema: Any) -> Any:
 
 def tool_schema(name: str) -> dict[str, Any]:
     """The OpenAI/Qwen function-tool schema of one action (its parameters without the ``action`` key)."""
+    return copy.deepcopy(_tool_schema(name))
+
+
+@functools.lru_cache(maxsize=None)
+def _tool_schema(name: str) -> dict[str, Any]:
+    # Building pydantic JSON schemas dominates an episode's reset when done every time: cache it once per action.
     model = ACTION_MODELS[name]
     params = _strip_titles(copy.deepcopy(model.model_json_schema()))
     params.pop("description", None)

@@ -1,0 +1,530 @@
+"""The rollout engine: many episodes of one policy, concurrently, deterministic, resumable.
+
+Work is a list of ``(instance, sample_idx)`` pairs: ``k`` samples per task (groups for GRPO and Pass@K), each
+with its own seed, :func:`episode_seed` of ``(base seed, task id, sample_idx)``, so a rerun, a resumed run and
+a run with another concurrency see the same seeds. Turn ``t`` of an episode asks the policy with
+``episode seed + t``.
+
+Backends:
+
+- ``thread`` (default): a thread pool; each worker thread owns one ``Env`` (reused across tasks), all sharing
+  one sandbox pool of ``concurrency`` workers. Right for API policies and the sandbox (both release the GIL).
+- ``async``: one asyncio event loop; ``concurrency`` worker coroutines, each owning one ``Env`` whose
+  blocking calls run on a thread pool. Policies with ``aact`` (e.g. :class:`~env_client.policies.OpenAIPolicy`)
+  are awaited directly, so hundreds of API requests can be in flight without a thread each.
+- ``joblib``: loky worker processes; each process builds its own sandbox pool, ``Env`` and policy once and
+  reuses them. Needs a picklable :class:`EnvSpec` and a policy spec string (or a picklable policy).
+- ``ray``: one Ray actor per slot, each owning an ``Env`` (``pip install ray==2.60.0``; imported lazily).
+
+Resumable: finished episodes are appended to a :class:`~env_client.trajectory.TrajectoryStore` by the parent
+process only (one writer, one ``write`` per line), so a rerun with the same store skips every finished
+``(task_id, sample_idx)`` and a kill -9 at any moment loses at most the episodes in flight, never a stored one,
+and never duplicates one. A torn final line left by a kill is cut before resuming.
+
+Example:
+    >>> spec = EnvSpec(tasks_root="artifacts/tasks", backend="bwrap")
+    >>> summary = rollout(instances, "oracle", spec, k=4, concurrency=8, store="runs/oracle.jsonl").summary
+    >>> summary.success_rate, summary.per_category
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import pickle
+import statistics
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from env_client.errors import EnvClientError
+from env_client.policies import Policy, PolicyError, bind, make_policy
+from env_client.trajectory import Trajectory, TrajectoryStore
+
+__all__ = ["EnvSpec", "RolloutError", "RolloutResult", "RolloutSummary", "WorkItem", "episode_seed",
+           "plan", "rollout", "run_episode", "summarize"]
+
+Backend = Literal["thread", "async", "joblib", "ray"]
+BACKENDS = ("thread", "async", "joblib", "ray")
+
+
+class RolloutError(EnvClientError):
+    """Bad rollout arguments, a missing backend, or an episode that failed with ``on_error="raise"``."""
+
+
+def episode_seed(base_seed: int, task_id: str, sample_idx: int) -> int:
+    """The seed of one sample: a 31-bit hash of ``(base_seed, task_id, sample_idx)``.
+
+    Example:
+        >>> episode_seed(0, "toy_sql/test/0000", 0) == episode_seed(0, "toy_sql/test/0000", 0)
+        True
+    """
+    digest = hashlib.sha256(f"{base_seed}\x1f{task_id}\x1f{sample_idx}".encode()).digest()
+    return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
+
+
+@dataclass(frozen=True)
+class WorkItem:
+    """One episode to run: the instance, its sample index within the task's group, and its seed."""
+
+    instance: Any
+    sample_idx: int
+    seed: int
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return (self.instance.id, self.sample_idx)
+
+
+def plan(instances: Iterable[Any], *, k: int = 1, seed: int = 0, skip: set[tuple[str, int]] = frozenset()
+         ) -> list[WorkItem]:
+    """All ``(instance, sample_idx)`` pairs not in ``skip``, task-major (a task's k samples are adjacent).
+
+    Raises:
+        RolloutError: ``k < 1`` or duplicate instance ids.
+    """
+    if k < 1:
+        raise RolloutError(f"k={k} must be >= 1 (samples per task)")
+    instances = list(instances)
+    ids = [inst.id for inst in instances]
+    if len(set(ids)) != len(ids):
+        dup = next(i for i in ids if ids.count(i) > 1)
+        raise RolloutError(f"instance id {dup!r} appears twice; pass each task once and use k for repeats")
+    return [WorkItem(inst, j, episode_seed(seed, inst.id, j))
+            for inst in instances for j in range(k) if (inst.id, j) not in skip]
+
+
+@dataclass(frozen=True)
+class EnvSpec:
+    """A picklable recipe for episodes: where the tasks are and which sandbox runs them.
+
+    Args:
+        tasks_root: The tasks root the families were built under.
+        backend: Sandbox backend (``bwrap``, ``docker``, ``local``).
+        allow_unisolated: Required for ``backend="local"``.
+        config: ``EnvConfig`` fields (None = defaults).
+        sandbox_workers: Sandbox workers per process; None = the rollout's concurrency (thread backend) or 1.
+    """
+
+    tasks_root: str
+    backend: str = "bwrap"
+    allow_unisolated: bool = False
+    config: dict[str, Any] | None = None
+    sandbox_workers: int | None = None
+
+    def make_pool(self, workers: int) -> Any:
+        """Start a sandbox pool with ``sandbox_workers`` (or ``workers``) workers."""
+        from sandbox import make_pool
+
+        return make_pool(self.backend, workers=self.sandbox_workers or workers,
+                         allow_unisolated=self.allow_unisolated)
+
+    def make_env(self, pool: Any) -> Any:
+        """An ``Env`` over ``pool``."""
+        from env_client.episode import Env, EnvConfig
+
+        return Env(pool, tasks_root=self.tasks_root, config=EnvConfig(**(self.config or {})))
+
+    def families(self) -> Callable[[str], Any]:
+        """``name -> family`` (cached), for the oracle policy."""
+        import tasks
+
+        cache: dict[str, Any] = {}
+        return lambda name: cache.setdefault(name, tasks.make(name, root=self.tasks_root))
+
+
+def run_episode(env: Any, policy: Policy, item: WorkItem, *, policy_name: str | None = None) -> Trajectory:
+    """Play one episode of ``item`` with ``policy`` on ``env`` (any object with the ``Env`` interface).
+
+    Returns:
+        The finished trajectory (header carries ``sample_idx`` and ``seed``).
+    """
+    p = bind(policy, item.instance)
+    obs, _info = env.reset(item.instance, seed=item.seed,
+                           options={"policy": policy_name, "sample_idx": item.sample_idx})
+    messages, tools = list(obs.messages), obs.tools
+    turn = 0
+    try:
+        while True:
+            out = p.act(messages, tools=tools, seed=(item.seed + turn) & 0x7FFFFFFF)
+            result = env.step(out.text, n_tokens=out.n_completion_tokens)
+            if result.terminated or result.truncated:
+                break
+            messages.append({"role": "assistant", "content": out.text})
+            messages.extend(result.observation.messages)
+            turn += 1
+    finally:
+        # Return the sandbox session now, not at the next reset: an env idle between episodes must not hold a
+        # pool worker that another env is waiting for. A failed episode is not stored and reruns later.
+        env.close()
+    return env.trajectory  # still readable after close
+
+
+# ------------------------------------------------------------------------------------------ summary
+
+
+@dataclass
+class RolloutSummary:
+    """Aggregates over the episodes of a run (stored earlier ones included, timings from this run only)."""
+
+    episodes: int = 0
+    new: int = 0
+    skipped: int = 0
+    failed: int = 0
+    success_rate: float = 0.0
+    pass_at_k: float = 0.0
+    mean_reward: float = 0.0
+    grader_errors: int = 0
+    per_category: dict[str, dict[str, float]] = field(default_factory=dict)
+    mean_turns: float = 0.0
+    total_tokens: int = 0
+    steps: int = 0
+    wall_s: float = 0.0
+    episodes_per_s: float = 0.0
+    steps_per_s: float = 0.0
+    env_overhead_p50_ms: float = 0.0
+    exec_p50_ms: float = 0.0
+    backend: str = "thread"
+    errors: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _success(traj: Trajectory) -> bool:
+    return bool(traj.final and traj.final.verdict and traj.final.verdict.get("correct"))
+
+
+def _median_ms(values: list[float]) -> float:
+    return round(statistics.median(values) * 1000, 4) if values else 0.0
+
+
+def summarize(trajs: list[Trajectory], *, new: list[Trajectory] | None = None, wall_s: float = 0.0,
+              backend: str = "thread") -> RolloutSummary:
+    """Success rate (per sample, per task as Pass@K, per ``family/category``), turns, tokens, throughput.
+
+    Args:
+        trajs: All trajectories of the run (stored and new).
+        new: Those produced now; throughput and step timings are computed over them only.
+        wall_s: Wall time of producing ``new``.
+        backend: Recorded in the summary.
+    """
+    new = trajs if new is None else new
+    s = RolloutSummary(episodes=len(trajs), new=len(new), skipped=len(trajs) - len(new), backend=backend)
+    if trajs:
+        s.success_rate = sum(map(_success, trajs)) / len(trajs)
+        by_task: dict[str, bool] = {}
+        for t in trajs:  # Pass@K with K = the samples present per task: any of them succeeded
+            by_task[t.header.task_id] = by_task.get(t.header.task_id, False) or _success(t)
+        s.pass_at_k = sum(by_task.values()) / len(by_task)
+        s.mean_reward = sum((t.final.reward or 0.0) for t in trajs if t.final) / len(trajs)
+        s.grader_errors = sum(1 for t in trajs if t.final and t.final.verdict and t.final.verdict.get("error"))
+        s.mean_turns = sum(len(t.steps) for t in trajs) / len(trajs)
+        s.total_tokens = sum(t.final.total_tokens for t in trajs if t.final)
+        groups: dict[str, list[bool]] = {}
+        for t in trajs:
+            groups.setdefault(f"{t.header.family}/{t.header.category}", []).append(_success(t))
+        s.per_category = {c: {"n": len(v), "success_rate": sum(v) / len(v)} for c, v in sorted(groups.items())}
+    steps = [st for t in new for st in t.steps]
+    s.steps, s.wall_s = len(steps), round(wall_s, 4)
+    if wall_s > 0:
+        s.episodes_per_s, s.steps_per_s = round(len(new) / wall_s, 3), round(len(steps) / wall_s, 3)
+    s.env_overhead_p50_ms = _median_ms([max(st.duration_s - st.exec_s, 0.0) for st in steps])
+    s.exec_p50_ms = _median_ms([st.exec_s for st in steps])
+    return s
+
+
+@dataclass
+class RolloutResult:
+    """What :func:`rollout` returns: the summary and every trajectory of the requested work, in plan order
+    (task by task as given, samples by ``sample_idx``), so a task's group of k samples is contiguous."""
+
+    summary: RolloutSummary
+    trajectories: list[Trajectory]
+
+
+# ------------------------------------------------------------------------------------------ backends
+
+
+def _thread_results(items: list[WorkItem], policy: Policy, env_factory: Callable[[], Any], concurrency: int,
+                    policy_name: str | None) -> Iterator[tuple[WorkItem, Trajectory | BaseException]]:
+    local, envs, lock = threading.local(), [], threading.Lock()
+
+    def work(item: WorkItem) -> Trajectory:
+        if not hasattr(local, "env"):
+            local.env = env_factory()
+            with lock:
+                envs.append(local.env)
+        return run_episode(local.env, policy, item, policy_name=policy_name)
+
+    with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="rollout") as ex:
+        pending = {ex.submit(work, item): item for item in items}
+        try:
+            while pending:
+                done, _ = wait(pending, return_when=FIRST_COMPLETED)
+                for fut in done:
+                    item = pending.pop(fut)
+                    exc = fut.exception()
+                    yield item, (exc if exc is not None else fut.result())
+        finally:
+            for fut in pending:
+                fut.cancel()
+            ex.shutdown(wait=True)
+            for env in envs:
+                env.close()
+
+
+async def _arun_episode(env: Any, policy: Policy, item: WorkItem, policy_name: str | None,
+                        call: Callable[..., Any]) -> Trajectory:
+    """:func:`run_episode` on an event loop: env calls go through ``call`` (a thread pool), ``aact`` is awaited."""
+    p = bind(policy, item.instance)
+    obs, _info = await call(env.reset, item.instance, seed=item.seed,
+                            options={"policy": policy_name, "sample_idx": item.sample_idx})
+    messages, tools = list(obs.messages), obs.tools
+    aact = getattr(p, "aact", None)
+    turn = 0
+    try:
+        while True:
+            seed = (item.seed + turn) & 0x7FFFFFFF
+            out = await (aact(messages, tools=tools, seed=seed) if aact else call(p.act, messages, tools=tools,
+                                                                                  seed=seed))
+            result = await call(env.step, out.text, n_tokens=out.n_completion_tokens)
+            if result.terminated or result.truncated:
+                break
+            messages.append({"role": "assistant", "content": out.text})
+            messages.extend(result.observation.messages)
+            turn += 1
+    finally:
+        await call(env.close)  # as in run_episode: free the sandbox session between episodes
+    return env.trajectory
+
+
+def _async_results(items: list[WorkItem], policy: Policy, env_factory: Callable[[], Any], concurrency: int,
+                   policy_name: str | None) -> Iterator[tuple[WorkItem, Trajectory | BaseException]]:
+    """Run the episodes on an event loop in a helper thread; yield them as they finish."""
+    import asyncio
+    import functools
+    import queue
+
+    done: queue.Queue = queue.Queue()
+    stop = threading.Event()  # set when the consumer stops early: no new episodes are started
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        executor = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="rollout-async")
+        todo, envs = list(reversed(items)), []
+
+        def call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+            return loop.run_in_executor(executor, functools.partial(fn, *args, **kwargs))
+
+        async def worker() -> None:
+            env = await call(env_factory)
+            envs.append(env)
+            while todo and not stop.is_set():
+                item = todo.pop()
+                try:
+                    done.put((item, await _arun_episode(env, policy, item, policy_name, call)))
+                except Exception as exc:  # noqa: BLE001 - handed to the consumer, which applies on_error
+                    done.put((item, exc))
+
+        try:
+            await asyncio.gather(*(worker() for _ in range(min(concurrency, len(items)))))
+        except Exception as exc:  # noqa: BLE001 - e.g. the env factory failed: re-raised in the consumer
+            done.put(exc)
+        finally:
+            for env in envs:
+                await call(env.close)
+            executor.shutdown(wait=True)
+            done.put(None)
+
+    thread = threading.Thread(target=asyncio.run, args=(main(),), name="rollout-loop", daemon=True)
+    thread.start()
+    try:
+        while (got := done.get()) is not None:
+            if isinstance(got, BaseException):
+                raise RolloutError(f"the async backend failed: {type(got).__name__}: {got}") from got
+            yield got
+    finally:
+        stop.set()
+        thread.join()
+
+
+# Per-process cache of (pool, env, policy) in joblib workers; the sandbox pool lives as long as the worker
+# process (its jailed workers die with it).
+_WORKER: dict[Any, tuple[Any, Any, Policy]] = {}
+
+
+def _worker_state(spec: EnvSpec, policy: Policy | str) -> tuple[Any, Any, Policy]:
+    # Content keys: a policy object arrives freshly unpickled for every task, so its id() would not repeat.
+    pol_key = policy if isinstance(policy, str) else hashlib.sha256(pickle.dumps(policy)).hexdigest()
+    key = (json.dumps(asdict(spec), sort_keys=True), pol_key)
+    if key not in _WORKER:
+        pool = spec.make_pool(1)
+        pol = make_policy(policy, families=spec.families()) if isinstance(policy, str) else policy
+        _WORKER[key] = (pool, spec.make_env(pool), pol)
+    return _WORKER[key]
+
+
+def _process_episode(spec: EnvSpec, policy: Policy | str, item: WorkItem, policy_name: str | None
+                     ) -> tuple[WorkItem, str | None, str | None]:
+    """Run one episode in a worker process; returns (item, trajectory JSON, error text)."""
+    _pool, env, pol = _worker_state(spec, policy)
+    try:
+        return item, run_episode(env, pol, item, policy_name=policy_name).model_dump_json(), None
+    except Exception as exc:  # noqa: BLE001 - shipped back to the parent, which applies on_error
+        return item, None, f"{type(exc).__name__}: {exc}"
+
+
+def _joblib_results(items: list[WorkItem], policy: Policy | str, spec: EnvSpec, concurrency: int,
+                    policy_name: str | None) -> Iterator[tuple[WorkItem, Trajectory | BaseException]]:
+    from joblib import Parallel, delayed
+
+    parallel = Parallel(n_jobs=concurrency, backend="loky", return_as="generator_unordered")
+    for item, js, err in parallel(delayed(_process_episode)(spec, policy, it, policy_name) for it in items):
+        yield item, (Trajectory.model_validate_json(js) if js is not None else PolicyError(err))
+
+
+def _ray_results(items: list[WorkItem], policy: Policy | str, spec: EnvSpec, concurrency: int,
+                 policy_name: str | None) -> Iterator[tuple[WorkItem, Trajectory | BaseException]]:
+    try:
+        import ray
+        from ray.util import ActorPool
+    except ImportError as exc:
+        raise RolloutError("backend 'ray' needs Ray: pip install ray==2.60.0 (or use --backend thread|joblib)"
+                           ) from exc
+    if not ray.is_initialized():
+        ray.init(num_cpus=concurrency, include_dashboard=False, log_to_driver=False)
+    actor_cls = ray.remote(num_cpus=1)(_RayWorker)
+    actors = ActorPool([actor_cls.remote(spec, policy, policy_name) for _ in range(concurrency)])
+    for item, js, err in actors.map_unordered(lambda a, it: a.run.remote(it), items):
+        yield item, (Trajectory.model_validate_json(js) if js is not None else PolicyError(err))
+
+
+class _RayWorker:
+    """A Ray actor body: owns one sandbox pool, one Env and one policy."""
+
+    def __init__(self, spec: EnvSpec, policy: Policy | str, policy_name: str | None) -> None:
+        self.spec, self.policy, self.policy_name = spec, policy, policy_name
+
+    def run(self, item: WorkItem) -> tuple[WorkItem, str | None, str | None]:
+        return _process_episode(self.spec, self.policy, item, self.policy_name)
+
+
+# ------------------------------------------------------------------------------------------ driver
+
+
+def _repair_tail(path: Path) -> None:
+    """Cut a torn (newline-less) final line a killed run may have left, so appends start on a fresh line."""
+    if not path.exists() or path.stat().st_size == 0:
+        return
+    data = path.read_bytes()
+    if not data.endswith(b"\n"):
+        with open(path, "r+b") as f:
+            f.truncate(data.rfind(b"\n") + 1)
+            os.fsync(f.fileno())
+
+
+def _stored(store: TrajectoryStore, instances: list[Any], k: int) -> list[Trajectory]:
+    """The finished episodes of the requested keys already in ``store`` (after cutting a torn tail)."""
+    _repair_tail(store.path)
+    wanted = {(inst.id, j) for inst in instances for j in range(k)}
+    seen: dict[tuple[str, int], Trajectory] = {}
+    for t in store.read():  # the first record of a key wins, should another writer have duplicated it
+        if t.key in wanted:
+            seen.setdefault(t.key, t)
+    return list(seen.values())
+
+
+def rollout(instances: Iterable[Any], policy: Policy | str, env: EnvSpec | Callable[[], Any], *, k: int = 1,
+            seed: int = 0, concurrency: int = 1, backend: Backend = "thread",
+            store: TrajectoryStore | str | Path | None = None, policy_name: str | None = None,
+            on_error: Literal["raise", "skip"] = "raise", progress: bool = False) -> RolloutResult:
+    """Run ``k`` episodes per instance with ``policy``.
+
+    Args:
+        instances: Task instances (unique ids).
+        policy: A policy object, or a spec for :func:`~env_client.policies.make_policy` (``"oracle"`` gets
+            the families from ``env``).
+        env: An :class:`EnvSpec`, or (thread and async backends) a zero-argument factory of env objects
+            (e.g. ``lambda: HTTPEnv(url)``).
+        k: Samples per task (sample_idx 0..k-1).
+        seed: Base seed; each sample's seed is ``episode_seed(seed, task_id, sample_idx)``.
+        concurrency: Episodes in flight (threads, coroutines, processes or actors).
+        backend: ``thread``, ``async``, ``joblib`` or ``ray``.
+        store: Where finished episodes are appended; finished keys found there are skipped (resume).
+        policy_name: Recorded in each trajectory header (defaults to the spec string).
+        on_error: ``raise`` stops at the first failed episode; ``skip`` counts it in ``summary.failed``
+            and goes on (it is not stored, so a rerun retries it).
+        progress: Show a tqdm bar on stderr.
+
+    Returns:
+        :class:`RolloutResult` with the summary and the trajectories of all requested keys (stored and new).
+
+    Raises:
+        RolloutError: Bad arguments, a missing backend, or a failed episode with ``on_error="raise"``.
+    """
+    if backend not in BACKENDS:
+        raise RolloutError(f"unknown backend {backend!r}; use one of {', '.join(BACKENDS)}")
+    if concurrency < 1:
+        raise RolloutError(f"concurrency={concurrency} must be >= 1")
+    if backend in ("joblib", "ray") and not isinstance(env, EnvSpec):
+        raise RolloutError(f"backend {backend!r} runs episodes in other processes: pass an EnvSpec, not a factory")
+    if isinstance(store, (str, Path)):
+        store = TrajectoryStore(store)
+    instances = list(instances)
+    previous = _stored(store, instances, k) if store is not None else []
+    items = plan(instances, k=k, seed=seed, skip={t.key for t in previous})
+    name = policy_name or (policy if isinstance(policy, str) else type(policy).__name__)
+    new: list[Trajectory] = []
+    failures: list[str] = []
+    t0 = time.perf_counter()
+    if items:
+        results, cleanup = _results(items, policy, env, concurrency, backend, name)
+        t0 = time.perf_counter()  # throughput excludes starting the in-process backends' sandbox pool
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=len(items), disable=not progress, desc="episodes", unit="ep", dynamic_ncols=True)
+        try:
+            for item, out in results:
+                bar.update(1)
+                if isinstance(out, BaseException):
+                    msg = f"{item.instance.id}#{item.sample_idx}: {type(out).__name__}: {out}"
+                    if on_error == "raise":
+                        raise RolloutError(f"episode {msg}; rerun to resume, or pass on_error='skip'") from out
+                    failures.append(msg)
+                    continue
+                if store is not None:
+                    store.append(out)
+                new.append(out)
+        finally:
+            bar.close()
+            results.close()
+            cleanup()
+    summary = summarize(previous + new, new=new, wall_s=time.perf_counter() - t0, backend=backend)
+    summary.failed, summary.errors = len(failures), failures
+    order = {inst.id: i for i, inst in enumerate(instances)}
+    trajs = sorted(previous + new, key=lambda t: (order[t.header.task_id], t.header.sample_idx))
+    return RolloutResult(summary, trajs)
+
+
+def _results(items: list[WorkItem], policy: Policy | str, env: EnvSpec | Callable[[], Any], concurrency: int,
+             backend: str, name: str) -> tuple[Iterator[tuple[WorkItem, Any]], Callable[[], None]]:
+    if backend in ("thread", "async"):
+        pool = None
+        if isinstance(env, EnvSpec):
+            pol = make_policy(policy, families=env.families()) if isinstance(policy, str) else policy
+            pool = env.make_pool(concurrency)
+            factory: Callable[[], Any] = lambda: env.make_env(pool)
+        else:
+            factory = env
+            pol = make_policy(policy) if isinstance(policy, str) else policy
+        run = _thread_results if backend == "thread" else _async_results
+        return run(items, pol, factory, concurrency, name), (pool.close if pool else lambda: None)
+    if backend == "joblib":
+        return _joblib_results(items, policy, env, concurrency, name), lambda: None
+    return _ray_results(items, policy, env, concurrency, name), lambda: None

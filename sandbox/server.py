@@ -1,0 +1,250 @@
+"""A generic HTTP shell around any reset/step environment (FastAPI), in the style of OpenEnv.
+
+It knows nothing about episodes, tasks or prompts: the caller hands it a factory and the pydantic models of
+what crosses the wire. `env_client.server_app` is the glue that serves MedAgentGym episodes with it.
+
+Endpoints (JSON; sessions are keyed by ``episode_id``):
+
+- ``GET /health``  -> ``{"status": "healthy", "sessions": n, "capacity": c}``
+- ``GET /schema``  -> JSON schemas of the reset request, the action and the observation
+- ``POST /reset``  ``{"episode_id"?: str, ...reset fields}`` -> ``{"episode_id", "observation", "info"}``;
+  without an ``episode_id`` a new session (and env) is created, 503 when ``capacity`` sessions are open
+- ``POST /step``   ``{"episode_id": str, "action": {...}}`` ->
+  ``{"observation", "reward", "terminated", "truncated", "done", "info"}``
+- ``GET /state?episode_id=...`` -> the env's ``state()`` (any JSON object)
+- ``POST /close``  ``{"episode_id": str}`` -> ``{"episode_id", "closed": true, "state": state after close}``
+
+Malformed bodies get FastAPI's 422 with field-level errors; an unknown or expired ``episode_id`` gets 404.
+An exception raised by the env is returned as ``{"detail": {"error": <class name>, "message": str}}`` with
+status 409 when its class is in ``client_errors`` (the caller misused the episode) and 500 otherwise.
+A background reaper closes sessions idle for longer than ``idle_timeout_s``; shutdown closes them all.
+
+The served object (``env_factory()``) needs ``reset(request) -> (observation, info)``, ``step(action) ->
+(observation, reward, terminated, truncated, info)`` (tuple or attributes), ``state() -> dict``, ``close()``.
+Calls on one session are serialised by its lock; sessions run concurrently on the server's threads.
+
+Example:
+    >>> app = create_app(make_env, MyAction, MyObservation, reset_model=MyReset, capacity=32)
+    >>> uvicorn.run(app, host="127.0.0.1", port=8000)
+"""
+
+# No `from __future__ import annotations`: FastAPI must see the request models built inside create_app.
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI, HTTPException, Query
+from pydantic import BaseModel, ConfigDict, Field, create_model
+
+__all__ = ["create_app"]
+log = logging.getLogger("sandbox.server")
+
+
+class _Session:
+    def __init__(self, env: Any) -> None:
+        self.env, self.lock, self.last_used = env, threading.Lock(), time.monotonic()
+
+
+class _Sessions:
+    """Thread-safe session table with a capacity and idle-timeout reaping."""
+
+    def __init__(self, factory: Callable[[], Any], capacity: int, idle_timeout_s: float) -> None:
+        self.factory, self.capacity, self.idle_timeout_s = factory, capacity, idle_timeout_s
+        self._table: dict[str, _Session] = {}
+        self._lock = threading.Lock()  # guards the table; each session has its own lock for env calls
+
+    def __len__(self) -> int:
+        return len(self._table)
+
+    def open(self) -> tuple[str, _Session]:
+        with self._lock:
+            if len(self._table) >= self.capacity:
+                raise HTTPException(503, f"server at capacity ({self.capacity} open sessions); close finished "
+                                         "episodes with /close or retry later")
+            episode_id, session = uuid.uuid4().hex, _Session(None)
+            self._table[episode_id] = session  # reserve the slot before the (slow) factory runs
+        try:
+            session.env = self.factory()
+        except BaseException:
+            with self._lock:
+                self._table.pop(episode_id, None)
+            raise
+        return episode_id, session
+
+    def get(self, episode_id: str) -> _Session:
+        session = self._table.get(episode_id)
+        if session is None or session.env is None:
+            raise HTTPException(404, f"unknown or expired episode_id {episode_id!r}; call /reset to start one")
+        session.last_used = time.monotonic()
+        return session
+
+    def pop(self, episode_id: str) -> _Session:
+        with self._lock:
+            session = self._table.pop(episode_id, None)
+        if session is None or session.env is None:
+            raise HTTPException(404, f"unknown or expired episode_id {episode_id!r}; nothing to close")
+        return session
+
+    def reap(self, now: float | None = None) -> list[str]:
+        """Close sessions idle past the timeout (skipping any that are mid-call); return their ids."""
+        now = time.monotonic() if now is None else now
+        with self._lock:
+            stale = [k for k, s in self._table.items()
+                     if s.env is not None and now - s.last_used > self.idle_timeout_s and not s.lock.locked()]
+            victims = [(k, self._table.pop(k)) for k in stale]
+        for _, session in victims:
+            _close_quietly(session)
+        return [k for k, _ in victims]
+
+    def close_all(self) -> None:
+        with self._lock:
+            victims, self._table = list(self._table.values()), {}
+        for session in victims:
+            _close_quietly(session)
+
+
+def _close_quietly(session: _Session) -> None:
+    with session.lock:
+        if session.env is not None:
+            try:
+                session.env.close()
+            except Exception as exc:  # noqa: BLE001 - logged; one bad env must not stop the reaper
+                log.warning("closing a session's env failed: %s: %s", type(exc).__name__, exc)
+
+
+def _call(session: _Session, client_errors: tuple[type[BaseException], ...], fn: Callable[[], Any]) -> Any:
+    with session.lock:
+        try:
+            return fn()
+        except HTTPException:
+            raise
+        except client_errors as exc:
+            raise HTTPException(409, {"error": type(exc).__name__, "message": str(exc)}) from exc
+        except Exception as exc:
+            raise HTTPException(500, {"error": type(exc).__name__, "message": str(exc)}) from exc
+        finally:
+            session.last_used = time.monotonic()
+
+
+def _dump(value: Any) -> Any:
+    return value.model_dump(mode="json") if isinstance(value, BaseModel) else value
+
+
+class _Empty(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+def create_app(env_factory: Callable[[], Any], action_model: type[BaseModel], observation_model: type[BaseModel],
+               *, reset_model: type[BaseModel] | None = None, capacity: int = 64, idle_timeout_s: float = 600.0,
+               reap_interval_s: float | None = None, client_errors: tuple[type[BaseException], ...] = (),
+               title: str = "environment server", on_shutdown: Callable[[], None] | None = None) -> FastAPI:
+    """Build the FastAPI app serving environments made by ``env_factory``.
+
+    Args:
+        env_factory: Called with no arguments to create one env per session (see the module docstring).
+        action_model: Pydantic model of the ``action`` field of ``/step``; the env receives an instance.
+        observation_model: Pydantic model the env's observations are validated against before returning.
+        reset_model: Pydantic model of the ``/reset`` fields (besides ``episode_id``); the env's ``reset``
+            receives an instance. ``None`` means no fields.
+        capacity: Maximum number of open sessions; ``/reset`` beyond it answers 503.
+        idle_timeout_s: A session unused for this many seconds is closed by the reaper.
+        reap_interval_s: How often the reaper runs; defaults to ``min(idle_timeout_s / 4, 30)``.
+        client_errors: Exception classes raised by the env that mean misuse (answered 409, not 500).
+        title: Shown in the OpenAPI page.
+        on_shutdown: Called once after every session is closed at shutdown (e.g. to stop a sandbox pool).
+
+    Returns:
+        The app; the reaper thread starts and stops with the app's lifespan.
+
+    Raises:
+        ValueError: If ``capacity`` or ``idle_timeout_s`` is not positive.
+    """
+    if capacity < 1 or idle_timeout_s <= 0:
+        raise ValueError(f"capacity must be >= 1 and idle_timeout_s > 0 (got {capacity}, {idle_timeout_s})")
+    reset_model = reset_model or _Empty
+    sessions = _Sessions(env_factory, capacity, idle_timeout_s)
+    interval = reap_interval_s or min(idle_timeout_s / 4, 30.0)
+    eid = (str, Field(description="Session returned by /reset."))
+    ResetRequest = create_model("ResetRequest", __base__=reset_model, episode_id=(
+        str | None, Field(None, description="Reuse this session's env; omit to open a new one.")))
+    StepRequest = create_model("StepRequest", __config__=ConfigDict(extra="forbid"), episode_id=eid,
+                               action=(action_model, Field(description="The action to apply.")))
+    CloseRequest = create_model("CloseRequest", __config__=ConfigDict(extra="forbid"), episode_id=eid)
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI):
+        stop = threading.Event()
+
+        def reaper() -> None:
+            while not stop.wait(interval):
+                sessions.reap()
+
+        (thread := threading.Thread(target=reaper, name="env-server-reaper", daemon=True)).start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join(timeout=5)
+            sessions.close_all()
+            if on_shutdown is not None:
+                on_shutdown()
+
+    app = FastAPI(title=title, lifespan=lifespan)
+
+    @app.get("/health")
+    def health() -> dict[str, Any]:
+        return {"status": "healthy", "sessions": len(sessions), "capacity": capacity}
+
+    @app.get("/schema")
+    def schema() -> dict[str, Any]:
+        return {"reset": ResetRequest.model_json_schema(), "action": action_model.model_json_schema(),
+                "observation": observation_model.model_json_schema()}
+
+    @app.post("/reset")
+    def reset(request: ResetRequest) -> dict[str, Any]:  # type: ignore[valid-type]
+        episode_id, session = sessions.open() if request.episode_id is None else (
+            request.episode_id, sessions.get(request.episode_id))
+        fields = reset_model.model_validate(request.model_dump(exclude={"episode_id"}))
+        try:
+            observation, info = _call(session, client_errors, lambda: session.env.reset(fields))
+        except HTTPException:
+            if request.episode_id is None:  # a session that never started is not left open
+                _close_quietly(sessions.pop(episode_id))
+            raise
+        return {"episode_id": episode_id, "observation": _dump(observation_model.model_validate(_dump(observation))),
+                "info": _dump(info)}
+
+    @app.post("/step")
+    def step(request: StepRequest) -> dict[str, Any]:  # type: ignore[valid-type]
+        session = sessions.get(request.episode_id)
+        out = _call(session, client_errors, lambda: session.env.step(request.action))
+        obs, reward, terminated, truncated, info = out if isinstance(out, tuple) else (
+            out.observation, out.reward, out.terminated, out.truncated, out.info)
+        return {"observation": _dump(observation_model.model_validate(_dump(obs))), "reward": reward,
+                "terminated": bool(terminated), "truncated": bool(truncated),
+                "done": bool(terminated or truncated), "info": _dump(info)}
+
+    @app.get("/state")
+    def state(episode_id: str = Query(description="Session returned by /reset.")) -> dict[str, Any]:
+        return _dump(_call(session := sessions.get(episode_id), client_errors, lambda: session.env.state()))
+
+    @app.post("/close")
+    def close(request: CloseRequest) -> dict[str, Any]:  # type: ignore[valid-type]
+        session = sessions.pop(request.episode_id)
+
+        def close_then_state() -> Any:  # state after close: it records how the episode ended
+            session.env.close()
+            return session.env.state()
+
+        try:
+            final = _call(session, client_errors, close_then_state)
+        except HTTPException:
+            _close_quietly(session)  # a failed state() must not leak the env; close() may run twice
+            raise
+        return {"episode_id": request.episode_id, "closed": True, "state": _dump(final)}
+
+    return app

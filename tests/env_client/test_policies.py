@@ -1,0 +1,162 @@
+"""Policies: the OpenAI-compatible client over a real HTTP round trip, scripted policies, the spec factory."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import pytest
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+
+from env_client.policies import (
+    ConstantPolicy,
+    EmptyPolicy,
+    OpenAIPolicy,
+    PolicyError,
+    ShotgunPolicy,
+    TracebackPolicy,
+    bind,
+    make_policy,
+    render_action,
+)
+from env_client.server_app import background_server
+
+
+def _fake_chat_server(fail_first: int):
+    """A chat-completions endpoint that answers 500 ``fail_first`` times, then echoes what it was sent."""
+    app = FastAPI()
+    seen: list[dict] = []
+    lock = threading.Lock()
+
+    @app.post("/v1/chat/completions")
+    async def chat(request: Request):
+        body = await request.json()
+        with lock:
+            seen.append(body)
+            n = len(seen)
+        if n <= fail_first:
+            return JSONResponse({"error": {"message": "overloaded", "type": "server_error"}}, status_code=500)
+        reply = f"seed={body.get('seed')} temp={body['temperature']} n={len(body['messages'])}"
+        message = {"role": "assistant", "content": reply}
+        if body.get("tools"):  # native function calling
+            message = {"role": "assistant", "content": None, "tool_calls": [
+                {"id": "c1", "type": "function",
+                 "function": {"name": "submit_answer", "arguments": '{"answer": "4"}'}}]}
+        return {
+            "id": f"chatcmpl-{n}", "object": "chat.completion", "created": 0, "model": body["model"],
+            "choices": [{"index": 0, "finish_reason": "stop", "message": message}],
+            "usage": {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18},
+        }
+
+    return app, seen
+
+
+def test_openai_policy_round_trip_with_retry_after_500():
+    app, seen = _fake_chat_server(fail_first=1)
+    with background_server(app) as base:
+        policy = make_policy(f"openai:tiny-model@{base}/v1", temperature=0.3, backoff_s=0.01, max_retries=2,
+                             max_new_tokens=64)
+        assert isinstance(policy, OpenAIPolicy) and policy.max_tokens == 64
+        msgs = [{"role": "system", "content": "s"}, {"role": "user", "content": "q"},
+                {"role": "assistant", "content": "a"}, {"role": "tool", "content": "rows"}]
+        out = policy.act(msgs, seed=42)
+    assert len(seen) == 2  # one 500, one success
+    assert out.text == "seed=42 temp=0.3 n=4"
+    assert (out.n_prompt_tokens, out.n_completion_tokens) == (11, 7)
+    assert seen[1]["model"] == "tiny-model" and seen[1]["messages"][3] == {
+        "role": "user", "content": "<tool_response>\nrows\n</tool_response>"}
+
+
+def test_openai_policy_gives_up_after_retries():
+    app, seen = _fake_chat_server(fail_first=10)
+    with background_server(app) as base:
+        policy = OpenAIPolicy("m", f"{base}/v1", backoff_s=0.01, max_retries=2)
+        with pytest.raises(PolicyError, match="failed 3 times"):
+            policy.act([{"role": "user", "content": "q"}])
+    assert len(seen) == 3
+
+
+def _submitted(text: str) -> str:
+    assert text.startswith("<tool_call>\n") and text.endswith("\n</tool_call>")
+    call = json.loads(text[len("<tool_call>\n"):-len("\n</tool_call>")])
+    assert call["name"] == "submit_answer"
+    return call["arguments"]["answer"]
+
+
+def test_adversaries_submit_what_they_claim():
+    msgs = [{"role": "user", "content": "q"}]
+    assert _submitted(ConstantPolicy().act(msgs).text) == "0"
+    assert _submitted(make_policy("constant:True").act(msgs).text) == "True"
+    shot = _submitted(ShotgunPolicy().act(msgs).text).split(", ")
+    assert {"0", "1", "100", "True", "False", "yes", "no"} <= set(shot)
+    assert _submitted(TracebackPolicy().act(msgs).text).startswith("Traceback (most recent call last):")
+    assert _submitted(EmptyPolicy().act(msgs).text) == ""
+    as_json = json.loads(make_policy("empty", fmt="json").act(msgs).text)
+    assert as_json == {"action": "submit_answer", "params": {"answer": ""}}
+
+
+class _Fam:
+    def reference_solution(self, inst):
+        return [{"action": "code_execution", "params": {"lang": "sql", "code": "SELECT 1"}},
+                {"action": "submit_answer", "params": {"answer": "1"}}]
+
+
+class _Inst:
+    id, family = "fam/test/0000", "fam"
+
+
+def test_oracle_replays_reference_per_episode():
+    policy = make_policy("oracle", families={"fam": _Fam()})
+    with pytest.raises(PolicyError, match="bind"):
+        policy.act([])
+    a, b = bind(policy, _Inst()), bind(policy, _Inst())
+    assert a.act([]).text == render_action("code_execution", {"lang": "sql", "code": "SELECT 1"})
+    assert b.act([]).text.startswith("<tool_call>")  # episodes keep separate cursors
+    assert _submitted(a.act([]).text) == "1"
+    with pytest.raises(PolicyError, match="ran out"):
+        a.act([])
+
+
+def test_make_policy_errors_are_one_line():
+    with pytest.raises(PolicyError, match="unknown policy spec 'bogus'"):
+        make_policy("bogus")
+    with pytest.raises(PolicyError, match="families"):
+        make_policy("oracle")
+    with pytest.raises(PolicyError, match="unknown action format"):
+        render_action("submit_answer", {}, "xml")  # type: ignore[arg-type]
+
+
+def test_vllm_guard_names_the_extra():
+    try:
+        import vllm  # noqa: F401
+    except ImportError:
+        with pytest.raises(PolicyError, match=r"pip install 'medagentgym\[gpu\]'"):
+            make_policy("vllm:/nonexistent")
+    else:
+        pytest.skip("vllm is installed here; the guard is not reachable")
+
+
+def test_openai_native_tool_calls_become_tool_call_text():
+    app, seen = _fake_chat_server(fail_first=0)
+    tools = [{"type": "function", "function": {"name": "submit_answer", "parameters": {"type": "object"}}}]
+    with background_server(app) as base:
+        out = OpenAIPolicy("m", f"{base}/v1", native_tools=True).act([{"role": "user", "content": "q"}], tools=tools)
+    assert seen[0]["tools"] == tools
+    assert _submitted(out.text) == "4"
+
+
+def test_openai_async_act_concurrent_with_retry():
+    import asyncio
+
+    app, seen = _fake_chat_server(fail_first=1)
+    with background_server(app) as base:
+        policy = OpenAIPolicy("m", f"{base}/v1", backoff_s=0.01, temperature=0.7)
+
+        async def many():
+            msgs = [{"role": "user", "content": "q"}]
+            return await asyncio.gather(*(policy.aact(msgs, seed=i) for i in range(3)))
+
+        outs = asyncio.run(many())
+    assert [o.text for o in outs] == [f"seed={i} temp=0.7 n=1" for i in range(3)]
+    assert len(seen) == 4 and all(o.n_completion_tokens == 7 for o in outs)  # one 500 was retried

@@ -1,0 +1,230 @@
+"""The rollout engine: planning and seeds, determinism, resume, failures, adversaries, process backends."""
+
+from __future__ import annotations
+
+import shutil
+from collections import Counter
+
+import pytest
+
+import tasks
+from env_client import Env, EnvConfig
+from env_client.policies import PolicyOutput, make_policy
+from env_client.rollout import EnvSpec, RolloutError, episode_seed, plan, rollout
+from env_client.trajectory import TrajectoryStore
+from sandbox import make_pool
+
+BACKEND = "bwrap" if shutil.which("bwrap") else "local"
+_TIMING = {"episode_id", "started_at", "duration_s", "exec_s", "wall_s"}
+
+
+def _strip(value):
+    if isinstance(value, dict):
+        return {k: _strip(v) for k, v in value.items() if k not in _TIMING}
+    if isinstance(value, list):
+        return [_strip(v) for v in value]
+    return value
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    root = tmp_path_factory.mktemp("tasks")
+    fam = tasks.make("toy_sql", root=root)
+    fam.build(root, size="tiny", seed=0)
+    return root, fam
+
+
+@pytest.fixture(scope="module")
+def env_factory(built):
+    root, _ = built
+    with make_pool(BACKEND, workers=2, allow_unisolated=True) as pool:
+        yield lambda: Env(pool, tasks_root=root, config=EnvConfig(max_turns=4))
+
+
+class EchoSeed:
+    """Submits its per-turn seed: makes the seeds the engine passes visible in the trajectories."""
+
+    def act(self, messages, *, tools=None, seed=None):
+        return PolicyOutput(f'<tool_call>\n{{"name": "submit_answer", "arguments": {{"answer": "{seed}"}}}}\n'
+                            "</tool_call>", n_prompt_tokens=3, n_completion_tokens=5)
+
+
+def test_plan_and_seeds(built):
+    _, fam = built
+    insts = fam.instances("test")[:3]
+    items = plan(insts, k=3, seed=9)
+    assert [(i.instance.id, i.sample_idx) for i in items[:3]] == [(insts[0].id, j) for j in range(3)]
+    assert len({i.seed for i in items}) == 9
+    assert items[4].seed == episode_seed(9, insts[1].id, 1) != episode_seed(10, insts[1].id, 1)
+    assert len(plan(insts, k=3, seed=9, skip={(insts[0].id, 1)})) == 8
+    with pytest.raises(RolloutError, match="k=0"):
+        plan(insts, k=0)
+    with pytest.raises(RolloutError, match="appears twice"):
+        plan(insts + insts[:1])
+
+
+def test_deterministic_across_concurrency(built, env_factory):
+    _, fam = built
+    insts = fam.instances("test")[:4]
+    a = rollout(insts, EchoSeed(), env_factory, k=2, seed=1, concurrency=1)
+    b = rollout(insts, EchoSeed(), env_factory, k=2, seed=1, concurrency=2)
+    dump = lambda r: sorted((_strip(t.model_dump(mode="json")) for t in r.trajectories), key=str)
+    assert dump(a) == dump(b) and len(a.trajectories) == 8
+    assert [t.key for t in b.trajectories] == [(i.id, j) for i in insts for j in range(2)]  # plan order
+    for t in a.trajectories:
+        assert t.steps[0].raw_text.count(str(t.header.seed)) == 1  # turn 0 is asked with the episode seed
+    assert a.summary.total_tokens == 8 * 5 and a.summary.mean_turns == 1.0
+    assert a.summary.success_rate <= a.summary.pass_at_k <= 1.0
+
+
+def test_oracle_summary_and_resume(built, env_factory, tmp_path):
+    _, fam = built
+    insts = fam.instances("test")
+    out = tmp_path / "r.jsonl"
+    policy = make_policy("oracle", families={"toy_sql": fam})
+    first = rollout(insts[:5], policy, env_factory, k=2, store=out, concurrency=2)
+    assert first.summary.new == 10 and first.summary.success_rate == first.summary.pass_at_k == 1.0
+    assert first.summary.steps == 20 and first.summary.episodes_per_s > 0
+    cats = {f"toy_sql/{i.category}" for i in insts[:5]}
+    assert set(first.summary.per_category) == cats
+    with open(out, "ab") as f:  # a torn line, as a kill -9 during a write would leave
+        f.write(b'{"header": {"task_id": "tor')
+    second = rollout(insts[:7], policy, env_factory, k=2, store=out, concurrency=2)
+    assert (second.summary.skipped, second.summary.new, second.summary.episodes) == (10, 4, 14)
+    keys = [t.key for t in TrajectoryStore(out).read()]
+    assert len(keys) == 14 and max(Counter(keys).values()) == 1
+
+
+class FlakyOracle:
+    """The oracle, except that it raises on one task."""
+
+    def __init__(self, fam, bad_id):
+        self.inner, self.bad_id = make_policy("oracle", families={"toy_sql": fam}), bad_id
+
+    def for_episode(self, inst):
+        if inst.id == self.bad_id:
+            raise ConnectionError("endpoint down")
+        return self.inner.for_episode(inst)
+
+
+def test_failed_episodes_raise_or_skip_and_are_retried(built, env_factory, tmp_path):
+    _, fam = built
+    insts = fam.instances("test")[:3]
+    out = tmp_path / "f.jsonl"
+    with pytest.raises(RolloutError, match="endpoint down"):
+        rollout(insts, FlakyOracle(fam, insts[1].id), env_factory, store=out)
+    res = rollout(insts, FlakyOracle(fam, insts[1].id), env_factory, store=out, on_error="skip")
+    assert res.summary.failed == 1 and insts[1].id in res.summary.errors[0]
+    assert {t.key for t in TrajectoryStore(out).read()} == {(insts[0].id, 0), (insts[2].id, 0)}
+    res = rollout(insts, make_policy("oracle", families={"toy_sql": fam}), env_factory, store=out)
+    assert res.summary.new == 1 and res.summary.episodes == 3 and res.summary.success_rate == 1.0
+
+
+def test_adversaries_score_nothing_and_constant_at_most_base_rate(built, env_factory):
+    _, fam = built
+    insts = fam.instances("test")
+    for spec in ("shotgun", "traceback", "empty"):
+        res = rollout(insts, spec, env_factory, concurrency=3)  # more envs than sandbox workers
+        assert res.summary.success_rate == 0.0, spec
+        assert res.summary.grader_errors == 0
+    for value in ("0", "yes", "1"):
+        rate = rollout(insts, f"constant:{value}", env_factory, concurrency=2).summary.success_rate
+        assert rate <= 0.25, (value, rate)
+
+
+def test_joblib_backend_matches_thread(built, env_factory):
+    root, fam = built
+    insts = fam.instances("test")[:2]
+    spec = EnvSpec(tasks_root=str(root), backend=BACKEND, allow_unisolated=True, config={"max_turns": 4})
+    via_jl = rollout(insts, "oracle", spec, k=2, seed=4, concurrency=2, backend="joblib")
+    via_th = rollout(insts, make_policy("oracle", families={"toy_sql": fam}), env_factory, k=2, seed=4,
+                     policy_name="oracle")
+    dump = lambda r: sorted((_strip(t.model_dump(mode="json")) for t in r.trajectories), key=str)
+    assert dump(via_jl) == dump(via_th) and via_jl.summary.backend == "joblib"
+
+
+def test_ray_backend_or_its_guard(built):
+    root, fam = built
+    spec = EnvSpec(tasks_root=str(root), backend=BACKEND, allow_unisolated=True)
+    try:
+        import ray
+    except ImportError:
+        with pytest.raises(RolloutError, match=r"pip install ray==2\.60\.0"):
+            rollout(fam.instances("test")[:1], "oracle", spec, backend="ray")
+        return
+    ray.init(num_cpus=2, include_dashboard=False)
+    try:
+        res = rollout(fam.instances("test")[:2], "oracle", spec, concurrency=2, backend="ray")
+        assert res.summary.success_rate == 1.0 and res.summary.episodes == 2
+    finally:
+        ray.shutdown()
+
+
+def test_argument_errors(built, env_factory):
+    _, fam = built
+    insts = fam.instances("test")[:1]
+    with pytest.raises(RolloutError, match="unknown backend 'dask'"):
+        rollout(insts, "empty", env_factory, backend="dask")  # type: ignore[arg-type]
+    with pytest.raises(RolloutError, match="pass an EnvSpec"):
+        rollout(insts, "empty", env_factory, backend="joblib")
+    with pytest.raises(RolloutError, match="concurrency=0"):
+        rollout(insts, "empty", env_factory, concurrency=0)
+
+
+def test_summary_counts_per_sample_and_per_task():
+    from env_client.rollout import summarize
+    from env_client.trajectory import (
+        FinalRecord,
+        StepRecord,
+        Trajectory,
+        TrajectoryHeader,
+    )
+
+    def traj(task, sample, correct, error=None):
+        verdict = {"correct": correct, "score": float(correct), "reason": "", "error": error}
+        return Trajectory(
+            header=TrajectoryHeader(task_id=task, family="f", category=task[-1], split="test", sample_idx=sample,
+                                    config_hash="x"),
+            prompt=[], steps=[StepRecord(turn=1, raw_text="t", observation="o", status="submitted",
+                                         duration_s=0.004, exec_s=0.001)],
+            final=FinalRecord(verdict=verdict, reward=None if error else float(correct), terminated=True,
+                              truncated=False, reason="submitted", turns=1, total_tokens=7, wall_s=0.01))
+
+    trajs = [traj("f/a", 0, True), traj("f/a", 1, False), traj("f/b", 0, False), traj("f/b", 1, False, "boom")]
+    s = summarize(trajs, wall_s=2.0)
+    assert (s.success_rate, s.pass_at_k, s.grader_errors, s.total_tokens) == (0.25, 0.5, 1, 28)
+    assert s.per_category == {"f/a": {"n": 2, "success_rate": 0.5}, "f/b": {"n": 2, "success_rate": 0.0}}
+    assert (s.episodes_per_s, s.steps_per_s, s.env_overhead_p50_ms, s.exec_p50_ms) == (2.0, 2.0, 3.0, 1.0)
+
+
+def test_async_backend_matches_thread_and_awaits_aact(built, env_factory):
+    _, fam = built
+    insts = fam.instances("test")[:4]
+    th = rollout(insts, EchoSeed(), env_factory, k=2, seed=2, concurrency=2)
+    asy = rollout(insts, EchoSeed(), env_factory, k=2, seed=2, concurrency=2, backend="async")
+    dump = lambda r: [_strip(t.model_dump(mode="json")) for t in r.trajectories]
+    assert dump(th) == dump(asy) and asy.summary.backend == "async"
+
+    class AsyncOracle:  # only aact: the async backend must await it rather than call act
+        def __init__(self):
+            self.inner = make_policy("oracle", families={"toy_sql": fam})
+
+        def for_episode(self, inst):
+            replay = self.inner.for_episode(inst)
+
+            class _A:
+                async def aact(self, messages, *, tools=None, seed=None):
+                    return replay.act(messages, tools=tools, seed=seed)
+
+            return _A()
+
+    res = rollout(insts, AsyncOracle(), env_factory, concurrency=3, backend="async")
+    assert res.summary.success_rate == 1.0 and res.summary.episodes == 4
+    res = rollout(insts, FlakyOracle(fam, insts[2].id), env_factory, backend="async", on_error="skip")
+    assert res.summary.failed == 1 and res.summary.new == 3
+
+    def broken():
+        raise OSError("no sandbox here")
+
+    with pytest.raises(RolloutError, match="no sandbox here"):
+        rollout(insts, EchoSeed(), broken, backend="async")

@@ -1,0 +1,169 @@
+"""The generic env server: sessions, errors, capacity, idle reaping, concurrency (on a toy counter env)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import ClassVar
+
+import pytest
+from fastapi.testclient import TestClient
+from pydantic import BaseModel, ConfigDict, Field
+
+from sandbox.server import create_app
+
+
+class Add(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    amount: int = Field(description="How much to add.")
+
+
+class Count(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    total: int = Field(description="Running total.")
+
+
+class Start(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    start: int = Field(0, description="Initial total.")
+    limit: int = Field(10, description="Episode ends when the total reaches this.")
+
+
+class Misuse(RuntimeError):
+    pass
+
+
+class CounterEnv:
+    instances: ClassVar[list[CounterEnv]] = []
+
+    def __init__(self) -> None:
+        self.total, self.limit, self.done, self.closed = 0, 0, False, 0
+        CounterEnv.instances.append(self)
+
+    def reset(self, request: Start):
+        self.total, self.limit, self.done = request.start, request.limit, False
+        return Count(total=self.total), {"limit": self.limit}
+
+    def step(self, action: Add):
+        if self.done:
+            raise Misuse("episode is over; call reset")
+        if action.amount == 13:
+            raise ZeroDivisionError("unlucky")
+        time.sleep(0.01)
+        self.total += action.amount
+        self.done = self.total >= self.limit
+        return Count(total=self.total), float(self.done), self.done, False, {}
+
+    def state(self):
+        return {"total": self.total, "done": self.done}
+
+    def close(self):
+        self.closed += 1
+
+
+@pytest.fixture()
+def client():
+    CounterEnv.instances.clear()
+    app = create_app(CounterEnv, Add, Count, reset_model=Start, capacity=3, idle_timeout_s=30,
+                     client_errors=(Misuse,))
+    with TestClient(app) as c:
+        yield c
+
+
+def test_episode_round_trip_and_close(client):
+    r = client.post("/reset", json={"start": 5, "limit": 8})
+    assert r.status_code == 200, r.text
+    eid = r.json()["episode_id"]
+    assert r.json()["observation"] == {"total": 5} and r.json()["info"] == {"limit": 8}
+    r = client.post("/step", json={"episode_id": eid, "action": {"amount": 1}}).json()
+    assert r == {"observation": {"total": 6}, "reward": 0.0, "terminated": False, "truncated": False,
+                 "done": False, "info": {}}
+    r = client.post("/step", json={"episode_id": eid, "action": {"amount": 2}}).json()
+    assert r["done"] and r["terminated"] and r["reward"] == 1.0
+    assert client.get("/state", params={"episode_id": eid}).json() == {"total": 8, "done": True}
+    # reset on the same session reuses its env
+    r = client.post("/reset", json={"episode_id": eid})
+    assert r.json()["episode_id"] == eid and len(CounterEnv.instances) == 1
+    r = client.post("/close", json={"episode_id": eid}).json()
+    assert r["closed"] and r["state"] == {"total": 0, "done": False}
+    assert CounterEnv.instances[0].closed == 1
+    assert client.post("/step", json={"episode_id": eid, "action": {"amount": 1}}).status_code == 404
+    assert client.post("/close", json={"episode_id": eid}).status_code == 404
+    assert client.get("/health").json() == {"status": "healthy", "sessions": 0, "capacity": 3}
+
+
+def test_malformed_input_is_422_with_field_errors(client):
+    eid = client.post("/reset", json={}).json()["episode_id"]
+    r = client.post("/step", json={"episode_id": eid, "action": {"amount": "many"}})
+    assert r.status_code == 422
+    locs = [tuple(e["loc"]) for e in r.json()["detail"]]
+    assert ("body", "action", "amount") in locs
+    r = client.post("/step", json={"episode_id": eid, "action": {"amount": 1, "bogus": 2}})
+    assert r.status_code == 422 and ("body", "action", "bogus") in [tuple(e["loc"]) for e in r.json()["detail"]]
+    assert client.post("/reset", json={"limit": "x"}).status_code == 422
+    assert client.post("/step", json={"action": {"amount": 1}}).status_code == 422
+
+
+def test_env_errors_keep_their_type(client):
+    eid = client.post("/reset", json={"limit": 1}).json()["episode_id"]
+    r = client.post("/step", json={"episode_id": eid, "action": {"amount": 13}})
+    assert r.status_code == 500 and r.json()["detail"] == {"error": "ZeroDivisionError", "message": "unlucky"}
+    client.post("/step", json={"episode_id": eid, "action": {"amount": 1}})
+    r = client.post("/step", json={"episode_id": eid, "action": {"amount": 1}})
+    assert r.status_code == 409 and r.json()["detail"]["error"] == "Misuse"
+
+
+def test_capacity_limit_is_503(client):
+    ids = [client.post("/reset", json={}).json()["episode_id"] for _ in range(3)]
+    r = client.post("/reset", json={})
+    assert r.status_code == 503 and "capacity" in r.json()["detail"]
+    client.post("/close", json={"episode_id": ids[0]})
+    assert client.post("/reset", json={}).status_code == 200
+
+
+def test_schema_lists_models(client):
+    s = client.get("/schema").json()
+    assert set(s) == {"reset", "action", "observation"}
+    assert "amount" in s["action"]["properties"] and "episode_id" in s["reset"]["properties"]
+
+
+def test_idle_sessions_are_reaped():
+    CounterEnv.instances.clear()
+    app = create_app(CounterEnv, Add, Count, reset_model=Start, capacity=2, idle_timeout_s=0.2,
+                     reap_interval_s=0.05)
+    with TestClient(app) as c:
+        eid = c.post("/reset", json={}).json()["episode_id"]
+        deadline = time.monotonic() + 5
+        while c.get("/health").json()["sessions"] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert c.get("/health").json()["sessions"] == 0
+        assert CounterEnv.instances[0].closed == 1
+        assert c.post("/step", json={"episode_id": eid, "action": {"amount": 1}}).status_code == 404
+
+
+def test_shutdown_closes_open_sessions():
+    CounterEnv.instances.clear()
+    app = create_app(CounterEnv, Add, Count, reset_model=Start)
+    with TestClient(app) as c:
+        c.post("/reset", json={})
+        c.post("/reset", json={})
+    assert [e.closed for e in CounterEnv.instances] == [1, 1]
+
+
+def test_concurrent_sessions_are_independent(client):
+    def episode(i: int) -> int:
+        eid = client.post("/reset", json={"start": i, "limit": 1000}).json()["episode_id"]
+        for _ in range(5):
+            total = client.post("/step", json={"episode_id": eid, "action": {"amount": 2}}).json()
+        client.post("/close", json={"episode_id": eid})
+        return total["observation"]["total"]
+
+    with ThreadPoolExecutor(3) as ex:
+        assert list(ex.map(episode, range(3))) == [10, 11, 12]
+    assert threading.active_count() < 50
+
+
+def test_bad_arguments_rejected():
+    with pytest.raises(ValueError, match="capacity"):
+        create_app(CounterEnv, Add, Count, capacity=0)
