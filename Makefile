@@ -37,7 +37,7 @@ bwrap:
 	fi
 
 demo: venv
-	$(PY) -m scripts.demo
+	$(PY) scripts/demo.py
 
 test: venv
 	$(PY) -m pytest -q

@@ -1,0 +1,115 @@
+"""Small pieces the SFT and DPO trainers share: where their trajectories come from, and how a run ends."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from medcopilot.config import RecipeConfig, RecipeError
+from medcopilot.data import Episode, load_episodes
+
+
+def episodes_for(cfg: RecipeConfig) -> list[Episode]:
+    """Episodes of ``cfg.tasks.families`` from the trajectory store ``cfg.rollout.store`` (generated if missing).
+
+    Raises:
+        RecipeError: If ``rollout.store`` is unset, or the store cannot be generated.
+    """
+    if not cfg.rollout.store:
+        raise RecipeError(f"rollout.store is not set: {cfg.method.upper()} trains on a trajectory store; "
+                          f"set rollout.store=<path to a rollout JSONL>")
+    from accelerate import PartialState
+
+    with PartialState().main_process_first():  # rank 0 rolls the store out once; the other ranks then read it
+        path = ensure_store(cfg)
+    return load_episodes(path, families=cfg.tasks.families)
+
+
+def ensure_store(cfg: RecipeConfig) -> Path:
+    """Return ``rollout.store``, first writing it by rolling out ``rollout.policy`` when it does not exist.
+
+    ``rollout.policy`` may join several policy specs with ``+`` (e.g. ``oracle+hf:artifacts/tiny-qwen2`` gives DPO
+    both successes and failures). Each policy runs ``rollout.k`` episodes per instance of ``tasks.families``
+    (``tasks.split``, at most ``tasks.limit`` each; families not built yet are built at ``tasks.size``) into its
+    own resumable part under ``<store>.parts/``; the parts are then joined into the store atomically, so a store
+    that exists is always complete.
+    """
+    path = Path(cfg.rollout.store)
+    if path.is_file():
+        return path
+    from env_client.policies import make_policy
+    from env_client.rollout import EnvSpec, rollout
+
+    specs = [s.strip() for s in cfg.rollout.policy.split("+") if s.strip()]
+    instances = task_instances(cfg)
+    env = EnvSpec(tasks_root=cfg.tasks.root, backend=cfg.env.sandbox, allow_unisolated=cfg.env.sandbox == "local",
+                  config={"max_turns": cfg.env.max_turns} if cfg.env.max_turns else None,
+                  sandbox_workers=cfg.env.workers)
+    parts = path.with_name(path.name + ".parts")
+    for i, spec in enumerate(specs):
+        policy = spec if spec.split(":")[0] == "oracle" else make_policy(
+            spec, temperature=cfg.rollout.temperature, max_new_tokens=cfg.rollout.max_new_tokens)
+        result = rollout(instances, policy, env, k=cfg.rollout.k, concurrency=cfg.rollout.concurrency,
+                         store=parts / f"{i}.jsonl", policy_name=spec, seed=int(cfg.trainer.get("seed", 0)))
+        print(f"[{cfg.method}] rollout {spec}: {len(instances)} tasks x {cfg.rollout.k}, "
+              f"success rate {result.summary.success_rate:.3f}", flush=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "wb") as joined:
+        for i in range(len(specs)):
+            joined.write((parts / f"{i}.jsonl").read_bytes())
+    os.replace(tmp, path)
+    return path
+
+
+def task_instances(cfg: RecipeConfig) -> list[Any]:
+    """Instances of ``tasks.families`` for ``tasks.split`` (first ``tasks.limit`` of each), building missing ones."""
+    import tasks
+    from tasks.base import NotBuilt
+
+    out = []
+    for name in cfg.tasks.families:
+        family = tasks.make(name, root=cfg.tasks.root)
+        try:
+            found = family.instances(cfg.tasks.split)
+        except NotBuilt:
+            family.build(Path(cfg.tasks.root), size=cfg.tasks.size, seed=0)
+            found = family.instances(cfg.tasks.split)
+        out.extend(found[: cfg.tasks.limit] if cfg.tasks.limit else found)
+    return out
+
+
+def finish_run(trainer: Any, cfg: RecipeConfig, train_output: Any, *, resumed_from: str | None,
+               n_rows: int) -> dict[str, Any]:
+    """Save the final model, tokenizer, metrics and state into ``cfg.output.dir``; return the run summary.
+
+    Args:
+        trainer: A TRL trainer that has finished ``train()``.
+        cfg: The recipe.
+        train_output: What ``trainer.train()`` returned (``TrainOutput``).
+        resumed_from: The checkpoint training resumed from, or None.
+        n_rows: Training rows (conversations or pairs).
+
+    Returns:
+        ``{"method", "output_dir", "global_step", "resumed_from", "train_rows", "metrics"}``; also written to
+        ``<output.dir>/run_summary.json``.
+    """
+    out = Path(cfg.output.dir)
+    trainer.save_model(str(out))  # weights or adapter, plus the tokenizer and chat template (processing_class)
+    metrics = {k: v for k, v in train_output.metrics.items() if isinstance(v, (int, float))}
+    trainer.save_metrics("train", metrics)
+    trainer.save_state()
+    summary = {
+        "method": cfg.method,
+        "output_dir": str(out),
+        "global_step": int(trainer.state.global_step),
+        "resumed_from": resumed_from,
+        "train_rows": n_rows,
+        "metrics": metrics,
+    }
+    if trainer.is_world_process_zero():
+        tmp = out / f".run_summary.json.{os.getpid()}.tmp"
+        tmp.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+        os.replace(tmp, out / "run_summary.json")
+    return summary

@@ -1,0 +1,201 @@
+"""GRPO on multi-turn environment episodes: TRL's ``GRPOTrainer`` with our ``rollout_func``.
+
+Reads top to bottom: model → env → trainer → train → save.
+
+- **Model**: ``model.name_or_path`` (Hub id, local folder, or an SFT adapter merged into its base), optional new
+  LoRA adapters (``model.lora``).
+- **Env**: the task instances of ``tasks.families`` (split ``tasks.split``) become the dataset; each row's
+  ``prompt`` is the episode's opening chat, so TRL logs what the model saw. A sandbox pool
+  (``env.sandbox``, ``env.workers``) runs the code; every episode gets its own ``env_client.Env``.
+- **Trainer**: ``rollout_func`` (:class:`medcopilot.rollout_func.EnvRolloutFunc`) plays one episode per row with
+  exact token ids and an environment mask; one reward function per ``reward.weights`` entry returns the
+  component the rollout computed (``GRPOConfig.reward_weights`` weights them); the ``env/*`` step metrics
+  (:mod:`medcopilot.metrics`) are logged through TRL's ``log_metric``.
+- **Sampling**: ``rollout.temperature`` is passed to TRL as ``temperature`` (TRL rescores with it);
+  ``trainer.top_p=1`` and ``trainer.top_k=0`` (the defaults) keep the importance-sampling correction unbiased.
+  ``rollout.max_new_tokens`` caps one assistant turn, ``trainer.max_completion_length`` a whole episode after
+  the prompt (model and environment tokens).
+- **Saved**: the model (or LoRA adapter), tokenizer, ``trainer_state.json`` (``log_history``: TRL's
+  ``reward``, ``loss``, ... and our ``env/*`` metrics per logging step) and ``run_summary.json``.
+- **Generation backend**: ``rollout.backend: transformers`` runs ``model.generate`` inside the hook (CPU or
+  GPU); ``vllm`` uses TRL's vLLM engine (``trainer.vllm_mode: colocate`` or ``server``; GPU only).
+
+Example:
+    >>> from medcopilot.config import load_recipe
+    >>> run(load_recipe("grpo_tiny", overrides=["trainer.max_steps=2"]))  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from medcopilot.config import RecipeConfig, RecipeError
+from medcopilot.rewards_adapter import EpisodeReward
+from medcopilot.rollout_func import EnvRolloutFunc, PromptIndex
+
+__all__ = ["build_index", "make_env_factory", "reward_components", "run"]
+
+log = logging.getLogger(__name__)
+
+
+def reward_components(weights: dict[str, float]) -> dict[str, Any]:
+    """The ``rewards`` functions named in ``reward.weights``.
+
+    Raises:
+        RecipeError: A name that ``rewards`` does not export (naming the ones it does).
+    """
+    import rewards
+
+    known = list(getattr(rewards, "__all__", []))
+    funcs = {}
+    for name in weights:
+        fn = getattr(rewards, name, None) if name in known else None
+        if fn is None:
+            raise RecipeError(f"reward.weights names {name!r}, which rewards/ does not export; "
+                              f"choose from {', '.join(known)}")
+        funcs[name] = fn
+    return funcs
+
+
+def build_index(cfg: RecipeConfig) -> PromptIndex:
+    """Load the recipe's task instances and index them under their opening chat (the dataset prompts).
+
+    Raises:
+        RecipeError: A family with no instances in ``tasks.split`` (tells how to build it).
+    """
+    import tasks
+    from env_client.prompts import initial_messages
+
+    instances: list[Any] = []
+    actions: dict[str, Any] = {}
+    for name in cfg.tasks.families:
+        family = tasks.make(name, root=cfg.tasks.root)
+        found = family.instances(cfg.tasks.split)
+        if not found:
+            raise RecipeError(f"family {name!r} has no {cfg.tasks.split!r} instances under {cfg.tasks.root}; "
+                              f"build it: python scripts/build_tasks.py --families {name} --out {cfg.tasks.root}")
+        actions[name] = family.actions
+        instances.extend(found[: cfg.tasks.limit] if cfg.tasks.limit else found)
+    return PromptIndex.from_instances(instances, render=lambda inst: initial_messages(inst, actions[inst.family]))
+
+
+def make_env_factory(cfg: RecipeConfig, pool: Any) -> Any:
+    """A zero-argument callable returning a fresh ``env_client.Env`` on the shared sandbox ``pool``."""
+    from env_client import Env, EnvConfig
+
+    env_config = EnvConfig() if cfg.env.max_turns is None else EnvConfig(max_turns=cfg.env.max_turns)
+
+    def make_env() -> Any:
+        return Env(pool, tasks_root=cfg.tasks.root, config=env_config)
+
+    return make_env
+
+
+def _trainer_args(cfg: RecipeConfig) -> Any:
+    """TRL's ``GRPOConfig`` from the recipe, with the keys that the rollout sections own filled in."""
+    owned = {"temperature": cfg.rollout.temperature, "use_vllm": cfg.rollout.backend == "vllm",
+             "reward_weights": list(cfg.reward.weights.values())}
+    for key, value in owned.items():
+        if key in cfg.trainer and cfg.trainer[key] != value:
+            where = {"temperature": "rollout.temperature", "use_vllm": "rollout.backend",
+                     "reward_weights": "reward.weights"}[key]
+            raise RecipeError(f"trainer.{key}={cfg.trainer[key]!r} contradicts {where}; set {where} only")
+    return cfg.trainer_args(**owned)
+
+
+def _first_last(history: list[dict[str, Any]], key: str) -> tuple[float | None, float | None]:
+    values = [row[key] for row in history if isinstance(row.get(key), (int, float))]
+    return (values[0], values[-1]) if values else (None, None)
+
+
+def run(cfg: RecipeConfig) -> dict[str, Any]:
+    """Train a policy with GRPO on environment episodes and save it to ``output.dir``.
+
+    Args:
+        cfg: A validated recipe with ``method: grpo``.
+
+    Returns:
+        The run summary of :func:`medcopilot.trainers._common.finish_run` plus ``reward_first`` /
+        ``reward_last`` and ``success_first`` / ``success_last`` (first and last logged step) and
+        ``sandbox_layers``. The per-step log (TRL's loss/reward keys and the ``env/*`` metrics) is in
+        ``<output.dir>/trainer_state.json`` under ``log_history``.
+
+    Raises:
+        RecipeError: Invalid sections (unknown reward, contradicting keys, missing tasks or model).
+    """
+    from datasets import Dataset
+    from trl import GRPOTrainer
+
+    import sandbox
+    from medcopilot.modeling import (
+        load_model,
+        load_tokenizer,
+        lora_config,
+        resume_checkpoint,
+        trainable_parameter_count,
+    )
+    from medcopilot.trainers._common import finish_run
+
+    if cfg.method != "grpo":
+        raise RecipeError(f"method={cfg.method!r} reached the GRPO trainer; set method: grpo")
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func is experimental upstream; trl is pinned
+    started = time.monotonic()
+
+    # ---- model
+    tokenizer = load_tokenizer(cfg.model.name_or_path)
+    model = load_model(cfg.model)
+
+    # ---- env: dataset of opening chats, a sandbox pool, one Env per episode
+    args = _trainer_args(cfg)
+    index = build_index(cfg)
+    dataset = Dataset.from_list(index.rows)
+    pool = sandbox.make_pool(cfg.env.sandbox, workers=cfg.env.workers,
+                             allow_unisolated=cfg.env.sandbox == "local")
+    layers = list(getattr(pool, "layers", []))
+    if cfg.rollout.concurrency > cfg.env.workers:
+        log.warning("rollout.concurrency=%d > env.workers=%d: an episode holds a sandbox session from reset to end, "
+                    "so episodes will wait for workers and turns batch poorly; set env.workers >= rollout.concurrency",
+                    cfg.rollout.concurrency, cfg.env.workers)
+    components = reward_components(cfg.reward.weights)
+    rollout = EnvRolloutFunc(
+        make_env=make_env_factory(cfg, pool), index=index, tokenizer=tokenizer,
+        max_new_tokens=cfg.rollout.max_new_tokens, max_completion_tokens=args.max_completion_length,
+        concurrency=cfg.rollout.concurrency, rewards=components, seed=args.seed,
+    )
+    reward_funcs = [EpisodeReward(name, group_size=args.num_generations, log_metrics=i == 0)
+                    for i, name in enumerate(components)]
+
+    # ---- trainer
+    try:
+        trainer = GRPOTrainer(model=model, reward_funcs=reward_funcs, args=args, train_dataset=dataset,
+                              processing_class=tokenizer, rollout_func=rollout,
+                              peft_config=lora_config(cfg.model.lora))
+        trainable, total = trainable_parameter_count(trainer.model)
+        resumed_from = resume_checkpoint(cfg.trainer, cfg.output.dir)
+        print(f"[grpo] {len(index.rows)} tasks x {args.num_generations} generations; sandbox {cfg.env.sandbox} "
+              f"({', '.join(layers) or 'no isolation'}); trainable parameters {trainable:,} of {total:,}; "
+              f"resuming from {resumed_from or 'scratch'}", flush=True)
+
+        # ---- train
+        output = trainer.train(resume_from_checkpoint=resumed_from)
+    finally:
+        pool.close()
+
+    # ---- save
+    summary = finish_run(trainer, cfg, output, resumed_from=resumed_from, n_rows=len(index.rows))
+    history = trainer.state.log_history
+    summary["reward_first"], summary["reward_last"] = _first_last(history, "reward")
+    summary["success_first"], summary["success_last"] = _first_last(history, "env/success_rate")
+    summary["sandbox_layers"] = layers
+    summary["wall_s"] = round(time.monotonic() - started, 1)
+    if trainer.is_world_process_zero():  # finish_run wrote the common keys; add ours
+        path = Path(cfg.output.dir) / "run_summary.json"
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+        os.replace(tmp, path)
+    return summary

@@ -1,0 +1,112 @@
+"""Fixtures shared by the whole test suite.
+
+* ``tiny_model_dir``: a tiny random Qwen2 model + tokenizer (``medcopilot.tiny``), built once per session.
+* ``quiet_training_env``: environment for training tests (wandb offline, no Hub access, one BLAS thread).
+* ``train_main``: ``train.main(argv) -> exit status``, the repository's real ``train.py`` entry point, in process.
+* ``sample_trajectory_store``: a small trajectory JSONL with successes and failures of three toy tasks.
+
+The environment defaults below are set before any test imports torch or transformers: tests never touch the
+network, wandb (when a recipe reports to it) writes offline runs, and torch uses one thread (see below).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+os.environ.setdefault("WANDB_MODE", "offline")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+# One intra-op thread: on a busy 2-core machine torch's default thread pool makes tiny-model steps ~20x slower
+# (measured: 10 SFT steps 1.0 s with 1 thread, 18.9 s with 2 under load). Set before torch is imported.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory):
+    """Path of a tiny random Qwen2 model folder (loads with AutoModelForCausalLM / AutoTokenizer). Read-only use."""
+    from medcopilot.tiny import build_tiny_model
+
+    return build_tiny_model(tmp_path_factory.mktemp("tiny") / "tiny-qwen2", seed=0)
+
+
+@pytest.fixture(scope="session")
+def train_main():
+    """The ``main(argv)`` of the repository's ``train.py`` (loaded from its file: it is a script, not a package)."""
+    spec = importlib.util.spec_from_file_location("medcopilot_train_entry", REPO_ROOT / "train.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.main
+
+
+@pytest.fixture()
+def quiet_training_env(monkeypatch: pytest.MonkeyPatch, tmp_path):
+    """Run training offline and single-threaded; wandb writes under ``tmp_path``. Returns ``tmp_path``."""
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("TOKENIZERS_PARALLELISM", "false")
+    return tmp_path
+
+
+#: Text inside every observation of the sample store; must never be a training target.
+OBSERVATION_MARKER = "OBSERVED_ROWS"
+
+
+def _sample_trajectory(task: int, sample: int, steps: list[tuple[str, str]], correct: bool | None):
+    """One finished toy_sql-like trajectory: ``steps`` are (assistant raw text, observation) pairs."""
+    from env_client.trajectory import FinalRecord, StepRecord, Trajectory, TrajectoryHeader
+
+    header = TrajectoryHeader(task_id=f"toy_sql/train/{task:04d}", family="toy_sql", category="count",
+                              split="train", policy="fixture", sample_idx=sample, config_hash="fixture")
+    prompt = [
+        {"role": "system", "content": "You are a data scientist. Call tools with <tool_call> JSON </tool_call>."},
+        {"role": "user", "content": f"How many patients are older than {60 + task}?"},
+    ]
+    records = [
+        StepRecord(turn=i + 1, raw_text=text, observation=obs, observation_role="tool", status="ok")
+        for i, (text, obs) in enumerate(steps)
+    ]
+    verdict = None if correct is None else {"correct": correct, "score": float(correct), "reason": "", "error": None}
+    final = FinalRecord(verdict=verdict, reward=None if correct is None else float(correct), terminated=True,
+                        truncated=False, reason="submitted", turns=len(steps), wall_s=0.1)
+    return Trajectory(header=header, prompt=prompt, steps=records, final=final)
+
+
+def _call(name: str, **arguments) -> str:
+    import json
+
+    return f"<tool_call>\n{json.dumps({'name': name, 'arguments': arguments})}\n</tool_call>"
+
+
+@pytest.fixture(scope="session")
+def sample_trajectory_store(tmp_path_factory: pytest.TempPathFactory):
+    """A small trajectory JSONL (env_client.trajectory format): 3 toy tasks, successes and failures per task.
+
+    Per task t: one success (query, then submit the right count), one failure that diverges at the second
+    assistant turn (same query, wrong answer), and one that diverges at the first (a bad query). Task 2 also has
+    a truncated episode with no verdict. Observations contain :data:`OBSERVATION_MARKER`.
+    """
+    from env_client.trajectory import TrajectoryStore
+
+    path = tmp_path_factory.mktemp("trajectories") / "sample.jsonl"
+    store = TrajectoryStore(path)
+    for t in range(3):
+        query = _call("code_execution", lang="sql", code=f"SELECT COUNT(*) FROM patients WHERE age > {60 + t}")
+        good_obs = f"{OBSERVATION_MARKER}\ncount\n{40 + t}"
+        store.append(_sample_trajectory(t, 0, [(f"Let me count.\n{query}", good_obs),
+                                               (_call("submit_answer", answer=str(40 + t)), "submitted")], True))
+        store.append(_sample_trajectory(t, 1, [(f"Let me count.\n{query}", good_obs),
+                                               (_call("submit_answer", answer=str(99 + t)), "submitted")], False))
+        bad = _call("code_execution", lang="sql", code="SELECT * FROM patient")
+        store.append(_sample_trajectory(t, 2, [(bad, f"{OBSERVATION_MARKER}\nno such table: patient"),
+                                               (_call("submit_answer", answer="0"), "submitted")], False))
+    store.append(_sample_trajectory(2, 3, [("I am not sure.", f"{OBSERVATION_MARKER}\nno action found")], None))
+    return path

@@ -1,0 +1,117 @@
+"""train.py: recipe + dotted overrides, --dry-run validates without loading a model, one-line errors."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from medcopilot.config import RECIPES_DIR, RecipeError
+from medcopilot.trainers import METHODS, get_trainer
+
+REPO = RECIPES_DIR.parent
+ALL_RECIPES = sorted(p.stem for p in RECIPES_DIR.glob("*.yaml"))
+
+
+def test_dry_run_subprocess_prints_resolved_recipe_and_loads_nothing(tmp_path):
+    out = tmp_path / "never_written"
+    proc = subprocess.run(
+        [sys.executable, "train.py", "recipe=grpo_tiny", "--dry-run", "model.name_or_path=/nonexistent/model",
+         f"output.dir={out}", "trainer.max_steps=7"],
+        cwd=REPO, capture_output=True, text=True, timeout=120, check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    resolved = yaml.safe_load(proc.stdout.split("# resolved recipe 'grpo_tiny'\n")[1].split("\n\n")[0])
+    assert resolved["method"] == "grpo" and resolved["trainer"]["max_steps"] == 7
+    assert resolved["model"]["name_or_path"] == "/nonexistent/model"  # never loaded, so no error
+    assert "is valid (trainer section checked by trl.GRPOConfig)" in proc.stdout
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("name", ALL_RECIPES)
+def test_every_recipe_passes_dry_run(name, train_main, capsys, tmp_path):
+    assert train_main([f"recipe={name}", "--dry-run", f"output.dir={tmp_path / 'o'}"]) == 0
+    printed = capsys.readouterr().out
+    assert f"# resolved recipe {name!r}" in printed and "nothing loaded or written" in printed
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize(("argv", "expected"), [
+    (["recipe=sft_tiny", "--dry-run", "trainer.warmup_ratio=0.1"],
+     "unknown key 'trainer.warmup_ratio': did you mean 'warmup_steps'?"),
+    (["recipe=sft_tiny", "--dry-run", "modle.lora=null"], "did you mean 'model'?"),
+    (["recipe=sft_tyni"], "did you mean 'sft_tiny'?"),
+    (["trainer.max_steps=1"], "no recipe given"),
+    (["recipe=sft_tiny", "--fast"], "unknown flag '--fast'"),
+    (["recipe=sft_tiny", "max_steps"], "is not key=value"),
+])
+def test_errors_are_one_line_and_exit_2(argv, expected, train_main, capsys):
+    assert train_main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and expected in err and "--debug" in err
+
+
+def test_debug_shows_the_traceback(train_main):
+    with pytest.raises(RecipeError, match="did you mean 'model'"):
+        train_main(["recipe=sft_tiny", "modle.lora=null", "--debug"])
+
+
+def test_help(train_main, capsys):
+    assert train_main(["--help"]) == 0
+    assert "accelerate launch train.py recipe=" in capsys.readouterr().out
+
+
+def test_dispatch_table():
+    assert set(METHODS) == {"sft", "dpo", "grpo", "ppo"}
+    assert callable(get_trainer("sft").run) and callable(get_trainer("dpo").run)
+    with pytest.raises(RecipeError, match="method='rl' is unknown"):
+        get_trainer("rl")
+
+
+SWEEPS = sorted((RECIPES_DIR / "sweeps").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", SWEEPS, ids=[p.stem for p in SWEEPS])
+def test_every_bundled_sweep_validates(path):
+    from scripts.sweep import load_sweep, plan_runs
+
+    sweep = load_sweep(path)
+    runs = plan_runs(sweep)
+    n = 1
+    for values in sweep.grid.values():
+        n *= len(values)
+    assert len(runs) == n and len({r.name for r in runs}) == n
+    assert all(str(r.output_dir).startswith(sweep.output_root) for r in runs)
+
+
+def test_sweep_plan_rank_and_errors(tmp_path, capsys):
+    import json
+
+    from scripts.sweep import load_sweep, main, plan_runs, rank
+
+    file = tmp_path / "s.yaml"
+    file.write_text(yaml.safe_dump({"recipe": "sft_tiny", "overrides": ["trainer.max_steps=1"],
+                                    "grid": {"trainer.learning_rate": [1.0e-4, 1.0e-3]}, "metric": "train_loss",
+                                    "output_root": str(tmp_path / "runs")}))
+    sweep = load_sweep(file)
+    runs = plan_runs(sweep)
+    assert [r.name for r in runs] == ["learning_rate0.0001", "learning_rate0.001"]
+    assert "trainer.learning_rate=0.001" in runs[1].overrides
+    (runs[0].output_dir).mkdir(parents=True)
+    (runs[0].output_dir / "run_summary.json").write_text(json.dumps({"metrics": {"train_loss": 1.5}}))
+    ranked = rank(sweep, runs)
+    assert [(r["name"], r["value"]) for r in ranked] == [("learning_rate0.0001", 1.5), ("learning_rate0.001", None)]
+
+    # a failing launcher stops the sweep with its status and one line; the finished run is skipped
+    assert main([str(file), "--launcher", "sh -c 'exit 3' --"]) == 3
+    captured = capsys.readouterr()
+    assert "(done, skipped)" in captured.out and "exited with status 3" in captured.err.strip()
+
+    file.write_text(yaml.safe_dump({"recipe": "sft_tiny", "grid": {"trainer.lerning_rate": [1]}}))
+    assert main([str(file), "--dry-run"]) == 2
+    assert "did you mean 'learning_rate'" in capsys.readouterr().err
+    file.write_text(yaml.safe_dump({"recipe": "sft_tiny", "grid": {}, "metrik": "x"}))
+    with pytest.raises(RecipeError, match="unknown sweep key"):
+        load_sweep(file)

@@ -1,0 +1,104 @@
+"""Train a Med-Copilot policy from a recipe.
+
+    accelerate launch train.py recipe=sft_qwen7b [section.key=value ...]
+    python train.py recipe=sft_tiny trainer.max_steps=2 output.dir=runs/try2
+    python train.py recipe=grpo_qwen14b --dry-run      # print + validate the resolved recipe, load nothing
+
+Reads ``recipes/<name>.yaml`` (or a path), applies the dotted overrides (values parsed as YAML), prints the resolved
+recipe, saves it to ``<output.dir>/recipe.yaml``, and calls ``medcopilot.trainers.<method>.run(cfg)``. When
+``output.push_to_hub`` is set, the final model is exported and uploaded afterwards. Errors are one line and a
+non-zero exit; ``--debug`` shows the traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+USAGE = "usage: [accelerate launch] train.py recipe=<name|path.yaml> [section.key=value ...] [--dry-run] [--debug]"
+FLAGS = ("--dry-run", "--debug", "-h", "--help")
+
+
+def parse_argv(argv: list[str]) -> tuple[str, list[str], set[str]]:
+    """Split the command line into the recipe, the overrides and the flags.
+
+    Raises:
+        RecipeError: No ``recipe=``, an unknown flag, or an argument that is not ``key=value``.
+    """
+    from medcopilot.config import RecipeError
+
+    recipe, overrides, flags = None, [], set()
+    for arg in argv:
+        if arg.startswith("-"):
+            if arg not in FLAGS:
+                raise RecipeError(f"unknown flag {arg!r}; flags: {', '.join(FLAGS)}")
+            flags.add(arg)
+        elif arg.startswith("recipe="):
+            recipe = arg.partition("=")[2]
+        elif "=" in arg:
+            overrides.append(arg)
+        else:
+            raise RecipeError(f"argument {arg!r} is not key=value; {USAGE}")
+    if recipe is None and not flags & {"-h", "--help"}:
+        raise RecipeError(f"no recipe given; {USAGE}")
+    return recipe or "", overrides, flags
+
+
+def is_main_process() -> bool:
+    """True on rank 0 (or when not launched distributed): only it writes shared files."""
+    return int(os.environ.get("RANK", "0")) == 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point; returns the process exit status."""
+    argv = sys.argv[1:] if argv is None else argv
+    debug = "--debug" in argv
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        print("train.py: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:
+        if debug:
+            raise
+        text = " ".join(str(exc).split()) or type(exc).__name__
+        name = "" if type(exc).__name__ == "RecipeError" else f"{type(exc).__name__}: "
+        print(f"train.py: error: {name}{text} (rerun with --debug for the traceback)", file=sys.stderr)
+        return 2
+
+
+def _main(argv: list[str]) -> int:
+    from medcopilot.config import load_recipe
+
+    recipe, overrides, flags = parse_argv(argv)
+    if flags & {"-h", "--help"}:
+        print(__doc__.strip())
+        return 0
+    cfg = load_recipe(recipe, overrides)
+    if is_main_process():
+        print(f"# resolved recipe {cfg.name!r}\n{cfg.to_yaml()}", flush=True)
+    if "--dry-run" in flags:
+        args = cfg.trainer_args() if cfg.method in ("sft", "dpo", "grpo") else None
+        checked = f"trainer section checked by trl.{type(args).__name__}" if args is not None else "no TRL config"
+        print(f"# dry run: recipe {cfg.name!r} is valid ({checked}); nothing loaded or written", flush=True)
+        return 0
+
+    from medcopilot.trainers import get_trainer
+
+    trainer = get_trainer(cfg.method)
+    if is_main_process():
+        cfg.save()
+    summary = trainer.run(cfg) or {}
+    if cfg.output.push_to_hub and is_main_process():
+        from medcopilot.export import export_model
+
+        export = export_model(cfg.output.dir, os.path.join(cfg.output.dir, "export"), push=cfg.output.push_to_hub)
+        summary = {**summary, "pushed_to": cfg.output.push_to_hub, "export_dir": str(export)}
+    if is_main_process():
+        print(f"# done: {json.dumps(summary, default=str)}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
