@@ -1,5 +1,18 @@
-"""Rewards: plain named functions of a verdict and a trajectory. Imports neither env_client nor medcopilot."""
+"""Rewards: plain named functions of a verdict and a trajectory, and ``RewardSpec`` to combine them.
 
+Imports neither ``env_client`` nor ``medcopilot``; trajectories are duck-typed (``.steps``, ``.final``).
+"""
+
+from rewards.errors import RewardError
 from rewards.oracle import correctness, oracle_reward
+from rewards.shaping import (
+           format_penalty,
+           length_cost,
+           loop_penalty,
+           turn_cost,
+           verifier_score,
+)
+from rewards.spec import REWARD_FUNCS, RewardResult, RewardSpec
 
-__all__ = ["correctness", "oracle_reward"]
+__all__ = ["REWARD_FUNCS", "RewardError", "RewardResult", "RewardSpec", "correctness", "format_penalty",
+           "length_cost", "loop_penalty", "oracle_reward", "turn_cost", "verifier_score"]

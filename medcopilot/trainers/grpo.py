@@ -47,19 +47,14 @@ def reward_components(weights: dict[str, float]) -> dict[str, Any]:
     """The ``rewards`` functions named in ``reward.weights``.
 
     Raises:
-        RecipeError: A name that ``rewards`` does not export (naming the ones it does).
+        RecipeError: A name that is not a reward term (naming the nearest one).
     """
     import rewards
 
-    known = list(getattr(rewards, "__all__", []))
-    funcs = {}
-    for name in weights:
-        fn = getattr(rewards, name, None) if name in known else None
-        if fn is None:
-            raise RecipeError(f"reward.weights names {name!r}, which rewards/ does not export; "
-                              f"choose from {', '.join(known)}")
-        funcs[name] = fn
-    return funcs
+    try:
+        return dict(rewards.RewardSpec.from_weights(weights).funcs)
+    except rewards.RewardError as exc:
+        raise RecipeError(f"reward.weights: {exc}") from None
 
 
 def build_index(cfg: RecipeConfig) -> PromptIndex:

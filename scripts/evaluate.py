@@ -1,0 +1,182 @@
+"""Evaluate a policy on task families: success, Pass@K, Best@K, error taxonomy, actions, cost; report and plots.
+
+    python scripts/evaluate.py --policy oracle --families all --size tiny --limit 5 --out runs/eval/oracle --json
+    python scripts/evaluate.py --policy openai:Qwen/Qwen2.5-7B-Instruct@http://127.0.0.1:8000/v1 --suite ood -k 4
+    python scripts/evaluate.py --policy hf:runs/sft/final --suite id --scores runs/verifier/scores.jsonl -k 8
+
+Rolls the policy out (``k`` samples per task) over the chosen families' ``--split`` instances (``--limit`` per
+family), then writes into ``--out``: ``trajectories.jsonl`` (rerunning with the same ``--out`` and policy
+resumes), ``report.json``, ``report.md`` and the plots ``success_by_family.png``, ``pass_at_k.png`` and
+``errors.png``. Families not yet built under ``--tasks-root`` are built there first at ``--size``.
+
+Suites: ``--suite id`` is every registered family on the test split (in distribution); ``--suite ood`` is the
+held-out families ``env_client.evaluation.OOD_FAMILIES`` (biodsbench, npowerai, ehrshot) on the test split.
+``--scores`` is a JSONL file of ``{"task_id", "sample_idx", "score"}`` from a scorer (the learned verifier)
+for Best@K; without it Best@K is N/A. ``--json`` ends stdout with one JSON object: ``policy``, ``episodes``,
+``success_rate``, ``per_family`` (``family -> success rate``), ``pass_at_k``, ``best_at_k``, ``errors``,
+``out``. Policies: ``oracle``, ``constant[:V]``, ``shotgun``, ``traceback``, ``empty``,
+``openai:MODEL@BASE_URL``, ``hf:PATH``, ``vllm:PATH``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import traceback
+from pathlib import Path
+
+import tasks
+from env_client.errors import EnvClientError
+from env_client.evaluation import (
+    OOD_FAMILIES,
+    EvalError,
+    evaluate,
+    label_base_rate,
+    write_report,
+)
+from env_client.rollout import EnvSpec, rollout
+from env_client.trajectory import TrajectoryStore
+from sandbox.errors import SandboxError
+from tasks.base import TaskError
+
+
+def choose_families(families: str, suite: str | None, root: Path) -> list[str]:
+    """Family names from ``--suite`` (wins) or ``--families`` (``all`` = every registered family)."""
+    if suite == "ood":
+        return list(OOD_FAMILIES)
+    if suite == "id" or families.strip() == "all":
+        return list(tasks.names(root))
+    chosen = [f.strip() for f in families.split(",") if f.strip()]
+    if not chosen:
+        raise TaskError("--families is empty; pass names separated by commas, or 'all'")
+    for name in chosen:
+        tasks.registry.spec(name, root=root)  # an unknown name raises UnknownTask with "did you mean"
+    return chosen
+
+
+def ensure_built(names: list[str], root: Path, size: str, seed: int) -> list[str]:
+    """Build each family missing under ``root`` (no ``manifest.json``); returns the names built."""
+    built = []
+    for name in names:
+        if not (root / name / "manifest.json").exists():
+            print(f"building {name} ({size}) under {root}", file=sys.stderr)
+            tasks.make(name, root=root).build(root, size=size, seed=seed)
+            built.append(name)
+    return built
+
+
+def read_scores(path: Path) -> dict[tuple[str, int], float]:
+    """``(task_id, sample_idx) -> score`` from a JSONL file of ``{"task_id", "sample_idx", "score"}``."""
+    scores: dict[tuple[str, int], float] = {}
+    for lineno, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            scores[(str(row["task_id"]), int(row["sample_idx"]))] = float(row["score"])
+        except (ValueError, KeyError, TypeError) as exc:
+            raise EvalError(f"{path}:{lineno}: need {{'task_id', 'sample_idx', 'score'}} per line ({exc})") from exc
+    return scores
+
+
+def _check_store(store: Path, policy: str) -> None:
+    if store.exists():
+        for traj in TrajectoryStore(store).read():
+            if traj.header.policy != policy:
+                raise EvalError(f"{store} holds episodes of policy {traj.header.policy!r}, not {policy!r}; "
+                                f"pass another --out")
+
+
+def run(args: argparse.Namespace) -> dict:
+    """Roll out, evaluate and write the report; returns the summary printed as the JSON line."""
+    split = "test" if args.suite else args.split
+    names = choose_families(args.families, args.suite, args.tasks_root)
+    ensure_built(names, args.tasks_root, args.size, args.seed)
+    instances, base_rates = [], {}
+    for name in names:
+        found = tasks.make(name, root=args.tasks_root).instances(split)[:args.limit]
+        if not found:
+            raise TaskError(f"family {name!r} has no {split!r} instances under {args.tasks_root}; rebuild it")
+        instances.extend(found)
+        base_rates[name] = label_base_rate(found)
+    out = args.out or Path("runs/eval") / re.sub(r"[^A-Za-z0-9_.-]+", "_", args.policy)
+    store = out / "trajectories.jsonl"
+    _check_store(store, args.policy)
+    config = {"format": args.format, **({"max_turns": args.max_turns} if args.max_turns else {})}
+    spec = EnvSpec(tasks_root=str(args.tasks_root), backend=args.sandbox, allow_unisolated=args.allow_unisolated,
+                   config=config)
+    policy = args.policy
+    if args.temperature is not None or args.format != "tool_call":
+        from env_client.policies import make_policy
+
+        kwargs = {"temperature": args.temperature} if args.temperature is not None else {}
+        policy = make_policy(args.policy, families=spec.families(), fmt=args.format, **kwargs)
+    result = rollout(instances, policy, spec, k=args.k, seed=args.seed, concurrency=args.concurrency,
+                     store=store, policy_name=args.policy, on_error="skip", progress=not args.no_progress)
+    scores = read_scores(args.scores) if args.scores else None
+    meta = {"split": split, "suite": args.suite or "custom", "size": args.size, "seed": args.seed,
+            "limit": args.limit, "failed_episodes": result.summary.failed}
+    report = evaluate(result.trajectories, policy=args.policy, scores=scores, base_rates=base_rates, meta=meta)
+    write_report(report, out, plots=not args.no_plots)
+    for err in result.summary.errors[:5]:
+        print(f"episode failed (not evaluated): {err}", file=sys.stderr)
+    return {"policy": report.policy, "episodes": report.episodes, "success_rate": report.success_rate,
+            "per_family": {f: row["success_rate"] for f, row in report.per_family.items()},
+            "base_rate": base_rates, "pass_at_k": report.pass_at_k, "best_at_k": report.best_at_k,
+            "errors": report.errors, "failed_episodes": result.summary.failed, "out": str(out)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI entry point; returns the exit status."""
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--policy", default="oracle", help="policy spec (see above); default oracle")
+    p.add_argument("--families", default="all", help="comma-separated family names, or 'all' (default)")
+    p.add_argument("--suite", choices=["id", "ood"], default=None,
+                   help="named suite: id = all families, ood = held-out families; both on the test split")
+    p.add_argument("--split", choices=["train", "test"], default="test", help="split to evaluate (default test)")
+    p.add_argument("--size", choices=["tiny", "default"], default="tiny",
+                   help="size to build missing families at (default tiny)")
+    p.add_argument("--tasks-root", type=Path, default=Path("artifacts/tasks"),
+                   help="built tasks root; missing families are built into it (default artifacts/tasks)")
+    p.add_argument("--limit", type=int, default=None, help="at most this many instances per family")
+    p.add_argument("-k", type=int, default=1, help="samples per task; Pass@K for K = 1..k (default 1)")
+    p.add_argument("--scores", type=Path, default=None, help="JSONL of verifier scores for Best@K (see above)")
+    p.add_argument("--out", type=Path, default=None, help="report directory (default runs/eval/<policy>)")
+    p.add_argument("--concurrency", type=int, default=4, help="episodes in flight; default 4")
+    p.add_argument("--sandbox", choices=["bwrap", "docker", "local"], default="bwrap",
+                   help="sandbox backend for code; default bwrap ('local' is unisolated)")
+    p.add_argument("--allow-unisolated", action="store_true", help="permit --sandbox local")
+    p.add_argument("--max-turns", type=int, default=None, help="episode turn cap (EnvConfig.max_turns)")
+    p.add_argument("--format", choices=["tool_call", "json"], default="tool_call",
+                   help="action wire format of prompts and scripted policies; default tool_call")
+    p.add_argument("--temperature", type=float, default=None, help="sampling temperature of model policies")
+    p.add_argument("--seed", type=int, default=0, help="build seed and base rollout seed; default 0")
+    p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    p.add_argument("--json", action="store_true", help="end stdout with the summary as one JSON line")
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    p.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    args = p.parse_args(argv)
+    if args.k < 1 or (args.limit is not None and args.limit < 1):
+        print(f"error: -k ({args.k}) and --limit ({args.limit}) must be >= 1", file=sys.stderr)
+        return 2
+    try:
+        summary = run(args)
+    except (EnvClientError, TaskError, SandboxError, OSError, ValueError) as exc:
+        if args.debug:
+            traceback.print_exc()
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"{summary['policy']}: success {summary['success_rate']:.1%} over {summary['episodes']} episodes; "
+          f"pass@k {summary['pass_at_k']}; report in {summary['out']}")
+    for fam, rate in summary["per_family"].items():
+        print(f"  {fam:<16} {rate:6.1%}  (label base rate {summary['base_rate'].get(fam, 0):.1%})")
+    if args.json:
+        print(json.dumps(summary, sort_keys=True))
+    return 0 if summary["failed_episodes"] == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,168 @@
+"""env_client/evaluation.py: Pass@K and Best@K estimators, the error taxonomy, report, plots, leaderboard."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import random
+
+import pytest
+
+from env_client.evaluation import (
+    ERROR_CLASSES,
+    EvalError,
+    best_at_k,
+    classify_failure,
+    evaluate,
+    leaderboard,
+    load_reports,
+    pass_at_k,
+    render_markdown,
+    write_report,
+)
+from env_client.trajectory import FinalRecord, StepRecord, Trajectory, TrajectoryHeader
+
+
+def step(action="code_execution", status="ok", error_kind=None, observation="", loop=False, lang="python"):
+    act = None if action is None else ({"action": action, "lang": lang, "code": "x"} if action == "code_execution"
+                                       else {"action": action})
+    return StepRecord(turn=1, raw_text="...", action=act, observation=observation, status=status,
+                      error_kind=error_kind, loop=loop, n_tokens=5)
+
+
+def traj(task="toy_sql/test/0000", sample=0, *, correct=None, steps=(), reason=None, error=None,
+         family=None, category="c1", tokens=10, wall=0.5):
+    steps = list(steps)
+    verdict = None if correct is None else {"correct": correct, "score": float(correct), "error": error}
+    if verdict is not None:
+        steps.append(step("submit_answer", "submitted"))
+    reason = reason or ("submitted" if verdict is not None else "max_turns")
+    header = TrajectoryHeader(task_id=task, family=family or task.split("/")[0], category=category, split="test",
+                              policy="p", sample_idx=sample, config_hash="h")
+    final = FinalRecord(verdict=verdict, reward=None if error else float(bool(correct)),
+                        terminated=verdict is not None, truncated=reason in ("max_turns", "loop"), reason=reason,
+                        turns=len(steps), total_tokens=tokens, wall_s=wall)
+    return Trajectory(header=header, prompt=[], steps=steps, final=final)
+
+
+def brute_pass(n, c, k):
+    subsets = list(itertools.combinations([1] * c + [0] * (n - c), k))
+    return sum(any(s) for s in subsets) / len(subsets)
+
+
+def test_pass_at_k_matches_enumeration_and_edges():
+    for n, c, k in [(5, 2, 1), (5, 2, 3), (6, 0, 2), (4, 4, 1), (7, 3, 5)]:
+        assert pass_at_k(n, c, k) == pytest.approx(brute_pass(n, c, k))
+    assert pass_at_k(4, 1, 1) == 0.25 and pass_at_k(4, 1, 4) == 1.0
+    with pytest.raises(EvalError, match="1 <= k <= n"):
+        pass_at_k(3, 1, 4)
+
+
+def test_best_at_k_matches_enumeration_of_subsets():
+    rng = random.Random(0)
+    for _ in range(20):
+        n = rng.randint(1, 6)
+        correct = [rng.random() < 0.4 for _ in range(n)]
+        scores = [rng.choice([0.1, 0.5, 0.9]) for _ in range(n)]  # ties on purpose
+        for k in range(1, n + 1):
+            subsets = list(itertools.combinations(range(n), k))
+            want = sum(correct[min(s, key=lambda i: (-scores[i], i))] for s in subsets) / len(subsets)
+            assert best_at_k(correct, scores, k) == pytest.approx(want)
+
+
+@pytest.mark.parametrize("t, expected", [
+    ({"correct": False, "error": "grader crashed"}, "grader_error"),
+    ({"reason": "loop", "steps": [step(loop=True)]}, "loop"),
+    ({"correct": False, "steps": [step(status="error", error_kind="python_error")]}, "wrong_answer"),
+    ({"steps": [step(status="error", error_kind="syntax_error")]}, "syntax_error"),
+    ({"steps": [step(status="error", error_kind="python_error",
+                      observation="FileNotFoundError: [Errno 2] No such file: '/data/x.csv'")]}, "io_error"),
+    ({"steps": [step(status="error", error_kind="sql_error", observation="no such table: labs")]}, "io_error"),
+    ({"steps": [step(status="error", error_kind="timeout")]}, "runtime_error"),
+    ({"steps": [step(action=None, status="parse_error")]}, "invalid_action"),
+    ({"steps": [step(status="ok")]}, "truncated"),
+    ({"steps": [step(status="ok")], "reason": "closed"}, "no_submission"),
+])
+def test_error_taxonomy(t, expected):
+    assert expected in ERROR_CLASSES
+    assert classify_failure(traj(**t)) == expected
+
+
+def test_evaluate_success_passk_errors_actions_and_cost():
+    trajs = [traj("toy_sql/test/0000", 0, correct=True, steps=[step()]),
+             traj("toy_sql/test/0000", 1, correct=False),
+             traj("toy_sql/test/0001", 0, correct=False, category="c2"),
+             traj("toy_sql/test/0001", 1, steps=[step(action=None, status="parse_error")], category="c2"),
+             traj("medcalcbench/test/0000", 0, correct=True, steps=[step(lang="sql")]),
+             traj("medcalcbench/test/0000", 1, correct=True)]
+    r = evaluate(trajs, base_rates={"toy_sql": 0.5})
+    assert r.episodes == 6 and r.tasks == 3 and r.k == 2 and r.policy == "p"
+    assert r.success_rate == pytest.approx(0.5)
+    assert r.pass_at_k == {"1": pytest.approx(0.5), "2": pytest.approx(2 / 3)}
+    assert r.per_family["toy_sql"] == {"n": 4, "success_rate": 0.25, "pass_at_k": 0.5, "base_rate": 0.5,
+                                       "errors": {"wrong_answer": 2, "invalid_action": 1}}
+    assert r.per_family["medcalcbench"]["success_rate"] == 1.0
+    assert r.per_category["toy_sql/c2"] == {"n": 2, "success_rate": 0.0}
+    assert r.errors == {"wrong_answer": 2, "invalid_action": 1}
+    assert sum(r.error_shares.values()) == pytest.approx(1.0)
+    assert r.actions == {"submit_answer": 5, "code_execution:python": 1, "code_execution:sql": 1, "invalid": 1}
+    assert r.best_at_k is None
+    assert r.total_tokens == 60 and r.mean_wall_s == 0.5
+    scores = {t.key: (1.0 if t.final.verdict and t.final.verdict["correct"] else 0.0) for t in trajs}
+    best = evaluate(trajs, scores=scores).best_at_k
+    assert best == {"1": pytest.approx(0.5), "2": pytest.approx(2 / 3)}  # a perfect scorer reaches Pass@K
+    with pytest.raises(EvalError, match="scores lack"):
+        evaluate(trajs, scores={trajs[0].key: 1.0})
+    with pytest.raises(EvalError, match="no trajectories"):
+        evaluate([])
+
+
+def test_grader_error_is_counted_not_success():
+    r = evaluate([traj(correct=True, error="boom")])
+    assert r.success_rate == 0.0 and r.grader_errors == 1 and r.errors == {"grader_error": 1}
+
+
+def test_report_files_and_plots_are_written(tmp_path):
+    trajs = [traj(f"toy_sql/test/{i:04d}", j, correct=(i + j) % 3 == 0) for i in range(4) for j in range(3)]
+    scores = {t.key: float(t.header.sample_idx == 0) for t in trajs}
+    r = evaluate(trajs, scores=scores, meta={"split": "test"})
+    paths = write_report(r, tmp_path)
+    assert {p.name for p in paths} == {"report.json", "report.md", "success_by_family.png", "pass_at_k.png",
+                                       "errors.png"}
+    for p in paths:
+        assert p.stat().st_size > 500
+    assert paths[2].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    data = json.loads((tmp_path / "report.json").read_text())
+    assert data["pass_at_k"]["3"] == r.pass_at_k["3"] and data["best_at_k"] is not None
+    md = render_markdown(r)
+    assert "## Errors of failed episodes" in md and "wrong_answer" in md and "| 3 |" in md
+    assert not list(tmp_path.glob(".*tmp*"))  # atomic writes leave no temporaries
+
+
+def test_leaderboard_table_and_plot(tmp_path):
+    a = evaluate([traj("toy_sql/test/0000", correct=True), traj("medcalcbench/test/0000", correct=False)],
+                 policy="good")
+    b = evaluate([traj("toy_sql/test/0000", correct=False)], policy="bad")
+    write_report(a, tmp_path / "a", plots=False)
+    write_report(b, tmp_path / "b", plots=False)
+    reports = load_reports([tmp_path / "a", tmp_path / "b" / "report.json"])
+    table = leaderboard(reports, tmp_path / "lb.png")
+    lines = table.splitlines()
+    assert lines[0] == "| policy | episodes | success | pass@1 | medcalcbench | toy_sql |"
+    assert lines[2].startswith("| good | 2 | 50.0% |") and lines[3].endswith("| – | 0.0% |")
+    assert (tmp_path / "lb.png").stat().st_size > 1000
+    (tmp_path / "junk.json").write_text("{}")
+    with pytest.raises(EvalError, match="not an evaluate.py report"):
+        load_reports([tmp_path / "junk.json"])
+    assert math.isclose(reports[0]["success_rate"], 0.5)
+
+
+def test_importing_evaluation_loads_no_plotting_or_training_stack():
+    import subprocess
+    import sys
+
+    code = ("import sys, env_client.evaluation; print([m for m in ('matplotlib', 'torch', 'transformers', 'trl', "
+            "'medcopilot') if m in sys.modules])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

@@ -1,0 +1,97 @@
+"""scripts/evaluate.py and scripts/leaderboard.py end to end: build on demand, report, plots, JSON line."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SANDBOX = "bwrap" if shutil.which("bwrap") else "local"
+FAMILIES = "toy_sql,medcalcbench"
+
+
+def _run(script: str, *args: str, timeout: int = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(ROOT / "scripts" / script), *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=timeout, check=False)
+
+
+def _evaluate(root: Path, out: Path, policy: str, *extra: str) -> subprocess.CompletedProcess:
+    return _run("evaluate.py", "--policy", policy, "--families", FAMILIES, "--limit", "4", "--tasks-root", str(root),
+                "--out", str(out), "--sandbox", SANDBOX, "--allow-unisolated", "--no-progress", "--json",
+                "--concurrency", "2", *extra)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    base = tmp_path_factory.mktemp("eval")
+    root = base / "tasks"  # missing: evaluate.py must build the families into it
+    oracle = _evaluate(root, base / "oracle", "oracle", "-k", "2")
+    shotgun = _evaluate(root, base / "shotgun", "shotgun")
+    return base, root, oracle, shotgun
+
+
+def test_oracle_scores_every_family_and_writes_report(runs):
+    base, root, oracle, _ = runs
+    assert oracle.returncode == 0, oracle.stderr
+    assert (root / "toy_sql" / "manifest.json").exists() and (root / "medcalcbench" / "manifest.json").exists()
+    summary = json.loads(oracle.stdout.strip().splitlines()[-1])
+    assert summary["success_rate"] == 1.0 and summary["episodes"] == 16
+    assert summary["per_family"] == {"medcalcbench": 1.0, "toy_sql": 1.0}
+    assert summary["pass_at_k"] == {"1": 1.0, "2": 1.0} and summary["best_at_k"] is None
+    report = json.loads((base / "oracle" / "report.json").read_text())
+    assert report["actions"]["submit_answer"] >= 16 and report["errors"] == {}
+    for png in ("success_by_family.png", "pass_at_k.png", "errors.png"):
+        assert (base / "oracle" / png).stat().st_size > 1000
+    assert "Pass@K" in (base / "oracle" / "report.md").read_text()
+
+
+def test_adversarial_policy_stays_at_or_below_base_rate(runs):
+    _base, _, _, shotgun = runs
+    assert shotgun.returncode == 0, shotgun.stderr
+    summary = json.loads(shotgun.stdout.strip().splitlines()[-1])
+    for fam, rate in summary["per_family"].items():
+        assert rate <= summary["base_rate"][fam]
+    assert summary["success_rate"] == 0.0 and summary["errors"] == {"wrong_answer": 8}
+
+
+def test_leaderboard_merges_reports(runs):
+    base = runs[0]
+    done = _run("leaderboard.py", str(base / "oracle"), str(base / "shotgun" / "report.json"), "--out",
+                str(base / "lb"), "--json")
+    assert done.returncode == 0, done.stderr
+    rows = json.loads(done.stdout.strip().splitlines()[-1])["rows"]
+    assert [r["policy"] for r in rows] == ["oracle", "shotgun"]
+    assert "| oracle | 16 | 100.0% |" in (base / "lb" / "leaderboard.md").read_text()
+    assert (base / "lb" / "leaderboard.png").stat().st_size > 1000
+
+
+def test_bad_input_is_one_line_error(runs, tmp_path):
+    root = runs[1]
+    bad = _run("evaluate.py", "--families", "toy_sq", "--tasks-root", str(root), "--out", str(tmp_path))
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "did you mean" in bad.stderr
+    reuse = _evaluate(root, runs[0] / "oracle", "empty")  # an out dir holding another policy's episodes
+    assert reuse.returncode == 2 and "pass another --out" in reuse.stderr
+    missing = _run("leaderboard.py", str(tmp_path / "nope.json"), "--out", str(tmp_path))
+    assert missing.returncode == 2 and "cannot read report" in missing.stderr
+
+
+def test_rerun_resumes_and_scores_give_best_at_k(runs):
+    base, root, _, _ = runs
+    store = base / "oracle" / "trajectories.jsonl"
+    keys = [(json.loads(line)["header"]["task_id"], json.loads(line)["header"]["sample_idx"])
+            for line in store.read_text().splitlines()]
+    scores = base / "scores.jsonl"
+    scores.write_text("".join(json.dumps({"task_id": t, "sample_idx": i, "score": 0.5}) + "\n" for t, i in keys))
+    again = _evaluate(root, base / "oracle", "oracle", "-k", "2", "--scores", str(scores), "--no-plots")
+    assert again.returncode == 0, again.stderr
+    summary = json.loads(again.stdout.strip().splitlines()[-1])
+    assert summary["best_at_k"] == {"1": 1.0, "2": 1.0} and summary["episodes"] == 16
+    assert len(store.read_text().splitlines()) == 16  # resumed: nothing re-run, nothing duplicated
+    scores.write_text('{"task_id": "x"}\n')
+    bad = _evaluate(root, base / "oracle", "oracle", "-k", "2", "--scores", str(scores))
+    assert bad.returncode == 2 and "sample_idx" in bad.stderr
