@@ -53,7 +53,9 @@ def test_contract_and_layout(fam):
     items = fam.instances("train") + fam.instances("test")
     assert {i.category for i in items} == set(fam.categories) and len(fam.categories) == 15
     for inst in items:
-        mount = fam.root / inst.data[MOUNT]
+        assert inst.data[MOUNT] == "data"  # one mount for the family; each instance names its cohort folder
+        mount = fam.root / inst.data[MOUNT] / inst.metadata["cohort"]
+        assert f"/data/{MOUNT}/{inst.metadata['cohort']}/" in inst.question
         assert sorted(p.name for p in mount.iterdir()) == [
             "test_embeddings.npy", "test_ids.csv", "train_embeddings.npy", "train_labels.csv"]
         assert "hidden" not in inst.data[MOUNT] and inst.metadata["hidden_labels"].startswith("hidden/")
@@ -138,7 +140,8 @@ def test_reference_solution_in_the_sandbox(fam):
 
 def test_replay_runs_only_the_reference_program(fam):
     inst = fam.instances("test")[0]
-    assert inst.solution == solution_code(inst.metadata["label_type"])  # the jail's paths: /data/ehrshot, cwd
+    # the jail's paths: /data/ehrshot/<cohort>, cwd
+    assert inst.solution == solution_code(inst.metadata["label_type"], f"/data/{MOUNT}/{inst.metadata['cohort']}")
     with pytest.raises(TaskError, match="only the reference program"):
         fam.replay(inst, [{"action": "code_execution", "params": {"lang": "python", "code": "import os"}},
                           {"action": "submit_answer", "params": {"answer": PREDICTIONS}}])
