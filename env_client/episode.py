@@ -173,6 +173,7 @@ class Env:
         self._families: dict[str, Any] = {}
         self._catalogues: dict[tuple[tuple[str, str], ...], Catalogue] = {}
         self._session: Any = None
+        self._episode: Any = None  # what a family serves for the current episode (see reset)
         self._traj: Trajectory | None = None
         self._done = True
         self.instance: Instance | None = None
@@ -214,7 +215,17 @@ class Env:
         if leaking:  # the agent would read the gold answers from its own data mount
             raise tasks.TaskError(f"{task.family}: mount {leaking[0]!r} exposes instance files with gold answers "
                                   f"({', '.join(_GOLD_FILES)}); mount a data subdirectory instead")
-        self._session = self.pool.session(mounts=self._mounts, persistent=True, limits=self._limits)
+        # A family may serve the episode (e.g. a FHIR server with per-episode state): its bridges are the only
+        # addresses the jailed code can reach.
+        opener = getattr(fam, "open_episode", None)
+        self._episode = opener(task) if callable(opener) else None
+        bridges = getattr(self._episode, "bridges", None)
+        try:
+            self._session = self.pool.session(mounts=self._mounts, persistent=True, limits=self._limits,
+                                              **({"bridges": bridges} if bridges else {}))
+        except BaseException:
+            self._close_episode()
+            raise
         self._last_failure: Any = None
         self._signatures: collections.deque = collections.deque(maxlen=self.config.loop_window)
         self._errors: collections.deque = collections.deque(maxlen=self.config.loop_window)
@@ -245,6 +256,12 @@ class Env:
         if self._session is not None:
             session, self._session = self._session, None
             session.close()
+        self._close_episode()
+
+    def _close_episode(self) -> None:
+        episode, self._episode = self._episode, None
+        if episode is not None:
+            episode.close()
 
     def __enter__(self) -> Env:
         return self

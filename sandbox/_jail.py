@@ -6,8 +6,10 @@ environment. ``BwrapLauncher`` builds the bubblewrap jail; ``LocalLauncher`` run
 
 from __future__ import annotations
 
+import ctypes
 import os
 import shutil
+import subprocess
 import sys
 import sysconfig
 from dataclasses import dataclass, field
@@ -20,6 +22,7 @@ from .errors import SandboxUnavailable
 JAIL_WORKSPACE = "/workspace"
 JAIL_DATA = "/data"
 JAIL_TMP = "/tmp"
+JAIL_BRIDGE_DIR = "/run/bridge"  # same as sandbox.bridge.JAIL_BRIDGE_DIR
 _ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "alternatives", "nsswitch.conf",
               "ssl", "ca-certificates", "mime.types", "fonts")
 BWRAP_FIX = ("install it with `apt-get install bubblewrap`, or run unisolated for development with "
@@ -50,6 +53,11 @@ class Slot:
     @property
     def data(self) -> Path:
         return self.root / "data"
+
+    @property
+    def bridge(self) -> Path:
+        """Host directory of the slot's bridge sockets (``/run/bridge`` in a bwrap jail; see sandbox.bridge)."""
+        return self.root / "bridge"
 
 
 def package_parent() -> Path:
@@ -155,6 +163,8 @@ class BwrapLauncher:
         args += ["--proc", "/proc", "--dev", "/dev", "--bind", str(slot.shm), "/dev/shm", "--tmpfs", "/run",
                  "--bind", str(slot.workspace), JAIL_WORKSPACE, "--bind", str(slot.tmp), JAIL_TMP,
                  "--perms", "0755", "--tmpfs", JAIL_DATA]
+        if slot.bridge.is_dir():
+            args += ["--ro-bind", str(slot.bridge), JAIL_BRIDGE_DIR]
         for name, host in sorted(slot.mounts.items()):
             if os.path.exists(host):  # a mount of an earlier session may be gone by now
                 args += ["--ro-bind", str(host), f"{JAIL_DATA}/{name}"]
@@ -194,3 +204,104 @@ class BwrapLauncher:
             tmp.write_text(text)
             os.chmod(tmp, 0o644)
             os.replace(tmp, path)
+
+
+def mount_tmpfs(path: Path, size_mb: int) -> bool:
+    """Mount a size-limited tmpfs on ``path`` (the workspace quota). False where not permitted."""
+    if os.geteuid() != 0:
+        return False
+    libc = ctypes.CDLL(None, use_errno=True)
+    opts = f"size={size_mb}m,mode=0755".encode()
+    return libc.mount(b"tmpfs", str(path).encode(), b"tmpfs", 0, opts) == 0
+
+
+def umount(path: Path) -> None:
+    """Lazily unmount ``path`` (MNT_DETACH); errors are ignored."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.umount2(str(path).encode(), 2)  # MNT_DETACH
+
+
+# Runs in a short-lived helper process (setns needs a single-threaded caller): clone each host path as a
+# detached read-only tree, enter the jail's mount namespace, create the mount point under the read-only
+# /data (made writable only for that moment; it is root-owned 0755, so the jail cannot write to it anyway)
+# and attach the tree there. argv: jail_pid, then name, host path pairs. Linux >= 5.12 (mount_setattr); the
+# numbers of these newer syscalls are the same on every architecture but alpha. Any failure: the caller restarts.
+_ADD_MOUNTS = r"""
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+OPEN_TREE, MOVE_MOUNT, MOUNT_SETATTR = 428, 429, 442
+AT_FDCWD, AT_EMPTY_PATH, AT_RECURSIVE = -100, 0x1000, 0x8000
+RDONLY, NOSUID, NODEV, PRIVATE = 0x1, 0x2, 0x4, 1 << 18
+
+class Attr(ctypes.Structure):
+    _fields_ = [("attr_set", ctypes.c_uint64), ("attr_clr", ctypes.c_uint64),
+                ("propagation", ctypes.c_uint64), ("userns_fd", ctypes.c_uint64)]
+
+def sys_(nr, *args):
+    r = libc.syscall(ctypes.c_long(nr), *args)
+    if r < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+    return r
+
+def setattr_(dirfd, path, flags, attr):
+    sys_(MOUNT_SETATTR, ctypes.c_int(dirfd), ctypes.c_char_p(path), ctypes.c_uint(flags),
+         ctypes.byref(attr), ctypes.c_size_t(ctypes.sizeof(attr)))
+
+pid, pairs = sys.argv[1], list(zip(sys.argv[2::2], sys.argv[3::2]))
+trees = []
+for name, host in pairs:
+    fd = sys_(OPEN_TREE, ctypes.c_int(AT_FDCWD), ctypes.c_char_p(host.encode()),
+              ctypes.c_uint(1 | os.O_CLOEXEC | AT_RECURSIVE))
+    setattr_(fd, b"", AT_EMPTY_PATH | AT_RECURSIVE, Attr(RDONLY | NOSUID | NODEV, 0, PRIVATE, 0))
+    trees.append((name, fd, os.path.isdir(host)))
+ns = os.open(f"/proc/{pid}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
+if libc.setns(ns, 0x00020000) != 0:
+    raise OSError(ctypes.get_errno(), "setns")
+os.chdir("/")
+setattr_(AT_FDCWD, b"/data", 0, Attr(0, RDONLY, 0, 0))
+try:
+    for name, fd, is_dir in trees:
+        target = f"/data/{name}"
+        if is_dir:
+            os.mkdir(target, 0o755)
+        else:
+            os.close(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644))
+        sys_(MOVE_MOUNT, ctypes.c_int(fd), ctypes.c_char_p(b""), ctypes.c_int(AT_FDCWD),
+             ctypes.c_char_p(target.encode()), ctypes.c_uint(0x4))
+finally:
+    setattr_(AT_FDCWD, b"/data", 0, Attr(RDONLY, 0, 0, 0))
+"""
+
+
+def add_bwrap_mounts(bwrap_pid: int, mounts: dict[str, Path], timeout: float = 10.0) -> str | None:
+    """Attach ``mounts`` read-only at ``/data/<name>`` in a running bwrap jail (root only), no restart.
+
+    Args:
+        bwrap_pid: Host pid of the jail's outer bwrap process (its child is the jail's init).
+        mounts: ``{name: host_path}`` with names not yet mounted in that jail.
+        timeout: Seconds the helper may take.
+
+    Returns:
+        None on success, else one line saying why (the caller then restarts the worker with the mounts).
+    """
+    if os.geteuid() != 0:
+        return "attaching mounts to a running jail needs root"
+    try:
+        with open(f"/proc/{bwrap_pid}/task/{bwrap_pid}/children") as fh:
+            children = fh.read().split()
+    except OSError as exc:
+        return f"jail of bwrap pid {bwrap_pid} not found: {exc}"
+    if len(children) != 1:
+        return f"bwrap pid {bwrap_pid} has {len(children)} children, expected the jail's init"
+    argv = [sys.executable, "-S", "-c", _ADD_MOUNTS, children[0]]
+    for name, host in mounts.items():
+        argv += [name, str(host)]
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env={}, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"mount helper failed: {exc}"
+    if proc.returncode != 0:
+        lines = proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}"]
+        return f"mount helper failed: {lines[-1]}"
+    return None

@@ -95,6 +95,8 @@ class Runner:
         self.namespace: dict[str, Any] = {"__name__": "__main__", "__builtins__": builtins}
         self.conns: dict[str, Any] = {}
         self.cells = 0
+        #: One-off messages for the next call's stderr (e.g. a bridge that could not listen).
+        self.notes: list[str] = []
         self.out = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), encoding="utf-8",
                                     errors="backslashreplace", line_buffering=True)
         self.err = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), encoding="utf-8",
@@ -107,6 +109,8 @@ class Runner:
             if req is None:
                 os._exit(0)
             sys.stdout, sys.stderr = self.out, self.err
+            while self.notes:
+                self.err.write(self.notes.pop(0) + "\n")
             self._apply_limits(req.get("limits") or {})
             lang = req.get("lang")
             if lang == "python":

@@ -4,13 +4,13 @@ A :class:`Pool` owns ``workers`` slots. Each slot has a host directory (``worksp
 size-limited tmpfs when the host may mount one), an unprivileged uid, and one worker process started by a
 launcher (``sandbox._jail``). A :class:`Session` borrows one worker for an episode; closing it kills what
 the session left running, wipes the slot's directories and returns the worker. Workers are started from one
-long-lived thread per pool, because bubblewrap's ``--die-with-parent`` is tied to the starting thread.
+long-lived thread per slot (so slots start in parallel), because bubblewrap's ``--die-with-parent`` is tied
+to the starting thread.
 """
 
 from __future__ import annotations
 
 import asyncio
-import ctypes
 import itertools
 import json
 import logging
@@ -29,8 +29,9 @@ from concurrent.futures import Future
 from pathlib import Path
 
 from . import worker as _proto
-from ._jail import Slot
+from ._jail import JAIL_BRIDGE_DIR, Slot, add_bwrap_mounts, mount_tmpfs, umount
 from .api import ErrorKind, ExecResult, Limits
+from .bridge import SessionBridges, check_bridges
 from .errors import SandboxError, SandboxUnavailable, SessionClosed, WorkerLost
 
 log = logging.getLogger("sandbox")
@@ -109,26 +110,12 @@ class _Worker:
                 pass
 
 
-def _tmpfs(path: Path, size_mb: int) -> bool:
-    """Mount a size-limited tmpfs on ``path`` (the workspace quota). False where not permitted."""
-    if os.geteuid() != 0:
-        return False
-    libc = ctypes.CDLL(None, use_errno=True)
-    opts = f"size={size_mb}m,mode=0755".encode()
-    return libc.mount(b"tmpfs", str(path).encode(), b"tmpfs", 0, opts) == 0
-
-
-def _umount(path: Path) -> None:
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.umount2(str(path).encode(), 2)  # MNT_DETACH
-
-
 def _cleanup(base: Path, workers: list, mounted: list) -> None:
     """Kill every worker, unmount the quotas and remove the pool's directory (also runs at exit)."""
     for w in list(workers):
         w.kill()
     for path in mounted:
-        _umount(path)
+        umount(path)
     shutil.rmtree(base, ignore_errors=True)
 
 
@@ -217,10 +204,9 @@ class Pool:
         self._workers: list[_Worker] = []
         self._mounted: list[Path] = []
         self._idle: queue.Queue[_Worker] = queue.Queue()
-        self._spawn_q: queue.Queue = queue.Queue()
+        self._spawn_qs: dict[int, queue.Queue] = {}  # slot index -> its spawner thread's queue
+        self._spawn_lock = threading.Lock()
         self._finalizer = weakref.finalize(self, _cleanup, self._base, self._workers, self._mounted)
-        self._spawner = threading.Thread(target=self._spawn_loop, name="sandbox-spawner", daemon=True)
-        self._spawner.start()
         as_root = os.geteuid() == 0 and self.backend == "bwrap"
         slots = [Slot(i, self._base / f"w{i}", next(_UIDS) if as_root else None) for i in range(workers)]
         try:
@@ -264,14 +250,17 @@ class Pool:
 
     def _prepare_slot(self, slot: Slot) -> Slot:
         slot.root.mkdir(mode=0o755)
-        if self.workspace_quota_mb and _tmpfs(slot.root, self.workspace_quota_mb):
+        if self.workspace_quota_mb and mount_tmpfs(slot.root, self.workspace_quota_mb):
             self._mounted.append(slot.root)
         slot.mounts = self._wanted_mounts({})
-        for sub in (slot.workspace, slot.tmp, slot.shm, slot.data):
+        for sub in (slot.workspace, slot.tmp, slot.shm, slot.data, slot.bridge):
             sub.mkdir(mode=0o700, exist_ok=True)
             if slot.uid is not None:
                 os.chown(sub, slot.uid, slot.uid)
         os.chmod(slot.data, 0o755)
+        if slot.uid is not None:
+            os.chown(slot.bridge, 0, 0)  # relay sockets are created by the host; the jail only connects
+        os.chmod(slot.bridge, 0o755)
         return slot
 
     def _sync_local_data(self, slot: Slot) -> None:
@@ -282,15 +271,23 @@ class Pool:
             os.symlink(host, slot.data / name)
 
     def _submit_spawn(self, slot: Slot) -> Future:
-        if self._closed:
-            raise SessionClosed("the pool is closed: create a new one with make_pool()")
+        """Start a worker in ``slot`` on that slot's spawner thread (slots start in parallel)."""
         fut: Future = Future()
-        self._spawn_q.put((slot, fut))
+        with self._spawn_lock:
+            if self._closed:
+                raise SessionClosed("the pool is closed: create a new one with make_pool()")
+            spawn_q = self._spawn_qs.get(slot.index)
+            if spawn_q is None:
+                spawn_q = self._spawn_qs[slot.index] = queue.Queue()
+                threading.Thread(target=self._spawn_loop, args=(spawn_q,), name=f"sandbox-spawner-{slot.index}",
+                                 daemon=True).start()
+            spawn_q.put((slot, fut))
         return fut
 
-    def _spawn_loop(self) -> None:
+    def _spawn_loop(self, spawn_q: queue.Queue) -> None:
+        """One slot's spawner: it lives as long as the pool, since ``--die-with-parent`` follows the thread."""
         while True:
-            item = self._spawn_q.get()
+            item = spawn_q.get()
             if item is None:
                 return
             slot, fut = item
@@ -350,13 +347,15 @@ class Pool:
 
     # -- sessions -----------------------------------------------------------------------------
     def session(self, mounts: dict[str, Path] | None = None, persistent: bool = True,
-                limits: Limits | None = None) -> Session:
+                limits: Limits | None = None, bridges: dict[int, Path | str] | None = None) -> Session:
         """Borrow a worker for one episode.
 
         Args:
             mounts: ``{name: host_path}`` shown read-only at ``/data/<name>`` in the jail.
             persistent: Keep one interpreter for the session, so variables survive between calls.
             limits: Default limits of the session's calls (and the ceiling of their rlimits).
+            bridges: ``{port: host_unix_socket}``: jailed code reaches that host service at
+                ``127.0.0.1:<port>``, and nothing else (see ``sandbox.bridge``; bwrap and local backends).
 
         Returns:
             An open :class:`Session` (a context manager).
@@ -373,14 +372,15 @@ class Pool:
         if self._closed:
             raise SessionClosed("the pool is closed: create a new one with make_pool()")
         wanted = self._wanted_mounts(self._check_mounts(mounts or {}))
+        bridges = self._check_bridges(bridges)
         try:
             worker = self._idle.get(timeout=self.acquire_timeout)
         except queue.Empty:
             raise self._busy() from None
-        return self._open_session(worker, wanted, persistent, limits)
+        return self._open_session(worker, wanted, persistent, limits, bridges)
 
     async def asession(self, mounts: dict[str, Path] | None = None, persistent: bool = True,
-                       limits: Limits | None = None) -> Session:
+                       limits: Limits | None = None, bridges: dict[int, Path | str] | None = None) -> Session:
         """Async form of :meth:`session`: waits for a free worker without holding a thread.
 
         Example:
@@ -390,6 +390,7 @@ class Pool:
         if self._closed:
             raise SessionClosed("the pool is closed: create a new one with make_pool()")
         wanted = self._wanted_mounts(self._check_mounts(mounts or {}))
+        bridges = self._check_bridges(bridges)
         deadline = time.monotonic() + self.acquire_timeout
         while True:
             try:
@@ -399,23 +400,46 @@ class Pool:
                 if time.monotonic() > deadline:
                     raise self._busy() from None
                 await asyncio.sleep(0.002)
-        return await asyncio.to_thread(self._open_session, worker, wanted, persistent, limits)
+        return await asyncio.to_thread(self._open_session, worker, wanted, persistent, limits, bridges)
+
+    def _check_bridges(self, bridges: dict[int, Path | str] | None) -> dict[int, Path]:
+        if bridges and self.backend not in ("bwrap", "local"):
+            raise ValueError(f"bridges are supported by the bwrap and local backends, not {self.backend!r}")
+        return check_bridges(bridges)
 
     def _busy(self) -> SandboxError:
         return SandboxError(f"no free sandbox worker after {self.acquire_timeout:.0f}s: close finished "
                             f"sessions or pass a larger workers= to make_pool")
 
     def _open_session(self, worker: _Worker, wanted: dict[str, Path], persistent: bool,
-                      limits: Limits | None) -> Session:
+                      limits: Limits | None, bridges: dict[int, Path] | None = None) -> Session:
         try:
-            if not worker.alive() or any(worker.slot.mounts.get(k) != v for k, v in wanted.items()):
+            if not worker.alive() or (any(worker.slot.mounts.get(k) != v for k, v in wanted.items())
+                                      and not self._attach_mounts(worker, wanted)):
                 worker.slot.mounts = wanted  # bind mounts are fixed at jail creation: restart with these
                 worker = self._replace(worker)
-            return Session(self, worker, persistent, limits or self.limits)
+            return Session(self, worker, persistent, limits or self.limits, bridges or {})
         except BaseException:
             worker.slot.mounts = self._wanted_mounts({})  # do not keep retrying a mount that failed
             self._release(worker, broken=True)
             raise
+
+    def _attach_mounts(self, worker: _Worker, wanted: dict[str, Path]) -> bool:
+        """Add the mounts a session wants to the idle worker's running jail (root + bwrap), sparing a restart.
+
+        Only new names are attached (a name bound to another host path needs a restart); the jail keeps its
+        earlier mounts, as a worker started with more mounts than a session asks for always did.
+        """
+        missing = {k: v for k, v in wanted.items() if worker.slot.mounts.get(k) != v}
+        if (self.backend != "bwrap" or worker.slot.uid is None or any(k in worker.slot.mounts for k in missing)
+                or not all(os.path.exists(v) for v in missing.values())):
+            return False
+        why = add_bwrap_mounts(worker.proc.pid, missing)
+        if why is not None:
+            log.info("sandbox worker %d restarts for new mounts: %s", worker.slot.index, why)
+            return False
+        worker.slot.mounts = {**worker.slot.mounts, **missing}
+        return True
 
     def _release(self, worker: _Worker, broken: bool = False) -> None:
         if self._closed:
@@ -441,8 +465,10 @@ class Pool:
         """Stop every worker and remove the pool's directories. Safe to call twice."""
         if self._closed:
             return
-        self._closed = True
-        self._spawn_q.put(None)
+        with self._spawn_lock:
+            self._closed = True
+            for spawn_q in self._spawn_qs.values():
+                spawn_q.put(None)
         self._finalizer()
 
     def __enter__(self) -> Pool:
@@ -464,25 +490,44 @@ class Session:
         id: Random identifier of the session.
         workspace: Host path of the session's workspace (``/workspace`` in the jail). Files in it are
             written by untrusted code: open them with care (they may be symlinks).
+        bridges: ``{port: host_unix_socket}`` this session's code reaches at ``127.0.0.1:<port>``.
     """
 
-    def __init__(self, pool: Pool, worker: _Worker, persistent: bool, limits: Limits) -> None:
+    def __init__(self, pool: Pool, worker: _Worker, persistent: bool, limits: Limits,
+                 bridges: dict[int, Path] | None = None) -> None:
         self.id = uuid.uuid4().hex[:12]
+        self.bridges = dict(bridges or {})
+        self._relays: SessionBridges | None = None
         self.persistent = persistent
         self.limits = limits
         self._pool = pool
         self._worker = worker
         self._lock = threading.Lock()
         self._closed = False
-        self._open()
+        if self.bridges:  # host relays in the slot's bridge directory, seen only by this slot's jail
+            slot_dir = self._worker.slot.bridge
+            jail_dir = str(slot_dir) if pool.backend == "local" else JAIL_BRIDGE_DIR
+            self._relays = SessionBridges(slot_dir, self.bridges, jail_dir)
+        try:
+            self._open()
+        except BaseException:
+            self._stop_relays()
+            raise
+
+    def _stop_relays(self) -> None:
+        relays, self._relays = self._relays, None
+        if relays is not None:
+            relays.close()
 
     @property
     def workspace(self) -> Path:
         return self._worker.slot.workspace
 
     def _open(self) -> None:
-        self._worker.request({"op": "open", "persistent": self.persistent, "limits": self.limits.to_dict()},
-                             timeout=_GRACE_S)
+        msg = {"op": "open", "persistent": self.persistent, "limits": self.limits.to_dict()}
+        if self.bridges:
+            msg["bridges"] = self._relays.jail_paths()
+        self._worker.request(msg, timeout=_GRACE_S)
 
     def _run(self, lang: str, source: str, limits: Limits | None, **extra) -> ExecResult:
         if not isinstance(source, str):
@@ -550,7 +595,10 @@ class Session:
             if self._closed:
                 return
             self._closed = True
-        self._pool._release(self._worker)
+        try:
+            self._pool._release(self._worker)
+        finally:
+            self._stop_relays()
 
     async def aclose(self) -> None:
         """Async form of :meth:`close`."""

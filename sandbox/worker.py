@@ -8,8 +8,9 @@ of UTF-8 JSON (an object). Frames are strictly request/response, one request in 
 
 * Server -> host at start: ``{"op": "ready", "pid", "uid", "runner_uid", "seccomp", "no_new_privs",
   "preloaded": [...], "python": "3.11.7"}`` once the preload and the seccomp filter are done.
-* ``{"op": "open", "persistent": bool, "limits": {...}}`` starts a session: leftover processes are killed;
-  the limits are the session's hard ceiling. Reply ``{"ok": true}``.
+* ``{"op": "open", "persistent": bool, "limits": {...}, "bridges": {port: socket}}`` starts a session:
+  leftover processes are killed; the limits are the session's hard ceiling; each bridge makes the runner
+  listen on 127.0.0.1:<port> and forward to the Unix socket (``sandbox.bridge``). Reply ``{"ok": true}``.
 * ``{"op": "run", "lang": "python"|"sql"|"shell", "source": str, "database": str, "max_rows": int,
   "limits": {...}}``. Reply ``{"ok": true, "result": <ExecResult.to_dict()>}``.
 * ``{"op": "reset"}`` ends the session (runner and leftovers killed). ``{"op": "ping"}``. Both reply ``{"ok": true}``.
@@ -17,7 +18,8 @@ of UTF-8 JSON (an object). Frames are strictly request/response, one request in 
 
 Processes inside: the server (this module) preloads heavy modules once, loads the seccomp filter once, and
 forks a *runner* (``sandbox._runner``) per session (persistent) or per call; a spare runner is forked ahead
-of need, right after each reply, so the fork is off the critical path. The runner drops to the
+of need after a reply (in a persistent session, once the host has been quiet for a few milliseconds), so
+the fork is off the critical path of the next session's open and first call. The runner drops to the
 unprivileged ``--uid`` (when given), sets rlimits and executes user code with its stdout/stderr on pipes that
 the server drains concurrently, keeping head and tail up to the cap. On timeout the server kills every
 process of the jail except itself (``--pidns``: the jail has its own pid namespace) or the runner's process
@@ -42,6 +44,7 @@ from typing import Any
 
 _HDR = struct.Struct(">I")
 MAX_FRAME = 256 << 20
+_SPARE_IDLE_S = 0.005  # quiet time after a reply, mid-session, before the spare runner is forked
 _MARKER = "\n...[sandbox: {omitted} bytes omitted from the middle; {total} bytes in total]...\n"
 
 
@@ -177,9 +180,13 @@ class Server:
         self.chan_in, self.chan_out = chan_in, chan_out
         self.persistent = True
         self.session_limits: dict = {}
+        self.bridges: dict[str, str] = {}  # in-jail port -> Unix socket path (sandbox.bridge)
         self.runner: dict | None = None
         self.spare: dict | None = None
         self.status: dict[int, int] = {}  # wait status of the current runner, once reaped
+        #: True while no process of ours but the spare exists: nothing ran since the last full cleanup,
+        #: so a session's ``open`` need not scan /proc again.
+        self.clean = False
 
     # -- runner lifecycle ---------------------------------------------------------------------
     def _spawn_runner(self) -> dict:
@@ -209,6 +216,7 @@ class Server:
             os.dup2(fd, target, inheritable=True)
         os.closerange(5, 1 << 16)
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+        runner = Runner(self.args.data, self.args.workspace)  # built ahead: it reads no session state
         config = read_frame(REQ_FD)  # the spare waits here until a session takes it
         if config is None:
             os._exit(0)
@@ -229,7 +237,9 @@ class Server:
         for res, value in hard.items():
             resource.setrlimit(res, (value, value))
         os.chdir(self.args.workspace)
-        Runner(self.args.data, self.args.workspace).serve(read_frame, write_frame)
+        if config.get("bridges"):
+            runner.notes.extend(_start_bridges(config["bridges"]))
+        runner.serve(read_frame, write_frame)
 
     def _take_runner(self) -> dict:
         """Hand the spare (or a fresh runner) its configuration; it then drops privileges."""
@@ -238,7 +248,8 @@ class Server:
             if runner is None:
                 runner = self._spawn_runner()
             try:
-                write_frame(runner["req"], {"persistent": self.persistent, "limits": self.session_limits})
+                write_frame(runner["req"], {"persistent": self.persistent, "limits": self.session_limits,
+                                            "bridges": self.bridges})
                 return runner
             except OSError:
                 self._discard(runner)
@@ -318,6 +329,10 @@ class Server:
                 time.sleep(0.001)
         self._reap()
 
+    def _request_within(self, seconds: float) -> bool:
+        """True when a request arrives on the channel within ``seconds`` (nothing is read)."""
+        return bool(select.select([self.chan_in], [], [], seconds)[0])
+
     # -- requests -----------------------------------------------------------------------------
     def handle(self, req: dict) -> dict:
         self._reap()
@@ -325,11 +340,14 @@ class Server:
         if op == "ping":
             return {"ok": True}
         if op in ("open", "reset"):
-            self.kill_strays(keep=None)
-            self._close_runner()
+            if not (self.clean and self.runner is None):
+                self.kill_strays(keep=None)
+                self._close_runner()
+                self.clean = True
             if op == "open":
                 self.persistent = bool(req.get("persistent", True))
                 self.session_limits = dict(req.get("limits") or {})
+                self.bridges = {str(k): str(v) for k, v in (req.get("bridges") or {}).items()}
             return {"ok": True}
         if op == "run":
             return {"ok": True, "result": self.run(req)}
@@ -344,6 +362,7 @@ class Server:
         out, err = Capture(cap), Capture(cap)
         start = time.monotonic()
         if self.runner is None:
+            self.clean = False
             self.runner = self._take_runner()
         runner = self.runner
         for fd in (runner["out"], runner["err"]):
@@ -458,8 +477,29 @@ class Server:
             except Exception as exc:  # report, keep serving: the host decides whether to replace us
                 reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
             write_frame(self.chan_out, reply)
-            if self.runner is None:
-                self._prepare_spare()  # fork while the host is busy elsewhere
+            # Fork while the host is busy elsewhere: between sessions (and calls of a one-shot session) at
+            # once; in a persistent session once the host has been quiet for a moment (an agent thinking),
+            # so back-to-back calls do not wait for the fork and the next session finds a spare ready.
+            if self.spare is None and (self.runner is None or not self._request_within(_SPARE_IDLE_S)):
+                self._prepare_spare()
+
+
+_BRIDGES: list = []  # the runner's bridge forwarders (threads); kept referenced for the runner's lifetime
+
+
+def _start_bridges(bridges: dict) -> list[str]:
+    """In a runner: listen on 127.0.0.1:<port> for each bridge (threads of this long-lived process).
+
+    Returns:
+        Notes for the session's next call's stderr (why a bridge is unavailable); empty when all listen.
+    """
+    from sandbox.bridge import jail_forwarders
+
+    try:
+        _BRIDGES.extend(jail_forwarders(bridges))
+    except OSError as exc:
+        return [f"[sandbox] the bridge to port(s) {', '.join(sorted(bridges))} is unavailable: {exc}"]
+    return []
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:

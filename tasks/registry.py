@@ -171,6 +171,10 @@ _TRACEBACK = 'Traceback (most recent call last):\n  File "<cell-1>", line 1, in 
 _SHOTGUN = " ".join(str(i) for i in range(1000)) + " yes no true false 2020-01-01 [] " + "\n".join("abc")
 
 
+#: How many of the most common gold labels are scored as constants to find the base rate (bounds the cost).
+_BASE_CANDIDATES = 20
+
+
 def _scores(family: Any, items: list[Any], answer_of: Any, play: Any) -> float:
     return sum(play(family, inst, answer_of(inst)) for inst in items) / len(items)
 
@@ -181,8 +185,8 @@ def check_family(name: str, *, size: str = "tiny", seed: int = 0, root: Path | s
 
     Checks: the same seed builds byte-identical files; instances load, have unique ids, known categories, and
     survive pickle/JSON round trips; the reference solution scores 1 on every instance; empty, traceback and
-    shotgun submissions score 0; constant answers score at most the base rate (the best score any single
-    gold label gets as a constant answer, under the family's own grader).
+    shotgun submissions score 0; constant answers score at most the base rate (the best score one of the
+    20 most common gold labels gets as a constant answer, under the family's own grader).
 
     Args:
         name: A registered (or config-declared under ``root``) family.
@@ -190,9 +194,12 @@ def check_family(name: str, *, size: str = "tiny", seed: int = 0, root: Path | s
         seed: Build seed.
         root: Where to build; a temporary directory when None.
         play: ``play(family, instance, steps) -> score``: replays action steps (e.g. through an ``Env``).
-            Default: grade the final ``submit_answer`` directly (for families whose grading needs no sandbox).
+            Default: :func:`sandbox_play` for families with ``needs_sandbox = True``, otherwise grade the final
+            ``submit_answer`` directly.
         limit: Check at most this many instances per split (the build is always complete).
     """
+    import contextlib
+    import functools
     import pickle
     import tempfile
 
@@ -203,10 +210,9 @@ def check_family(name: str, *, size: str = "tiny", seed: int = 0, root: Path | s
         answer = steps[-1]["params"]["answer"]
         return family.grade(inst, answer, GradeContext(family_dir=Path(family.root))).score
 
-    play = play or direct
     problems: list[str] = []
     report: dict[str, Any] = {"family": name}
-    with tempfile.TemporaryDirectory() as scratch:
+    with tempfile.TemporaryDirectory() as scratch, contextlib.ExitStack() as stack:
         base_root = Path(root) if root is not None else Path(scratch) / "a"
         first = make(name, root=base_root).build(base_root, size=size, seed=seed)
         second = make(name, root=Path(scratch) / "b").build(Path(scratch) / "b", size=size, seed=seed)
@@ -215,6 +221,10 @@ def check_family(name: str, *, size: str = "tiny", seed: int = 0, root: Path | s
                             if first.get("files", {}).get(k) != second.get("files", {}).get(k))
             problems.append(f"same seed, different files: {differ[:5]}")
         family = make(name, root=base_root)
+        if play is None and getattr(family, "needs_sandbox", False):
+            pool = stack.enter_context(_check_pool())
+            play = functools.partial(sandbox_play, pool)
+        play = play or direct
         if not isinstance(family.version, int) or not family.categories:
             problems.append("needs an int version and at least one category")
         if not set(family.actions) <= ALL_ACTIONS or "submit_answer" not in family.actions:
@@ -237,7 +247,8 @@ def check_family(name: str, *, size: str = "tiny", seed: int = 0, root: Path | s
             # The label base rate is the best any single gold label scores under the family's own grader:
             # with a tolerance band, one constant can match several nearby labels (e.g. MedCalc's ±5 %).
             base = max(rendered.count(r) for r in set(rendered)) / len(items)
-            base = max([base] + [_scores(family, items, lambda _i, c=c: [_submit(c)], play) for c in set(rendered)])
+            common = sorted(set(rendered), key=lambda r: (-rendered.count(r), r))[:_BASE_CANDIDATES]
+            base = max([base] + [_scores(family, items, lambda _i, c=c: [_submit(c)], play) for c in common])
             report[split].update(oracle=oracle, base_rate=base)
             if oracle != 1.0:
                 problems.append(f"{split}: reference solutions score {oracle:.3f}, not 1")
@@ -253,6 +264,34 @@ def check_family(name: str, *, size: str = "tiny", seed: int = 0, root: Path | s
     if problems:
         raise TaskError(f"family {name!r} fails its contract: " + "; ".join(problems))
     return report
+
+
+def _check_pool() -> Any:
+    import sandbox
+
+    return sandbox.make_pool("bwrap", workers=1)
+
+
+def sandbox_play(pool: Any, family: Any, inst: Any, steps: list[dict[str, Any]]) -> float:
+    """Replay ``steps`` in a real sandbox session with the instance's mounts; return the final submit's score.
+
+    This is how ``check_family`` plays families that set ``needs_sandbox = True`` (their grader reads the
+    episode's workspace or runs hidden tests in the session). Code runs jailed, exactly as in an episode.
+    """
+    from tasks.base import GradeContext
+
+    mounts = {name: Path(family.root) / rel for name, rel in inst.data.items()}
+    with pool.session(mounts=mounts, persistent=True) as session:
+        for step in steps[:-1]:
+            params = step.get("params", {})
+            if step["action"] == "code_execution" and params.get("lang", "python") == "python":
+                session.run_python(params["code"])
+            elif step["action"] == "code_execution":
+                session.run_sql(params["code"], inst.metadata.get("sql_database") or next(iter(inst.data), ""))
+            elif step["action"] == "terminal":
+                session.run_shell(params["cmd"])
+        ctx = GradeContext(workspace=session.workspace, session=session, family_dir=Path(family.root))
+        return family.grade(inst, steps[-1]["params"]["answer"], ctx).score
 
 
 def _submit(answer: str) -> dict[str, Any]:
