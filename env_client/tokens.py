@@ -142,7 +142,7 @@ class TokenEpisode:
         completion_ids: Model and environment ids after the prompt (C).
         env_mask: 1 for model ids, 0 for environment ids (C).
         logprobs: Sampling logprob per model id, 0.0 for environment ids (C).
-        reward: The episode's reward (the graded submit; 0.0 when none).
+        reward: The episode's reward (the graded submit; 0.0 when none; None when the grader failed).
         trajectory: The env's trajectory record of the episode.
         turns: Model turns taken.
         truncated: The episode ended on a budget (env turns or ``max_completion_tokens``) rather than a submit.
@@ -152,7 +152,7 @@ class TokenEpisode:
     completion_ids: list[int] = field(default_factory=list)
     env_mask: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
-    reward: float = 0.0
+    reward: float | None = 0.0
     trajectory: Any = None
     turns: int = 0
     truncated: bool = False
@@ -232,7 +232,7 @@ def token_rollout(env: Any, instance: Any, *, tokenizer: Any, model: Any = None,
         if not ids or ids[-1] != eos_id:  # cut by max_new_tokens or another stop id: close the turn ourselves
             ep.extend([eos_id], model=False)
         result = env.step(text, n_tokens=len(ids))
-        ep.reward = float(result.reward or 0.0)
+        ep.reward = None if result.reward is None else float(result.reward)  # a failed grader is not a 0
         if result.terminated or result.truncated:
             ep.truncated = bool(result.truncated and not result.terminated)
             break

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
 import traceback
@@ -49,16 +50,36 @@ def family_counts(name: str, root: Path, size: str = "default") -> dict[str, Any
     return {"categories": counts["categories"], "instances": counts["instances"], "version": family.version}
 
 
-def build(names: list[str], out: Path, *, size: str, seed: int, progress: bool = True) -> dict[str, dict[str, Any]]:
-    """Build each family under ``out``; returns ``{name: manifest}``."""
+def _build_one(name: str, out: Path, size: str, seed: int) -> dict[str, Any]:
+    return tasks.make(name, root=out).build(out, size=size, seed=seed)
+
+
+def build(names: list[str], out: Path, *, size: str, seed: int, progress: bool = True,
+          jobs: int = 1) -> dict[str, dict[str, Any]]:
+    """Build each family under ``out`` (``jobs`` families at a time, in processes); returns ``{name: manifest}``.
+
+    Families are independent and each writes only ``out/<name>/``, so the output does not depend on ``jobs``.
+    """
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
     from tqdm import tqdm
 
     manifests: dict[str, dict[str, Any]] = {}
-    bar = tqdm(names, desc="build", unit="family", disable=not progress, file=sys.stderr)
-    for name in bar:
-        bar.set_postfix_str(name)
-        manifests[name] = tasks.make(name, root=out).build(out, size=size, seed=seed)
-    return manifests
+    bar = tqdm(total=len(names), desc="build", unit="family", disable=not progress, file=sys.stderr)
+    if jobs <= 1 or len(names) <= 1:
+        for name in names:
+            bar.set_postfix_str(name)
+            manifests[name] = _build_one(name, out, size, seed)
+            bar.update()
+    else:
+        with ProcessPoolExecutor(max_workers=min(jobs, len(names))) as pool:
+            futures = {pool.submit(_build_one, name, out, size, seed): name for name in names}
+            for future in as_completed(futures):
+                manifests[futures[future]] = future.result()
+                bar.set_postfix_str(futures[future])
+                bar.update()
+    bar.close()
+    return {name: manifests[name] for name in names}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -71,6 +92,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=DEFAULT_ROOT, help=f"tasks root to write (default {DEFAULT_ROOT})")
     parser.add_argument("--list", action="store_true", help="print families, categories, counts, versions; no build")
     parser.add_argument("--json", action="store_true", help="with --list: print one JSON object on the last line")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
+                        help="families built at once, in separate processes (default: the number of cores)")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
     args = parser.parse_args(argv)
@@ -85,7 +108,8 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"{name:16s} v{row['version']:<3d} {row['categories']:4d} categories "
                           f"{row['instances']:7d} instances (default size)")
             return 0
-        manifests = build(names, args.out, size=args.size, seed=args.seed, progress=not args.no_progress)
+        manifests = build(names, args.out, size=args.size, seed=args.seed, progress=not args.no_progress,
+                          jobs=args.jobs)
     except (TaskError, OSError, ValueError) as exc:
         if args.debug:
             traceback.print_exc()
