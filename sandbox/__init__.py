@@ -24,7 +24,8 @@ What this sandbox does NOT protect against:
     * Kernel exploits: the jail shares the host kernel; seccomp only trims the attack surface.
     * Side channels (timing, cache, Spectre-class) and covert channels between sessions of one pool.
     * Reading the data mounts and the runtime (Python prefix, venv, this package): they are visible by
-      design. Anything placed in a mounted directory is readable by the jailed code.
+      design. Anything placed in a mounted directory is readable by the jailed code, and a mount one
+      session added stays attached to its worker, so later sessions on that worker can read it too.
     * Memory pressure on the host: the limit is RLIMIT_AS per process, not a cgroup; many processes of a
       call can together use ``processes x memory_mb``. Disk use is capped only where ``ws-quota`` is active.
     * CPU contention: rlimits bound time, not share; a call may use a full core until its limits hit.
