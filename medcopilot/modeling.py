@@ -101,6 +101,7 @@ def load_model(spec: ModelConfig, *, _depth: int = 0) -> Any:
         from peft import PeftModel
 
         model = PeftModel.from_pretrained(model, path).merge_and_unload()
+        model.requires_grad_(True)  # merged weights come back frozen; full fine-tuning after an adapter needs them
         model.name_or_path = path
         model.config._name_or_path = path
         return model

@@ -75,21 +75,23 @@ SWEEPS = sorted((RECIPES_DIR / "sweeps").glob("*.yaml"))
 
 @pytest.mark.parametrize("path", SWEEPS, ids=[p.stem for p in SWEEPS])
 def test_every_bundled_sweep_validates(path):
-    from scripts.sweep import load_sweep, plan_runs
+    from medcopilot.sweep import load_sweep, plan_runs
 
     sweep = load_sweep(path)
     runs = plan_runs(sweep)
-    n = 1
+    n = len(sweep.stages)
     for values in sweep.grid.values():
-        n *= len(values)
+        n = max(n, 1) * len(values)
     assert len(runs) == n and len({r.name for r in runs}) == n
     assert all(str(r.output_dir).startswith(sweep.output_root) for r in runs)
+    for prev, run in zip(runs, runs[1:] if sweep.stages else []):  # a chain: each stage starts from the last
+        assert f"model.name_or_path={prev.output_dir}" in run.overrides
 
 
 def test_sweep_plan_rank_and_errors(tmp_path, capsys):
     import json
 
-    from scripts.sweep import load_sweep, main, plan_runs, rank
+    from medcopilot.sweep import load_sweep, main, plan_runs, rank
 
     file = tmp_path / "s.yaml"
     file.write_text(yaml.safe_dump({"recipe": "sft_tiny", "overrides": ["trainer.max_steps=1"],
@@ -115,3 +117,10 @@ def test_sweep_plan_rank_and_errors(tmp_path, capsys):
     file.write_text(yaml.safe_dump({"recipe": "sft_tiny", "grid": {}, "metrik": "x"}))
     with pytest.raises(RecipeError, match="unknown sweep key"):
         load_sweep(file)
+
+
+def test_sweep_script_runs_the_shared_logic():
+    proc = subprocess.run([sys.executable, "scripts/sweep.py", "recipes/sweeps/pipeline_qwen7b.yaml", "--dry-run"],
+                          cwd=REPO, capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert "a chain of 3 stages" in proc.stdout and "model.name_or_path=runs/sweeps/pipeline_qwen7b/dpo" in proc.stdout
