@@ -23,6 +23,11 @@ JAIL_WORKSPACE = "/workspace"
 JAIL_DATA = "/data"
 JAIL_TMP = "/tmp"
 JAIL_BRIDGE_DIR = "/run/bridge"  # same as sandbox.bridge.JAIL_BRIDGE_DIR
+#: Where the venv and this package appear in the jail. Fixed paths, because their host paths may lie under a
+#: directory the jail replaces with a private one (a clone under /tmp has its venv at /tmp/<clone>/.venv).
+JAIL_VENV = "/opt/sandbox/venv"
+JAIL_LIB = "/opt/sandbox/lib"
+_PRIVATE_DIRS = ("/tmp", "/workspace", "/data", "/dev", "/proc", "/run", "/opt/sandbox")
 _ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "alternatives", "nsswitch.conf",
               "ssl", "ca-certificates", "mime.types", "fonts")
 BWRAP_FIX = ("install it with `apt-get install bubblewrap`, or run unisolated for development with "
@@ -130,6 +135,12 @@ class BwrapLauncher:
             raise SandboxUnavailable(f"bubblewrap is not installed (no executable {self.bwrap}): {BWRAP_FIX}")
         self.as_root = os.geteuid() == 0
         self.runtime = python_paths()
+        self.venv = Path(sys.prefix).resolve() if sys.prefix != sys.base_prefix else None
+        for path in self.runtime:
+            if path != self.venv and any(str(path) == d or str(path).startswith(d + "/") for d in _PRIVATE_DIRS):
+                raise SandboxUnavailable(f"the Python runtime at {path} lies under a directory the jail makes "
+                                         f"private ({', '.join(_PRIVATE_DIRS)}); install Python elsewhere")
+        self.python = f"{JAIL_VENV}/bin/{Path(sys.executable).name}" if self.venv else sys.executable
         self.layers = ["bwrap", "uid-drop" if self.as_root else "userns", "pidns", "netns", "ipcns",
                        "ro-root", "env-scrub", "rlimits", "pidns-kill"]
 
@@ -144,10 +155,11 @@ class BwrapLauncher:
             if os.path.exists(f"/etc/{name}"):
                 args += ["--ro-bind", f"/etc/{name}", f"/etc/{name}"]
         for path in self.runtime:
-            if not str(path).startswith("/usr/"):
+            if path == self.venv:
+                args += ["--ro-bind", str(path), JAIL_VENV]
+            elif not str(path).startswith("/usr/"):
                 args += ["--ro-bind", str(path), str(path)]
-        pkg = Path(sandbox.__file__).resolve().parent
-        args += ["--ro-bind", str(pkg), str(pkg)]
+        args += ["--ro-bind", str(Path(sandbox.__file__).resolve().parent), f"{JAIL_LIB}/sandbox"]
         return args
 
     def argv(self, slot: Slot, preload: str) -> list[str]:
@@ -170,13 +182,13 @@ class BwrapLauncher:
                 args += ["--ro-bind", str(host), f"{JAIL_DATA}/{name}"]
         args = self._with_parent_dirs(args)
         args += ["--remount-ro", JAIL_DATA, "--remount-ro", "/", "--chdir", JAIL_WORKSPACE, "--",
-                 sys.executable, "-s", "-m", "sandbox.worker", "--pidns", "--preload", preload]
+                 self.python, "-s", "-m", "sandbox.worker", "--pidns", "--preload", preload]
         if self.as_root and slot.uid is not None:
             args += ["--uid", str(slot.uid), "--gid", str(slot.uid)]
         return args
 
     def env(self, slot: Slot) -> dict[str, str]:
-        return jail_env(str(package_parent()))
+        return jail_env(JAIL_LIB)
 
     @staticmethod
     def _with_parent_dirs(args: list[str]) -> list[str]:
