@@ -95,8 +95,10 @@ def test_contradicting_or_unknown_reward_keys_are_one_line_errors():
 
     with pytest.raises(RecipeError, match="contradicts rollout.temperature"):
         _trainer_args(load_recipe("grpo_tiny", ["trainer.temperature=0.5"]))
-    with pytest.raises(RecipeError, match="rewards/ does not export"):
+    with pytest.raises(RecipeError, match="unknown reward 'corectness'; did you mean 'correctness'"):
         reward_components({"corectness": 1.0})
+    with pytest.raises(RecipeError, match="unknown reward 'RewardSpec'"):  # exported by rewards/, not a term
+        reward_components({"RewardSpec": 1.0})
 
 
 def test_grpo_tiny_through_train_py(tiny_model_dir, tmp_path, train_main, quiet_training_env):
