@@ -1,9 +1,12 @@
-"""treqs family: every category instantiates on the tiny database, gold SQL re-executes, contract audits."""
+"""The EHR SQL families (mimic_iii, eicu, treqs): every category instantiates on the tiny database, gold SQL
+re-executes, strict grading, contract audits, counts and spec cards. One module, parametrized by family."""
 
 from __future__ import annotations
 
+import importlib
 import sqlite3
 import time
+from dataclasses import dataclass
 
 import pytest
 
@@ -12,39 +15,62 @@ from tasks.base import TaskError
 from tasks.ehr_synth.family import DATA_DIR
 from tasks.ehr_synth.templating import gold_answer, load_templates
 from tasks.graders import render_answer
-from tasks.treqs import TREQS
 
-#: The most common gold answer's share must stay small (tiny build; counts over 30 patients repeat).
-BASE_RATE_MAX = 0.35
-NAME, CLS, ENTRY, DB = "treqs", TREQS, "tasks.treqs:TREQS", "treqs.db"
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    entry: str
+    db: str
+    #: The most common gold answer's share must stay small (tiny build; treqs counts over 30 patients repeat).
+    base_rate_max: float
+    min_categories: int
+    min_default_instances: int
+
+    @property
+    def cls(self):
+        module, _, attr = self.entry.partition(":")
+        return getattr(importlib.import_module(module), attr)
+
+
+CASES = [
+    Case("mimic_iii", "tasks.mimic_iii:MimicIII", "mimic_iii.db", 0.2, 100, 100 * 100),
+    Case("eicu", "tasks.eicu:EICU", "eicu.db", 0.2, 100, 100 * 100),
+    Case("treqs", "tasks.treqs:TREQS", "treqs.db", 0.35, 30, 30 * 200),
+]
+
+
+@pytest.fixture(scope="module", params=CASES, ids=lambda c: c.name)
+def case(request):
+    return request.param
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory):
-    root = tmp_path_factory.mktemp(f"{NAME}_root")
+def built(case, tmp_path_factory):
+    root = tmp_path_factory.mktemp(f"{case.name}_root")
     started = time.perf_counter()
-    manifest = CLS().build(root, size="tiny", seed=0)
+    manifest = case.cls().build(root, size="tiny", seed=0)
     manifest["elapsed"] = time.perf_counter() - started
-    return root, manifest, CLS(root=root / NAME)
+    return root, manifest, case.cls(root=root / case.name)
 
 
-def test_tiny_build_is_fast_and_has_a_manifest(built):
+def test_tiny_build_is_fast_and_has_a_manifest(case, built):
     root, manifest, _fam = built
     assert manifest["elapsed"] < 30
     assert manifest["seed"] == 0 and manifest["size"] == "tiny" and manifest["tables"]
-    assert set(manifest["files"]) == {DB, "train.jsonl", "test.jsonl"}
-    assert (root / NAME / "manifest.json").is_file()
+    assert set(manifest["files"]) == {case.db, "train.jsonl", "test.jsonl"}
+    assert (root / case.name / "manifest.json").is_file()
     built_counts = {"categories": len(manifest["categories"]), "instances": sum(manifest["counts"].values())}
-    assert CLS().counts("tiny") == built_counts, "templates changed: re-record counts.json (EHRSQLFamily.record_counts)"
+    assert case.cls().counts("tiny") == built_counts, "templates changed: re-record counts.json (EHRSQLFamily.record_counts)"
 
 
-def test_every_category_has_instances_and_gold_sql_reexecutes(built):
+def test_every_category_has_instances_and_gold_sql_reexecutes(case, built):
     root, manifest, fam = built
     items = fam.instances("train") + fam.instances("test")
-    assert len(fam.categories) >= 30
+    assert len(fam.categories) >= case.min_categories
     assert {i.category for i in items} == set(fam.categories)
-    templates = {t.id: t for t in load_templates(DATA_DIR / NAME / "templates.yaml")[1]}
-    con = sqlite3.connect(f"file:{root / NAME / DB}?mode=ro", uri=True)
+    templates = {t.id: t for t in load_templates(DATA_DIR / case.name / "templates.yaml")[1]}
+    con = sqlite3.connect(f"file:{root / case.name / case.db}?mode=ro", uri=True)
     try:
         for inst in items:
             rows = con.execute(inst.solution).fetchall()
@@ -54,12 +80,12 @@ def test_every_category_has_instances_and_gold_sql_reexecutes(built):
     assert manifest["counts"]["train"] + manifest["counts"]["test"] == len(items)
 
 
-def test_instances_mount_only_the_database_and_state_the_clock(built):
+def test_instances_mount_only_the_database_and_state_the_clock(case, built):
     _root, _manifest, fam = built
     for inst in fam.instances("test"):
-        assert inst.data == {DB: DB} and inst.metadata["sql_database"] == DB
+        assert inst.data == {case.db: case.db} and inst.metadata["sql_database"] == case.db
         assert inst.solution_lang == "sql" and inst.answer is not None
-        assert "2105-12-31 23:59:00" in inst.context or NAME == "treqs"
+        assert "2105-12-31 23:59:00" in inst.context or case.name == "treqs"
         assert "current_time" not in inst.solution  # SQLite's current_time is the wall clock
     ids = [i.id for s in ("train", "test") for i in fam.instances(s)]
     assert len(ids) == len(set(ids))
@@ -78,29 +104,27 @@ def test_reference_solution_and_strict_grading(built):
     assert not fam.grade(num, f"{num.answer} or {num.answer + 1}").correct
 
 
-def test_family_contract_audits():
-    if NAME not in tasks.names():
-        tasks.register(NAME, entry_point=ENTRY, max_turns=15)
-    # limit: check_family scores every distinct gold label as a constant (quadratic); 150 items per split suffice
-    report = tasks.check_family(NAME, size="tiny", seed=0, limit=150)
+def test_family_contract_audits(case):
+    assert case.name in tasks.names()
+    report = tasks.check_family(case.name, size="tiny", seed=0, limit=150)  # 150 items per split suffice
     for split in ("train", "test"):
         assert report[split]["oracle"] == 1.0
         assert report[split]["empty"] == report[split]["shotgun"] == report[split]["traceback"] == 0
-        assert report[split]["base_rate"] < BASE_RATE_MAX
+        assert report[split]["base_rate"] < case.base_rate_max
 
 
-def test_counts_and_size_errors():
-    fam = CLS()
+def test_counts_and_size_errors(case):
+    fam = case.cls()
     counts = fam.counts("default")
-    assert counts["categories"] == len(fam.categories) and counts["instances"] >= 30 * 200
+    assert counts["categories"] == len(fam.categories) and counts["instances"] >= case.min_default_instances
     with pytest.raises(TaskError, match="tiny"):
         fam.counts("huge")
 
 
-def test_spec_card_sections():
-    import tasks.treqs as module
+def test_spec_card_sections(case):
+    module = importlib.import_module(case.entry.partition(":")[0])
 
     for section in ("Description:", "Example instance:", "Allowed actions:", "Grading:", "Episode end:",
                     "Arguments:", "Version history:"):
         assert section in module.__doc__
-    assert CLS.actions == {"request_info", "code_execution", "debugging", "submit_answer"}
+    assert case.cls.actions == {"request_info", "code_execution", "debugging", "submit_answer"}
