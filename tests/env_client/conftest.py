@@ -1,4 +1,5 @@
-"""Fixtures for the episode tests: a session sandbox pool, toy_sql built tiny, and a fresh Env per test."""
+"""Fixtures for the episode tests: a session sandbox pool, toy_sql built tiny, a fresh Env per test, and a
+timing-free view of trajectories for comparing runs."""
 
 from __future__ import annotations
 
@@ -27,6 +28,27 @@ def toy_root(tmp_path_factory: pytest.TempPathFactory):
     root = tmp_path_factory.mktemp("env_tasks")
     tasks.make("toy_sql", root=root).build(root, size="tiny", seed=0)
     return root
+
+
+@pytest.fixture(scope="session")
+def built(toy_root):
+    """``(root, family)`` of the session's toy_sql build."""
+    return toy_root, tasks.make("toy_sql", root=toy_root)
+
+
+@pytest.fixture(scope="session")
+def strip_timings():
+    """``strip(value)``: a JSON-like value without its timing fields, to compare two runs of an episode."""
+    timing = {"episode_id", "started_at", "duration_s", "exec_s", "wall_s"}
+
+    def strip(value):
+        if isinstance(value, dict):
+            return {k: strip(v) for k, v in value.items() if k not in timing}
+        if isinstance(value, list):
+            return [strip(v) for v in value]
+        return value
+
+    return strip
 
 
 @pytest.fixture(scope="session")

@@ -6,7 +6,6 @@ import shutil
 
 import pytest
 
-import tasks
 from env_client import Env
 from env_client.errors import InvalidAction, ResetNeeded
 from env_client.http_client import HTTPEnv
@@ -17,25 +16,6 @@ from sandbox import make_pool
 
 # bwrap when installed (the default sandbox); the unisolated local backend otherwise.
 BACKEND = "bwrap" if shutil.which("bwrap") else "local"
-_TIMING = {"episode_id", "started_at", "duration_s", "exec_s", "wall_s"}
-
-
-def _strip(value):
-    if isinstance(value, dict):
-        return {k: _strip(v) for k, v in value.items() if k not in _TIMING}
-    if isinstance(value, list):
-        return [_strip(v) for v in value]
-    return value
-
-
-@pytest.fixture(scope="module")
-def built(tmp_path_factory):
-    root = tmp_path_factory.mktemp("tasks")
-    fam = tasks.make("toy_sql", root=root)
-    fam.build(root, size="tiny", seed=0)
-    return root, fam
-
-
 @pytest.fixture(scope="module")
 def served(built):
     root, _ = built
@@ -65,7 +45,7 @@ def _play(env, inst, texts):
     return obs.model_dump(), results, env.trajectory.model_dump(mode="json")
 
 
-def test_scripted_episode_identical_local_and_http(built, served):
+def test_scripted_episode_identical_local_and_http(built, served, strip_timings):
     root, fam = built
     url, pool = served
     inst = fam.instances("test")[0]
@@ -80,11 +60,11 @@ def test_scripted_episode_identical_local_and_http(built, served):
     assert [r[1:] for r in a[1]] == [r[1:] for r in b[1]] and [r[0] for r in a[1]] == [r[0] for r in b[1]]
     statuses = [s["status"] for s in a[2]["steps"]]
     assert statuses == ["parse_error", "error", "ok", "submitted"]
-    assert _strip(a[2]) == _strip(b[2])
+    assert strip_timings(a[2]) == strip_timings(b[2])
     assert b[2]["header"]["sample_idx"] == 1 and b[2]["header"]["seed"] == 123
 
 
-def test_oracle_rollout_identical_local_and_http(built, served):
+def test_oracle_rollout_identical_local_and_http(built, served, strip_timings):
     root, fam = built
     url, pool = served
     insts = fam.instances("test")[:3]
@@ -92,8 +72,8 @@ def test_oracle_rollout_identical_local_and_http(built, served):
     local = rollout(insts, policy, lambda: Env(pool, tasks_root=root), k=2, seed=5, concurrency=2)
     remote = rollout(insts, policy, lambda: HTTPEnv(url), k=2, seed=5, concurrency=2)
     key = lambda t: t.key
-    la = [_strip(t.model_dump(mode="json")) for t in sorted(local.trajectories, key=key)]
-    lb = [_strip(t.model_dump(mode="json")) for t in sorted(remote.trajectories, key=key)]
+    la = [strip_timings(t.model_dump(mode="json")) for t in sorted(local.trajectories, key=key)]
+    lb = [strip_timings(t.model_dump(mode="json")) for t in sorted(remote.trajectories, key=key)]
     assert la == lb and len(la) == 6
     assert remote.summary.success_rate == 1.0
 

@@ -7,7 +7,6 @@ from collections import Counter
 
 import pytest
 
-import tasks
 from env_client import Env, EnvConfig
 from env_client.policies import PolicyOutput, make_policy
 from env_client.rollout import EnvSpec, RolloutError, episode_seed, plan, rollout
@@ -15,25 +14,6 @@ from env_client.trajectory import TrajectoryStore
 from sandbox import make_pool
 
 BACKEND = "bwrap" if shutil.which("bwrap") else "local"
-_TIMING = {"episode_id", "started_at", "duration_s", "exec_s", "wall_s"}
-
-
-def _strip(value):
-    if isinstance(value, dict):
-        return {k: _strip(v) for k, v in value.items() if k not in _TIMING}
-    if isinstance(value, list):
-        return [_strip(v) for v in value]
-    return value
-
-
-@pytest.fixture(scope="module")
-def built(tmp_path_factory):
-    root = tmp_path_factory.mktemp("tasks")
-    fam = tasks.make("toy_sql", root=root)
-    fam.build(root, size="tiny", seed=0)
-    return root, fam
-
-
 @pytest.fixture(scope="module")
 def env_factory(built):
     root, _ = built
@@ -63,12 +43,12 @@ def test_plan_and_seeds(built):
         plan(insts + insts[:1])
 
 
-def test_deterministic_across_concurrency(built, env_factory):
+def test_deterministic_across_concurrency(built, env_factory, strip_timings):
     _, fam = built
     insts = fam.instances("test")[:4]
     a = rollout(insts, EchoSeed(), env_factory, k=2, seed=1, concurrency=1)
     b = rollout(insts, EchoSeed(), env_factory, k=2, seed=1, concurrency=2)
-    dump = lambda r: sorted((_strip(t.model_dump(mode="json")) for t in r.trajectories), key=str)
+    dump = lambda r: sorted((strip_timings(t.model_dump(mode="json")) for t in r.trajectories), key=str)
     assert dump(a) == dump(b) and len(a.trajectories) == 8
     assert [t.key for t in b.trajectories] == [(i.id, j) for i in insts for j in range(2)]  # plan order
     for t in a.trajectories:
@@ -132,14 +112,14 @@ def test_adversaries_score_nothing_and_constant_at_most_base_rate(built, env_fac
         assert rate <= 0.25, (value, rate)
 
 
-def test_joblib_backend_matches_thread(built, env_factory):
+def test_joblib_backend_matches_thread(built, env_factory, strip_timings):
     root, fam = built
     insts = fam.instances("test")[:2]
     spec = EnvSpec(tasks_root=str(root), backend=BACKEND, allow_unisolated=True, config={"max_turns": 4})
     via_jl = rollout(insts, "oracle", spec, k=2, seed=4, concurrency=2, backend="joblib")
     via_th = rollout(insts, make_policy("oracle", families={"toy_sql": fam}), env_factory, k=2, seed=4,
                      policy_name="oracle")
-    dump = lambda r: sorted((_strip(t.model_dump(mode="json")) for t in r.trajectories), key=str)
+    dump = lambda r: sorted((strip_timings(t.model_dump(mode="json")) for t in r.trajectories), key=str)
     assert dump(via_jl) == dump(via_th) and via_jl.summary.backend == "joblib"
 
 
@@ -197,12 +177,12 @@ def test_summary_counts_per_sample_and_per_task():
     assert (s.episodes_per_s, s.steps_per_s, s.env_overhead_p50_ms, s.exec_p50_ms) == (2.0, 2.0, 3.0, 1.0)
 
 
-def test_async_backend_matches_thread_and_awaits_aact(built, env_factory):
+def test_async_backend_matches_thread_and_awaits_aact(built, env_factory, strip_timings):
     _, fam = built
     insts = fam.instances("test")[:4]
     th = rollout(insts, EchoSeed(), env_factory, k=2, seed=2, concurrency=2)
     asy = rollout(insts, EchoSeed(), env_factory, k=2, seed=2, concurrency=2, backend="async")
-    dump = lambda r: [_strip(t.model_dump(mode="json")) for t in r.trajectories]
+    dump = lambda r: [strip_timings(t.model_dump(mode="json")) for t in r.trajectories]
     assert dump(th) == dump(asy) and asy.summary.backend == "async"
 
     class AsyncOracle:  # only aact: the async backend must await it rather than call act
