@@ -241,32 +241,32 @@ def _one_datetime(value: Any, *, what: str) -> tuple[dt.datetime | None, bool, s
     return found[0], has_time, ""
 
 
-def grade_date(gold: Any, submission: Any, **_: Any) -> Verdict:
-    """Exactly one calendar date; compared by day (a time of day, if given, is ignored)."""
+def _gold_and_submitted_datetime(gold: Any, submission: Any) -> tuple[Any, Any, bool, Verdict | None]:
+    """(gold, submitted, submission has a time of day, a wrong-answer verdict or None); a bad gold raises."""
     text, bad = _precheck(submission, scalar=True)
     if bad:
-        return bad
+        return None, None, False, bad
     want, _, why = _one_datetime(gold, what="gold")
     if want is None:
         raise GraderError(f"gold {gold!r}: {why}")
-    got, _, why = _one_datetime(text, what="submission")
-    if got is None:
-        return _wrong(why)
+    got, has_time, why = _one_datetime(text, what="submission")
+    return want, got, has_time, (_wrong(why) if got is None else None)
+
+
+def grade_date(gold: Any, submission: Any, **_: Any) -> Verdict:
+    """Exactly one calendar date; compared by day (a time of day, if given, is ignored)."""
+    want, got, _, bad = _gold_and_submitted_datetime(gold, submission)
+    if bad:
+        return bad
     ok = got.date() == want.date()
     return _ok("date matches") if ok else _wrong(f"date {got.date()} != {want.date()}")
 
 
 def grade_datetime(gold: Any, submission: Any, **_: Any) -> Verdict:
     """Exactly one date with a time of day, equal to the second (missing seconds count as :00)."""
-    text, bad = _precheck(submission, scalar=True)
+    want, got, has_time, bad = _gold_and_submitted_datetime(gold, submission)
     if bad:
         return bad
-    want, _, why = _one_datetime(gold, what="gold")
-    if want is None:
-        raise GraderError(f"gold {gold!r}: {why}")
-    got, has_time, why = _one_datetime(text, what="submission")
-    if got is None:
-        return _wrong(why)
     if not has_time and (want.hour, want.minute, want.second) != (0, 0, 0):
         return _wrong("a time of day is required (e.g. 2020-01-05 14:30:00)")
     return _ok("datetime matches") if got == want else _wrong(f"datetime {got} != {want}")
