@@ -44,10 +44,13 @@ import logging
 import os
 import warnings
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from .api import ErrorKind, ExecResult, Limits
 from .errors import SandboxError, SandboxUnavailable, SessionClosed, WorkerLost
-from .pool import Pool, Session
+
+if TYPE_CHECKING:
+    from .pool import Pool, Session
 
 __all__ = [
     "ErrorKind",
@@ -64,6 +67,16 @@ __all__ = [
 
 BACKENDS = ("bwrap", "docker", "local")
 log = logging.getLogger("sandbox")
+
+
+def __getattr__(name: str) -> Any:
+    # The pool (and asyncio under it) is imported on first use, not with the package: the in-jail worker and
+    # its runners import ``sandbox._runner`` and must stay small, since every session forks one of them.
+    if name in ("Pool", "Session"):
+        from . import pool
+
+        return getattr(pool, name)
+    raise AttributeError(f"module 'sandbox' has no attribute {name!r}")
 
 
 def make_pool(backend: str = "bwrap", *, workers: int | None = None, limits: Limits = Limits(),
@@ -96,6 +109,7 @@ def make_pool(backend: str = "bwrap", *, workers: int | None = None, limits: Lim
         >>> pool = make_pool("bwrap", workers=2, data_root=Path("data"))
     """
     from . import _jail
+    from .pool import Pool
 
     if backend not in BACKENDS:
         near = difflib.get_close_matches(str(backend), BACKENDS, n=1)

@@ -7,7 +7,8 @@ Protocol (host <-> server): each message is one frame, a 4-byte big-endian lengt
 of UTF-8 JSON (an object). Frames are strictly request/response, one request in flight per worker.
 
 * Server -> host at start: ``{"op": "ready", "pid", "uid", "runner_uid", "seccomp", "no_new_privs",
-  "preloaded": [...], "python": "3.11.7"}`` once the preload and the seccomp filter are done.
+  "preloaded": [...], "python": "3.11.7", "light_zygote": pid or null}`` once the preload and the seccomp filter
+  are done.
 * ``{"op": "open", "persistent": bool, "limits": {...}, "bridges": {port: socket}}`` starts a session:
   leftover processes are killed; the limits are the session's hard ceiling; each bridge makes the runner
   listen on 127.0.0.1:<port> and forward to the Unix socket (``sandbox.bridge``). Reply ``{"ok": true}``.
@@ -17,12 +18,16 @@ of UTF-8 JSON (an object). Frames are strictly request/response, one request in 
 * Any failure of the server itself: ``{"ok": false, "error": "one line"}``.
 
 Processes inside: the server (this module) preloads heavy modules once, loads the seccomp filter once, and
-forks a *runner* (``sandbox._runner``) per session (persistent) or per call; a spare runner is forked ahead
-of need after a reply (in a persistent session, once the host has been quiet for a few milliseconds), so
-the fork is off the critical path of the next session's open and first call. The runner drops to the
-unprivileged ``--uid`` (when given), sets rlimits and executes user code with its stdout/stderr on pipes that
-the server drains concurrently, keeping head and tail up to the cap. On timeout the server kills every
-process of the jail except itself (``--pidns``: the jail has its own pid namespace) or the runner's process
+forks a *runner* (``sandbox._runner``) per session (persistent) or per call. Before its preload it forks a
+*light zygote* (:class:`Zygote`: stdlib and sqlite3 only) that forks the runners of sessions whose first
+call is SQL or shell, several times cheaper to fork and tear down than a copy of the pandas-loaded server;
+sessions whose first Python call imports scikit-learn, SciPy, statsmodels or lifelines fork from an *ml zygote*
+that has them loaded.
+A spare runner of each kind is forked ahead of need after a reply (in a persistent session, once the host has
+been quiet for a few milliseconds), so the fork is off the critical path of the next session's open and first
+call. The runner drops to the unprivileged ``--uid`` (when given), sets rlimits and executes user code with its
+stdout/stderr on pipes that the server drains concurrently, keeping head and tail up to the cap. On timeout the
+server kills every process of the jail except itself (``--pidns``: the jail has its own pid namespace) or the runner's process
 group (no pid namespace), so nothing a call started survives it.
 """
 
@@ -35,8 +40,10 @@ import fcntl
 import gc
 import json
 import os
+import re
 import select
 import signal
+import socket
 import struct
 import sys
 import time
@@ -45,6 +52,7 @@ from typing import Any
 _HDR = struct.Struct(">I")
 MAX_FRAME = 256 << 20
 _SPARE_IDLE_S = 0.005  # quiet time after a reply, mid-session, before the spare runner is forked
+_ZYGOTE_WAIT_S = 10.0  # how long a session waits for a zygote's imports before forking from the server
 _MARKER = "\n...[sandbox: {omitted} bytes omitted from the middle; {total} bytes in total]...\n"
 
 
@@ -167,6 +175,199 @@ def _load_seccomp() -> str:
     return "on"
 
 
+def spawn_runner(args: argparse.Namespace) -> dict:
+    """Fork a runner child of this process; returns the host ends of its pipes and its pid."""
+    pipes = [os.pipe() for _ in range(4)]  # req, resp, out, err
+    (req_r, req_w), (resp_r, resp_w), (out_r, out_w), (err_r, err_w) = pipes
+    pid = os.fork()
+    if pid == 0:
+        try:
+            become_runner(args, req_r, resp_w, out_w, err_w)
+        finally:
+            os._exit(70)
+    for fd in (req_r, resp_w, out_w, err_w):
+        os.close(fd)
+    return _runner_handle(pid, req_w, resp_r, out_r, err_r)
+
+
+def _runner_handle(pid: int, req: int, resp: int, out: int, err: int) -> dict:
+    for fd in (out, err):
+        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_NONBLOCK)
+    return {"pid": pid, "req": req, "resp": resp, "out": out, "err": err}
+
+
+def become_runner(args: argparse.Namespace, req_r: int, resp_w: int, out_w: int, err_w: int) -> None:
+    """In a freshly forked child: wait for the session's configuration, drop privileges, serve calls."""
+    import resource
+
+    from sandbox._runner import REQ_FD, Runner
+
+    os.setpgid(0, 0)
+    devnull = os.open("/dev/null", os.O_RDWR)
+    high = [fcntl.fcntl(fd, fcntl.F_DUPFD, 100) for fd in (devnull, out_w, err_w, req_r, resp_w)]
+    for target, fd in enumerate(high):
+        os.dup2(fd, target, inheritable=True)
+    os.closerange(5, 1 << 16)
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    runner = Runner(args.data, args.workspace)  # built ahead: it reads no session state
+    config = read_frame(REQ_FD)  # the spare waits here until a session takes it
+    if config is None:
+        os._exit(0)
+    if args.uid is not None:
+        os.setgroups([])
+        os.setresgid(args.gid, args.gid, args.gid)
+        os.setresuid(args.uid, args.uid, args.uid)
+    lim = config.get("limits") or {}
+    mb = 1 << 20
+    hard = {
+        resource.RLIMIT_AS: int(lim.get("memory_mb", 2048)) * mb,
+        resource.RLIMIT_FSIZE: int(lim.get("file_size_mb", 64)) * mb,
+        resource.RLIMIT_NPROC: int(lim.get("processes", 64)),
+        resource.RLIMIT_CORE: 0,
+    }
+    if not config.get("persistent", True):
+        hard[resource.RLIMIT_CPU] = int(float(lim.get("cpu_s", 30.0))) + 2
+    for res, value in hard.items():
+        resource.setrlimit(res, (value, value))
+    os.chdir(args.workspace)
+    if config.get("bridges"):
+        runner.notes.extend(_start_bridges(config["bridges"]))
+    runner.serve(read_frame, write_frame)
+
+
+#: Modules the ``ml`` zygote imports on top of the server's preload; a session whose first Python call imports
+#: one of these packages forks from it (scikit-learn, SciPy, statsmodels and lifelines: 2-4 s to import).
+ML_PRELOAD = ("scipy.stats", "sklearn.linear_model", "sklearn.ensemble", "sklearn.metrics",
+              "sklearn.model_selection", "sklearn.pipeline", "sklearn.preprocessing", "statsmodels.api",
+              "statsmodels.stats.power", "lifelines", "lifelines.statistics")
+_ML_IMPORT = re.compile(r"^[ \t]*(?:from|import)[ \t]+(?:scipy|sklearn|statsmodels|lifelines)\b", re.MULTILINE)
+
+
+def runner_kind(lang: str | None, source: str | None) -> str:
+    """Which runner a session's first call starts: ``light`` (SQL, shell), ``ml`` or ``full`` (Python)."""
+    if lang in ("sql", "shell"):
+        return "light"
+    return "ml" if _ML_IMPORT.search(source or "") else "full"
+
+
+class Zygote:
+    """A child of the server that forks runners from its own, differently loaded, memory.
+
+    * ``light``: forked before the server's preload (stdlib and sqlite3 only). Forking a process costs in
+      proportion to its mapped memory, and so does tearing the child down: a runner forked from the
+      pandas-loaded server costs ~10 ms of CPU per session, one forked from here a fraction of that.
+    * ``ml``: forked from the loaded server on first demand, then imports :data:`ML_PRELOAD` (2-4 s, once per
+      worker). The first session waits for it (up to half its call's wall-clock limit, at most
+      ``_ZYGOTE_WAIT_S``); a session that cannot wait forks from the server and imports what it needs itself.
+
+    Each runner is forked through a short-lived intermediate child that exits at once, so the runner is
+    re-parented to the server (a child subreaper), which waits for it, kills it and reads its status exactly as
+    for the runners it forks itself. The runner's pipes travel to the server over a Unix socket.
+    """
+
+    def __init__(self, kind: str, pid: int, sock: socket.socket) -> None:
+        self.kind, self.pid, self.sock = kind, pid, sock
+        self._ready = False
+
+    @classmethod
+    def start(cls, kind: str, args: argparse.Namespace) -> Zygote | None:
+        """Fork the zygote; returns None (sessions then fork from the server) when that fails."""
+        try:
+            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+            pid = os.fork()
+        except OSError as exc:
+            print(f"sandbox.worker: {kind} zygote unavailable: {exc}", file=sys.stderr)
+            return None
+        if pid == 0:
+            try:  # keep stdio (stderr is the worker's log) and our socket; the server's channel and pipes go
+                os.closerange(3, theirs.fileno())
+                os.closerange(theirs.fileno() + 1, 1 << 16)
+                cls._serve(kind, args, theirs)
+            finally:
+                os._exit(0)
+        theirs.close()
+        return cls(kind, pid, ours)
+
+    @staticmethod
+    def _serve(kind: str, args: argparse.Namespace, sock: socket.socket) -> None:
+        if kind == "light":  # forked before the server's set-up: do the same set-up here
+            import sqlite3  # noqa: F401  (what SQL sessions need, loaded once)
+            import subprocess  # noqa: F401
+
+            import sandbox._runner
+            import sandbox.grounding  # noqa: F401
+
+            if not args.no_seccomp:
+                _load_seccomp()
+            ctypes.CDLL(None, use_errno=True).prctl(38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS
+        else:  # forked from the loaded server (seccomp and no-new-privs inherited)
+            for name in ML_PRELOAD:
+                try:
+                    __import__(name)
+                except Exception as exc:
+                    print(f"sandbox.worker: ml preload of {name} failed: {exc}", file=sys.stderr)
+        gc.freeze()
+        sock.sendall(b"r")
+        while sock.recv(1):
+            Zygote._fork_runner(args, sock)
+
+    @staticmethod
+    def _fork_runner(args: argparse.Namespace, sock: socket.socket) -> None:
+        pipes = [os.pipe() for _ in range(4)]
+        (req_r, req_w), (resp_r, resp_w), (out_r, out_w), (err_r, err_w) = pipes
+        pid_r, pid_w = os.pipe()
+        middle = os.fork()
+        if middle == 0:
+            try:
+                runner = os.fork()
+                if runner == 0:
+                    become_runner(args, req_r, resp_w, out_w, err_w)
+                else:
+                    os.write(pid_w, _HDR.pack(runner))
+            finally:
+                os._exit(70)
+        os.waitpid(middle, 0)  # once it is gone, the runner's parent is the server
+        packed = os.read(pid_r, _HDR.size)
+        for fd in (req_r, resp_w, out_w, err_w, pid_r, pid_w):
+            os.close(fd)
+        socket.send_fds(sock, [packed or b"\0\0\0\0"], [req_w, resp_r, out_r, err_r])
+        for fd in (req_w, resp_r, out_r, err_r):
+            os.close(fd)
+
+    def ready(self, wait_s: float = 0.0) -> bool:
+        """True once the zygote has finished its imports, waiting up to ``wait_s`` seconds for that."""
+        if not self._ready and select.select([self.sock], [], [], wait_s)[0]:
+            try:
+                self._ready = self.sock.recv(1) == b"r"
+            except OSError:
+                return False
+        return self._ready
+
+    def spawn(self) -> dict | None:
+        """A new runner forked by the zygote, or None when the zygote is gone."""
+        try:
+            if not self.ready():
+                return None
+            self.sock.sendall(b"s")
+            packed, fds, _, _ = socket.recv_fds(self.sock, _HDR.size, 4)
+        except OSError:
+            return None
+        (pid,) = _HDR.unpack(packed) if len(packed) == _HDR.size else (0,)
+        if len(fds) != 4 or pid <= 0:
+            for fd in fds:
+                os.close(fd)
+            return None
+        return _runner_handle(pid, *fds)
+
+    def stop(self) -> None:
+        """Close the channel (the zygote exits on EOF) and kill it."""
+        self.sock.close()
+        try:
+            os.kill(self.pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
 class Server:
     """The worker server: one session at a time, one call at a time.
 
@@ -175,78 +376,51 @@ class Server:
     (uid drop, rlimits) by the first frame it receives, so the session in progress cannot touch it.
     """
 
-    def __init__(self, args: argparse.Namespace, chan_in: int, chan_out: int) -> None:
+    def __init__(self, args: argparse.Namespace, chan_in: int, chan_out: int,
+                 light: Zygote | None = None) -> None:
         self.args = args
         self.chan_in, self.chan_out = chan_in, chan_out
         self.persistent = True
         self.session_limits: dict = {}
         self.bridges: dict[str, str] = {}  # in-jail port -> Unix socket path (sandbox.bridge)
         self.runner: dict | None = None
-        self.spare: dict | None = None
+        #: Spare runners forked ahead of need: ``full`` from this process, the others from their zygote.
+        self.spares: dict[str, dict | None] = {"full": None, "light": None}
+        #: Zygotes by kind; None once one died (its kind then forks from this process).
+        self.zygotes: dict[str, Zygote | None] = {"light": light} if light else {}
         self.status: dict[int, int] = {}  # wait status of the current runner, once reaped
         #: True while no process of ours but the spare exists: nothing ran since the last full cleanup,
         #: so a session's ``open`` need not scan /proc again.
         self.clean = False
 
     # -- runner lifecycle ---------------------------------------------------------------------
-    def _spawn_runner(self) -> dict:
-        pipes = [os.pipe() for _ in range(4)]  # req, resp, out, err
-        (req_r, req_w), (resp_r, resp_w), (out_r, out_w), (err_r, err_w) = pipes
-        pid = os.fork()
-        if pid == 0:
-            try:
-                self._become_runner(req_r, resp_w, out_w, err_w)
-            finally:
-                os._exit(70)
-        for fd in (req_r, resp_w, out_w, err_w):
-            os.close(fd)
-        for fd in (out_r, err_r):
-            fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_NONBLOCK)
-        return {"pid": pid, "req": req_w, "resp": resp_r, "out": out_r, "err": err_r}
+    def _spawn_runner(self, kind: str = "full", wait_s: float = _ZYGOTE_WAIT_S) -> dict:
+        """Fork a runner: from this process (``full``: the preloaded modules) or from the zygote of ``kind``."""
+        zygote = self.zygotes.get(kind)
+        if kind == "ml" and "ml" not in self.zygotes:  # first demand: start it and wait for its imports (~2 s
+            zygote = self.zygotes["ml"] = Zygote.start("ml", self.args)  # once; cheaper than importing twice)
+        if zygote is not None and zygote.ready(wait_s):
+            runner = zygote.spawn()
+            if runner is not None:
+                return runner
+            self._lose_zygote(kind)
+        return spawn_runner(self.args)
 
-    def _become_runner(self, req_r: int, resp_w: int, out_w: int, err_w: int) -> None:
-        import resource
+    def _lose_zygote(self, kind: str) -> None:
+        """Forget a dead zygote: sessions of its kind fork from this process from now on."""
+        zygote = self.zygotes.pop(kind, None)
+        if zygote is not None:
+            zygote.stop()
+        self.zygotes[kind] = None  # do not start it again
 
-        from sandbox._runner import REQ_FD, Runner
-
-        os.setpgid(0, 0)
-        devnull = os.open("/dev/null", os.O_RDWR)
-        high = [fcntl.fcntl(fd, fcntl.F_DUPFD, 100) for fd in (devnull, out_w, err_w, req_r, resp_w)]
-        for target, fd in enumerate(high):
-            os.dup2(fd, target, inheritable=True)
-        os.closerange(5, 1 << 16)
-        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
-        runner = Runner(self.args.data, self.args.workspace)  # built ahead: it reads no session state
-        config = read_frame(REQ_FD)  # the spare waits here until a session takes it
-        if config is None:
-            os._exit(0)
-        if self.args.uid is not None:
-            os.setgroups([])
-            os.setresgid(self.args.gid, self.args.gid, self.args.gid)
-            os.setresuid(self.args.uid, self.args.uid, self.args.uid)
-        lim = config.get("limits") or {}
-        mb = 1 << 20
-        hard = {
-            resource.RLIMIT_AS: int(lim.get("memory_mb", 2048)) * mb,
-            resource.RLIMIT_FSIZE: int(lim.get("file_size_mb", 64)) * mb,
-            resource.RLIMIT_NPROC: int(lim.get("processes", 64)),
-            resource.RLIMIT_CORE: 0,
-        }
-        if not config.get("persistent", True):
-            hard[resource.RLIMIT_CPU] = int(float(lim.get("cpu_s", 30.0))) + 2
-        for res, value in hard.items():
-            resource.setrlimit(res, (value, value))
-        os.chdir(self.args.workspace)
-        if config.get("bridges"):
-            runner.notes.extend(_start_bridges(config["bridges"]))
-        runner.serve(read_frame, write_frame)
-
-    def _take_runner(self) -> dict:
-        """Hand the spare (or a fresh runner) its configuration; it then drops privileges."""
+    def _take_runner(self, kind: str, wait_s: float = _ZYGOTE_WAIT_S) -> dict:
+        """Hand the spare of ``kind`` (or a fresh runner) its configuration; it then drops privileges."""
         for _ in range(2):
-            runner, self.spare = self.spare, None
+            runner = self.spares.get(kind)
+            if kind in self.spares:
+                self.spares[kind] = None
             if runner is None:
-                runner = self._spawn_runner()
+                runner = self._spawn_runner(kind, wait_s)
             try:
                 write_frame(runner["req"], {"persistent": self.persistent, "limits": self.session_limits,
                                             "bridges": self.bridges})
@@ -256,8 +430,12 @@ class Server:
         raise RuntimeError("could not start a runner process")
 
     def _prepare_spare(self) -> None:
-        if self.spare is None:
-            self.spare = self._spawn_runner()
+        ml = self.zygotes.get("ml")
+        if "ml" not in self.spares and ml is not None and ml.ready():
+            self.spares["ml"] = None  # the ml zygote is up: keep a spare of it from now on
+        for kind, spare in self.spares.items():
+            if spare is None:
+                self.spares[kind] = self._spawn_runner(kind)
 
     def _discard(self, runner: dict) -> None:
         try:
@@ -288,6 +466,10 @@ class Server:
                 return
             if pid == current:
                 self.status[pid] = status
+            else:
+                for kind, zygote in list(self.zygotes.items()):
+                    if zygote is not None and pid == zygote.pid:
+                        self._lose_zygote(kind)
 
     def _status_of(self, pid: int) -> int:
         """Wait for the current runner ``pid`` and return its wait status."""
@@ -306,8 +488,9 @@ class Server:
         without, the runner's process group. Killed processes are reaped later (we are a child subreaper),
         so their teardown does not delay the reply.
         """
-        spare = self.spare["pid"] if self.spare else None
-        spared = {os.getpid(), keep, spare, 1 if self.args.pidns else None}
+        spared = {os.getpid(), keep, 1 if self.args.pidns else None}
+        spared.update(spare["pid"] for spare in self.spares.values() if spare)
+        spared.update(zygote.pid for zygote in self.zygotes.values() if zygote)
         runner_pgid = self.runner["pid"] if self.runner else None
         killed: set[int] = set()
         for attempt in range(2000):
@@ -363,7 +546,13 @@ class Server:
         start = time.monotonic()
         if self.runner is None:
             self.clean = False
-            self.runner = self._take_runner()
+            # SQL and shell sessions start in a runner of the light zygote (no numpy/pandas in its memory:
+            # several times cheaper to fork and to tear down); Python sessions get the preloaded modules, plus
+            # scikit-learn/SciPy/statsmodels when the first call imports one of them. A later call needing more
+            # than its runner holds still works: its imports just load on demand.
+            # A zygote still importing may take up to half the call's wall-clock budget.
+            self.runner = self._take_runner(runner_kind(req.get("lang"), req.get("source")),
+                                            wait_s=min(_ZYGOTE_WAIT_S, wall / 2))
         runner = self.runner
         for fd in (runner["out"], runner["err"]):
             self._drain(fd, None)  # bytes a killed straggler wrote after the previous call
@@ -467,9 +656,14 @@ class Server:
                 write_frame(self.chan_out, {"ok": False, "error": f"bad frame: {exc}"})
                 return
             if req is None or req.get("op") == "exit":
-                if self.spare:
-                    self._discard(self.spare)
-                    self.spare = None
+                for kind, spare in self.spares.items():
+                    if spare:
+                        self._discard(spare)
+                        self.spares[kind] = None
+                for zygote in self.zygotes.values():
+                    if zygote is not None:
+                        zygote.stop()
+                self.zygotes.clear()
                 self.kill_strays(keep=None)
                 return
             try:
@@ -480,7 +674,7 @@ class Server:
             # Fork while the host is busy elsewhere: between sessions (and calls of a one-shot session) at
             # once; in a persistent session once the host has been quiet for a moment (an agent thinking),
             # so back-to-back calls do not wait for the fork and the next session finds a spare ready.
-            if self.spare is None and (self.runner is None or not self._request_within(_SPARE_IDLE_S)):
+            if None in self.spares.values() and (self.runner is None or not self._request_within(_SPARE_IDLE_S)):
                 self._prepare_spare()
 
 
@@ -527,6 +721,7 @@ def main(argv: list[str] | None = None) -> None:
     sys.stdout = sys.stderr
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER: orphans of a call come back to us to be reaped
+    light = Zygote.start("light", args)  # before the preload: it stays small
     preloaded = []
     for name in filter(None, args.preload.split(",")):
         try:
@@ -548,8 +743,8 @@ def main(argv: list[str] | None = None) -> None:
     nnp = libc.prctl(38, 1, 0, 0, 0) == 0 or libc.prctl(39, 0, 0, 0, 0) == 1  # PR_SET/GET_NO_NEW_PRIVS
     write_frame(chan_out, {"op": "ready", "pid": os.getpid(), "uid": os.getuid(), "runner_uid": args.uid,
                            "seccomp": seccomp, "no_new_privs": bool(nnp), "preloaded": preloaded,
-                           "python": sys.version.split()[0]})
-    Server(args, chan_in, chan_out).serve()
+                           "python": sys.version.split()[0], "light_zygote": light.pid if light else None})
+    Server(args, chan_in, chan_out, light).serve()
 
 
 if __name__ == "__main__":

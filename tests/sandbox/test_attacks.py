@@ -161,7 +161,8 @@ def test_host_processes_invisible(pool, still_serves):
             "import os\npids = [p for p in os.listdir('/proc') if p.isdigit()]\nprint(len(pids))\n"
             "print(' '.join(open(f'/proc/{p}/cmdline', 'rb').read().decode(errors='replace') for p in pids))")
     count, cmdlines = res.stdout.splitlines()
-    assert int(count) <= 4 and "pytest" not in cmdlines
+    # The jail's own: its init, the worker server, the light zygote, up to two spare runners and this runner.
+    assert int(count) <= 6 and "pytest" not in cmdlines
     still_serves(pool)
 
 

@@ -3,12 +3,21 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sqlite3
+import time
 
 import pytest
 
-from sandbox import ErrorKind, ExecResult, Limits, SandboxUnavailable, SessionClosed, make_pool
+from sandbox import (
+    ErrorKind,
+    ExecResult,
+    Limits,
+    SandboxUnavailable,
+    SessionClosed,
+    make_pool,
+)
 
 
 def test_pool_reports_its_layers(pool):
@@ -195,3 +204,63 @@ def test_local_backend_warns_and_runs(tmp_path):
         read = "import os\nprint(open(os.path.join(os.environ['HOME'], '..', 'data', 'd', 'a.txt')).read())"
         assert s.run_python(read).stdout == "data\n"
         assert s.run_python("import time; time.sleep(5)", limits=Limits(wall_s=0.5)).timed_out
+
+
+def test_sql_and_shell_sessions_fork_from_the_light_zygote(pool):
+    assert all(w.ready["light_zygote"] for w in pool._workers)
+    check = "import sys\nprint('pandas' in sys.modules)"
+    with pool.session() as s:  # first call shell: a light runner, without the preloaded modules
+        assert s.run_shell("true").ok
+        assert s.run_python(check).stdout == "False\n"
+        assert s.run_python("import pandas as pd\nprint(int(pd.Series([1, 2]).sum()))").stdout == "3\n"
+    with pool.session() as s:  # first call Python: the preloaded runner
+        assert s.run_python(check).stdout == "True\n"
+
+
+def _child_pids(pid: int) -> list[int]:
+    with open(f"/proc/{pid}/task/{pid}/children") as fh:
+        return [int(p) for p in fh.read().split()]
+
+
+def test_sessions_survive_the_loss_of_the_light_zygote():
+    with pytest.warns(RuntimeWarning, match="UNISOLATED"):
+        local = make_pool("local", workers=1, allow_unisolated=True)
+    check = "import sys\nprint('pandas' in sys.modules)"
+    with local:
+        (worker,) = local._workers
+        zygote = worker.ready["light_zygote"]  # the local backend shares our pid namespace
+        assert zygote in _child_pids(worker.ready["pid"])
+        with local.session() as s:
+            assert s.run_shell("true").ok and s.run_python(check).stdout == "False\n"
+        os.kill(zygote, signal.SIGKILL)
+        preloaded = []
+        for _ in range(3):  # a light spare forked earlier may serve once; then light sessions fork from the server
+            with local.session() as s:
+                assert s.run_shell("echo ok").stdout == "ok\n"
+                preloaded.append(s.run_python(check).stdout)
+        assert preloaded[-1] == "True\n"
+
+
+def test_runner_kind_follows_the_first_call():
+    from sandbox.worker import runner_kind
+
+    assert runner_kind("sql", "SELECT 1") == runner_kind("shell", "import sklearn") == "light"
+    assert runner_kind("python", "import numpy as np\nfrom sklearn.linear_model import Ridge") == "ml"
+    assert runner_kind("python", "    import statsmodels.api as sm") == "ml"
+    assert runner_kind("python", "import sklearnish\nx = 'import scipy'") == "full"
+
+
+def test_ml_sessions_fork_from_a_zygote_with_sklearn_loaded(pool):
+    check = "import sys\nprint('statsmodels.api' in sys.modules)"
+    deadline = time.monotonic() + 90
+    seen = []
+    while time.monotonic() < deadline:  # the ml zygote imports in the background after the first demand
+        with pool.session() as s:
+            assert s.run_python("import sklearn.linear_model").ok
+            seen.append(s.run_python(check).stdout)
+        if seen[-1] == "True\n":
+            break
+        time.sleep(0.5)
+    assert seen[-1] == "True\n", f"no ml runner after {len(seen)} sessions"
+    with pool.session() as s:  # plain Python sessions keep the lighter runner
+        assert s.run_python(check).stdout == "False\n"
