@@ -106,6 +106,9 @@ class Forwarder:
                 if self._stop.is_set():
                     return
                 continue
+            if self._stop.is_set():  # the knock of close()
+                client.close()
+                return
             client.settimeout(None)
             threading.Thread(target=self._serve, args=(client,), daemon=True).start()
 
@@ -140,6 +143,12 @@ class Forwarder:
                 except OSError:
                     pass
             self._open.clear()
+        try:  # wake the blocked accept() now rather than at its next poll timeout (up to _POLL_S later)
+            with socket.socket(self._listener.family, socket.SOCK_STREAM) as knock:
+                knock.settimeout(_POLL_S)
+                knock.connect(self.address)
+        except OSError:
+            pass
         self._thread.join(timeout=2 * _POLL_S + 1)
         self._listener.close()
 

@@ -114,7 +114,8 @@ class FhirServer:
             self._server = _TcpServer(("127.0.0.1", int(port or 0)), _Handler)
             self.url = f"http://127.0.0.1:{self._server.server_address[1]}/fhir/"
         self._server.store = store
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.1},
+        # poll_interval bounds how long close() waits for the loop to notice shutdown (once per episode).
+        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.02},
                                         name="fhir-server", daemon=True)
         self._thread.start()
         self._closed = False
