@@ -135,7 +135,13 @@ class EnvSpec:
         import tasks
 
         cache: dict[str, Any] = {}
-        return lambda name: cache.setdefault(name, tasks.make(name, root=self.tasks_root))
+
+        def family(name: str) -> Any:
+            if name not in cache:  # a family's constructor may parse its templates: once per process
+                cache[name] = tasks.make(name, root=self.tasks_root)
+            return cache[name]
+
+        return family
 
 
 def run_episode(env: Any, policy: Policy, item: WorkItem, *, policy_name: str | None = None) -> Trajectory:

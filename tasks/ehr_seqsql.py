@@ -112,7 +112,7 @@ class Chain:
 
 def load_chains(path: Path = CHAINS_FILE) -> list[Chain]:
     """Read the chain file, expanding ``<macro>`` names; raises ``TaskError`` naming a malformed chain."""
-    doc = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    doc = yaml.load(Path(path).read_text(encoding="utf-8"), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     macros = doc.get("macros") or {}
 
     def expand(text: str) -> str:

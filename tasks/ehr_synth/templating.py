@@ -69,9 +69,12 @@ class Template:
     grading: dict[str, Any] = field(default_factory=dict)
 
 
+_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's parser: ~10x faster, same results
+
+
 def load_templates(path: Path) -> tuple[dict[str, Filter], list[Template]]:
     """Read a template file; raises ``TaskError`` naming the bad template."""
-    doc = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    doc = yaml.load(Path(path).read_text(encoding="utf-8"), Loader=_YAML_LOADER)
     macros = doc.get("macros") or {}
 
     def expand(text: str) -> str:
