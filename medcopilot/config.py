@@ -32,9 +32,11 @@ import yaml
 
 #: Folder of the bundled recipes (``recipes/`` at the repository root).
 RECIPES_DIR = Path(__file__).resolve().parent.parent / "recipes"
-Method = Literal["sft", "dpo", "grpo", "ppo"]
-#: TRL config class per method; ``ppo`` is trained in house and takes its ``trainer`` keys as they are.
-TRL_CONFIG_CLASSES = {"sft": "SFTConfig", "dpo": "DPOConfig", "grpo": "GRPOConfig"}
+Method = Literal["sft", "dpo", "grpo", "ppo", "verifier"]
+#: Config class per method: a TRL class name, or ``module:Class`` (the verifier's ``TrainingArguments``
+#: subclass); ``ppo`` is trained in house and takes its ``trainer`` keys as they are.
+TRL_CONFIG_CLASSES = {"sft": "SFTConfig", "dpo": "DPOConfig", "grpo": "GRPOConfig",
+                      "verifier": "medcopilot.trainers.verifier:VerifierConfig"}
 
 
 class _Loader(yaml.SafeLoader):
@@ -146,10 +148,15 @@ class RewardConfig:
     """How verdicts become scalar rewards. Weight 0 means "log it, don't train on it"."""
 
     weights: dict[str, float] = field(default_factory=lambda: {"correctness": 1.0})  # reward name -> weight
+    # Learned verifier for the verifier_score term (GRPO): a trained verifier folder (scored in the trainer's
+    # process) or the http(s):// URL of scripts/serve_verifier.py (a failed call makes the term missing).
+    verifier: str | None = None
 
     def __post_init__(self) -> None:
         bad = {k: v for k, v in self.weights.items() if v < 0}
         _check(not bad, "reward.weights", bad, "non-negative weights (0 logs a component without training on it)")
+        _check(self.verifier is None or bool(self.verifier.strip()), "reward.verifier", self.verifier,
+               "a trained verifier folder, an http(s):// URL, or null")
 
 
 @dataclass
@@ -231,21 +238,26 @@ class RecipeConfig:
             **extra: Keys the trainer module fixes itself (e.g. ``assistant_only_loss=True``); recipe keys win.
 
         Returns:
-            A ``trl.SFTConfig`` / ``DPOConfig`` / ``GRPOConfig``.
+            A ``trl.SFTConfig`` / ``DPOConfig`` / ``GRPOConfig``, or the verifier's ``VerifierConfig`` (a
+            ``transformers.TrainingArguments`` subclass, :mod:`medcopilot.trainers.verifier`).
 
         Raises:
             RecipeError: On a key TRL's config does not have (naming the nearest one) or a value TRL rejects.
         """
         if self.method not in TRL_CONFIG_CLASSES:
-            raise RecipeError(f"method={self.method!r} has no TRL config; trainer_args() serves sft, dpo and grpo")
-        import torch
-        import trl
+            raise RecipeError(f"method={self.method!r} has no TRL config; trainer_args() serves "
+                              f"{', '.join(TRL_CONFIG_CLASSES)}")
+        import importlib
 
-        cls = getattr(trl, TRL_CONFIG_CLASSES[self.method])
+        import torch
+
+        module, _, cls_name = TRL_CONFIG_CLASSES[self.method].rpartition(":")
+        cls = getattr(importlib.import_module(module or "trl"), cls_name)
+        where = f"{module or 'trl'}.{cls.__name__}"
         valid = [f.name for f in dataclasses.fields(cls) if f.init]
         for key in self.trainer:
             if key not in valid:
-                raise RecipeError(_unknown_key(f"trainer.{key}", key, valid, f"fields of trl.{cls.__name__}"))
+                raise RecipeError(_unknown_key(f"trainer.{key}", key, valid, f"fields of {where}"))
         kwargs: dict[str, Any] = {**extra, **self.trainer, "output_dir": self.output.dir}
         if torch.cuda.is_available():
             kwargs.setdefault("bf16", self.model.dtype in ("auto", "bfloat16"))
@@ -257,7 +269,7 @@ class RecipeConfig:
             return cls(**kwargs)
         except (ValueError, TypeError) as exc:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise RecipeError(f"trl.{cls.__name__} rejected the trainer section: {first}") from exc
+            raise RecipeError(f"{where} rejected the trainer section: {first}") from exc
 
 
 def load_recipe(recipe: str | os.PathLike, overrides: list[str] | tuple[str, ...] = ()) -> RecipeConfig:

@@ -269,12 +269,16 @@ class EnvRolloutFunc:
         flush_s: See :class:`TurnBatcher`. Keep ``concurrency <= `` the sandbox pool's workers: an episode holds
             its session from reset to end, so extra episodes wait for a worker and turns batch poorly.
         policy_name: Recorded in each trajectory header.
+        verifier: A learned-verifier scorer (``score(trajectories) -> list[float | None]``, e.g.
+            ``medcopilot.verifier.VerifierScorer`` or ``rewards.HTTPVerifier``). When given, every call scores its
+            finished episodes in one batch and passes each score to the reward functions as ``verifier_score``
+            (None where the verifier failed: the ``verifier_score`` term is then missing, never 0).
     """
 
     def __init__(self, *, make_env: Callable[[], Any], index: PromptIndex, tokenizer: Any, max_new_tokens: int,
                  max_completion_tokens: int | None = None, concurrency: int = 16,
                  rewards: dict[str, Callable[..., float | None]] | None = None, seed: int = 0,
-                 flush_s: float = 0.25, policy_name: str = "grpo"):
+                 flush_s: float = 0.25, policy_name: str = "grpo", verifier: Any = None):
         from rewards import correctness
 
         if max_new_tokens < 1 or concurrency < 1:
@@ -284,6 +288,7 @@ class EnvRolloutFunc:
         self.concurrency, self.seed, self.flush_s = concurrency, seed, flush_s
         self.policy_name = policy_name
         self.rewards = dict(rewards) if rewards else {"correctness": correctness}
+        self.verifier = verifier
         self.calls = 0
 
     # ------------------------------------------------------------------ the hook TRL calls
@@ -390,12 +395,18 @@ class EnvRolloutFunc:
     def _collate(self, episodes: list[TokenEpisode]) -> dict[str, list[Any]]:
         components: dict[str, list[float | None]] = {name: [] for name in self.rewards}
         stats = []
-        for ep in episodes:
+        extra: list[dict[str, Any]] = [{} for _ in episodes]
+        if self.verifier is not None:  # one batched call per generation round
+            scores = list(self.verifier.score([ep.trajectory for ep in episodes]))
+            if len(scores) != len(episodes):
+                raise RuntimeError(f"the verifier returned {len(scores)} scores for {len(episodes)} episodes")
+            extra = [{"verifier_score": s} for s in scores]
+        for ep, kwargs in zip(episodes, extra):
             n_model = sum(ep.env_mask)
             verdict, st = episode_outcome(ep.trajectory, model_tokens=n_model,
                                           env_tokens=len(ep.env_mask) - n_model)
             for name, fn in self.rewards.items():
-                components[name].append(fn(verdict=verdict, trajectory=ep.trajectory))
+                components[name].append(fn(verdict=verdict, trajectory=ep.trajectory, **kwargs))
             failed = any(values[-1] is None for values in components.values())
             stats.append(dataclasses.replace(st, grader_error=failed).to_dict())
         return {

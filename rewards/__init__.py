@@ -13,6 +13,8 @@ from rewards.shaping import (
            verifier_score,
 )
 from rewards.spec import REWARD_FUNCS, RewardResult, RewardSpec
+from rewards.verifier import HTTPVerifier, VerifierScorerProtocol
 
-__all__ = ["REWARD_FUNCS", "RewardError", "RewardResult", "RewardSpec", "correctness", "format_penalty",
-           "length_cost", "loop_penalty", "oracle_reward", "turn_cost", "verifier_score"]
+__all__ = ["REWARD_FUNCS", "HTTPVerifier", "RewardError", "RewardResult", "RewardSpec", "VerifierScorerProtocol",
+           "correctness", "format_penalty", "length_cost", "loop_penalty", "oracle_reward", "turn_cost",
+           "verifier_score"]

@@ -9,7 +9,8 @@ Reads top to bottom: model → env → trainer → train → save.
   (``env.sandbox``, ``env.workers``) runs the code; every episode gets its own ``env_client.Env``.
 - **Trainer**: ``rollout_func`` (:class:`medcopilot.rollout_func.EnvRolloutFunc`) plays one episode per row with
   exact token ids and an environment mask; one reward function per ``reward.weights`` entry returns the
-  component the rollout computed (``GRPOConfig.reward_weights`` weights them); the ``env/*`` step metrics
+  component the rollout computed (``GRPOConfig.reward_weights`` weights them; ``verifier_score`` comes from the
+  learned verifier named by ``reward.verifier``, a folder or a service URL); the ``env/*`` step metrics
   (:mod:`medcopilot.metrics`) are logged through TRL's ``log_metric``.
 - **Sampling**: ``rollout.temperature`` is passed to TRL as ``temperature`` (TRL rescores with it);
   ``trainer.top_p=1`` and ``trainer.top_k=0`` (the defaults) keep the importance-sampling correction unbiased.
@@ -38,7 +39,7 @@ from medcopilot.config import RecipeConfig, RecipeError
 from medcopilot.rewards_adapter import EpisodeReward
 from medcopilot.rollout_func import EnvRolloutFunc, PromptIndex
 
-__all__ = ["build_index", "make_env_factory", "reward_components", "run"]
+__all__ = ["build_index", "make_env_factory", "make_verifier", "reward_components", "run"]
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +56,29 @@ def reward_components(weights: dict[str, float]) -> dict[str, Any]:
         return dict(rewards.RewardSpec.from_weights(weights).funcs)
     except rewards.RewardError as exc:
         raise RecipeError(f"reward.weights: {exc}") from None
+
+
+def make_verifier(cfg: RecipeConfig) -> Any:
+    """The learned-verifier scorer of ``reward.verifier`` (None when unset) for the ``verifier_score`` term.
+
+    Raises:
+        RecipeError: ``verifier_score`` is weighted without ``reward.verifier``, or ``reward.verifier`` is set but
+            no ``verifier_score`` term reads it.
+    """
+    wants = "verifier_score" in cfg.reward.weights
+    if wants and not cfg.reward.verifier:
+        raise RecipeError("reward.weights has verifier_score but reward.verifier is not set; set it to a trained "
+                          "verifier folder or the URL of scripts/serve_verifier.py")
+    if not wants and cfg.reward.verifier:
+        raise RecipeError(f"reward.verifier={cfg.reward.verifier!r} is set but reward.weights has no verifier_score; "
+                          f"add reward.weights.verifier_score=<weight> (0 logs it only)")
+    if not cfg.reward.verifier:
+        return None
+    from accelerate import PartialState
+
+    from medcopilot.verifier import make_scorer
+
+    return make_scorer(cfg.reward.verifier, device=str(PartialState().device))  # each process on its own device
 
 
 def build_index(cfg: RecipeConfig) -> PromptIndex:
@@ -140,6 +164,7 @@ def run(cfg: RecipeConfig) -> dict[str, Any]:
         raise RecipeError(f"method={cfg.method!r} reached the GRPO trainer; set method: grpo")
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func is experimental upstream; trl is pinned
     started = time.monotonic()
+    verifier = make_verifier(cfg)  # the verifier_score term's scorer (None without one); fails before the model
 
     # ---- model
     tokenizer = load_tokenizer(cfg.model.name_or_path)
@@ -160,7 +185,7 @@ def run(cfg: RecipeConfig) -> dict[str, Any]:
     rollout = EnvRolloutFunc(
         make_env=make_env_factory(cfg, pool), index=index, tokenizer=tokenizer,
         max_new_tokens=cfg.rollout.max_new_tokens, max_completion_tokens=args.max_completion_length,
-        concurrency=cfg.rollout.concurrency, rewards=components, seed=args.seed,
+        concurrency=cfg.rollout.concurrency, rewards=components, seed=args.seed, verifier=verifier,
     )
     reward_funcs = [EpisodeReward(name, group_size=args.num_generations, log_metrics=i == 0)
                     for i, name in enumerate(components)]

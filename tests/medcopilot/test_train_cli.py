@@ -64,7 +64,7 @@ def test_help(train_main, capsys):
 
 
 def test_dispatch_table():
-    assert set(METHODS) == {"sft", "dpo", "grpo", "ppo"}
+    assert set(METHODS) == {"sft", "dpo", "grpo", "ppo", "verifier"}
     assert callable(get_trainer("sft").run) and callable(get_trainer("dpo").run)
     with pytest.raises(RecipeError, match="method='rl' is unknown"):
         get_trainer("rl")

@@ -1,0 +1,102 @@
+"""Score finished episodes with the learned verifier, for Best@K: writes the JSONL that evaluate.py --scores reads.
+
+    python scripts/score_trajectories.py --verifier runs/verifier_tiny --trajectories runs/eval/hf_sft/trajectories.jsonl
+    python scripts/score_trajectories.py --verifier http://127.0.0.1:8100 --trajectories t.jsonl --out scores.jsonl
+
+``--verifier`` is a trained verifier folder (scored in this process) or the URL of ``scripts/serve_verifier.py``.
+Every episode of ``--trajectories`` (a trajectory JSONL, e.g. the ``trajectories.jsonl`` of an evaluate.py run)
+gets one line ``{"task_id", "sample_idx", "score"}`` in ``--out`` (default ``scores.jsonl`` beside the
+trajectories), written atomically. If any episode cannot be scored (a failed service call), nothing is written
+and the exit status is 2: Best@K needs a score for every episode. Then rerun the evaluation with the scores
+(the rollout resumes from the same ``--out``, so nothing is rolled out again):
+
+    python scripts/evaluate.py --policy hf:runs/sft --families toy_sql -k 8 --out runs/eval/hf_sft \\
+        --scores runs/eval/hf_sft/scores.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+__all__ = ["main", "score_store", "write_scores"]
+
+
+def score_store(scorer: Any, path: Path) -> list[dict[str, Any]]:
+    """``{"task_id", "sample_idx", "score"}`` for every episode of the trajectory JSONL ``path``.
+
+    Raises:
+        ValueError: The store is missing or empty, holds an episode twice, or the scorer returned None for some
+            episode (names how many and the first).
+    """
+    from env_client.trajectory import TrajectoryStore
+
+    if not path.is_file():
+        raise ValueError(f"trajectory store {path} does not exist; pass the trajectories.jsonl of a rollout")
+    trajs = list(TrajectoryStore(path).read())
+    if not trajs:
+        raise ValueError(f"{path} holds no finished episodes; nothing to score")
+    keys = [t.key for t in trajs]
+    if len(set(keys)) != len(keys):
+        dup = next(k for k in keys if keys.count(k) > 1)
+        raise ValueError(f"{path} holds episode {dup} more than once; score one rollout per file")
+    scores = list(scorer.score(trajs))
+    if len(scores) != len(trajs):
+        raise ValueError(f"the verifier returned {len(scores)} scores for {len(trajs)} episodes")
+    missing = [k for k, s in zip(keys, scores) if s is None]
+    if missing:
+        why = getattr(scorer, "last_error", None)
+        raise ValueError(f"{len(missing)} of {len(trajs)} episodes got no score (e.g. {missing[0]})"
+                         f"{f': {why}' if why else ''}; check the verifier service and rerun")
+    return [{"task_id": k[0], "sample_idx": k[1], "score": float(s)} for k, s in zip(keys, scores)]
+
+
+def write_scores(rows: list[dict[str, Any]], out: Path) -> Path:
+    """Write score rows as JSONL atomically (tmp file, then rename) and return ``out``."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+    tmp.write_text("".join(json.dumps(row, sort_keys=True) + "\n" for row in rows), encoding="utf-8")
+    os.replace(tmp, out)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI entry point; returns the exit status (2 with one line on any error)."""
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--verifier", required=True, help="trained verifier folder, or http(s):// URL of its service")
+    p.add_argument("--trajectories", type=Path, required=True, help="trajectory JSONL to score")
+    p.add_argument("--out", type=Path, default=None, help="scores JSONL (default scores.jsonl beside the input)")
+    p.add_argument("--device", default=None, help="torch device of a local verifier; default the GPU if any")
+    p.add_argument("--batch-size", type=int, default=8, help="rows per forward pass (local) or per call (URL)")
+    p.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    args = p.parse_args(argv)
+    out = args.out or args.trajectories.with_name("scores.jsonl")
+    try:
+        if args.verifier.startswith(("http://", "https://")):
+            from rewards.verifier import HTTPVerifier
+
+            scorer: Any = HTTPVerifier(args.verifier, batch_size=args.batch_size)
+        else:
+            from medcopilot.verifier import VerifierScorer
+
+            scorer = VerifierScorer(args.verifier, device=args.device, batch_size=args.batch_size)
+        rows = score_store(scorer, args.trajectories)
+        write_scores(rows, out)
+    except Exception as exc:  # noqa: BLE001 - one line for the user, the traceback with --debug
+        if args.debug:
+            traceback.print_exc()
+        print(f"error: {' '.join(str(exc).split()) or type(exc).__name__}", file=sys.stderr)
+        return 2
+    mean = sum(r["score"] for r in rows) / len(rows)
+    print(f"scored {len(rows)} episodes (mean P(correct) {mean:.3f}) into {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
