@@ -79,8 +79,16 @@ def _main(argv: list[str]) -> int:
     if is_main_process():
         print(f"# resolved recipe {cfg.name!r}\n{cfg.to_yaml()}", flush=True)
     if "--dry-run" in flags:
-        args = cfg.trainer_args() if cfg.method in ("sft", "dpo", "grpo") else None
-        checked = f"trainer section checked by trl.{type(args).__name__}" if args is not None else "no TRL config"
+        from medcopilot.config import TRL_CONFIG_CLASSES
+
+        if cfg.method == "ppo":
+            from medcopilot.trainers.ppo import ppo_args
+
+            args = ppo_args(cfg)
+        else:
+            args = cfg.trainer_args() if cfg.method in TRL_CONFIG_CLASSES else None
+        owner = f"{type(args).__module__.split('.')[0]}.{type(args).__name__}" if args is not None else None
+        checked = f"trainer section checked by {owner}" if owner else "no trainer config"
         print(f"# dry run: recipe {cfg.name!r} is valid ({checked}); nothing loaded or written", flush=True)
         return 0
 

@@ -1,4 +1,4 @@
-"""Trainers, one module per method: ``sft``, ``dpo``, ``grpo`` (TRL) and ``ppo`` (in house).
+"""Trainers, one module per method: ``sft``, ``dpo``, ``grpo`` (TRL), ``ppo`` (in house) and ``verifier``.
 
 The contract ``train.py`` relies on, for every ``medcopilot.trainers.<method>``:
 
@@ -21,7 +21,7 @@ from types import ModuleType
 from medcopilot.config import RecipeError
 
 #: Method name -> module path. Modules are imported on demand (they import torch and TRL).
-METHODS = {m: f"medcopilot.trainers.{m}" for m in ("sft", "dpo", "grpo", "ppo")}
+METHODS = {m: f"medcopilot.trainers.{m}" for m in ("sft", "dpo", "grpo", "ppo", "verifier")}
 
 __all__ = ["METHODS", "get_trainer"]
 
