@@ -6,7 +6,8 @@ Builds every registered family at size ``tiny`` into a temporary directory when 
 then rolls out the oracle (whose replies cost nothing, so what is measured is the environment: parsing, sandbox
 execution, grading, trajectory bookkeeping). Prints a per-family table and, with ``--json``, ends stdout with
 ONE JSON line: ``episodes_per_s``, ``steps_per_s``, ``env_overhead_p50_ms`` (step wall time minus the time spent
-executing user code in the sandbox), ``exec_p50_ms``, ``episodes``, ``backend`` and more. Writes nothing else.
+executing user code in the sandbox), ``exec_p50_ms``, ``exec_total_s`` / ``env_total_s`` (summed over all steps:
+time in user code / the rest of the steps' time), ``episodes``, ``backend`` and more. Writes nothing else.
 ``--quick`` (under 30 s) caps instances per family. Targets on a quiet 2-core machine: overhead p50 <= 2 ms,
 >= 100 episodes/s.
 """
@@ -107,12 +108,15 @@ def main(argv: list[str] | None = None) -> int:
         if tmp is not None:
             tmp.cleanup()
     s = result.summary
+    steps = [st for t in result.trajectories for st in t.steps]
+    exec_total = sum(st.exec_s for st in steps)
     _print_table(result, names)
     for name, err in build_failed.items():
         print(f"build failed: {name}: {err}", file=sys.stderr)
     out = {"episodes_per_s": s.episodes_per_s, "steps_per_s": s.steps_per_s,
            "env_overhead_p50_ms": s.env_overhead_p50_ms, "exec_p50_ms": s.exec_p50_ms, "episodes": s.new,
-           "steps": s.steps, "wall_s": s.wall_s, "backend": args.backend, "sandbox": args.sandbox,
+           "steps": s.steps, "wall_s": s.wall_s, "exec_total_s": round(exec_total, 3),
+           "env_total_s": round(sum(st.duration_s for st in steps) - exec_total, 3), "backend": args.backend, "sandbox": args.sandbox,
            "concurrency": args.concurrency, "oracle_success_rate": s.success_rate, "failed": s.failed,
            "families": names, "build_failed": sorted(build_failed), "cpus": os.cpu_count(),
            "python": platform.python_version(), "quick": args.quick}
@@ -129,13 +133,15 @@ def _print_table(result, names: list[str]) -> None:
     for t in result.trajectories:
         by_family.setdefault(t.header.family, []).append(t)
     table = Table(title="oracle rollout benchmark")
-    for col in ("family", "episodes", "oracle success", "steps"):
+    for col in ("family", "episodes", "oracle success", "steps", "user code s", "env+grading s"):
         table.add_column(col, justify="left" if col == "family" else "right")
     for name in names:
         trajs = by_family.get(name, [])
         ok = sum(1 for t in trajs if t.final and t.final.verdict and t.final.verdict.get("correct"))
-        table.add_row(name, str(len(trajs)), f"{ok / len(trajs):.1%}" if trajs else "-",
-                      str(sum(len(t.steps) for t in trajs)))
+        steps = [st for t in trajs for st in t.steps]
+        exec_s = sum(st.exec_s for st in steps)
+        table.add_row(name, str(len(trajs)), f"{ok / len(trajs):.1%}" if trajs else "-", str(len(steps)),
+                      f"{exec_s:.2f}", f"{sum(st.duration_s for st in steps) - exec_s:.2f}")
     s = result.summary
     console = Console()
     console.print(table)

@@ -1,0 +1,39 @@
+"""scripts/bench_rollout.py: its table, and one JSON line with the throughput keys the issue asks for."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import tasks
+
+ROOT = Path(__file__).resolve().parents[2]
+SANDBOX = "bwrap" if shutil.which("bwrap") else "local"
+
+
+def test_bench_rollout_json_line(tmp_path):
+    root = tmp_path / "tasks"
+    tasks.make("toy_sql", root=root).build(root, size="tiny", seed=0)
+    n_test = len(tasks.make("toy_sql", root=root).instances("test"))
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "bench_rollout.py"), "--tasks-root", str(root), "--families",
+         "toy_sql", "--quick", "-k", "2", "--sandbox", SANDBOX, "--allow-unisolated", "--json"],
+        capture_output=True, text=True, timeout=240, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["episodes"] == 2 * min(n_test, 20) and out["failed"] == 0
+    assert out["oracle_success_rate"] == 1.0 and out["families"] == ["toy_sql"]
+    assert out["episodes_per_s"] > 0 and out["steps"] == 2 * out["episodes"]  # toy_sql's oracle: query, submit
+    assert 0 < out["env_overhead_p50_ms"] < 1000 and out["exec_total_s"] > 0 and out["env_total_s"] > 0
+    assert "oracle rollout benchmark" in proc.stdout and "toy_sql" in proc.stdout
+
+
+def test_bench_rollout_unknown_family_is_one_line(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "bench_rollout.py"), "--tasks-root", str(tmp_path), "--families",
+         "no_such_family", "--quick"], capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().startswith("error:") and len(proc.stderr.strip().splitlines()) == 1
