@@ -64,6 +64,26 @@ def _recv(fd: int, deadline: float) -> dict | None:
         return json.loads(bytes(buf[_proto._HDR.size: need]))
 
 
+def _send(fd: int, msg: dict, deadline: float) -> None:
+    """Write one protocol frame to the non-blocking ``fd``, giving up at ``deadline`` (raises TimeoutError).
+
+    A worker that stops reading (wedged, or stopped by the kernel) would otherwise block the caller forever
+    once the frame is larger than what the pipe buffers.
+    """
+    data = json.dumps(msg, default=str).encode("utf-8")
+    view = memoryview(_proto._HDR.pack(len(data)) + data)
+    while view:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("the worker did not read its request in time")
+        if not select.select([], [fd], [], left)[1]:
+            continue
+        try:
+            view = view[os.write(fd, view[: 1 << 16]):]
+        except BlockingIOError:
+            continue
+
+
 class _Worker:
     """One running worker process and its request/response channel."""
 
@@ -74,6 +94,7 @@ class _Worker:
         self.ready = ready
         self.lock = threading.Lock()
         self.dead = False
+        os.set_blocking(proc.stdin.fileno(), False)  # requests are written with a deadline (_send)
 
     def alive(self) -> bool:
         return not self.dead and self.proc.poll() is None
@@ -83,8 +104,9 @@ class _Worker:
             if not self.alive():
                 raise WorkerLost(f"worker {self.slot.index} is not running")
             try:
-                _proto.write_frame(self.proc.stdin.fileno(), msg)
-                reply = _recv(self.proc.stdout.fileno(), time.monotonic() + timeout)
+                deadline = time.monotonic() + timeout
+                _send(self.proc.stdin.fileno(), msg, deadline)
+                reply = _recv(self.proc.stdout.fileno(), deadline)
             except (OSError, TimeoutError, ValueError) as exc:
                 self.kill()
                 raise WorkerLost(f"worker {self.slot.index} failed: {type(exc).__name__}: {exc}") from None

@@ -264,3 +264,19 @@ def test_ml_sessions_fork_from_a_zygote_with_sklearn_loaded(pool):
     assert seen[-1] == "True\n", f"no ml runner after {len(seen)} sessions"
     with pool.session() as s:  # plain Python sessions keep the lighter runner
         assert s.run_python(check).stdout == "False\n"
+
+
+def test_a_worker_that_stops_reading_fails_the_request_in_time():
+    from sandbox.errors import WorkerLost
+
+    with pytest.warns(RuntimeWarning, match="UNISOLATED"):
+        local = make_pool("local", workers=1, allow_unisolated=True)
+    with local:
+        (worker,) = local._workers
+        os.kill(worker.ready["pid"], signal.SIGSTOP)  # wedged: reads nothing more
+        started = time.monotonic()
+        with pytest.raises(WorkerLost, match="did not read its request in time"):
+            worker.request({"op": "ping", "pad": "x" * (1 << 20)}, timeout=1.0)  # far more than a pipe buffers
+        assert time.monotonic() - started < 10
+        with local.session() as s:  # the pool replaced it
+            assert s.run_shell("echo ok").stdout == "ok\n"
