@@ -11,6 +11,8 @@ to the starting thread.
 from __future__ import annotations
 
 import asyncio
+import functools
+import hashlib
 import itertools
 import json
 import logging
@@ -19,6 +21,7 @@ import queue
 import re
 import select
 import shutil
+import stat
 import subprocess
 import tempfile
 import threading
@@ -62,6 +65,37 @@ def _recv(fd: int, deadline: float) -> dict | None:
             need = _proto._HDR.size + size
             continue
         return json.loads(bytes(buf[_proto._HDR.size: need]))
+
+
+@functools.lru_cache(maxsize=256)
+def _file_digest(path: str, inode: int, size: int, mtime_ns: int) -> str:
+    """sha256 of a file, cached by its identity and version (the key's other fields)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def same_source(a: Path | None, b: Path) -> bool:
+    """True when mount sources ``a`` and ``b`` show the same data: the same path, or two files with equal bytes.
+
+    Families built from one seed ship byte-identical databases under the same mount name (mimic_iii and
+    ehr_seqsql both mount ``mimic_iii.db``); treating them as one keeps a worker's jail instead of restarting it
+    each time episodes of the two families alternate.
+    """
+    if a is None:
+        return False
+    if a == b:
+        return True
+    try:
+        sa, sb = a.stat(), b.stat()
+    except OSError:
+        return False
+    if not (stat.S_ISREG(sa.st_mode) and stat.S_ISREG(sb.st_mode)) or sa.st_size != sb.st_size:
+        return False
+    return (_file_digest(str(a), sa.st_ino, sa.st_size, sa.st_mtime_ns)
+            == _file_digest(str(b), sb.st_ino, sb.st_size, sb.st_mtime_ns))
 
 
 def _send(fd: int, msg: dict, deadline: float) -> None:
@@ -436,7 +470,7 @@ class Pool:
     def _open_session(self, worker: _Worker, wanted: dict[str, Path], persistent: bool,
                       limits: Limits | None, bridges: dict[int, Path] | None = None) -> Session:
         try:
-            if not worker.alive() or (any(worker.slot.mounts.get(k) != v for k, v in wanted.items())
+            if not worker.alive() or (any(not same_source(worker.slot.mounts.get(k), v) for k, v in wanted.items())
                                       and not self._attach_mounts(worker, wanted)):
                 worker.slot.mounts = wanted  # bind mounts are fixed at jail creation: restart with these
                 worker = self._replace(worker)
@@ -452,7 +486,7 @@ class Pool:
         Only new names are attached (a name bound to another host path needs a restart); the jail keeps its
         earlier mounts, as a worker started with more mounts than a session asks for always did.
         """
-        missing = {k: v for k, v in wanted.items() if worker.slot.mounts.get(k) != v}
+        missing = {k: v for k, v in wanted.items() if not same_source(worker.slot.mounts.get(k), v)}
         if (self.backend != "bwrap" or worker.slot.uid is None or any(k in worker.slot.mounts for k in missing)
                 or not all(os.path.exists(v) for v in missing.values())):
             return False

@@ -280,3 +280,28 @@ def test_a_worker_that_stops_reading_fails_the_request_in_time():
         assert time.monotonic() - started < 10
         with local.session() as s:  # the pool replaced it
             assert s.run_shell("echo ok").stdout == "ok\n"
+
+
+def test_same_bytes_under_the_same_mount_name_keep_the_worker(tmp_path, fast_limits):
+    from sandbox.pool import same_source
+
+    db = tmp_path / "a" / "x.db"
+    db.parent.mkdir()
+    with sqlite3.connect(db) as con:
+        con.execute("CREATE TABLE t (v INTEGER)")
+        con.execute("INSERT INTO t VALUES (7)")
+    twin, other = tmp_path / "b" / "x.db", tmp_path / "c" / "x.db"
+    for path in (twin, other):
+        path.parent.mkdir()
+        path.write_bytes(db.read_bytes())
+    other.write_bytes(other.read_bytes()[:-1] + b"\x01")  # same size, other bytes
+    assert same_source(db, twin) and not same_source(db, other) and not same_source(db, tmp_path / "a")
+    pool = make_pool("bwrap", workers=1, limits=fast_limits)
+    with pool:
+        pids = []
+        for path in (db, twin, db, other):
+            with pool.session(mounts={"x.db": path}) as s:
+                assert s.run_sql("SELECT v FROM t", database="x.db").ok
+                pids.append(pool._workers[0].proc.pid)
+        assert pids[0] == pids[1] == pids[2], "identical files under one name restarted the worker"
+        assert pids[3] != pids[2], "a file with other bytes under the same name must get its own jail"
