@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -45,6 +46,14 @@ def train_main():
     return module.main
 
 
+def _wandb_teardown() -> None:
+    # wandb keeps process-wide settings (WANDB_DIR included) from its first run; drop them so each test's
+    # runs land in its own tmp_path.
+    wandb = sys.modules.get("wandb")
+    if wandb is not None:
+        wandb.teardown()
+
+
 @pytest.fixture()
 def quiet_training_env(monkeypatch: pytest.MonkeyPatch, tmp_path):
     """Run training offline and single-threaded; wandb writes under ``tmp_path``. Returns ``tmp_path``."""
@@ -53,7 +62,9 @@ def quiet_training_env(monkeypatch: pytest.MonkeyPatch, tmp_path):
     monkeypatch.setenv("WANDB_SILENT", "true")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("TOKENIZERS_PARALLELISM", "false")
-    return tmp_path
+    _wandb_teardown()
+    yield tmp_path
+    _wandb_teardown()
 
 
 #: Text inside every observation of the sample store; must never be a training target.
