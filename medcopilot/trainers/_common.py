@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -81,7 +82,7 @@ def task_instances(cfg: RecipeConfig) -> list[Any]:
 
 
 def finish_run(trainer: Any, cfg: RecipeConfig, train_output: Any, *, resumed_from: str | None,
-               n_rows: int) -> dict[str, Any]:
+               n_rows: int, extra: dict[str, Any] | None = None) -> dict[str, Any]:
     """Save the final model, tokenizer, metrics and state into ``cfg.output.dir``; return the run summary.
 
     Args:
@@ -90,10 +91,11 @@ def finish_run(trainer: Any, cfg: RecipeConfig, train_output: Any, *, resumed_fr
         train_output: What ``trainer.train()`` returned (``TrainOutput``).
         resumed_from: The checkpoint training resumed from, or None.
         n_rows: Training rows (conversations or pairs).
+        extra: More summary keys (e.g. :func:`rl_summary`).
 
     Returns:
-        ``{"method", "output_dir", "global_step", "resumed_from", "train_rows", "metrics"}``; also written to
-        ``<output.dir>/run_summary.json``.
+        ``{"method", "output_dir", "global_step", "resumed_from", "train_rows", "metrics"}`` plus ``extra``; also
+        written to ``<output.dir>/run_summary.json``.
     """
     out = Path(cfg.output.dir)
     trainer.save_model(str(out))  # weights or adapter, plus the tokenizer and chat template (processing_class)
@@ -107,9 +109,23 @@ def finish_run(trainer: Any, cfg: RecipeConfig, train_output: Any, *, resumed_fr
         "resumed_from": resumed_from,
         "train_rows": n_rows,
         "metrics": metrics,
+        **(extra or {}),
     }
     if trainer.is_world_process_zero():
         tmp = out / f".run_summary.json.{os.getpid()}.tmp"
         tmp.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
         os.replace(tmp, out / "run_summary.json")
     return summary
+
+
+def rl_summary(history: list[dict[str, Any]], *, layers: list[str], started: float) -> dict[str, Any]:
+    """Run-summary keys of the online trainers (GRPO, PPO): the first and last logged ``reward`` and
+    ``env/success_rate`` (``reward_first`` ... ``success_last``; None if never logged), the sandbox's isolation
+    ``layers`` and the wall time since ``started`` (a ``time.monotonic()`` value)."""
+    def first_last(key: str) -> tuple[float | None, float | None]:
+        values = [row[key] for row in history if isinstance(row.get(key), (int, float))]
+        return (values[0], values[-1]) if values else (None, None)
+
+    (r0, r1), (s0, s1) = first_last("reward"), first_last("env/success_rate")
+    return {"reward_first": r0, "reward_last": r1, "success_first": s0, "success_last": s1,
+            "sandbox_layers": layers, "wall_s": round(time.monotonic() - started, 1)}

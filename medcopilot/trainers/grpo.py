@@ -28,11 +28,9 @@ Example:
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import time
-from pathlib import Path
 from typing import Any
 
 from medcopilot.config import RecipeConfig, RecipeError
@@ -127,11 +125,6 @@ def _trainer_args(cfg: RecipeConfig) -> Any:
     return cfg.trainer_args(**owned)
 
 
-def _first_last(history: list[dict[str, Any]], key: str) -> tuple[float | None, float | None]:
-    values = [row[key] for row in history if isinstance(row.get(key), (int, float))]
-    return (values[0], values[-1]) if values else (None, None)
-
-
 def run(cfg: RecipeConfig) -> dict[str, Any]:
     """Train a policy with GRPO on environment episodes and save it to ``output.dir``.
 
@@ -158,7 +151,7 @@ def run(cfg: RecipeConfig) -> dict[str, Any]:
         resume_checkpoint,
         trainable_parameter_count,
     )
-    from medcopilot.trainers._common import finish_run
+    from medcopilot.trainers._common import finish_run, rl_summary
 
     if cfg.method != "grpo":
         raise RecipeError(f"method={cfg.method!r} reached the GRPO trainer; set method: grpo")
@@ -207,15 +200,5 @@ def run(cfg: RecipeConfig) -> dict[str, Any]:
         pool.close()
 
     # ---- save
-    summary = finish_run(trainer, cfg, output, resumed_from=resumed_from, n_rows=len(index.rows))
-    history = trainer.state.log_history
-    summary["reward_first"], summary["reward_last"] = _first_last(history, "reward")
-    summary["success_first"], summary["success_last"] = _first_last(history, "env/success_rate")
-    summary["sandbox_layers"] = layers
-    summary["wall_s"] = round(time.monotonic() - started, 1)
-    if trainer.is_world_process_zero():  # finish_run wrote the common keys; add ours
-        path = Path(cfg.output.dir) / "run_summary.json"
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
-        os.replace(tmp, path)
-    return summary
+    return finish_run(trainer, cfg, output, resumed_from=resumed_from, n_rows=len(index.rows),
+                      extra=rl_summary(trainer.state.log_history, layers=layers, started=started))

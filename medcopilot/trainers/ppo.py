@@ -430,11 +430,6 @@ class PPOTrainer:
                                   kl_coef=saved.kl_coef, log_history=saved.log_history)
         self.kl_ctl.value = saved.kl_coef
 
-def _first_last(history: list[dict[str, Any]], key: str) -> tuple[float | None, float | None]:
-    values = [row[key] for row in history if isinstance(row.get(key), (int, float))]
-    return (values[0], values[-1]) if values else (None, None)
-
-
 def load_policy(cfg: RecipeConfig, args: PPOArgs) -> tuple[Any, Any, Any]:
     """The tokenizer, the policy (with new LoRA adapters when ``model.lora`` is set) and the KL reference.
 
@@ -474,7 +469,7 @@ def run(cfg: RecipeConfig) -> dict[str, Any]:
     import sandbox
     from medcopilot.modeling import resume_checkpoint, trainable_parameter_count
     from medcopilot.rollout_func import EnvRolloutFunc
-    from medcopilot.trainers._common import finish_run
+    from medcopilot.trainers._common import finish_run, rl_summary
     from medcopilot.trainers.grpo import (
         build_index,
         make_env_factory,
@@ -533,12 +528,5 @@ def run(cfg: RecipeConfig) -> dict[str, Any]:
         pool.close()
 
     # ---- save
-    summary = finish_run(trainer, cfg, output, resumed_from=resumed_from, n_rows=len(index.rows))
-    history = trainer.state.log_history
-    summary["reward_first"], summary["reward_last"] = _first_last(history, "reward")
-    summary["success_first"], summary["success_last"] = _first_last(history, "env/success_rate")
-    summary["sandbox_layers"] = layers
-    summary["wall_s"] = round(time.monotonic() - started, 1)
-    if trainer.is_world_process_zero():
-        write_json(Path(cfg.output.dir) / "run_summary.json", summary)
-    return summary
+    return finish_run(trainer, cfg, output, resumed_from=resumed_from, n_rows=len(index.rows),
+                      extra=rl_summary(trainer.state.log_history, layers=layers, started=started))

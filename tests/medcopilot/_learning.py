@@ -18,11 +18,14 @@ from __future__ import annotations
 
 import json
 import statistics
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
+#: Warm-up steps, batch and learning rate: enough for a partly right start (reward ~0.25), not more.
+SFT_STEPS, SFT_BATCH, SFT_LR = 70, 8, 3e-3
 FAMILY = "say_number"
 QUESTIONS = ["Submit the number 7.", "Please submit 7 as the answer.", "The answer is 7; submit it.",
              "Reply with the number 7."]
@@ -98,3 +101,49 @@ def mean_reward(rollout: Any, model: Any, prompts: list, reps: int) -> float:
     model.eval()
     out = rollout.run([p for p in prompts for _ in range(reps)], rollout.hf_generator(model, temperature=1.0))
     return statistics.fmean(r for r in out["reward_correctness"] if r is not None)
+
+
+@dataclass
+class WarmStart:
+    """What both learning tests start from: the declared family, its prompt index, and the warmed tiny model."""
+
+    root: Path
+    family: Any
+    index: Any
+    tokenizer: Any
+    model: Any
+    sft_loss: float
+
+    @property
+    def prompts(self) -> list:
+        """The dataset prompts (one per task), as TRL passes them to the rollout hook."""
+        return [row["prompt"] for row in self.index.rows]
+
+    def rollout(self, pool: Any, concurrency: int, **kwargs: Any) -> Any:
+        """An ``EnvRolloutFunc`` playing one-turn episodes of the family on ``pool``."""
+        from env_client import Env, EnvConfig
+        from medcopilot.rollout_func import EnvRolloutFunc
+
+        return EnvRolloutFunc(
+            make_env=lambda: Env(pool, tasks_root=self.root, config=EnvConfig(max_turns=1)), index=self.index,
+            tokenizer=self.tokenizer, max_new_tokens=32, concurrency=concurrency, seed=0, flush_s=30.0, **kwargs)
+
+
+def warm_start(tiny_model_dir: Path, tmp_path: Path) -> WarmStart:
+    """Declare the family under ``tmp_path``, load the tiny model and warm it up (seeded: the same every run)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    import tasks
+    from env_client.prompts import initial_messages
+    from medcopilot.rollout_func import PromptIndex
+
+    root = declare_family(tmp_path / "tasks")
+    family = tasks.make(FAMILY, root=root)
+    index = PromptIndex.from_instances(family.instances("train"),
+                                       render=lambda inst: initial_messages(inst, family.actions))
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    torch.manual_seed(0)
+    prompts, targets = oracle_data(family, index, tok)
+    loss = sft_warmup(model, prompts, targets, steps=SFT_STEPS, batch=SFT_BATCH, lr=SFT_LR, pad_id=tok.pad_token_id)
+    return WarmStart(root, family, index, tok, model, loss)

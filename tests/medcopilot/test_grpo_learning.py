@@ -12,14 +12,10 @@ from __future__ import annotations
 
 import time
 
-import torch
-from _learning import FAMILY, declare_family, mean_reward, oracle_data, sft_warmup
+from _learning import SFT_STEPS, mean_reward, warm_start
 
-from env_client import Env, EnvConfig
 from medcopilot.rewards_adapter import EpisodeReward
-from medcopilot.rollout_func import EnvRolloutFunc, PromptIndex
 
-SFT_STEPS, SFT_BATCH, SFT_LR = 70, 8, 3e-3
 GRPO_STEPS, GROUP, GRPO_LR = 20, 16, 1e-3
 EVAL_REPS = 12  # episodes per question for each reward measurement
 MIN_GAIN = 0.2
@@ -27,34 +23,16 @@ MIN_GAIN = 0.2
 
 def test_grpo_raises_reward_of_an_sft_warmed_tiny_model(tiny_model_dir, tmp_path, quiet_training_env):
     from datasets import Dataset
-    from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import GRPOConfig, GRPOTrainer
 
     import sandbox
-    import tasks
-    from env_client.prompts import initial_messages
 
     started = time.monotonic()
-    root = declare_family(tmp_path / "tasks")
-    family = tasks.make(FAMILY, root=root)
-    instances = family.instances("train")
-    index = PromptIndex.from_instances(instances, render=lambda inst: initial_messages(inst, family.actions))
-    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
-    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
-    torch.manual_seed(0)
-
-    # ---- warm-up on oracle trajectories: the reference solution as the model would write it
-    prompts, targets = oracle_data(family, index, tok)
-    sft_loss = sft_warmup(model, prompts, targets, steps=SFT_STEPS, batch=SFT_BATCH, lr=SFT_LR,
-                           pad_id=tok.pad_token_id)
-
+    warm = warm_start(tiny_model_dir, tmp_path)
     pool = sandbox.make_pool("local", workers=GROUP, allow_unisolated=True)  # submit-only: no code runs
     try:
-        rollout = EnvRolloutFunc(
-            make_env=lambda: Env(pool, tasks_root=root, config=EnvConfig(max_turns=1)), index=index,
-            tokenizer=tok, max_new_tokens=32, concurrency=GROUP, seed=0, flush_s=30.0)
-        dataset_prompts = [row["prompt"] for row in index.rows]
-        before = mean_reward(rollout, model, dataset_prompts, EVAL_REPS)
+        rollout = warm.rollout(pool, concurrency=GROUP)
+        before = mean_reward(rollout, warm.model, warm.prompts, EVAL_REPS)
 
         # ---- GRPO through TRL with our hook
         args = GRPOConfig(output_dir=str(tmp_path / "grpo"), max_steps=GRPO_STEPS, per_device_train_batch_size=GROUP,
@@ -62,17 +40,17 @@ def test_grpo_raises_reward_of_an_sft_warmed_tiny_model(tiny_model_dir, tmp_path
                           loss_type="dapo", top_p=1.0, top_k=0, use_cpu=True, bf16=False,
                           activation_checkpointing=False, logging_steps=1, report_to=[], save_strategy="no",
                           disable_tqdm=True, seed=0, max_completion_length=64)
-        trainer = GRPOTrainer(model=model, reward_funcs=[EpisodeReward("correctness", group_size=GROUP)], args=args,
-                              train_dataset=Dataset.from_list(index.rows), processing_class=tok,
-                              rollout_func=rollout)
+        trainer = GRPOTrainer(model=warm.model, reward_funcs=[EpisodeReward("correctness", group_size=GROUP)],
+                              args=args, train_dataset=Dataset.from_list(warm.index.rows),
+                              processing_class=warm.tokenizer, rollout_func=rollout)
         trainer.train()
-        after = mean_reward(rollout, trainer.model, dataset_prompts, EVAL_REPS)
+        after = mean_reward(rollout, trainer.model, warm.prompts, EVAL_REPS)
     finally:
         pool.close()
 
     train_rewards = [row["reward"] for row in trainer.state.log_history if "reward" in row]
-    print(f"\n[grpo-learning] SFT warm-up {SFT_STEPS} steps (last loss {sft_loss:.3f}); sampled reward before GRPO "
-          f"{before:.3f}, after {GRPO_STEPS} GRPO steps {after:.3f}; per-step training reward "
+    print(f"\n[grpo-learning] SFT warm-up {SFT_STEPS} steps (last loss {warm.sft_loss:.3f}); sampled reward before "
+          f"GRPO {before:.3f}, after {GRPO_STEPS} GRPO steps {after:.3f}; per-step training reward "
           f"{[round(r, 2) for r in train_rewards]}; {time.monotonic() - started:.0f} s")
     assert 0.05 <= before <= 0.8, f"the warm start should be partly right (got {before:.3f}); retune SFT_STEPS"
     assert after >= before + MIN_GAIN, f"GRPO did not raise the reward: {before:.3f} -> {after:.3f}"

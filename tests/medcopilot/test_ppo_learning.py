@@ -13,15 +13,11 @@ from __future__ import annotations
 import copy
 import time
 
-import torch
-from _learning import FAMILY, declare_family, mean_reward, oracle_data, sft_warmup
+from _learning import SFT_STEPS, mean_reward, warm_start
 
-from env_client import Env, EnvConfig
 from medcopilot.ppo import PPOArgs
-from medcopilot.rollout_func import EnvRolloutFunc, PromptIndex
 from medcopilot.trainers.ppo import PPOTrainer
 
-SFT_STEPS, SFT_BATCH, SFT_LR = 70, 8, 3e-3  # the GRPO test's warm-up
 PPO_STEPS, BATCH, GROUP = 12, 16, 4  # 16 episodes per step: 4 tasks x 4
 PPO_ARGS = {"mini_batch_size": 8, "micro_batch_size": 8, "ppo_epochs": 2, "learning_rate": 1e-3,
             "value_head_learning_rate": 1e-2, "gamma": 1.0, "lam": 1.0, "kl_coef": 0.01, "kl_estimator": "k3",
@@ -31,45 +27,28 @@ MIN_GAIN = 0.2
 
 
 def test_ppo_raises_reward_of_an_sft_warmed_tiny_model(tiny_model_dir, tmp_path, quiet_training_env):
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     import sandbox
-    import tasks
-    from env_client.prompts import initial_messages
 
     started = time.monotonic()
-    root = declare_family(tmp_path / "tasks")
-    family = tasks.make(FAMILY, root=root)
-    index = PromptIndex.from_instances(family.instances("train"),
-                                       render=lambda inst: initial_messages(inst, family.actions))
-    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
-    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
-    torch.manual_seed(0)
-    prompts, targets = oracle_data(family, index, tok)
-    sft_loss = sft_warmup(model, prompts, targets, steps=SFT_STEPS, batch=SFT_BATCH, lr=SFT_LR,
-                          pad_id=tok.pad_token_id)
-    reference = copy.deepcopy(model)  # the KL anchor: the warm model, frozen
-
+    warm = warm_start(tiny_model_dir, tmp_path)
+    reference = copy.deepcopy(warm.model)  # the KL anchor: the warm model, frozen
     pool = sandbox.make_pool("local", workers=BATCH, allow_unisolated=True)  # submit-only: no code runs
     try:
-        rollout = EnvRolloutFunc(
-            make_env=lambda: Env(pool, tasks_root=root, config=EnvConfig(max_turns=1)), index=index,
-            tokenizer=tok, max_new_tokens=32, max_completion_tokens=64, concurrency=BATCH, seed=0, flush_s=30.0)
-        dataset_prompts = [row["prompt"] for row in index.rows]
-        before = mean_reward(rollout, model, dataset_prompts, EVAL_REPS)
+        rollout = warm.rollout(pool, concurrency=BATCH, max_completion_tokens=64)
+        before = mean_reward(rollout, warm.model, warm.prompts, EVAL_REPS)
         args = PPOArgs(max_steps=PPO_STEPS, rollout_batch_size=BATCH, seed=0, **PPO_ARGS)
-        trainer = PPOTrainer(model=model, tokenizer=tok, rollout=rollout, prompts=dataset_prompts, args=args,
-                             output_dir=tmp_path / "ppo", reward_weights={"correctness": 1.0}, group_size=GROUP,
-                             ref_model=reference)
+        trainer = PPOTrainer(model=warm.model, tokenizer=warm.tokenizer, rollout=rollout, prompts=warm.prompts,
+                             args=args, output_dir=tmp_path / "ppo", reward_weights={"correctness": 1.0},
+                             group_size=GROUP, ref_model=reference)
         trainer.train()
-        after = mean_reward(rollout, trainer.accelerator.unwrap_model(trainer.model).policy, dataset_prompts,
+        after = mean_reward(rollout, trainer.accelerator.unwrap_model(trainer.model).policy, warm.prompts,
                             EVAL_REPS)
     finally:
         pool.close()
 
     history = trainer.state.log_history
-    print(f"\n[ppo-learning] SFT warm-up {SFT_STEPS} steps (last loss {sft_loss:.3f}); sampled reward before PPO "
-          f"{before:.3f}, after {PPO_STEPS} PPO steps {after:.3f}; per-step training reward "
+    print(f"\n[ppo-learning] SFT warm-up {SFT_STEPS} steps (last loss {warm.sft_loss:.3f}); sampled reward before "
+          f"PPO {before:.3f}, after {PPO_STEPS} PPO steps {after:.3f}; per-step training reward "
           f"{[round(r['reward'], 2) for r in history]}; kl {[round(r['kl'], 3) for r in history]}; "
           f"{time.monotonic() - started:.0f} s")
     assert 0.05 <= before <= 0.8, f"the warm start should be partly right (got {before:.3f}); retune SFT_STEPS"
