@@ -13,8 +13,12 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import socket
 import sys
+import threading
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -54,6 +58,67 @@ def _wandb_teardown() -> None:
         wandb.teardown()
 
 
+@pytest.fixture(scope="session")
+def load_script():
+    """``load_script(name)`` -> ``scripts/<name>.py`` as a module (scripts are files, not a package).
+
+    The module is registered in ``sys.modules`` (pydantic resolves a FastAPI app's annotations there) and loaded
+    once per test session.
+    """
+    def load(name: str) -> Any:
+        key = f"script_{name}"
+        if key not in sys.modules:
+            spec = importlib.util.spec_from_file_location(key, REPO_ROOT / "scripts" / f"{name}.py")
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[key] = module
+            spec.loader.exec_module(module)
+        return sys.modules[key]
+
+    return load
+
+
+@pytest.fixture(scope="session")
+def serve_app():
+    """``serve_app(asgi_app)`` -> base URL of a real uvicorn server on a free loopback port (a daemon thread).
+
+    Every server started through it stops at the end of the test session.
+    """
+    import uvicorn
+
+    servers: list[tuple[Any, threading.Thread]] = []
+
+    def start(app: Any) -> str:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+        thread = threading.Thread(target=server.run, daemon=True)
+        thread.start()
+        servers.append((server, thread))
+        deadline = time.monotonic() + 20
+        while not server.started:
+            assert time.monotonic() < deadline and thread.is_alive(), "the uvicorn server did not start"
+            time.sleep(0.02)
+        return f"http://127.0.0.1:{port}"
+
+    yield start
+    for server, thread in servers:
+        server.should_exit = True
+        thread.join(timeout=10)
+
+
+@pytest.fixture(scope="session")
+def sandbox_backend() -> str:
+    """``bwrap`` where it works on this machine, else ``local`` (unisolated; tests only)."""
+    import sandbox
+
+    try:
+        sandbox.make_pool("bwrap", workers=1).close()
+        return "bwrap"
+    except sandbox.SandboxUnavailable:
+        return "local"
+
+
 @pytest.fixture()
 def quiet_training_env(monkeypatch: pytest.MonkeyPatch, tmp_path):
     """Run training offline and single-threaded; wandb writes under ``tmp_path``. Returns ``tmp_path``."""
@@ -73,7 +138,12 @@ OBSERVATION_MARKER = "OBSERVED_ROWS"
 
 def _sample_trajectory(task: int, sample: int, steps: list[tuple[str, str]], correct: bool | None):
     """One finished toy_sql-like trajectory: ``steps`` are (assistant raw text, observation) pairs."""
-    from env_client.trajectory import FinalRecord, StepRecord, Trajectory, TrajectoryHeader
+    from env_client.trajectory import (
+        FinalRecord,
+        StepRecord,
+        Trajectory,
+        TrajectoryHeader,
+    )
 
     header = TrajectoryHeader(task_id=f"toy_sql/train/{task:04d}", family="toy_sql", category="count",
                               split="train", policy="fixture", sample_idx=sample, config_hash="fixture")

@@ -31,13 +31,13 @@ QUESTIONS = ["Submit the number 7.", "Please submit 7 as the answer.", "The answ
              "Reply with the number 7."]
 
 
-def declare_family(root: Path) -> Path:
-    """Write the ``say_number`` family under ``root`` and return ``root`` (the tasks root)."""
-    fam = root / FAMILY
+def declare_family(root: Path, name: str = FAMILY, questions: list[str] = QUESTIONS) -> Path:
+    """Write a submit-7 family (``say_number`` by default) under ``root`` and return ``root`` (the tasks root)."""
+    fam = root / name
     fam.mkdir(parents=True)
-    (fam / "family.yaml").write_text(f"name: {FAMILY}\nanswer_type: integer\nactions: [submit_answer]\n"
+    (fam / "family.yaml").write_text(f"name: {name}\nanswer_type: integer\nactions: [submit_answer]\n"
                                      "max_turns: 1\nsplits: [train, test]\n", encoding="utf-8")
-    lines = [{"question": q, "answer": 7, "split": "train"} for q in QUESTIONS]
+    lines = [{"question": q, "answer": 7, "split": "train"} for q in questions]
     (fam / "tasks.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines), encoding="utf-8")
     return root
 

@@ -64,17 +64,6 @@ def test_episode_reward_without_rollout_kwarg_is_loud():
         EpisodeReward("correctness", group_size=0)
 
 
-def _sandbox_backend() -> str:
-    """bwrap where it works on this machine, else the local backend (unisolated; tests only)."""
-    import sandbox
-
-    try:
-        sandbox.make_pool("bwrap", workers=1).close()
-        return "bwrap"
-    except sandbox.SandboxUnavailable:
-        return "local"
-
-
 def test_recipes_validate_without_loading_a_model():
     from medcopilot.trainers.grpo import _trainer_args, reward_components
 
@@ -101,14 +90,14 @@ def test_contradicting_or_unknown_reward_keys_are_one_line_errors():
         reward_components({"RewardSpec": 1.0})
 
 
-def test_grpo_tiny_through_train_py(tiny_model_dir, tmp_path, train_main, quiet_training_env):
+def test_grpo_tiny_through_train_py(tiny_model_dir, sandbox_backend, tmp_path, train_main, quiet_training_env):
     import tasks
 
     root = tmp_path / "tasks"
     tasks.make("toy_sql", root=root).build(root, size="tiny", seed=0)
     out = tmp_path / "grpo"
     argv = ["recipe=grpo_tiny", f"model.name_or_path={tiny_model_dir}", f"tasks.root={root}", f"output.dir={out}",
-            f"env.sandbox={_sandbox_backend()}", "tasks.limit=2", "env.max_turns=2", "rollout.max_new_tokens=16",
+            f"env.sandbox={sandbox_backend}", "tasks.limit=2", "env.max_turns=2", "rollout.max_new_tokens=16",
             "trainer.max_steps=2", "trainer.per_device_train_batch_size=4", "trainer.num_generations=2"]
     assert train_main(argv) == 0
     summary = json.loads((out / "run_summary.json").read_text())

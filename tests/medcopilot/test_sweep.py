@@ -15,6 +15,7 @@ import time
 
 import pytest
 import yaml
+from _learning import declare_family
 
 from medcopilot.config import RecipeError
 from medcopilot.sweep import load_sweep, main, plan_runs
@@ -24,13 +25,7 @@ QUESTIONS = ["Submit the number 7.", "Please submit 7 as the answer.", "The answ
 
 
 def _declare_family(root):
-    fam = root / FAMILY
-    fam.mkdir(parents=True)
-    (fam / "family.yaml").write_text(f"name: {FAMILY}\nanswer_type: integer\nactions: [submit_answer]\n"
-                                     "max_turns: 1\nsplits: [train, test]\n", encoding="utf-8")
-    lines = [{"question": q, "answer": 7, "split": "train"} for q in QUESTIONS]
-    (fam / "tasks.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines), encoding="utf-8")
-    return root
+    return declare_family(root, FAMILY, QUESTIONS)
 
 
 def _shared(tiny_model_dir, tasks_root) -> list[str]:

@@ -7,12 +7,7 @@ tiny; a quarter of the task ids is held out, so the held-out AUROC measures task
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import socket
-import sys
-import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -31,40 +26,6 @@ from medcopilot.verifier import (
 
 STEPS = 20
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def load_script(name: str):
-    """A script of scripts/ as a module (registered in sys.modules: pydantic resolves annotations there)."""
-    if f"script_{name}" in sys.modules:
-        return sys.modules[f"script_{name}"]
-    spec = importlib.util.spec_from_file_location(f"script_{name}", ROOT / "scripts" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-class Serving:
-    """A real uvicorn server for ``app`` on a free loopback port, in a background thread."""
-
-    def __init__(self, app) -> None:
-        import uvicorn
-
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = sock.getsockname()[1]
-        self.url = f"http://127.0.0.1:{port}"
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-        self.thread.start()
-        deadline = time.monotonic() + 20
-        while not self.server.started:
-            assert time.monotonic() < deadline and self.thread.is_alive(), "the verifier service did not start"
-            time.sleep(0.02)
-
-    def stop(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=10)
 
 
 @pytest.fixture(scope="module")
@@ -225,19 +186,15 @@ def test_batched_scores_equal_one_at_a_time_in_input_order(scorer, trained):
     assert scorer.score(texts) == pytest.approx(batched[:3], abs=1e-4)  # a rendered text scores like its episode
 
 
-def test_http_service_with_the_real_model_matches_local_scores(scorer, trained):
+def test_http_service_with_the_real_model_matches_local_scores(scorer, trained, load_script, serve_app):
     from rewards import HTTPVerifier
 
     trajs = list(TrajectoryStore(trained[1]).read())[:6]
-    serving = Serving(load_script("serve_verifier").create_app(scorer))
-    try:
-        remote = HTTPVerifier(serving.url).score(trajs)
-    finally:
-        serving.stop()
+    remote = HTTPVerifier(serve_app(load_script("serve_verifier").create_app(scorer))).score(trajs)
     assert remote == pytest.approx(scorer.score(trajs), abs=1e-6)
 
 
-def test_best_at_k_scores_file_is_what_evaluate_reads(scorer, trained, tmp_path, capsys):
+def test_best_at_k_scores_file_is_what_evaluate_reads(scorer, trained, tmp_path, capsys, load_script):
     from env_client.evaluation import evaluate
 
     out, store, _ = trained

@@ -6,13 +6,10 @@ The trained model behind the same service is tested in tests/medcopilot/test_ver
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import socket
 import subprocess
 import sys
-import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -21,17 +18,6 @@ from rewards import HTTPVerifier, RewardError, RewardSpec, VerifierScorerProtoco
 from rewards.verifier import request_body
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def load_script(name: str):
-    """A script of scripts/ as a module (scripts are files, not a package)."""
-    if f"script_{name}" in sys.modules:
-        return sys.modules[f"script_{name}"]
-    spec = importlib.util.spec_from_file_location(f"script_{name}", ROOT / "scripts" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # pydantic resolves the request model's annotations through sys.modules
-    spec.loader.exec_module(module)
-    return module
 
 
 def free_port() -> int:
@@ -61,34 +47,10 @@ class LengthScorer:
         return out
 
 
-class Serving:
-    """A uvicorn server for ``app`` in a background thread (stopped by :meth:`stop`)."""
-
-    def __init__(self, app) -> None:
-        import uvicorn
-
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning"))
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-        self.thread.start()
-        deadline = time.monotonic() + 20
-        while not self.server.started:
-            if time.monotonic() > deadline or not self.thread.is_alive():
-                raise RuntimeError("the verifier service did not start")
-            time.sleep(0.02)
-
-    def stop(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=10)
-
-
 @pytest.fixture(scope="module")
-def service():
+def service(load_script, serve_app):
     scorer = LengthScorer()
-    serving = Serving(load_script("serve_verifier").create_app(scorer, max_items=50))
-    yield serving.url, scorer
-    serving.stop()
+    return serve_app(load_script("serve_verifier").create_app(scorer, max_items=50)), scorer
 
 
 def test_http_scores_texts_and_trajectories_in_chunks(service, sample_trajectory_store):
@@ -132,7 +94,7 @@ def test_failed_calls_score_none_never_zero(service):
     assert spec(verifier_score=0.25).total == 0.25
 
 
-def test_malformed_answers_are_failures(service):
+def test_malformed_answers_are_failures(serve_app):
     from fastapi import FastAPI
 
     app = FastAPI()
@@ -142,17 +104,13 @@ def test_malformed_answers_are_failures(service):
         n = len(body.get("texts") or [])
         return {"scores": [1.5] + [0.5] * (n - 1)} if n > 1 else {"scores": []}
 
-    serving = Serving(app)
-    try:
-        client = HTTPVerifier(serving.url)
-        assert client.score(["one"]) == [None]  # wrong length
-        assert client.score(["a", "b"]) == [None, 0.5]  # an out-of-range value is None, the rest kept
-        assert client.failures == 2 and "outside [0, 1]" in client.last_error
-    finally:
-        serving.stop()
+    client = HTTPVerifier(serve_app(app))
+    assert client.score(["one"]) == [None]  # wrong length
+    assert client.score(["a", "b"]) == [None, 0.5]  # an out-of-range value is None, the rest kept
+    assert client.failures == 2 and "outside [0, 1]" in client.last_error
 
 
-def test_transient_failures_are_retried():
+def test_transient_failures_are_retried(serve_app):
     from fastapi import FastAPI, HTTPException
 
     app = FastAPI()
@@ -165,13 +123,10 @@ def test_transient_failures_are_retried():
             raise HTTPException(503, "busy")
         return {"scores": [0.5] * len(body["texts"])}
 
-    serving = Serving(app)
-    try:
-        assert HTTPVerifier(serving.url).score(["a", "b"]) == [0.5, 0.5] and len(calls) == 2
-        once = HTTPVerifier(serving.url, retries=0)
-        assert once.score(["a"]) == [None] and "HTTP 503" in once.last_error and len(calls) == 3
-    finally:
-        serving.stop()
+    url = serve_app(app)
+    assert HTTPVerifier(url).score(["a", "b"]) == [0.5, 0.5] and len(calls) == 2
+    once = HTTPVerifier(url, retries=0)
+    assert once.score(["a"]) == [None] and "HTTP 503" in once.last_error and len(calls) == 3
 
 
 def test_request_body_and_bad_arguments():
