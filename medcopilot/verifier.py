@@ -35,8 +35,8 @@ from typing import Any
 from medcopilot.config import ModelConfig, RecipeError
 
 __all__ = ["VERIFIER_CONFIG", "VerifierScorer", "auroc", "encode_messages", "encode_text", "episode_label",
-           "load_verifier_model", "make_scorer", "split_by_task", "trajectory_messages", "verifier_messages",
-           "write_verifier_config"]
+           "load_verifier_model", "make_scorer", "score_rows", "split_by_task", "trajectory_messages", "verifier_messages",
+           "write_score_rows", "write_verifier_config"]
 
 #: File in a trained verifier's folder that marks it as one and records how it reads text.
 VERIFIER_CONFIG = "verifier_config.json"
@@ -319,11 +319,51 @@ class VerifierScorer:
         return out
 
 
-def make_scorer(spec: str, **kwargs: Any) -> Any:
+def score_rows(scorer: Any, trajectories: Sequence[Any]) -> list[dict[str, Any]]:
+    """``{"task_id", "sample_idx", "score"}`` per finished episode: the Best@K input of ``evaluate.py --scores``.
+
+    Args:
+        scorer: Anything with ``score(trajectories) -> list[float | None]`` (:func:`make_scorer`).
+        trajectories: ``env_client.trajectory.Trajectory`` objects, each episode once.
+
+    Raises:
+        ValueError: No episodes, an episode twice, or a score missing (names how many, the first, and the
+            scorer's ``last_error`` when it has one).
+    """
+    if not trajectories:
+        raise ValueError("no finished episodes to score")
+    keys = [t.key for t in trajectories]
+    if len(set(keys)) != len(keys):
+        dup = next(k for k in keys if keys.count(k) > 1)
+        raise ValueError(f"episode {dup} appears more than once; score one rollout at a time")
+    scores = list(scorer.score(list(trajectories)))
+    if len(scores) != len(keys):
+        raise ValueError(f"the verifier returned {len(scores)} scores for {len(keys)} episodes")
+    missing = [k for k, v in zip(keys, scores) if v is None]
+    if missing:
+        why = getattr(scorer, "last_error", None)
+        raise ValueError(f"{len(missing)} of {len(keys)} episodes got no score (e.g. {missing[0]})"
+                         f"{f': {why}' if why else ''}; check the verifier and rerun")
+    return [{"task_id": k[0], "sample_idx": k[1], "score": float(v)} for k, v in zip(keys, scores)]
+
+
+def write_score_rows(rows: list[dict[str, Any]], path: Path | str) -> Path:
+    """Write :func:`score_rows` output as JSONL atomically (tmp file, then rename); returns the path."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text("".join(json.dumps(row, sort_keys=True) + "\n" for row in rows), encoding="utf-8")
+    os.replace(tmp, path)
+    return path
+
+
+def make_scorer(spec: str, *, batch_size: int | None = None, **kwargs: Any) -> Any:
     """A scorer from a path or URL: ``http(s)://...`` gives a :class:`rewards.verifier.HTTPVerifier` (failed
-    calls score None), anything else a local :class:`VerifierScorer` (``kwargs`` go to it)."""
+    calls score None), anything else a local :class:`VerifierScorer` (``kwargs``, e.g. ``device``, go to it).
+    ``batch_size`` is rows per forward pass (local) or per request (URL); None keeps each class's default."""
+    batch = {} if batch_size is None else {"batch_size": batch_size}
     if spec.startswith(("http://", "https://")):
         from rewards.verifier import HTTPVerifier
 
-        return HTTPVerifier(spec)
-    return VerifierScorer(spec, **kwargs)
+        return HTTPVerifier(spec, **batch)
+    return VerifierScorer(spec, **batch, **kwargs)

@@ -3,6 +3,7 @@
     python scripts/evaluate.py --policy oracle --families all --size tiny --limit 5 --out runs/eval/oracle --json
     python scripts/evaluate.py --policy openai:Qwen/Qwen2.5-7B-Instruct@http://127.0.0.1:8000/v1 --suite ood -k 4
     python scripts/evaluate.py --policy hf:runs/sft/final --suite id --scores runs/verifier/scores.jsonl -k 8
+    python scripts/evaluate.py --policy hf:runs/sft/final --families toy_sql -k 8 --verifier runs/verifier_tiny
 
 Rolls the policy out (``k`` samples per task) over the chosen families' ``--split`` instances (``--limit`` per
 family), then writes into ``--out``: ``trajectories.jsonl`` (rerunning with the same ``--out`` and policy
@@ -12,7 +13,9 @@ resumes), ``report.json``, ``report.md`` and the plots ``success_by_family.png``
 Suites: ``--suite id`` is every registered family on the test split (in distribution); ``--suite ood`` is the
 held-out families ``env_client.evaluation.OOD_FAMILIES`` (biodsbench, npowerai, ehrshot) on the test split.
 ``--scores`` is a JSONL file of ``{"task_id", "sample_idx", "score"}`` from a scorer (the learned verifier)
-for Best@K; without it Best@K is N/A. ``--json`` ends stdout with one JSON object: ``policy``, ``episodes``,
+for Best@K; ``--verifier FOLDER_OR_URL`` scores the episodes with a trained verifier (a folder of
+``train.py recipe=verifier_*``, or the URL of ``scripts/serve_verifier.py``) and writes ``scores.jsonl`` beside
+the trajectories; without either, Best@K is N/A. ``--json`` ends stdout with one JSON object: ``policy``, ``episodes``,
 ``success_rate``, ``per_family`` (``family -> success rate``), ``pass_at_k``, ``best_at_k``, ``errors``,
 ``out``. Policies: ``oracle``, ``constant[:V]``, ``shotgun``, ``traceback``, ``empty``,
 ``openai:MODEL@BASE_URL``, ``hf:PATH``, ``vllm:PATH``.
@@ -81,6 +84,23 @@ def read_scores(path: Path) -> dict[tuple[str, int], float]:
     return scores
 
 
+def verifier_scores(spec: str, trajectories: list, path: Path) -> dict[tuple[str, int], float]:
+    """Score ``trajectories`` with the verifier ``spec`` (folder or URL); write them to ``path`` as JSONL.
+
+    Raises:
+        EvalError: The verifier could not be loaded or left some episode unscored (one line, how to fix it).
+    """
+    from medcopilot.verifier import make_scorer, score_rows, write_score_rows
+
+    try:
+        rows = score_rows(make_scorer(spec), trajectories)
+    except (OSError, ValueError, RuntimeError) as exc:
+        raise EvalError(f"verifier {spec}: {' '.join(str(exc).split())} (finished episodes are kept: rerun "
+                        f"with the same --out to score them without rolling them out again)") from exc
+    write_score_rows(rows, path)
+    return {(row["task_id"], row["sample_idx"]): row["score"] for row in rows}
+
+
 def _check_store(store: Path, policy: str) -> None:
     if store.exists():
         for traj in TrajectoryStore(store).read():
@@ -116,6 +136,8 @@ def run(args: argparse.Namespace) -> dict:
     result = rollout(instances, policy, spec, k=args.k, seed=args.seed, concurrency=args.concurrency,
                      store=store, policy_name=args.policy, on_error="skip", progress=not args.no_progress)
     scores = read_scores(args.scores) if args.scores else None
+    if args.verifier:
+        scores = verifier_scores(args.verifier, result.trajectories, out / "scores.jsonl")
     meta = {"split": split, "suite": args.suite or "custom", "size": args.size, "seed": args.seed,
             "limit": args.limit, "failed_episodes": result.summary.failed}
     report = evaluate(result.trajectories, policy=args.policy, scores=scores, base_rates=base_rates, meta=meta)
@@ -143,7 +165,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="built tasks root; missing families are built into it (default artifacts/tasks)")
     p.add_argument("--limit", type=int, default=None, help="at most this many instances per family")
     p.add_argument("-k", type=int, default=1, help="samples per task; Pass@K for K = 1..k (default 1)")
-    p.add_argument("--scores", type=Path, default=None, help="JSONL of verifier scores for Best@K (see above)")
+    scoring = p.add_mutually_exclusive_group()
+    scoring.add_argument("--scores", type=Path, default=None, help="JSONL of verifier scores for Best@K (see above)")
+    scoring.add_argument("--verifier", default=None,
+                         help="trained verifier folder or service URL: score the episodes for Best@K")
     p.add_argument("--out", type=Path, default=None, help="report directory (default runs/eval/<policy>)")
     p.add_argument("--concurrency", type=int, default=4, help="episodes in flight; default 4")
     p.add_argument("--sandbox", choices=["bwrap", "docker", "local"], default="bwrap",

@@ -17,14 +17,12 @@ and the exit status is 2: Best@K needs a score for every episode. Then rerun the
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sys
 import traceback
 from pathlib import Path
 from typing import Any
 
-__all__ = ["main", "score_store", "write_scores"]
+__all__ = ["main", "score_store"]
 
 
 def score_store(scorer: Any, path: Path) -> list[dict[str, Any]]:
@@ -35,34 +33,14 @@ def score_store(scorer: Any, path: Path) -> list[dict[str, Any]]:
             episode (names how many and the first).
     """
     from env_client.trajectory import TrajectoryStore
+    from medcopilot.verifier import score_rows
 
     if not path.is_file():
         raise ValueError(f"trajectory store {path} does not exist; pass the trajectories.jsonl of a rollout")
     trajs = list(TrajectoryStore(path).read())
     if not trajs:
         raise ValueError(f"{path} holds no finished episodes; nothing to score")
-    keys = [t.key for t in trajs]
-    if len(set(keys)) != len(keys):
-        dup = next(k for k in keys if keys.count(k) > 1)
-        raise ValueError(f"{path} holds episode {dup} more than once; score one rollout per file")
-    scores = list(scorer.score(trajs))
-    if len(scores) != len(trajs):
-        raise ValueError(f"the verifier returned {len(scores)} scores for {len(trajs)} episodes")
-    missing = [k for k, s in zip(keys, scores) if s is None]
-    if missing:
-        why = getattr(scorer, "last_error", None)
-        raise ValueError(f"{len(missing)} of {len(trajs)} episodes got no score (e.g. {missing[0]})"
-                         f"{f': {why}' if why else ''}; check the verifier service and rerun")
-    return [{"task_id": k[0], "sample_idx": k[1], "score": float(s)} for k, s in zip(keys, scores)]
-
-
-def write_scores(rows: list[dict[str, Any]], out: Path) -> Path:
-    """Write score rows as JSONL atomically (tmp file, then rename) and return ``out``."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-    tmp.write_text("".join(json.dumps(row, sort_keys=True) + "\n" for row in rows), encoding="utf-8")
-    os.replace(tmp, out)
-    return out
+    return score_rows(scorer, trajs)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -78,16 +56,12 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     out = args.out or args.trajectories.with_name("scores.jsonl")
     try:
-        if args.verifier.startswith(("http://", "https://")):
-            from rewards.verifier import HTTPVerifier
+        from medcopilot.verifier import make_scorer, write_score_rows
 
-            scorer: Any = HTTPVerifier(args.verifier, batch_size=args.batch_size)
-        else:
-            from medcopilot.verifier import VerifierScorer
-
-            scorer = VerifierScorer(args.verifier, device=args.device, batch_size=args.batch_size)
+        scorer = make_scorer(args.verifier, batch_size=args.batch_size,
+                             **({} if args.verifier.startswith(("http://", "https://")) else {"device": args.device}))
         rows = score_store(scorer, args.trajectories)
-        write_scores(rows, out)
+        write_score_rows(rows, out)
     except Exception as exc:  # noqa: BLE001 - one line for the user, the traceback with --debug
         if args.debug:
             traceback.print_exc()

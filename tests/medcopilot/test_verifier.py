@@ -225,6 +225,23 @@ def test_best_at_k_scores_file_is_what_evaluate_reads(scorer, trained, tmp_path,
     assert "\n" not in err and "got no score" in err and not (tmp_path / "none.jsonl").exists()
 
 
+def test_evaluate_with_verifier_scores_the_episodes_for_best_at_k(trained, tmp_path, capsys, load_script):
+    out, _, _ = trained
+    evaluate_cli = load_script("evaluate")
+    common = ["--policy", "shotgun", "--families", "toy_sql", "--tasks-root", str(trained[0].parent / "tasks"),
+              "--limit", "3", "-k", "2", "--sandbox", "local", "--allow-unisolated", "--no-plots", "--no-progress",
+              "--out", str(tmp_path / "eval")]
+    assert evaluate_cli.main([*common, "--verifier", str(out), "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    scores = evaluate_cli.read_scores(tmp_path / "eval" / "scores.jsonl")
+    assert len(scores) == summary["episodes"] == 6 and all(0.0 <= v <= 1.0 for v in scores.values())
+    assert set(summary["best_at_k"]) == {"1", "2"}
+
+    assert evaluate_cli.main([*common, "--verifier", str(tmp_path / "no_such_verifier")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "verifier" in err
+
+
 # ------------------------------------------------------------------------------------ GRPO reward term
 
 
