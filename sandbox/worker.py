@@ -359,13 +359,14 @@ class Zygote:
             return None
         return _runner_handle(pid, *fds)
 
-    def stop(self) -> None:
-        """Close the channel (the zygote exits on EOF) and kill it."""
+    def stop(self, kill: bool = True) -> None:
+        """Close the channel (the zygote exits on EOF) and, with ``kill``, SIGKILL it."""
         self.sock.close()
-        try:
-            os.kill(self.pid, signal.SIGKILL)
-        except OSError:
-            pass
+        if kill:
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+            except OSError:
+                pass
 
 
 class Server:
@@ -406,11 +407,14 @@ class Server:
             self._lose_zygote(kind)
         return spawn_runner(self.args)
 
-    def _lose_zygote(self, kind: str) -> None:
-        """Forget a dead zygote: sessions of its kind fork from this process from now on."""
+    def _lose_zygote(self, kind: str, reaped: bool = False) -> None:
+        """Forget a dead zygote: sessions of its kind fork from this process from now on.
+
+        A zygote already reaped is not signalled: its pid may belong to another process by now.
+        """
         zygote = self.zygotes.pop(kind, None)
         if zygote is not None:
-            zygote.stop()
+            zygote.stop(kill=not reaped)
         self.zygotes[kind] = None  # do not start it again
 
     def _take_runner(self, kind: str, wait_s: float = _ZYGOTE_WAIT_S) -> dict:
@@ -469,7 +473,7 @@ class Server:
             else:
                 for kind, zygote in list(self.zygotes.items()):
                     if zygote is not None and pid == zygote.pid:
-                        self._lose_zygote(kind)
+                        self._lose_zygote(kind, reaped=True)
 
     def _status_of(self, pid: int) -> int:
         """Wait for the current runner ``pid`` and return its wait status."""
