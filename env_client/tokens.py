@@ -23,9 +23,12 @@ was never generated (tests/env_client/test_tokens.py checks both). Other documen
 
 1. Sampled ids need not be canonical: a model may emit ``"ab"`` as ``a``+``b`` where the tokenizer would
    write one ``ab`` token. The text is identical, the ids differ, and training must use what was sampled.
-2. A turn cut by ``max_new_tokens`` has no ``<|im_end|>``; one is appended as an *environment* token (mask 0)
-   so the next turn starts on a clean boundary. A turn that ends with another stop id (``<|endoftext|>``)
-   keeps it and gets ``<|im_end|>`` appended the same way. A fresh render shows neither.
+2. A turn cut by ``max_new_tokens`` has no ``<|im_end|>``; when the episode goes on, one is appended as an
+   *environment* token (mask 0) so the next turn starts on a clean boundary. A turn that ends with another stop
+   id (``<|endoftext|>``) keeps it and gets ``<|im_end|>`` appended the same way. A fresh render shows neither.
+   When the episode ends on a cut turn, nothing is appended: the completion ends without an end-of-turn token,
+   which is how TRL recognises a truncated completion (``completions/clipped_ratio``, and
+   ``mask_truncated_completions=True`` keeps it out of the loss).
 3. Segment boundaries always fall next to special tokens (``<|im_end|>`` / ``<|im_start|>``), which the
    tokenizer never merges across, so tokenizing the observation turn on its own costs nothing there.
 
@@ -229,8 +232,6 @@ def token_rollout(env: Any, instance: Any, *, tokenizer: Any, model: Any = None,
         ep.turns += 1
         body = ids[:-1] if ids and ids[-1] == eos_id else ids
         text = tokenizer.decode(body, skip_special_tokens=False)
-        if not ids or ids[-1] != eos_id:  # cut by max_new_tokens or another stop id: close the turn ourselves
-            ep.extend([eos_id], model=False)
         result = env.step(text, n_tokens=len(ids))
         ep.reward = None if result.reward is None else float(result.reward)  # a failed grader is not a 0
         if result.terminated or result.truncated:
@@ -239,6 +240,8 @@ def token_rollout(env: Any, instance: Any, *, tokenizer: Any, model: Any = None,
         if max_completion_tokens is not None and len(ep.completion_ids) >= max_completion_tokens:
             ep.truncated = True
             break
+        if not ids or ids[-1] != eos_id:  # cut by max_new_tokens or another stop id: close the turn ourselves
+            ep.extend([eos_id], model=False)
         ep.extend(observation_ids(tokenizer, result.observation.messages, tools), model=False)
     ep.trajectory = env.trajectory
     return ep

@@ -103,6 +103,12 @@ def test_sampled_rollout_with_tiny_model(tok_model, env_and_family):
         seg = a.completion_ids[s:e]
         closed = seg[0] == tok.eos_token_id and seg[1:] == obs  # turn cut by max_new_tokens: eos appended
         assert seg == obs or closed
+    # nothing follows the last turn: an episode that ends on a cut turn ends without <|im_end|>, which is how
+    # TRL tells a truncated completion (ids[-1] not an end token)
+    last_s, last_e = model_runs[-1]
+    assert last_e == len(a.completion_ids) and a.env_mask[-1] == 1
+    last_turn_cut = a.completion_ids[-1] != tok.eos_token_id
+    assert last_turn_cut == (len(a.completion_ids[last_s:]) == 12)  # cut exactly at max_new_tokens
 
 
 def test_hf_policy_acts_with_token_ids(tok_model):
