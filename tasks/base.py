@@ -144,11 +144,11 @@ def instances_path(family_dir: Path, split: Split) -> Path:
     return Path(family_dir) / f"{split}.jsonl"
 
 
-def load_instances(family_dir: Path, split: Split, *, family: str) -> list[Instance]:
+def load_instances(family_dir: Path | None, split: Split, *, family: str) -> list[Instance]:
     """Read ``<family_dir>/<split>.jsonl`` into instances.
 
     Args:
-        family_dir: The family's built directory.
+        family_dir: The family's built directory (None: the family was constructed without one).
         split: ``"train"`` or ``"test"``.
         family: Registry name, used in the error message when the directory is missing.
 
@@ -157,8 +157,10 @@ def load_instances(family_dir: Path, split: Split, *, family: str) -> list[Insta
 
     Raises:
         NotBuilt: The file does not exist.
-        TaskError: A line is not a valid instance (names the file and line).
+        TaskError: No directory was given, or a line is not a valid instance (names the file and line).
     """
+    if family_dir is None:
+        raise TaskError(f"{family}: no built directory given; construct with root=<tasks_root>/{family}")
     path = instances_path(family_dir, split)
     if not path.is_file():
         raise NotBuilt(
@@ -174,6 +176,12 @@ def load_instances(family_dir: Path, split: Split, *, family: str) -> list[Insta
         except ValueError as exc:
             raise TaskError(f"{path}:{lineno}: not a valid Instance: {str(exc).splitlines()[0]}") from exc
     return out
+
+
+def run_then_submit(lang: str, code: str, answer: str) -> list[dict[str, Any]]:
+    """The usual reference solution: one ``code_execution`` call (``lang``: python or sql), then ``answer``."""
+    return [{"action": "code_execution", "params": {"lang": lang, "code": code}},
+            {"action": "submit_answer", "params": {"answer": answer}}]
 
 
 def write_bytes_atomic(path: Path, data: bytes) -> None:

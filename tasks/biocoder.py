@@ -63,6 +63,7 @@ from tasks.base import (
     TaskError,
     Verdict,
     load_instances,
+    run_then_submit,
     write_instances,
     write_manifest,
 )
@@ -176,10 +177,7 @@ class BioCoder:
     def reference_solution(self, instance: Instance) -> list[dict[str, Any]]:
         """Run the module with the reference spliced in (its demo prints), then submit the reference code."""
         demo = bb.splice(instance.metadata["module"], instance.solution or "")
-        return [
-            {"action": "code_execution", "params": {"lang": "python", "code": demo}},
-            {"action": "submit_answer", "params": {"answer": instance.solution}},
-        ]
+        return run_then_submit("python", demo, instance.solution)
 
     def grade(self, instance: Instance, submission: str, ctx: GradeContext | None = None) -> Verdict:
         """Splice the submitted function into the module and run the hidden tests in a sandbox session."""

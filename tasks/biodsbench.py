@@ -65,6 +65,7 @@ from tasks.base import (
     TaskError,
     Verdict,
     load_instances,
+    run_then_submit,
     write_instances,
     write_manifest,
 )
@@ -290,10 +291,7 @@ class BioDSBench:
 
     def reference_solution(self, instance: Instance) -> list[dict[str, Any]]:
         """Run the reference code once (exploration), then submit it."""
-        return [
-            {"action": "code_execution", "params": {"lang": "python", "code": instance.solution}},
-            {"action": "submit_answer", "params": {"answer": instance.solution}},
-        ]
+        return run_then_submit("python", instance.solution, instance.solution)
 
     def grade(self, instance: Instance, submission: str, ctx: GradeContext | None = None) -> Verdict:
         """Run prelude + submitted code + hidden asserts as one program in a fresh namespace; all must pass."""

@@ -60,6 +60,7 @@ from tasks.base import (
     TaskError,
     Verdict,
     load_instances,
+    run_then_submit,
     write_bytes_atomic,
     write_instances,
     write_manifest,
@@ -219,16 +220,11 @@ class EHRCon:
 
     def instances(self, split: Split) -> list[Instance]:
         """Instances of ``split`` from the built directory (raises ``NotBuilt`` with the build command)."""
-        if self.root is None:
-            raise TaskError(f"{self.name}: no built directory given; construct with root=<tasks_root>/{self.name}")
         return load_instances(self.root, split, family=self.name)
 
     def reference_solution(self, instance: Instance) -> list[dict[str, Any]]:
         """Run the reference check (SQL on the note's claim), then submit the label."""
-        return [
-            {"action": "code_execution", "params": {"lang": "sql", "code": instance.solution}},
-            {"action": "submit_answer", "params": {"answer": render_answer("boolean", instance.answer)}},
-        ]
+        return run_then_submit("sql", instance.solution, render_answer("boolean", instance.answer))
 
     def grade(self, instance: Instance, submission: str, ctx: GradeContext | None = None) -> Verdict:
         """The strict boolean grader: exactly one of true/false/yes/no."""

@@ -66,6 +66,7 @@ from tasks.base import (
     TaskError,
     Verdict,
     load_instances,
+    run_then_submit,
     write_bytes_atomic,
     write_instances,
     write_manifest,
@@ -424,8 +425,7 @@ class EHRShot:
 
     def reference_solution(self, instance: Instance) -> list[dict[str, Any]]:
         """Train the logistic regression and write predictions.csv in the workspace, then submit its name."""
-        return [{"action": "code_execution", "params": {"lang": "python", "code": instance.solution}},
-                {"action": "submit_answer", "params": {"answer": PREDICTIONS}}]
+        return run_then_submit("python", instance.solution, PREDICTIONS)
 
     def replay(self, instance: Instance, steps: list[dict[str, Any]]) -> float:
         """Replay reference steps without a sandbox: the score of their final submission (for ``check_family``).

@@ -73,6 +73,7 @@ from tasks.base import (
     TaskError,
     Verdict,
     load_instances,
+    run_then_submit,
     write_bytes_atomic,
     write_instances,
     write_manifest,
@@ -350,8 +351,7 @@ class MedAgentBench:
 
     def reference_solution(self, instance: Instance) -> list[dict[str, Any]]:
         """Run the reference program against the episode's server, then submit its output."""
-        return [{"action": "code_execution", "params": {"lang": "python", "code": instance.solution}},
-                {"action": "submit_answer", "params": {"answer": instance.answer}}]
+        return run_then_submit("python", instance.solution, instance.answer)
 
     # -- episodes --------------------------------------------------------------------------------------
     def base_data(self) -> BaseData:

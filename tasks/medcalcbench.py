@@ -61,6 +61,7 @@ from tasks.base import (
     TaskError,
     Verdict,
     load_instances,
+    run_then_submit,
     write_bytes_atomic,
     write_instances,
     write_manifest,
@@ -286,11 +287,10 @@ class MedCalcBench:
 
     def reference_solution(self, instance: Instance) -> list[dict[str, Any]]:
         """Run the reference snippet (synthetic instances), then submit the gold answer."""
-        submit = {"action": "submit_answer",
-                  "params": {"answer": render_gold(instance.metadata["output_type"], instance.answer)}}
+        answer = render_gold(instance.metadata["output_type"], instance.answer)
         if not instance.solution:
-            return [submit]
-        return [{"action": "code_execution", "params": {"lang": "python", "code": instance.solution}}, submit]
+            return [{"action": "submit_answer", "params": {"answer": answer}}]
+        return run_then_submit("python", instance.solution, answer)
 
     def grade(self, instance: Instance, submission: str, ctx: GradeContext | None = None) -> Verdict:
         """MedCalc-Bench's official answer classes, strictly: one answer, inclusive band for decimals."""

@@ -68,6 +68,7 @@ from tasks.base import (
     TaskError,
     Verdict,
     load_instances,
+    run_then_submit,
     write_bytes_atomic,
     write_instances,
     write_manifest,
@@ -332,16 +333,11 @@ class MimicExtract:
 
     def instances(self, split: Split) -> list[Instance]:
         """Instances of ``split`` from the built directory (raises ``NotBuilt`` with the build command)."""
-        if self.root is None:
-            raise TaskError(f"{self.name}: no built directory given; construct with root=<tasks_root>/{self.name}")
         return load_instances(self.root, split, family=self.name)
 
     def reference_solution(self, instance: Instance) -> list[dict[str, Any]]:
         """Train the reference logistic regression and write predictions, then submit 'done'."""
-        return [
-            {"action": "code_execution", "params": {"lang": "python", "code": instance.solution}},
-            {"action": "submit_answer", "params": {"answer": "done"}},
-        ]
+        return run_then_submit("python", instance.solution, "done")
 
     def grade(self, instance: Instance, submission: str, ctx: GradeContext | None = None) -> Verdict:
         """Score ``<workspace>/predictions.csv`` on the hidden test labels (see Grading in the module docstring)."""

@@ -62,6 +62,7 @@ from tasks.base import (
     TaskError,
     Verdict,
     load_instances,
+    run_then_submit,
     write_instances,
     write_manifest,
 )
@@ -219,10 +220,7 @@ class NPowerAI:
 
     def reference_solution(self, instance: Instance) -> list[dict[str, Any]]:
         """Run the reference snippet (printing the answer), then submit the rendered gold answer."""
-        return [
-            {"action": "code_execution", "params": {"lang": "python", "code": instance.solution + "print(answer)\n"}},
-            {"action": "submit_answer", "params": {"answer": render_answer(instance.answer_type, instance.answer)}},
-        ]
+        return run_then_submit("python", instance.solution + "print(answer)\n", render_answer(instance.answer_type, instance.answer))
 
     def grade(self, instance: Instance, submission: str, ctx: GradeContext | None = None) -> Verdict:
         """Integer sizes exactly; power within 0.01 absolute (tasks.graders, strict single-answer parsing)."""

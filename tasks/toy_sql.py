@@ -53,6 +53,7 @@ from tasks.base import (
     TaskError,
     Verdict,
     load_instances,
+    run_then_submit,
     write_bytes_atomic,
     write_instances,
     write_manifest,
@@ -344,10 +345,7 @@ class ToySQL:
 
     def reference_solution(self, instance: Instance) -> list[dict[str, Any]]:
         """Run the gold SQL, then submit the rendered gold answer."""
-        return [
-            {"action": "code_execution", "params": {"lang": "sql", "code": instance.solution}},
-            {"action": "submit_answer", "params": {"answer": render_answer(instance.answer_type, instance.answer)}},
-        ]
+        return run_then_submit("sql", instance.solution, render_answer(instance.answer_type, instance.answer))
 
     def grade(self, instance: Instance, submission: str, ctx: GradeContext | None = None) -> Verdict:
         """The strict grader of the instance's answer type, with the template's tolerances."""

@@ -22,6 +22,7 @@ from tasks.base import (
     TaskError,
     Verdict,
     load_instances,
+    run_then_submit,
     write_instances,
     write_manifest,
 )
@@ -127,16 +128,11 @@ class EHRSQLFamily:
 
     def instances(self, split: Split) -> list[Instance]:
         """Instances of ``split`` from the built directory (raises ``NotBuilt`` with the build command)."""
-        if self.root is None:
-            raise TaskError(f"{self.name}: no built directory given; construct with root=<tasks_root>/{self.name}")
         return load_instances(self.root, split, family=self.name)
 
     def reference_solution(self, instance: Instance) -> list[dict[str, Any]]:
         """Run the gold SQL, then submit the rendered gold answer."""
-        return [
-            {"action": "code_execution", "params": {"lang": "sql", "code": instance.solution}},
-            {"action": "submit_answer", "params": {"answer": render_answer(instance.answer_type, instance.answer)}},
-        ]
+        return run_then_submit("sql", instance.solution, render_answer(instance.answer_type, instance.answer))
 
     def grade(self, instance: Instance, submission: str, ctx: GradeContext | None = None) -> Verdict:
         """The strict grader of the instance's answer type (exactly one answer; sets order-free)."""

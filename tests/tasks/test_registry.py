@@ -43,6 +43,13 @@ def test_unbuilt_family_says_how_to_build(tmp_path):
         fam.instances("test")
 
 
+def test_family_without_a_built_dir_is_a_one_line_error():
+    from tasks.base import load_instances
+
+    with pytest.raises(tasks.TaskError, match=r"^mimic_iii: no built directory given; construct with root="):
+        load_instances(None, "test", family="mimic_iii")
+
+
 def test_register_validates_and_refuses_silent_override():
     with pytest.raises(tasks.TaskError, match="lowercase"):
         register("Bad-Name", entry_point="tasks.toy_sql:ToySQL")
