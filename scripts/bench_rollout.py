@@ -31,26 +31,6 @@ from sandbox.errors import SandboxError
 from tasks.base import TaskError
 
 
-def _build_one(name: str, root: Path, seed: int) -> str | None:
-    try:
-        tasks.make(name, root=root).build(root, size="tiny", seed=seed)
-    except Exception as exc:  # noqa: BLE001 - reported in the output, the bench goes on with the rest
-        return f"{type(exc).__name__}: {exc}"
-    return None
-
-
-def build_all(root: Path, names: list[str], seed: int, jobs: int = 1) -> dict[str, str]:
-    """Build each family at size tiny under ``root`` (``jobs`` processes); returns ``{family: error}`` of failures."""
-    if jobs <= 1 or len(names) <= 1:
-        errors = {name: _build_one(name, root, seed) for name in names}
-    else:
-        from concurrent.futures import ProcessPoolExecutor
-
-        with ProcessPoolExecutor(max_workers=min(jobs, len(names))) as pool:
-            errors = dict(zip(names, pool.map(_build_one, names, [root] * len(names), [seed] * len(names))))
-    return {name: err for name, err in errors.items() if err}
-
-
 def built_families(root: Path) -> list[str]:
     """Families with a built directory under ``root``."""
     return [n for n in tasks.names(root) if (root / n / "manifest.json").exists() or (root / n).is_dir()]
@@ -83,7 +63,8 @@ def main(argv: list[str] | None = None) -> int:
             root = Path(tmp.name)
             wanted = tasks.names() if args.families == "all" else args.families.split(",")
             t_build = time.perf_counter()
-            build_failed = build_all(root, wanted, args.seed, jobs=os.cpu_count() or 1)
+            build_failed = tasks.registry.build_families(wanted, root, size="tiny", seed=args.seed,
+                                                         jobs=os.cpu_count() or 1, skip_errors=True)[1]
             print(f"built {len(wanted) - len(build_failed)} families in {time.perf_counter() - t_build:.1f} s "
                   f"into {root}", file=sys.stderr)
         else:

@@ -50,36 +50,10 @@ def family_counts(name: str, root: Path, size: str = "default") -> dict[str, Any
     return {"categories": counts["categories"], "instances": counts["instances"], "version": family.version}
 
 
-def _build_one(name: str, out: Path, size: str, seed: int) -> dict[str, Any]:
-    return tasks.make(name, root=out).build(out, size=size, seed=seed)
-
-
 def build(names: list[str], out: Path, *, size: str, seed: int, progress: bool = True,
           jobs: int = 1) -> dict[str, dict[str, Any]]:
-    """Build each family under ``out`` (``jobs`` families at a time, in processes); returns ``{name: manifest}``.
-
-    Families are independent and each writes only ``out/<name>/``, so the output does not depend on ``jobs``.
-    """
-    from concurrent.futures import ProcessPoolExecutor, as_completed
-
-    from tqdm import tqdm
-
-    manifests: dict[str, dict[str, Any]] = {}
-    bar = tqdm(total=len(names), desc="build", unit="family", disable=not progress, file=sys.stderr)
-    if jobs <= 1 or len(names) <= 1:
-        for name in names:
-            bar.set_postfix_str(name)
-            manifests[name] = _build_one(name, out, size, seed)
-            bar.update()
-    else:
-        with ProcessPoolExecutor(max_workers=min(jobs, len(names))) as pool:
-            futures = {pool.submit(_build_one, name, out, size, seed): name for name in names}
-            for future in as_completed(futures):
-                manifests[futures[future]] = future.result()
-                bar.set_postfix_str(futures[future])
-                bar.update()
-    bar.close()
-    return {name: manifests[name] for name in names}
+    """Build each family under ``out`` (``jobs`` at a time, in processes); returns ``{name: manifest}``."""
+    return tasks.registry.build_families(names, out, size=size, seed=seed, jobs=jobs, progress=progress)[0]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 import traceback
@@ -60,14 +61,12 @@ def choose_families(families: str, suite: str | None, root: Path) -> list[str]:
 
 
 def ensure_built(names: list[str], root: Path, size: str, seed: int) -> list[str]:
-    """Build each family missing under ``root`` (no ``manifest.json``); returns the names built."""
-    built = []
-    for name in names:
-        if not (root / name / "manifest.json").exists():
-            print(f"building {name} ({size}) under {root}", file=sys.stderr)
-            tasks.make(name, root=root).build(root, size=size, seed=seed)
-            built.append(name)
-    return built
+    """Build each family missing under ``root`` (no ``manifest.json``), in parallel; returns the names built."""
+    missing = [name for name in names if not (root / name / "manifest.json").exists()]
+    if missing:
+        print(f"building {', '.join(missing)} ({size}) under {root}", file=sys.stderr)
+        tasks.registry.build_families(missing, root, size=size, seed=seed, jobs=os.cpu_count() or 1)
+    return missing
 
 
 def read_scores(path: Path) -> dict[tuple[str, int], float]:

@@ -159,6 +159,63 @@ def make(name: str, *, root: Path | str = DEFAULT_ROOT, **kwargs: Any) -> Any:
     return family
 
 
+def _build_one(name: str, root: Path, size: str, seed: int) -> dict[str, Any]:
+    return make(name, root=root).build(root, size=size, seed=seed)
+
+
+def build_families(names: list[str], root: Path | str, *, size: str, seed: int = 0, jobs: int = 1,
+                   progress: bool = False, skip_errors: bool = False) -> tuple[dict[str, dict], dict[str, str]]:
+    """Build each family under ``root`` (``jobs`` families at a time, in separate processes).
+
+    Families are independent and each writes only ``<root>/<name>/``, so the output does not depend on ``jobs``.
+
+    Args:
+        names: Family names.
+        root: The tasks root to write.
+        size: ``"tiny"`` or ``"default"``.
+        seed: Build seed (the same seed gives byte-identical files).
+        jobs: Families built at once.
+        progress: Show a tqdm bar on stderr.
+        skip_errors: Record a failing family's error and go on, instead of raising it.
+
+    Returns:
+        ``({name: manifest}, {name: "ExcType: message"})`` in the order of ``names``; the second is empty unless
+        ``skip_errors``.
+    """
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    from tqdm import tqdm
+
+    root = Path(root)
+    results: dict[str, dict | BaseException] = {}
+    bar = tqdm(total=len(names), desc="build", unit="family", disable=not progress)
+
+    def record(name: str, get: Any) -> None:
+        try:
+            results[name] = get()
+        except Exception as exc:  # noqa: BLE001 - kept per family; raised below unless skip_errors
+            if not skip_errors:
+                raise
+            results[name] = exc
+        bar.set_postfix_str(name)
+        bar.update()
+
+    try:
+        if jobs <= 1 or len(names) <= 1:
+            for name in names:
+                record(name, lambda name=name: _build_one(name, root, size, seed))
+        else:
+            with ProcessPoolExecutor(max_workers=min(jobs, len(names))) as pool:
+                futures = {pool.submit(_build_one, name, root, size, seed): name for name in names}
+                for future in as_completed(futures):
+                    record(futures[future], future.result)
+    finally:
+        bar.close()
+    manifests = {n: results[n] for n in names if not isinstance(results[n], BaseException)}
+    errors = {n: f"{type(r).__name__}: {r}" for n in names if isinstance(r := results[n], BaseException)}
+    return manifests, errors
+
+
 def max_turns(name: str, *, root: Path | str | None = None) -> int:
     """The family's turn budget (registered, or ``max_turns`` in its family.yaml)."""
     return spec(name, root=root).max_turns

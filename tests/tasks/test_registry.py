@@ -50,6 +50,18 @@ def test_family_without_a_built_dir_is_a_one_line_error():
         load_instances(None, "test", family="mimic_iii")
 
 
+def test_build_families_in_processes_records_or_raises_failures(tmp_path):
+    from tasks.registry import build_families
+
+    manifests, errors = build_families(["toy_sql", "no_such_family"], tmp_path, size="tiny", jobs=2,
+                                       skip_errors=True)
+    assert list(manifests) == ["toy_sql"] and manifests["toy_sql"]["counts"]["test"] > 0
+    assert (tmp_path / "toy_sql" / "manifest.json").is_file()
+    assert list(errors) == ["no_such_family"] and errors["no_such_family"].startswith("UnknownTask: ")
+    with pytest.raises(tasks.UnknownTask, match="no_such_family"):
+        build_families(["no_such_family"], tmp_path, size="tiny")
+
+
 def test_register_validates_and_refuses_silent_override():
     with pytest.raises(tasks.TaskError, match="lowercase"):
         register("Bad-Name", entry_point="tasks.toy_sql:ToySQL")
