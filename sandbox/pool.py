@@ -470,8 +470,8 @@ class Pool:
     def _open_session(self, worker: _Worker, wanted: dict[str, Path], persistent: bool,
                       limits: Limits | None, bridges: dict[int, Path] | None = None) -> Session:
         try:
-            if not worker.alive() or (any(not same_source(worker.slot.mounts.get(k), v) for k, v in wanted.items())
-                                      and not self._attach_mounts(worker, wanted)):
+            missing = {k: v for k, v in wanted.items() if not same_source(worker.slot.mounts.get(k), v)}
+            if not worker.alive() or (missing and not self._attach_mounts(worker, missing)):
                 worker.slot.mounts = wanted  # bind mounts are fixed at jail creation: restart with these
                 worker = self._replace(worker)
             return Session(self, worker, persistent, limits or self.limits, bridges or {})
@@ -480,13 +480,12 @@ class Pool:
             self._release(worker, broken=True)
             raise
 
-    def _attach_mounts(self, worker: _Worker, wanted: dict[str, Path]) -> bool:
-        """Add the mounts a session wants to the idle worker's running jail (root + bwrap), sparing a restart.
+    def _attach_mounts(self, worker: _Worker, missing: dict[str, Path]) -> bool:
+        """Add the mounts a session wants and the worker lacks to its running jail (root + bwrap), sparing a restart.
 
         Only new names are attached (a name bound to another host path needs a restart); the jail keeps its
         earlier mounts, as a worker started with more mounts than a session asks for always did.
         """
-        missing = {k: v for k, v in wanted.items() if not same_source(worker.slot.mounts.get(k), v)}
         if (self.backend != "bwrap" or worker.slot.uid is None or any(k in worker.slot.mounts for k in missing)
                 or not all(os.path.exists(v) for v in missing.values())):
             return False
