@@ -27,8 +27,8 @@ A spare runner of each kind is forked ahead of need after a reply (in a persiste
 been quiet for a few milliseconds), so the fork is off the critical path of the next session's open and first
 call. The runner drops to the unprivileged ``--uid`` (when given), sets rlimits and executes user code with its
 stdout/stderr on pipes that the server drains concurrently, keeping head and tail up to the cap. On timeout the
-server kills every process of the jail except itself (``--pidns``: the jail has its own pid namespace) or the runner's process
-group (no pid namespace), so nothing a call started survives it.
+server kills every process of the jail except itself (``--pidns``: the jail has its own pid namespace) or the
+runner's process group (no pid namespace), so nothing a call started survives it.
 """
 
 from __future__ import annotations

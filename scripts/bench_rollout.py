@@ -97,7 +97,8 @@ def main(argv: list[str] | None = None) -> int:
     out = {"episodes_per_s": s.episodes_per_s, "steps_per_s": s.steps_per_s,
            "env_overhead_p50_ms": s.env_overhead_p50_ms, "exec_p50_ms": s.exec_p50_ms, "episodes": s.new,
            "steps": s.steps, "wall_s": s.wall_s, "exec_total_s": round(exec_total, 3),
-           "env_total_s": round(sum(st.duration_s for st in steps) - exec_total, 3), "backend": args.backend, "sandbox": args.sandbox,
+           "env_total_s": round(sum(st.duration_s for st in steps) - exec_total, 3), "backend": args.backend,
+           "sandbox": args.sandbox,
            "concurrency": args.concurrency, "oracle_success_rate": s.success_rate, "failed": s.failed,
            "families": names, "build_failed": sorted(build_failed), "cpus": os.cpu_count(),
            "python": platform.python_version(), "quick": args.quick}
