@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 from medcopilot.config import RecipeError
+from tasks.base import write_bytes_atomic
 
 __all__ = ["TrainerState", "load_checkpoint", "load_policy_weights", "save_checkpoint", "write_json"]
 
@@ -45,10 +46,7 @@ class TrainerState:
 
 def write_json(path: Path, data: Any) -> None:
     """Write ``data`` as indented JSON atomically (temporary file + rename)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=2, default=str) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    write_bytes_atomic(path, (json.dumps(data, indent=2, default=str) + "\n").encode("utf-8"))
 
 
 def save_checkpoint(trainer: Any) -> Path:

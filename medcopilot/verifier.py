@@ -220,13 +220,12 @@ def load_verifier_model(spec: ModelConfig, tokenizer: Any) -> Any:
 def write_verifier_config(out_dir: str | os.PathLike, *, max_length: int, base_model: str,
                           metrics: dict[str, Any] | None = None) -> Path:
     """Write ``verifier_config.json`` (atomically) into a trained verifier's folder and return its path."""
+    from tasks.base import write_bytes_atomic
+
     target = Path(out_dir) / VERIFIER_CONFIG
-    target.parent.mkdir(parents=True, exist_ok=True)
     data = {"kind": "medcopilot-verifier", "max_length": int(max_length), "base_model": base_model,
             "label": "1 = the episode's graded answer was correct", "heldout": metrics or {}}
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, target)
+    write_bytes_atomic(target, (json.dumps(data, indent=2) + "\n").encode("utf-8"))
     return target
 
 
@@ -349,11 +348,10 @@ def score_rows(scorer: Any, trajectories: Sequence[Any]) -> list[dict[str, Any]]
 
 def write_score_rows(rows: list[dict[str, Any]], path: Path | str) -> Path:
     """Write :func:`score_rows` output as JSONL atomically (tmp file, then rename); returns the path."""
+    from tasks.base import write_bytes_atomic
+
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text("".join(json.dumps(row, sort_keys=True) + "\n" for row in rows), encoding="utf-8")
-    os.replace(tmp, path)
+    write_bytes_atomic(path, "".join(json.dumps(row, sort_keys=True) + "\n" for row in rows).encode("utf-8"))
     return path
 
 

@@ -10,6 +10,7 @@ from typing import Any
 
 from medcopilot.config import RecipeConfig, RecipeError
 from medcopilot.data import Episode, load_episodes
+from tasks.base import write_bytes_atomic
 
 
 def episodes_for(cfg: RecipeConfig) -> list[Episode]:
@@ -112,9 +113,7 @@ def finish_run(trainer: Any, cfg: RecipeConfig, train_output: Any, *, resumed_fr
         **(extra or {}),
     }
     if trainer.is_world_process_zero():
-        tmp = out / f".run_summary.json.{os.getpid()}.tmp"
-        tmp.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
-        os.replace(tmp, out / "run_summary.json")
+        write_bytes_atomic(out / "run_summary.json", (json.dumps(summary, indent=2) + "\n").encode("utf-8"))
     return summary
 
 

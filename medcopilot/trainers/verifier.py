@@ -29,10 +29,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-import json
-import os
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -197,15 +194,11 @@ def run(cfg: RecipeConfig) -> dict[str, Any]:
     output = trainer.train(resume_from_checkpoint=resumed_from)
     heldout = trainer.evaluate() if trainer.eval_dataset is not None else {}
     heldout = {k: v for k, v in heldout.items() if isinstance(v, (int, float))}
-    summary = finish_run(trainer, cfg, output, resumed_from=resumed_from, n_rows=info["train_rows"])
-    summary.update({k: v for k, v in info.items() if k != "train_rows"}, heldout=heldout)
-    if trainer.is_world_process_zero():  # finish_run wrote the common keys; add ours, and mark the folder
+    summary = finish_run(trainer, cfg, output, resumed_from=resumed_from, n_rows=info["train_rows"],
+                         extra={**{k: v for k, v in info.items() if k != "train_rows"}, "heldout": heldout})
+    if trainer.is_world_process_zero():  # mark the folder as a verifier, with how it reads text
         base = trainer.model.config._name_or_path if hasattr(trainer.model, "config") else cfg.model.name_or_path
         write_verifier_config(cfg.output.dir, max_length=info["max_length"], base_model=str(base), metrics=heldout)
-        path = Path(cfg.output.dir) / "run_summary.json"
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
-        os.replace(tmp, path)
     auc = heldout.get("eval_auroc")
     print(f"[verifier] held out: AUROC {'n/a' if auc is None else f'{auc:.3f}'}, accuracy "
           f"{heldout.get('eval_accuracy', float('nan')):.3f}", flush=True)
