@@ -146,6 +146,21 @@ def _proc_table(skip: set) -> list[tuple[int, int, int, str]]:
     return rows
 
 
+def _lock_down(args: argparse.Namespace) -> tuple[str, bool]:
+    """After the imports of a process that forks runners: seccomp, frozen GC, no-new-privs.
+
+    Returns:
+        ``(seccomp status, no_new_privs in force)``.
+    """
+    seccomp = "off: disabled" if args.no_seccomp else _load_seccomp()
+    # Objects of the preloaded modules go to the permanent generation: the garbage collector of a forked
+    # runner then never writes to their pages, so they stay shared instead of being copied on write.
+    gc.freeze()
+    libc = ctypes.CDLL(None, use_errno=True)
+    nnp = libc.prctl(38, 1, 0, 0, 0) == 0 or libc.prctl(39, 0, 0, 0, 0) == 1  # PR_SET/GET_NO_NEW_PRIVS
+    return seccomp, bool(nnp)
+
+
 def _load_seccomp() -> str:
     """Install a deny-list seccomp filter (inherited by every runner). Returns "on" or why not."""
     try:
@@ -297,16 +312,14 @@ class Zygote:
             import sandbox._runner
             import sandbox.grounding  # noqa: F401
 
-            if not args.no_seccomp:
-                _load_seccomp()
-            ctypes.CDLL(None, use_errno=True).prctl(38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS
+            _lock_down(args)
         else:  # forked from the loaded server (seccomp and no-new-privs inherited)
             for name in ML_PRELOAD:
                 try:
                     __import__(name)
                 except Exception as exc:
                     print(f"sandbox.worker: ml preload of {name} failed: {exc}", file=sys.stderr)
-        gc.freeze()
+            gc.freeze()
         sock.sendall(b"r")
         while sock.recv(1):
             Zygote._fork_runner(args, sock)
@@ -740,13 +753,9 @@ def main(argv: list[str] | None = None) -> None:
         import sandbox.grounding  # noqa: F401  (optional; runners use it when user code fails)
     except Exception as exc:
         print(f"sandbox.worker: sandbox.grounding unavailable: {exc}", file=sys.stderr)
-    seccomp = "off: disabled" if args.no_seccomp else _load_seccomp()
-    # Objects of the preloaded modules go to the permanent generation: the garbage collector of a forked
-    # runner then never writes to their pages, so they stay shared instead of being copied on write.
-    gc.freeze()
-    nnp = libc.prctl(38, 1, 0, 0, 0) == 0 or libc.prctl(39, 0, 0, 0, 0) == 1  # PR_SET/GET_NO_NEW_PRIVS
+    seccomp, nnp = _lock_down(args)
     write_frame(chan_out, {"op": "ready", "pid": os.getpid(), "uid": os.getuid(), "runner_uid": args.uid,
-                           "seccomp": seccomp, "no_new_privs": bool(nnp), "preloaded": preloaded,
+                           "seccomp": seccomp, "no_new_privs": nnp, "preloaded": preloaded,
                            "python": sys.version.split()[0], "light_zygote": light.pid if light else None})
     Server(args, chan_in, chan_out, light).serve()
 

@@ -210,7 +210,9 @@ def test_sql_and_shell_sessions_fork_from_the_light_zygote(pool):
     assert all(w.ready["light_zygote"] for w in pool._workers)
     check = "import sys\nprint('pandas' in sys.modules)"
     with pool.session() as s:  # first call shell: a light runner, without the preloaded modules
-        assert s.run_shell("true").ok
+        status = s.run_shell("cat /proc/self/status").stdout  # locked down like the server's own runners
+        assert "NoNewPrivs:\t1" in status
+        assert ("Seccomp:\t2" in status) == ("seccomp" in pool.layers)
         assert s.run_python(check).stdout == "False\n"
         assert s.run_python("import pandas as pd\nprint(int(pd.Series([1, 2]).sum()))").stdout == "3\n"
     with pool.session() as s:  # first call Python: the preloaded runner
