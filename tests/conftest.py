@@ -108,15 +108,26 @@ def serve_app():
 
 
 @pytest.fixture(scope="session")
-def sandbox_backend() -> str:
-    """``bwrap`` where it works on this machine, else ``local`` (unisolated; tests only)."""
-    import sandbox
+def make_test_pool():
+    """``make_test_pool(workers)`` -> a started sandbox pool: bwrap when it works on this machine, else the local
+    backend (unisolated; tests only). The caller closes it."""
+    def make(workers: int) -> Any:
+        from sandbox import SandboxUnavailable, make_pool
 
-    try:
-        sandbox.make_pool("bwrap", workers=1).close()
-        return "bwrap"
-    except sandbox.SandboxUnavailable:
-        return "local"
+        try:
+            return make_pool("bwrap", workers=workers)
+        except SandboxUnavailable:
+            return make_pool("local", workers=workers, allow_unisolated=True)
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def sandbox_backend(make_test_pool) -> str:
+    """The backend :func:`make_test_pool` picks here (``bwrap`` or ``local``), for recipes' ``env.sandbox``."""
+    pool = make_test_pool(1)
+    pool.close()
+    return pool.backend
 
 
 @pytest.fixture()

@@ -10,14 +10,9 @@ from env_client import Env, EnvConfig
 
 
 @pytest.fixture(scope="session")
-def env_pool():
+def env_pool(make_test_pool):
     """Two warm sandbox workers: bwrap when it works here, else the local backend (unisolated, tests only)."""
-    from sandbox import SandboxUnavailable, make_pool
-
-    try:
-        pool = make_pool("bwrap", workers=2)
-    except SandboxUnavailable:
-        pool = make_pool("local", workers=2, allow_unisolated=True)
+    pool = make_test_pool(2)
     yield pool
     pool.close()
 

@@ -22,13 +22,8 @@ def toy(toy_root):
 
 
 @pytest.fixture(scope="session")
-def task_pool():
+def task_pool(make_test_pool):
     """One sandbox worker for the config-family episode test (bwrap when it works, else local unisolated)."""
-    from sandbox import SandboxUnavailable, make_pool
-
-    try:
-        pool = make_pool("bwrap", workers=1)
-    except SandboxUnavailable:
-        pool = make_pool("local", workers=1, allow_unisolated=True)
+    pool = make_test_pool(1)
     yield pool
     pool.close()

@@ -16,14 +16,9 @@ FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "biocoder" / "recor
 
 
 @pytest.fixture(scope="module")
-def session():
+def session(make_test_pool):
     """One sandbox session (bwrap when it works here, else the unisolated local backend) for grading."""
-    from sandbox import SandboxUnavailable, make_pool
-
-    try:
-        pool = make_pool("bwrap", workers=1)
-    except SandboxUnavailable:
-        pool = make_pool("local", workers=1, allow_unisolated=True)
+    pool = make_test_pool(1)
     with pool.session() as sess:
         yield sess
     pool.close()

@@ -39,14 +39,9 @@ def imported_dir(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def pool():
+def pool(make_test_pool):
     """Two sandbox workers (bwrap, else local): one for the grading session, one for the episode test."""
-    from sandbox import SandboxUnavailable, make_pool
-
-    try:
-        pool = make_pool("bwrap", workers=2)
-    except SandboxUnavailable:
-        pool = make_pool("local", workers=2, allow_unisolated=True)
+    pool = make_test_pool(2)
     yield pool
     pool.close()
 
@@ -201,16 +196,11 @@ def test_subverted_asserts_are_caught_on_the_host(built, session):
 
 
 @pytest.mark.slow
-def test_every_default_reference_passes_in_the_sandbox(tmp_path):
-    from sandbox import SandboxUnavailable, make_pool
-
+def test_every_default_reference_passes_in_the_sandbox(tmp_path, make_test_pool):
     fam = BioDSBench(root=tmp_path / "biodsbench")
     manifest = fam.build(tmp_path, size="default", seed=0)
     assert manifest["dropped"] == [] and sum(manifest["counts"].values()) == 300
-    try:
-        pool = make_pool("bwrap", workers=1)
-    except SandboxUnavailable:
-        pool = make_pool("local", workers=1, allow_unisolated=True)
+    pool = make_test_pool(1)
     with pool, pool.session(mounts={MOUNT: fam.root / "studies"}) as sess:
         ctx = GradeContext(session=sess)
         failed = [i.id for s in ("train", "test") for i in fam.instances(s) if not fam.grade(i, i.solution, ctx).correct]
