@@ -17,15 +17,13 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from medcopilot.config import ModelConfig
-from medcopilot.modeling import adapter_base, load_model, load_tokenizer
+from medcopilot.modeling import adapter_base, load_model, load_tokenizer, save_pretrained_atomic
 
 __all__ = ["ExportError", "export_model", "model_card", "push_folder"]
 
@@ -62,20 +60,8 @@ def export_model(run_dir: str | os.PathLike, out_dir: str | os.PathLike, *, push
     model = load_model(ModelConfig(name_or_path=str(src), dtype=dtype))
     tokenizer = load_tokenizer(str(src))
 
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
-        tmp.chmod(0o755)
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-        (tmp / "README.md").write_text(model_card(src, base_model=base or _base_from_recipe(recipe, src),
-                                                  repo=push), encoding="utf-8")
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    card = model_card(src, base_model=base or _base_from_recipe(recipe, src), repo=push)
+    save_pretrained_atomic(out, model, tokenizer, extra_files={"README.md": card})
     if push is not None:
         push_folder(out, push, private=private)
     return out

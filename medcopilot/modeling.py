@@ -167,6 +167,34 @@ def trainable_parameter_count(model: Any) -> tuple[int, int]:
     return trainable, sum(p.numel() for p in model.parameters())
 
 
+def save_pretrained_atomic(out: str | os.PathLike, model: Any, tokenizer: Any,
+                           extra_files: dict[str, str] | None = None) -> Path:
+    """Save ``model`` and ``tokenizer`` (plus text ``extra_files``, name -> content) as the folder ``out``.
+
+    Everything is written into a temporary sibling first, which then replaces ``out``: a killed run leaves the
+    old folder or the new one, never half of one. Returns ``out`` as a ``Path``.
+    """
+    import shutil
+    import tempfile
+
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        tmp.chmod(0o755)  # mkdtemp makes it private; a model folder is meant to be shared
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        for name, text in (extra_files or {}).items():
+            (tmp / name).write_text(text, encoding="utf-8")
+        if out.exists():
+            shutil.rmtree(out)
+        os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
+
+
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
@@ -180,5 +208,6 @@ __all__ = [
     "lora_config",
     "resolve_dtype",
     "resume_checkpoint",
+    "save_pretrained_atomic",
     "trainable_parameter_count",
 ]

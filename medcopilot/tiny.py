@@ -25,9 +25,9 @@ import importlib.util
 import json
 import os
 import random
-import shutil
-import tempfile
 from pathlib import Path
+
+from medcopilot.modeling import save_pretrained_atomic
 
 #: Qwen2's pre-tokenizer split regex, as ``transformers.Qwen2Tokenizer`` rebuilds it on load.
 QWEN2_SPLIT_REGEX = (
@@ -214,19 +214,7 @@ def build_tiny_model(out_dir: str | os.PathLike, *, seed: int = 0) -> Path:
     model = Qwen2ForCausalLM(config)
     model.generation_config = GenerationConfig(eos_token_id=eos_id, pad_token_id=pad_id, bos_token_id=None)
 
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
-        tmp.chmod(0o755)  # mkdtemp makes it private; the model folder is meant to be shared
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return out
+    return save_pretrained_atomic(out, model, tokenizer)
 
 
 __all__ = ["build_tiny_model", "build_tiny_tokenizer", "qwen25_chat_template"]
