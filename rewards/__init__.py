@@ -12,9 +12,9 @@ from rewards.shaping import (
            turn_cost,
            verifier_score,
 )
-from rewards.spec import REWARD_FUNCS, RewardResult, RewardSpec
+from rewards.spec import REWARD_FUNCS, RewardResult, RewardSpec, combine
 from rewards.verifier import HTTPVerifier, VerifierScorerProtocol
 
 __all__ = ["REWARD_FUNCS", "HTTPVerifier", "RewardError", "RewardResult", "RewardSpec", "VerifierScorerProtocol",
-           "correctness", "format_penalty", "length_cost", "loop_penalty", "oracle_reward", "turn_cost",
+           "combine", "correctness", "format_penalty", "length_cost", "loop_penalty", "oracle_reward", "turn_cost",
            "verifier_score"]

@@ -36,7 +36,7 @@ from rewards.shaping import (
     verifier_score,
 )
 
-__all__ = ["REWARD_FUNCS", "RewardResult", "RewardSpec"]
+__all__ = ["REWARD_FUNCS", "RewardResult", "RewardSpec", "combine"]
 
 RewardFunc = Callable[..., "float | None"]
 
@@ -140,7 +140,7 @@ class RewardSpec:
         return self._order
 
     def __call__(self, **kwargs: Any) -> RewardResult:
-        """Compute every term with ``kwargs`` and combine the weighted ones.
+        """Compute every term with ``kwargs`` and combine the weighted ones (:meth:`combine`).
 
         Returns:
             A :class:`RewardResult`. Terms are computed in order; an exception from one propagates.
@@ -148,22 +148,43 @@ class RewardSpec:
         Raises:
             RewardError: A term returned something that is neither None nor a finite number.
         """
-        components: dict[str, float | None] = {}
-        total, missing = 0.0, []
-        for name in self._order:
-            value = self.funcs[name](**kwargs)
-            if value is not None:
-                if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-                    raise RewardError(f"reward {name!r} returned {value!r}; a term returns a finite float or None")
-                value = float(value)
-            components[name] = value
-            weight = self.weights[name]
-            if weight == 0:
-                continue
-            if value is None:
-                missing.append(name)
-            else:
-                total += weight * value
-        if missing and (self.missing == "none" or len(missing) == sum(w != 0 for w in self.weights.values())):
-            return RewardResult(None, components, tuple(missing))
-        return RewardResult(total, components, tuple(missing))
+        return self.combine({name: self.funcs[name](**kwargs) for name in self._order})
+
+    def combine(self, components: Mapping[str, Any]) -> RewardResult:
+        """Combine term values computed elsewhere (e.g. per episode by a rollout): :func:`combine` with this
+        spec's weights and ``missing`` mode."""
+        return combine(components, {name: self.weights[name] for name in self._order}, missing=self.missing)
+
+
+def combine(components: Mapping[str, Any], weights: Mapping[str, float], *,
+            missing: Literal["none", "skip"] = "none") -> RewardResult:
+    """The weighted total of term values (``name -> value``, None = missing), by :class:`RewardSpec`'s rules.
+
+    Args:
+        components: A value for every name of ``weights``.
+        weights: ``name -> weight`` (0 = log only).
+        missing: ``"none"`` (a missing weighted term makes the total None) or ``"skip"`` (leave it out).
+
+    Raises:
+        RewardError: A term is absent from ``components``, or a value is neither None nor a finite number.
+    """
+    values: dict[str, float | None] = {}
+    total, absent = 0.0, []
+    for name, weight in weights.items():
+        if name not in components:
+            raise RewardError(f"no value for reward {name!r}; pass every term of the spec")
+        value = components[name]
+        if value is not None:
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise RewardError(f"reward {name!r} returned {value!r}; a term returns a finite float or None")
+            value = float(value)
+        values[name] = value
+        if weight == 0:
+            continue
+        if value is None:
+            absent.append(name)
+        else:
+            total += weight * value
+    if absent and (missing == "none" or len(absent) == sum(w != 0 for w in weights.values())):
+        return RewardResult(None, values, tuple(absent))
+    return RewardResult(total, values, tuple(absent))

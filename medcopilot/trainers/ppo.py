@@ -77,6 +77,7 @@ from medcopilot.ppo_checkpoint import (
     save_checkpoint,
     write_json,
 )
+from rewards import combine
 
 __all__ = ["PPOTrainer", "load_policy", "ppo_args", "run"]
 
@@ -201,12 +202,9 @@ class PPOTrainer:
         finally:
             policy.train()
         n = len(out["completion_ids"])
-        trained = [name for name, w in self.reward_weights.items() if w != 0]
-        scores: list[float | None] = []
-        for i in range(n):
-            parts = {name: out[f"reward_{name}"][i] for name in self.reward_weights}
-            dropped = any(parts[name] is None for name in trained)
-            scores.append(None if dropped else sum(w * parts[k] for k, w in self.reward_weights.items() if w))
+        # The weighted total per episode; None (dropped from the update) when a weighted term is missing.
+        scores = [combine({name: out[f"reward_{name}"][i] for name in self.reward_weights}, self.reward_weights).total
+                  for i in range(n)]
         lengths = torch.tensor([len(c) for c in out["completion_ids"]])
         mask = torch.zeros((n, int(lengths.max())))
         for i, env_mask in enumerate(out["env_mask"]):

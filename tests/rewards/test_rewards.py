@@ -108,6 +108,17 @@ def test_spec_missing_none_makes_total_none_and_skip_drops_term():
     assert RewardSpec.from_weights({"correctness": 1.0})(**graded_error).total is None
 
 
+def test_spec_combine_takes_values_computed_elsewhere():
+    spec = RewardSpec.from_weights({"correctness": 1.0, "verifier_score": 0.5, "turn_cost": 0.0})
+    r = spec.combine({"correctness": 1.0, "verifier_score": 0.4, "turn_cost": -0.2})
+    assert r.total == pytest.approx(1.2) and r.components["turn_cost"] == -0.2 and r.missing == ()
+    assert spec.combine({"correctness": 1.0, "verifier_score": None, "turn_cost": None}).total is None
+    with pytest.raises(RewardError, match="no value for reward 'turn_cost'"):
+        spec.combine({"correctness": 1.0, "verifier_score": 0.4})
+    with pytest.raises(RewardError, match="returned nan"):
+        spec.combine({"correctness": float("nan"), "verifier_score": 0.4, "turn_cost": 0.0})
+
+
 def test_spec_errors_are_one_line_and_name_the_fix():
     with pytest.raises(RewardError, match="did you mean 'format_penalty'") as exc:
         RewardSpec.from_weights({"format_penalti": 0.1})
