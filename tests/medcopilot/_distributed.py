@@ -78,5 +78,5 @@ def main(model_dir: str, root: str, out: str) -> None:
 
 
 if __name__ == "__main__":
-    faulthandler.dump_traceback_later(240, exit=True)  # a deadlocked collective fails with stacks, not a hang
+    faulthandler.dump_traceback_later(1200, exit=True)  # a deadlocked collective fails with stacks, not a hang
     main(*sys.argv[1:4])

@@ -17,6 +17,9 @@ import pytest
 
 from medcopilot.learning import GRPO_DEFAULTS, learning_run
 
+#: CPU-bound for 1-2 minutes; on a loaded shared machine the wall time can be many times that.
+pytestmark = pytest.mark.timeout(1800)
+
 #: Smallest gain asserted (success after minus before); the sweep's smallest gain was well above it.
 MIN_GAIN = 0.15
 SLOW_SEEDS = (1, 2, 3, 4)
