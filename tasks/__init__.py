@@ -42,3 +42,4 @@ register("mimic_extract", entry_point="tasks.mimic_extract:MimicExtract", max_tu
 register("biocoder", entry_point="tasks.biocoder:BioCoder", max_turns=10)
 register("biodsbench", entry_point="tasks.biodsbench:BioDSBench", max_turns=10)
 register("medagentbench", entry_point="tasks.medagentbench:MedAgentBench", max_turns=10)
+register("toy_lookup", entry_point="tasks.toy_lookup:ToyLookup", max_turns=3)
