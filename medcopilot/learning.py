@@ -4,8 +4,10 @@ The pieces the learning tests (``tests/medcopilot/test_*_learning.py``), ``scrip
 ``scripts/demo.py`` share. A run (:func:`learning_run`) goes:
 
 1. **Family**: ``say_number`` (one turn: the question shows the number to submit; declared in a folder by
-   :func:`declare_say_number`) or ``toy_lookup`` (two turns: run SQL, submit the value it returned; a registered
-   family whose answers exist only in each instance's database).
+   :func:`declare_say_number`), ``clinic_code`` (two turns: query the clinic database, submit the code it holds,
+   the same for every task; :func:`declare_clinic_code`) or ``toy_lookup`` (two turns: run SQL, submit the value
+   it returned; a registered family whose answers exist only in each instance's database, so success needs the
+   observation).
 2. **Warm start**: the tiny random model never emits a valid tool call, so it first learns from the family's
    oracle episodes (``reference_solution`` played through the real environment at token level: exact ids,
    environment tokens masked out of the loss) for a few supervised steps, stopped early on purpose so that it
@@ -36,19 +38,28 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
-    "FAMILIES", "GRPO_DEFAULTS", "PPO_DEFAULTS", "Playground", "RunResult", "Score", "WARM_DEFAULTS",
-    "declare_say_number", "evaluate", "learning_run", "oracle_episodes", "train_grpo", "train_ppo", "warm_start",
+    "DECLARED", "FAMILIES", "GRPO_DEFAULTS", "PPO_DEFAULTS", "Playground", "RunResult", "Score", "WARM_DEFAULTS",
+    "declare_clinic_code", "declare_say_number", "evaluate", "learning_run", "oracle_episodes", "train_grpo",
+    "train_ppo", "warm_start",
 ]
 
 SAY_NUMBER = "say_number"
 SAY_NUMBER_QUESTIONS = ("Submit the number 7.", "Please submit 7 as the answer.", "The answer is 7; submit it.",
                         "Reply with the number 7.")
+CLINIC_CODE = "clinic_code"
+CLINIC_CODE_QUESTIONS = ("What is the clinic's protocol code? Query the database, then submit it.",
+                         "Look up the protocol code in the clinic database and submit it.",
+                         "Find the clinic's current protocol code with SQL; submit only the code.",
+                         "Run a query for the protocol code, then submit the code.")
 #: Family -> (turn budget, tokens per assistant turn, tokens per episode after the prompt).
-FAMILIES = {SAY_NUMBER: (1, 32, 64), "toy_lookup": (3, 40, 160)}
+FAMILIES = {SAY_NUMBER: (1, 32, 64), CLINIC_CODE: (3, 40, 160), "toy_lookup": (3, 40, 160)}
 #: Round number of the fixed evaluation's seeds (training rounds count from 1, so they never coincide).
 EVAL_CALL = 1_000_000
-#: Warm-start steps, batch and learning rate per family: a partly right start (success ~0.2-0.5), not more.
+#: Warm-start steps (the first ``short`` of them without the shared system prompt: cheap, see
+#: :func:`warm_start`), batch, learning rate and demonstrator per family: a well-formed start that is right
+#: only part of the time (success ~0.2-0.5).
 WARM_DEFAULTS = {SAY_NUMBER: {"steps": 100, "batch": 8, "lr": 3e-3, "per_task": 9, "right_share": 1 / 3},
+                 CLINIC_CODE: {"steps": 200, "short": 150, "batch": 8, "lr": 3e-3, "per_task": 8, "right_share": 0.5},
                  "toy_lookup": {"steps": 120, "batch": 8, "lr": 3e-3, "per_task": 1, "right_share": 1.0}}
 #: GRPO and PPO settings (chosen from the sweep in docs/benchmarks.md).
 GRPO_DEFAULTS = {"steps": 30, "lr": 5e-4, "group": 16}
@@ -69,6 +80,43 @@ def declare_say_number(root: str | os.PathLike, questions: tuple[str, ...] = SAY
     lines = [{"question": q, "answer": 7, "split": "train"} for q in questions]
     (fam / "tasks.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines), encoding="utf-8")
     return root
+
+
+def declare_clinic_code(root: str | os.PathLike) -> Path:
+    """Declare the two-turn ``clinic_code`` family under the tasks root ``root``; returns ``root``.
+
+    Every task asks for the protocol code stored in ``/data/clinic.db`` (table ``protocol``, code 7): the
+    reference solution queries it with SQL, then submits it. All tasks share the one answer, which a 140k-parameter
+    model can learn in minutes; reading a per-task answer out of an observation (``toy_lookup``) it cannot (see
+    docs/benchmarks.md), so this is the family the demo trains on.
+    """
+    import sqlite3
+
+    root = Path(root)
+    fam = root / CLINIC_CODE
+    (fam / "data").mkdir(parents=True, exist_ok=True)
+    db = fam / "data" / "clinic.db"
+    if not db.exists():
+        tmp = db.with_name(f".clinic.db.{os.getpid()}")
+        con = sqlite3.connect(tmp)
+        try:
+            con.execute("CREATE TABLE protocol (code INTEGER NOT NULL, name TEXT NOT NULL)")
+            con.execute("INSERT INTO protocol VALUES (7, 'sepsis bundle')")
+            con.commit()
+        finally:
+            con.close()
+        os.replace(tmp, db)
+    (fam / "family.yaml").write_text(f"name: {CLINIC_CODE}\nanswer_type: integer\n"
+                                     "actions: [code_execution, submit_answer]\nmax_turns: 3\n"
+                                     "data: {clinic.db: data/clinic.db}\nsplits: [train, test]\n", encoding="utf-8")
+    lines = [{"question": q, "answer": 7, "split": "train", "solution": "SELECT code FROM protocol",
+              "solution_lang": "sql"} for q in CLINIC_CODE_QUESTIONS]
+    (fam / "tasks.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines), encoding="utf-8")
+    return root
+
+
+#: Families declared in a folder on first use (the others are registered ``tasks`` families).
+DECLARED = {SAY_NUMBER: declare_say_number, CLINIC_CODE: declare_clinic_code}
 
 
 @dataclass
@@ -98,7 +146,7 @@ class Playground:
     @classmethod
     def open(cls, name: str, root: str | os.PathLike, tokenizer: Any, *, sandbox: str = "auto", workers: int = 16,
              split: str = "train") -> Playground:
-        """Load family ``name`` from the tasks root ``root`` (``say_number`` is declared there if missing,
+        """Load family ``name`` from the tasks root ``root`` (a :data:`DECLARED` one is declared there if missing,
         ``toy_lookup`` built at size tiny) and start a sandbox pool of ``workers``: ``bwrap``, ``local``
         (unisolated), or ``auto`` (bwrap where it runs, else local)."""
         import sandbox as sandbox_pkg
@@ -109,10 +157,10 @@ class Playground:
         if name not in FAMILIES:
             raise ValueError(f"family {name!r} has no learning settings; choose one of {', '.join(FAMILIES)}")
         root = Path(root)
-        if name == SAY_NUMBER and not (root / SAY_NUMBER / "family.yaml").is_file():
-            declare_say_number(root)
+        if name in DECLARED and not (root / name / "family.yaml").is_file():
+            DECLARED[name](root)
         family = tasks.make(name, root=root)
-        if name != SAY_NUMBER and not (root / name / "manifest.json").is_file():
+        if name not in DECLARED and not (root / name / "manifest.json").is_file():
             family.build(root, size="tiny", seed=0)
         index = PromptIndex.from_instances(family.instances(split),
                                            render=lambda inst: initial_messages(inst, family.actions))
@@ -380,7 +428,7 @@ class RunResult:
         before: Success on the fixed evaluation after the warm start.
         after: Success on the fixed evaluation after RL.
         curve: ``(step, success)`` on the fixed evaluation, step 0 = ``before``.
-        train_rewards: Mean training reward per step.
+        train_rewards: ``(step, mean reward of the step's episodes)`` per generation round.
         heldout_before: Success on held-out test tasks before RL (None when not measured).
         heldout_after: The same after RL.
         reward_before: Mean reward on the fixed evaluation before RL (here the correctness reward: equal to
@@ -398,7 +446,7 @@ class RunResult:
     before: float
     after: float
     curve: list[tuple[int, float]] = field(default_factory=list)
-    train_rewards: list[float] = field(default_factory=list)
+    train_rewards: list[tuple[int, float]] = field(default_factory=list)
     heldout_before: float | None = None
     heldout_after: float | None = None
     reward_before: float | None = None
@@ -470,8 +518,12 @@ def learning_run(method: str, family: str, model_dir: str | os.PathLike, workdir
     try:
         demos = oracle_episodes(play, per_task=warm_settings["per_task"], right_share=warm_settings["right_share"],
                                 seed=seed)
-        loss = warm_start(model, demos, steps=warm_settings["steps"], batch=warm_settings["batch"],
-                          lr=warm_settings["lr"], pad_id=tok.pad_token_id, seed=seed)
+        short = warm_settings.get("short", 0)
+        if short:
+            warm_start(model, demos, steps=short, batch=warm_settings["batch"], lr=warm_settings["lr"],
+                       pad_id=tok.pad_token_id, seed=seed, prefix=False)
+        loss = warm_start(model, demos, steps=warm_settings["steps"] - short, batch=warm_settings["batch"],
+                          lr=warm_settings["lr"], pad_id=tok.pad_token_id, seed=seed + 1)
         rollout = play.rollout(seed=seed, concurrency=concurrency)
         test_rollout = None
         if heldout:
@@ -507,12 +559,13 @@ def learning_run(method: str, family: str, model_dir: str | os.PathLike, workdir
             trainer = train_grpo(model, tok, rollout, play.index.rows, steps=settings["steps"], lr=settings["lr"],
                                  group=settings["group"], output_dir=workdir / "out", seed=seed, on_step=on_step, **rl)
             final = trainer.model
-            rewards = [row["reward"] for row in trainer.state.log_history if "reward" in row]
+            rewards = [(row["step"], row["reward"]) for row in trainer.state.log_history if "reward" in row]
         else:
             trainer = train_ppo(model, tok, rollout, play.prompts, steps=settings["steps"], lr=settings["lr"],
                                 group=settings["group"], output_dir=workdir / "out", seed=seed, on_step=on_step, **rl)
             final = trainer.accelerator.unwrap_model(trainer.model).policy
-            rewards = [row["reward"] for row in trainer.state.log_history if row.get("reward") is not None]
+            rewards = [(row["step"], row["reward"]) for row in trainer.state.log_history
+                       if row.get("reward") is not None]
         last = score(final)
         after = last.success
         curve.append((settings["steps"], after))
@@ -524,7 +577,7 @@ def learning_run(method: str, family: str, model_dir: str | os.PathLike, workdir
         say(f"after {settings['steps']} steps: success {after:.3f} (gain {after - before:+.3f})")
     finally:
         play.close()
-    return RunResult(method, family, seed, before, after, curve, [round(r, 4) for r in rewards], held_before,
+    return RunResult(method, family, seed, before, after, curve, [(step, round(r, 4)) for step, r in rewards], held_before,
                      held_after, first.reward, last.reward, list(getattr(play.pool, "layers", [])),
                      {**settings, "warm": warm_settings, "eval_episodes": len(play.prompts) * reps},
                      round(time.monotonic() - started, 1), round(time.process_time() - cpu0, 1))
