@@ -1,35 +1,56 @@
 """Docker backend: the same worker, one long-lived locked-down container per pool worker.
 
 ``make_pool("docker", image=..., memory_mb=...)`` builds a :class:`DockerLauncher` through
-:func:`make_launcher`. The pool starts each worker as ``docker run -i --rm ... python -m sandbox.worker``
+:func:`make_launcher`. The pool starts each worker as ``docker run -i --rm ... python -I -m sandbox.worker``
 and speaks the worker's framed JSON protocol over the container's stdin/stdout (attached through the docker
 CLI); a container is started per worker, never per call. Everything else (sessions, limits, timeouts,
 output capture, error grounding) is the pool's and the worker's, exactly as with bubblewrap.
 
-Each container runs with: no network (``--network none``), a read-only root, every capability dropped,
-``no-new-privileges``, uid/gid 65534, a cgroup memory limit (swap included) and a pids limit, no core
-dumps, a private IPC namespace and pid namespace (the worker kills every other process of the container
-after each call), the slot's workspace at ``/workspace`` and its (per-session wiped) temp directory at
-``/tmp``, each data mount read-only under ``/data/<name>``. Inside, the worker adds its seccomp filter and
-per-call rlimits. Build the image first::
+Each container runs with (``pool.layers`` names them):
 
-    docker build -f sandbox/Dockerfile -t medagentgym-sandbox:latest .
+* ``uid-drop``: the worker server is uid 0 of the container holding only CAP_SETUID, CAP_SETGID and CAP_KILL
+  (effective, permitted and bounding sets; ``cap-drop``), so that it can drop each runner to the slot's own
+  unprivileged uid (70000+, one per worker, also on the host: no user namespace) and kill what a call leaves.
+  The code of a call therefore holds no capability, cannot signal, trace or read the memory of the server,
+  the zygotes or the spare runners, and RLIMIT_NPROC stops a fork bomb within its own worker. (The
+  alternative, everything as one uid 65534 without any capability, would let a call kill its server and
+  write into the spare runner that serves the next session through ``/proc/<pid>/mem``.)
+* ``netns`` (``--network none``: a private loopback only), ``pidns`` (the server is PID 1 and kills every
+  other process of the container after each call: ``pidns-kill``), ``ipcns`` (``--ipc private``) with
+  ``ipc-limits``: SysV shared memory capped at ``ipc_mb`` in total and removed when the last process using
+  it exits (``kernel.shm_rmid_forced``), no SysV message queues or semaphore sets at all;
+* ``ro-root`` (``--read-only``; the image holds only the runtime and this package, never the repository, so
+  task data and gold answers are out of reach); writable: ``/workspace``, ``/tmp`` and ``/dev/shm``, bound
+  from the slot's host folders, which the pool wipes between sessions and keeps on a size-limited tmpfs
+  (``ws-quota``), plus small tmpfs at ``/run`` and ``/var/tmp``; data mounts read-only under ``/data/<name>``;
+* ``cgroup-memory`` (``--memory``, swap included) and ``cgroup-pids`` (``--pids-limit``) for the whole
+  container, on top of the per-call ``rlimits``; no core dumps;
+* ``docker-seccomp`` (Docker's default profile) under the worker's own filter (``seccomp``), and
+  ``no-new-privileges``; ``env-scrub``: the container's environment is built from scratch.
+
+The worker starts as an isolated interpreter (``python -I``: no PYTHONPATH, no user site, no current
+directory on ``sys.path``) from ``/`` (read-only), so nothing a call writes can be imported by it; a ``.pth``
+file of the image names the package's folder. Build the image first (``make test-docker`` does)::
+
+    .venv/bin/python scripts/build_sandbox_image.py          # from local files only, no registry
+    docker build -f sandbox/Dockerfile -t medagentgym-sandbox:latest sandbox     # from Docker Hub + PyPI
 
 What this backend does NOT protect against, beyond the list in ``sandbox/__init__.py``: the docker daemon
 runs as root, so anyone who can start containers controls the host; the containers share the host kernel;
-the worker server and the user code share uid 65534 inside the container, so the code can disturb its own
-worker (the pool then replaces it), as with bubblewrap when not run as root.
+bridges (``pool.session(bridges=...)``, MedAgentBench's FHIR server) are not supported; a mount that a
+session adds restarts the worker's container.
 
 Example:
     >>> from sandbox import make_pool
     >>> with make_pool("docker", workers=2, memory_mb=4096) as pool, pool.session() as s:  # doctest: +SKIP
     ...     print(s.run_python("import os; print(os.getuid())").stdout)
-    65534
+    70000
 """
 
 from __future__ import annotations
 
 import atexit
+import itertools
 import os
 import shutil
 import subprocess
@@ -44,12 +65,19 @@ from .errors import SandboxUnavailable
 __all__ = ["DEFAULT_IMAGE", "DockerLauncher", "make_launcher"]
 
 DEFAULT_IMAGE = "medagentgym-sandbox:latest"
-NOBODY = 65534
+#: The label ``sandbox/Dockerfile`` sets; bumped when what the launcher expects of the image changes.
+IMAGE_ABI_LABEL = "org.medagentgym.sandbox.abi"
+IMAGE_ABI = "2"
 IMAGE_PACKAGE_PARENT = "/opt/medagentgym"  # where the Dockerfile copies the sandbox package
-BUILD_HINT = "build it with `docker build -f sandbox/Dockerfile -t {image} .` from the repository root"
+#: The only capabilities of the worker server (and its zygotes): drop runners to the slot uid, kill strays.
+SERVER_CAPS = ("SETUID", "SETGID", "KILL")
+BUILD_HINT = ("build it with `.venv/bin/python scripts/build_sandbox_image.py` (local files only) or "
+              "`docker build -f sandbox/Dockerfile -t {image} sandbox` from the repository root")
 # Host variables the docker CLI itself may need; nothing else of the caller's environment is passed on.
 _CLIENT_ENV = ("PATH", "HOME", "DOCKER_HOST", "DOCKER_CONTEXT", "DOCKER_CONFIG", "DOCKER_CERT_PATH",
                "DOCKER_TLS_VERIFY", "XDG_RUNTIME_DIR")
+# Runner uids: one per worker, apart from the bwrap backend's 60000+ range and from other processes' pools.
+_UIDS = itertools.count(70000 + (os.getpid() % 300) * 16)
 
 
 class DockerLauncher:
@@ -63,20 +91,20 @@ class DockerLauncher:
         pids: Maximum number of processes and threads in each container.
         cpus: CPU share of each container (``--cpus``); None leaves it unlimited.
         tmpfs_mb: Size of the tmpfs mounted at ``/run`` and ``/var/tmp``.
-        user: ``uid:gid`` the container runs as; default 65534:65534 (nobody).
+        ipc_mb: Total SysV shared memory a container may hold (``kernel.shmmax`` and ``kernel.shmall``).
         mount_package: Bind the host's ``sandbox`` package over the image's copy (read-only), so the
             worker always speaks the host's protocol version even when the image is older than the code.
 
     Attributes:
         backend: ``"docker"``.
-        layers: Isolation layers in force (the pool adds ``seccomp`` / ``no-new-privs`` from the worker).
+        layers: Isolation layers in force (the pool adds ``seccomp``, ``no-new-privs`` and ``ws-quota``).
     """
 
     backend = "docker"
 
     def __init__(self, image: str = DEFAULT_IMAGE, *, docker: str = "docker", memory_mb: int = 4096,
-                 pids: int = 256, cpus: float | None = None, tmpfs_mb: int = 64,
-                 user: str = f"{NOBODY}:{NOBODY}", mount_package: bool = True) -> None:
+                 pids: int = 256, cpus: float | None = None, tmpfs_mb: int = 64, ipc_mb: int = 64,
+                 mount_package: bool = True) -> None:
         if not isinstance(image, str) or not image.strip():
             raise ValueError(f"image={image!r} is invalid: name a local image, e.g. {DEFAULT_IMAGE!r}")
         if not isinstance(memory_mb, int) or memory_mb < 256:
@@ -85,22 +113,20 @@ class DockerLauncher:
             raise ValueError(f"pids={pids!r} is invalid: use an integer >= 16")
         if cpus is not None and (not isinstance(cpus, (int, float)) or cpus <= 0):
             raise ValueError(f"cpus={cpus!r} is invalid: use a positive number or None")
-        if not isinstance(tmpfs_mb, int) or tmpfs_mb < 1:
-            raise ValueError(f"tmpfs_mb={tmpfs_mb!r} is invalid: use a positive integer (MiB)")
-        uid, _, gid = str(user).partition(":")
-        if not (uid.isdigit() and (gid or uid).isdigit()) or int(uid) == 0:
-            raise ValueError(f"user={user!r} is invalid: use a numeric non-root 'uid:gid', e.g. '65534:65534'")
+        for name, value in (("tmpfs_mb", tmpfs_mb), ("ipc_mb", ipc_mb)):
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name}={value!r} is invalid: use a positive integer (MiB)")
         self.image = image
         self.docker = docker
         self.memory_mb = memory_mb
         self.pids = pids
         self.cpus = cpus
         self.tmpfs_mb = tmpfs_mb
-        self.uid, self.gid = int(uid), int(gid or uid)
+        self.ipc_mb = ipc_mb
         self.mount_package = mount_package
         self.run_id = uuid.uuid4().hex[:8]
-        self.layers = ["docker", "uid-drop", "pidns", "netns", "ipcns", "ro-root", "cap-drop", "env-scrub",
-                       "rlimits", "cgroup-memory", "cgroup-pids", "pidns-kill"]
+        self.layers = ["docker", "uid-drop", "cap-drop", "pidns", "netns", "ipcns", "ipc-limits", "ro-root",
+                       "env-scrub", "rlimits", "cgroup-memory", "cgroup-pids", "pidns-kill", "docker-seccomp"]
         self._started: set[str] = set()
         atexit.register(self.remove_all)
 
@@ -109,37 +135,62 @@ class DockerLauncher:
         return f"medagentgym-sbx-{os.getpid()}-{self.run_id}-{slot.index}"
 
     def prepare(self, slot: Slot) -> None:
-        """Make the slot's directories writable by the container's uid; remove a previous container.
-
-        Called by the pool before each (re)start of the slot's worker.
+        """Give the slot its runner uid (once), hand it the slot's writable folders, write its /etc/passwd,
+        and remove the slot's previous container. Called by the pool before each (re)start of the worker.
         """
-        for path in (slot.workspace, slot.tmp):
+        if slot.uid is None:
+            slot.uid = next(_UIDS)
+        for path in (slot.workspace, slot.tmp, slot.shm):
             path.mkdir(parents=True, exist_ok=True)
             if os.geteuid() == 0:
-                os.chown(path, self.uid, self.gid)
-            elif os.getuid() != self.uid:
-                os.chmod(path, 0o1777)  # rootless or docker-group caller: the container uid is not ours
+                os.chown(path, slot.uid, slot.uid)
+                os.chmod(path, 0o700)
+            else:
+                os.chmod(path, 0o1777)  # rootless or docker-group caller: the runner uid is not ours
+        names = {"passwd": (f"root:x:0:0:root:/root:/usr/sbin/nologin\n"
+                            f"sandbox:x:{slot.uid}:{slot.uid}:sandbox:{JAIL_WORKSPACE}:/bin/sh\n"),
+                 "group": f"root:x:0:\nsandbox:x:{slot.uid}:\n"}
+        for name, text in names.items():
+            path = self._etc(slot, name)
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(text)
+            os.chmod(tmp, 0o644)
+            os.replace(tmp, path)
         name = self.container_name(slot)
         if name in self._started:
             self._remove([name])
 
+    @staticmethod
+    def _etc(slot: Slot, name: str) -> Path:
+        return slot.root.parent / f"{slot.index}.docker-{name}"
+
     def argv(self, slot: Slot, preload: str) -> list[str]:
         """The ``docker run`` command that starts ``slot``'s worker with stdin/stdout attached."""
+        if slot.uid is None:
+            raise ValueError(f"slot {slot.index} has no runner uid: call prepare(slot) first")
         name = self.container_name(slot)
         self._started.add(name)
+        shm_bytes = self.ipc_mb << 20
+        shm_pages = shm_bytes // os.sysconf("SC_PAGE_SIZE")
         args = [
             self.docker, "run", "--interactive", "--rm", "--pull", "never", "--name", name,
-            "--label", f"medagentgym.sandbox={self.run_id}",
+            "--label", f"medagentgym.sandbox={self.run_id}", "--log-driver", "none",
             "--network", "none", "--read-only", "--cap-drop", "ALL",
+            *[x for cap in SERVER_CAPS for x in ("--cap-add", cap)],
             "--security-opt", "no-new-privileges", "--ipc", "private", "--hostname", "sandbox",
-            "--user", f"{self.uid}:{self.gid}",
+            "--user", "0:0", "--workdir", "/",
             "--memory", f"{self.memory_mb}m", "--memory-swap", f"{self.memory_mb}m",
             "--pids-limit", str(self.pids), "--ulimit", "core=0",
+            "--sysctl", f"kernel.shmmax={shm_bytes}", "--sysctl", f"kernel.shmall={shm_pages}",
+            "--sysctl", "kernel.shmmni=32", "--sysctl", "kernel.shm_rmid_forced=1",
+            "--sysctl", "kernel.msgmni=0", "--sysctl", "kernel.sem=0 0 0 0",
             "--tmpfs", f"/run:rw,nosuid,nodev,noexec,size={self.tmpfs_mb}m",
             "--tmpfs", f"/var/tmp:rw,nosuid,nodev,size={self.tmpfs_mb}m",
             "--mount", _bind(slot.workspace, JAIL_WORKSPACE, readonly=False),
             "--mount", _bind(slot.tmp, JAIL_TMP, readonly=False),
-            "--workdir", JAIL_WORKSPACE,
+            "--mount", _bind(slot.shm, "/dev/shm", readonly=False),
+            "--mount", _bind(self._etc(slot, "passwd"), "/etc/passwd", readonly=True),
+            "--mount", _bind(self._etc(slot, "group"), "/etc/group", readonly=True),
         ]
         if self.cpus is not None:
             args += ["--cpus", f"{self.cpus:g}"]
@@ -150,18 +201,31 @@ class DockerLauncher:
             args += ["--mount", _bind(package, f"{IMAGE_PACKAGE_PARENT}/sandbox", readonly=True)]
         for key, value in self.container_env().items():
             args += ["--env", f"{key}={value}"]
-        args += [self.image, "python", "-s", "-m", "sandbox.worker", "--pidns", "--data", JAIL_DATA,
-                 "--workspace", JAIL_WORKSPACE, "--preload", preload]
+        args += [self.image, "python", "-I", "-m", "sandbox.worker", "--pidns", "--data", JAIL_DATA,
+                 "--workspace", JAIL_WORKSPACE, "--preload", preload, "--uid", str(slot.uid),
+                 "--gid", str(slot.uid)]
         return args
 
     @staticmethod
     def container_env() -> dict[str, str]:
-        """Environment inside the container: the jail's, with the image's package location."""
-        return jail_env(IMAGE_PACKAGE_PARENT)
+        """Environment inside the container: the jail's, without PYTHONPATH (the image's .pth finds the package)."""
+        env = jail_env(IMAGE_PACKAGE_PARENT)
+        env.pop("PYTHONPATH", None)
+        return env
 
     def env(self, slot: Slot) -> dict[str, str]:
         """Environment of the docker CLI process on the host (it never reaches the container)."""
         return {k: os.environ[k] for k in _CLIENT_ENV if k in os.environ}
+
+    def containers(self) -> list[str]:
+        """Names of this launcher's containers that the engine still has (running or not)."""
+        try:
+            out = subprocess.run([self.docker, "ps", "--all", "--format", "{{.Names}}", "--filter",
+                                  f"label=medagentgym.sandbox={self.run_id}"], capture_output=True, text=True,
+                                 timeout=30, check=False).stdout
+        except (OSError, subprocess.TimeoutExpired):
+            return []
+        return sorted(out.split())
 
     def _remove(self, names: list[str]) -> None:
         if not names:
@@ -198,12 +262,17 @@ def probe(docker: str = "docker", image: str = DEFAULT_IMAGE, timeout: float = 2
         if info.returncode != 0 or not info.stdout.strip():
             last = (info.stderr.strip().splitlines() or ["no answer"])[-1]
             return f"no docker engine is reachable ({last}); start one or use backend='bwrap'"
-        found = subprocess.run([path, "image", "inspect", "--format", "{{.Id}}", image], capture_output=True,
-                               text=True, timeout=timeout, check=False)
+        found = subprocess.run([path, "image", "inspect", "--format",
+                                f'{{{{index .Config.Labels "{IMAGE_ABI_LABEL}"}}}}', image],
+                               capture_output=True, text=True, timeout=timeout, check=False)
     except subprocess.TimeoutExpired:
         return f"`{docker} info` did not answer in {timeout:.0f} s; check the docker engine"
     if found.returncode != 0:
         return f"the image {image!r} is missing: {BUILD_HINT.format(image=image)}"
+    if found.stdout.strip() != IMAGE_ABI:
+        return (f"the image {image!r} was built for another version of this code (label {IMAGE_ABI_LABEL}="
+                f"{found.stdout.strip() or 'none'}, expected {IMAGE_ABI}): rebuild it; "
+                + BUILD_HINT.format(image=image))
     return None
 
 
