@@ -44,6 +44,15 @@ test: venv
 test-slow: venv
 	$(PY) -m pytest -q -m slow
 
+# The Docker backend for real (not part of `make test`: CI has no docker). As root, installs docker.io when
+# missing and starts a private dockerd (scripts/with_dockerd.sh), builds the sandbox image from local files
+# (no registry), runs the backend's tests and the attack suite against docker, then stops dockerd and checks
+# that the host's networking is as it was. An engine that already runs is used as it is.
+.PHONY: test-docker
+test-docker: venv
+	MEDAGENTGYM_TEST_BACKEND=docker scripts/with_dockerd.sh sh -c '$(PY) scripts/build_sandbox_image.py && \
+		$(PY) -m pytest -q -p no:cacheprovider tests/sandbox/test_docker.py tests/sandbox/test_attacks.py'
+
 bench: venv
 	$(PY) scripts/bench_sandbox.py
 

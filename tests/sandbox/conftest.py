@@ -1,10 +1,15 @@
-"""Shared sandbox fixtures: one warm bwrap pool for the sandbox tests, and a process-leak check.
+"""Shared sandbox fixtures: one warm pool for the sandbox tests, and a process-leak check.
 
 The pool uses small limits so that attacks end fast, and a 64 MiB workspace quota so that filling it is quick.
+Its backend is bwrap, or the one named by ``MEDAGENTGYM_TEST_BACKEND`` (``docker``: ``make test-docker`` runs the
+attack suite that way, unchanged). Either way the code of a call runs as the pool's ``jail_uids`` on the host
+(bwrap as root, and docker, which has no user namespace), so the leak check finds every process a call left,
+inside a container too.
 """
 
 from __future__ import annotations
 
+import os
 import subprocess
 import time
 
@@ -13,6 +18,9 @@ import pytest
 from sandbox import Limits, make_pool
 
 FAST = Limits(wall_s=10.0, cpu_s=10.0, memory_mb=2048, processes=64, output_bytes=65536, file_size_mb=64)
+BACKEND = os.environ.get("MEDAGENTGYM_TEST_BACKEND", "bwrap")
+if BACKEND not in ("bwrap", "docker"):
+    raise pytest.UsageError(f"MEDAGENTGYM_TEST_BACKEND={BACKEND!r} is invalid: use 'bwrap' (default) or 'docker'")
 
 
 def jail_processes(uids: list[int], settle_s: float = 2.0) -> list[str]:
@@ -34,9 +42,19 @@ def jail_processes(uids: list[int], settle_s: float = 2.0) -> list[str]:
         time.sleep(0.05)
 
 
+def containers_left(launcher, settle_s: float = 15.0) -> list[str]:
+    """Names of a docker launcher's containers still known to the engine after ``settle_s`` at most."""
+    deadline = time.monotonic() + settle_s
+    while True:
+        names = launcher.containers()
+        if not names or time.monotonic() > deadline:
+            return names
+        time.sleep(0.2)
+
+
 @pytest.fixture(scope="session")
 def pool(tmp_path_factory):
-    """A two-worker bwrap pool shared by the sandbox tests; after the suite no jailed process may remain.
+    """A two-worker pool shared by the sandbox tests; after the suite no jailed process may remain.
 
     Its ``data_root`` holds one dataset, ``demo/readme.txt``, so it appears at ``/data/demo/readme.txt``.
     """
@@ -45,17 +63,29 @@ def pool(tmp_path_factory):
     (root / "demo" / "readme.txt").write_text("demo data\n")
     for path in (root, root / "demo"):
         path.chmod(0o755)
-    p = make_pool("bwrap", workers=2, limits=FAST, workspace_mb=64, data_root=root)
+    p = make_pool(BACKEND, workers=2, limits=FAST, workspace_mb=64, data_root=root)
+    if BACKEND == "docker" or os.geteuid() == 0:
+        assert p.jail_uids, f"the {BACKEND} pool reports no jail uids: the leak checks would be vacuous"
     yield p
     uids = list(p.jail_uids)
     p.close()
     assert jail_processes(uids) == [], "jailed processes survived the pool"
+    if BACKEND == "docker":
+        left = containers_left(p.launcher)
+        p.launcher.remove_all()
+        assert left == [], f"containers survived the pool: {left}"
 
 
 @pytest.fixture(scope="session")
 def leftovers():
     """``leftovers(uids)`` -> host-wide ps lines of processes owned by those uids."""
     return jail_processes
+
+
+@pytest.fixture(scope="session")
+def container_leftovers():
+    """``container_leftovers(docker_launcher)`` -> names of its containers the engine still has (15 s grace)."""
+    return containers_left
 
 
 @pytest.fixture(scope="session")
