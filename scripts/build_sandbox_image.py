@@ -109,8 +109,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         base, info = build_base(args.userland, args.workdir, timings)
         start = time.monotonic()
+        old = docker("image", "inspect", "--format", "{{.Id}}", args.image, check=False).stdout.strip()
         docker("build", "--network", "none", "--build-arg", f"BASE={base}", "-f",
                str(REPO_ROOT / "sandbox" / "Dockerfile"), "-t", args.image, str(REPO_ROOT / "sandbox"))
+        if old and old != docker("image", "inspect", "--format", "{{.Id}}", args.image).stdout.strip():
+            docker("image", "rm", old, check=False)  # the previous build, now untagged
         timings["build_s"] = time.monotonic() - start
         start = time.monotonic()
         versions = docker("run", "--rm", "--pull", "never", "--network", "none", "--read-only", "--tmpfs", "/tmp",
