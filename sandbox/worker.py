@@ -68,6 +68,30 @@ def write_frame(fd: int, obj: Any) -> None:
         view = view[n:]
 
 
+def _write_within(fd: int, obj: Any, deadline: float) -> bool:
+    """Write one frame to the pipe ``fd`` before ``deadline`` (monotonic); False when the reader was too slow.
+
+    Raises:
+        OSError: The reader is gone.
+    """
+    data = json.dumps(obj, default=str).encode("utf-8")
+    view = memoryview(_HDR.pack(len(data)) + data)
+    blocking = os.get_blocking(fd)
+    os.set_blocking(fd, False)
+    try:
+        while view:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([], [fd], [], left)[1]:
+                return False
+            try:
+                view = view[os.write(fd, view):]
+            except BlockingIOError:
+                continue
+        return True
+    finally:
+        os.set_blocking(fd, blocking)
+
+
 def _read_exact(fd: int, size: int) -> bytes | None:
     chunks, left = [], size
     while left:
@@ -756,7 +780,8 @@ class Server:
         call.update(limits=limits, once=not self.persistent, seq=self.seq)
         reply, died, timed_out = None, False, False
         try:
-            write_frame(runner["req"], call)
+            # A runner that does not read (its code holds the GIL in a thread, say) must not wedge the server.
+            timed_out = not _write_within(runner["req"], call, start + wall)
         except OSError:
             died = True
         poller = select.poll()

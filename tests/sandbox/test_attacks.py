@@ -489,3 +489,16 @@ def test_a_session_sees_only_its_own_mounts_and_no_host_paths(solo, tmp_path, st
         res = s.run_shell("ls /data; cat /data/labels/labels.csv 2>&1")
         assert "patient" not in res.stdout, res.stdout
     still_serves(solo)
+
+
+def test_a_runner_that_stops_reading_cannot_wedge_the_server(solo, still_serves):
+    with solo.session() as s:
+        # The code rewires its own runner so that it never reads another request.
+        hog = "import sandbox.worker as w, time\nw._read_exact = lambda fd, size: time.sleep(3600)"
+        assert s.run_python(hog).ok
+        big = "x = 1\n" + "# padding\n" * 20000  # more than a pipe holds
+        start = time.monotonic()
+        res = s.run_python(big, limits=Limits(wall_s=2.0))
+        assert res.timed_out and time.monotonic() - start < 8, res
+        assert s.run_python("print('fresh runner')").stdout == "fresh runner\n"
+    still_serves(solo)
