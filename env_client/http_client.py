@@ -1,7 +1,7 @@
 """``HTTPEnv``: the local ``Env`` interface over the environment server (``env_client.server_app``).
 
 Same methods, same return types: ``reset(task, *, seed, options) -> (Observation, info)``,
-``step(model_text, *, n_tokens) -> StepResult``, ``close()`` (idempotent), ``trajectory``, ``state()``.
+``step(model_text, *, n_tokens, n_prompt_tokens) -> StepResult``, ``close()`` (idempotent), ``trajectory``, ``state()``.
 The server parses the model text, so parse errors, observations and rewards are the ones a local ``Env`` gives.
 Errors come back typed: misuse (``ResetNeeded``, ``InvalidAction``, unknown task) raises the same class as
 locally; a server failure raises :class:`ServerError` naming the endpoint and the server's message.
@@ -85,7 +85,8 @@ class HTTPEnv:
         self.episode_id, self._final_state = data["episode_id"], None
         return Observation.model_validate(data["observation"]), data["info"]
 
-    def step(self, model_text: str | BaseModel | dict[str, Any], *, n_tokens: int | None = None) -> StepResult:
+    def step(self, model_text: str | BaseModel | dict[str, Any], *, n_tokens: int | None = None,
+             n_prompt_tokens: int | None = None) -> StepResult:
         """Advance one turn on the model's text (or a typed action); see ``Env.step``.
 
         Raises:
@@ -100,6 +101,8 @@ class HTTPEnv:
             typed = model_text.model_dump() if isinstance(model_text, BaseModel) else dict(model_text)
             action = {"typed": typed}
         action["n_tokens"] = n_tokens
+        if n_prompt_tokens is not None:
+            action["n_prompt_tokens"] = n_prompt_tokens
         try:
             data = self._call("POST", "/step", json={"episode_id": self.episode_id, "action": action})
         except ServerError as exc:

@@ -158,7 +158,7 @@ def run_episode(env: Any, policy: Policy, item: WorkItem, *, policy_name: str | 
     try:
         while True:
             out = p.act(messages, tools=tools, seed=(item.seed + turn) & 0x7FFFFFFF)
-            result = env.step(out.text, n_tokens=out.n_completion_tokens)
+            result = env.step(out.text, n_tokens=out.n_completion_tokens, n_prompt_tokens=out.n_prompt_tokens)
             if result.terminated or result.truncated:
                 break
             messages.append({"role": "assistant", "content": out.text})
@@ -299,7 +299,8 @@ async def _arun_episode(env: Any, policy: Policy, item: WorkItem, policy_name: s
             seed = (item.seed + turn) & 0x7FFFFFFF
             out = await (aact(messages, tools=tools, seed=seed) if aact else call(p.act, messages, tools=tools,
                                                                                   seed=seed))
-            result = await call(env.step, out.text, n_tokens=out.n_completion_tokens)
+            result = await call(env.step, out.text, n_tokens=out.n_completion_tokens,
+                                n_prompt_tokens=out.n_prompt_tokens)
             if result.terminated or result.truncated:
                 break
             messages.append({"role": "assistant", "content": out.text})

@@ -92,6 +92,7 @@ class StepAction(BaseModel):
     text: str | None = Field(None, description="The model's raw reply, exactly as generated.")
     typed: Action | None = Field(None, description="A typed action, e.g. {'action': 'terminal', 'cmd': 'ls'}.")
     n_tokens: int | None = Field(None, ge=0, description="Completion tokens of this reply.")
+    n_prompt_tokens: int | None = Field(None, ge=0, description="Prompt tokens the policy was billed for this turn.")
 
     @model_validator(mode="after")
     def _one_of(self) -> StepAction:
@@ -114,7 +115,8 @@ class _ServedEnv:
         return self.env.reset(found, seed=req.seed, options=req.options)
 
     def step(self, action: StepAction) -> StepResult:
-        return self.env.step(action.text if action.text is not None else action.typed, n_tokens=action.n_tokens)
+        return self.env.step(action.text if action.text is not None else action.typed, n_tokens=action.n_tokens,
+                             n_prompt_tokens=action.n_prompt_tokens)
 
     def state(self) -> dict[str, Any]:
         state = self.env.state()
