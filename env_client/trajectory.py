@@ -50,6 +50,8 @@ class TrajectoryHeader(BaseModel):
     config_hash: str = Field(description="sha256 prefix of the EnvConfig JSON; same hash = same episode rules.")
     config: dict[str, Any] = Field(default_factory=dict, description="The EnvConfig the episode ran under.")
     format: str = Field("tool_call", description="Wire format the prompt asked for ('tool_call' or 'json').")
+    run_key: str | None = Field(None, description="Fingerprint of the run settings that produced it (rollout's "
+                                "run_info: policy, weights, sampling, caps, format, seed, family versions).")
     started_at: str = Field(
         default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
         description="UTC ISO-8601 start time.",
