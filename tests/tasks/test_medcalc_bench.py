@@ -7,6 +7,8 @@ arithmetic is in its ``Ground Truth Explanation``), and ``Published Answer`` is 
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,7 +17,7 @@ from tasks.medcalc import CALCULATORS, calculate
 from tasks.medcalc.bench import BENCH_MASSES, BENCH_VARIANTS, QUIRKS
 from tasks.medcalc.bench_units import BenchEntities, bench_concentration, round_2024
 from tasks.medcalc.registry import DECIMAL
-from tasks.medcalcbench import _row_parts, check_rows, load_rows
+from tasks.medcalcbench import _row_parts, check_rows, fidelity_table, load_rows
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "medcalc" / "bench_rows.jsonl"
 ROWS = load_rows(FIXTURE)
@@ -132,3 +134,23 @@ def test_bench_convention_errors_stay_one_line():
     with pytest.raises(ValueError, match="missing entity 'A-a gradient'"):
         calculate(28, apache, convention="medcalc-bench")
 
+
+def test_fidelity_table_lines_up_both_conventions_per_calculator():
+    reports = [check_rows(ROWS, convention=c) for c in ("published", "medcalc-bench")]
+    table = fidelity_table(reports).splitlines()
+    assert table[0].split()[-2:] == ["published", "medcalc-bench"]
+    gcs = next(line for line in table if "Glasgow Coma Score (GCS)" in line)
+    assert gcs.split()[-4:] == ["0/3", "0.0%", "3/3", "100.0%"]
+    n = len(ROWS)
+    outside = len(reports[0]["mismatches"])
+    assert table[-2].split()[-4:] == [f"{n - outside}/{n}", f"{(n - outside) / n:.1%}", f"{n}/{n}", "100.0%"]
+    assert table[-1].split()[-1] == f"{len(reports[1]['per_calculator'])}/{len(reports[1]['per_calculator'])}"
+
+
+def test_cli_prints_the_table_and_the_overall_rate():
+    out = subprocess.run([sys.executable, "-m", "tasks.medcalcbench", str(FIXTURE), "--show", "1"],
+                         capture_output=True, text=True, check=True).stdout
+    assert "APACHE II Score" in out and f"medcalc-bench: {len(ROWS)}/{len(ROWS)} rows within" in out
+    bad = subprocess.run([sys.executable, "-m", "tasks.medcalcbench", "missing.jsonl"], capture_output=True,
+                         text=True, check=False)
+    assert bad.returncode != 0 and bad.stderr.strip().endswith("pass a .jsonl or .csv file")

@@ -225,6 +225,7 @@ def test_check_rows_reports_share_mismatches_and_errors():
     assert report["within"] == 9 and report["share"] == pytest.approx(0.75)
     assert [m["row"] for m in report["mismatches"]] == [1, 2]
     assert report["errors"][0]["row"] == 3 and "Diastolic Blood Pressure" in report["errors"][0]["error"]
+    assert report["per_calculator"][5] == {"rows": 1, "within": 0}  # a row that errs still counts as a row
 
 
 def test_importer_errors_are_one_line():
