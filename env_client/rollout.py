@@ -47,7 +47,7 @@ from env_client.policies import Policy, PolicyError, bind, make_policy
 from env_client.trajectory import Trajectory, TrajectoryStore
 
 __all__ = ["EnvSpec", "RolloutError", "RolloutResult", "RolloutSummary", "WorkItem", "episode_seed",
-           "plan", "rollout", "run_episode", "run_key", "summarize"]
+           "describe_run", "plan", "rollout", "run_episode", "run_key", "summarize"]
 
 Backend = Literal["thread", "async", "joblib", "ray"]
 BACKENDS = ("thread", "async", "joblib", "ray")
@@ -447,6 +447,24 @@ def _stored(store: TrajectoryStore, instances: list[Any], k: int) -> list[Trajec
         if t.key in wanted:
             seen.setdefault(t.key, t)
     return list(seen.values())
+
+
+def describe_run(policy_spec: str, policy: Any, policy_kwargs: dict[str, Any], *, config: dict[str, Any] | None,
+                 fmt: str, split: str, tasks_root: str | Path, families: Iterable[str]) -> dict[str, Any]:
+    """The ``run_info`` of a CLI run: policy (spec, sampling, weights), episode rules, format, split, and each
+    family's version and data (``manifest.json`` digest): everything besides the task and seed that changes an
+    episode. See :func:`rollout`."""
+    import tasks
+    from env_client.episode import EnvConfig
+    from env_client.policies import describe_policy
+
+    facts = {}
+    for name in sorted(set(families)):
+        manifest = Path(tasks_root) / name / "manifest.json"
+        digest = hashlib.sha256(manifest.read_bytes()).hexdigest()[:16] if manifest.exists() else None
+        facts[name] = {"version": getattr(tasks.make(name, root=tasks_root), "version", None), "manifest": digest}
+    return {"policy": describe_policy(policy_spec, None if isinstance(policy, str) else policy, **policy_kwargs),
+            "env": EnvConfig(**(config or {})).model_dump(), "format": fmt, "split": split, "families": facts}
 
 
 def run_key(run_info: dict[str, Any]) -> str:

@@ -32,7 +32,6 @@ the trajectories; without either, Best@K is N/A. ``--json`` ends stdout with one
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import re
@@ -54,8 +53,8 @@ from env_client.evaluation import (
     task_set_hash,
     write_report,
 )
-from env_client.policies import add_policy_arguments, describe_policy, make_policy, policy_kwargs
-from env_client.rollout import EnvSpec, rollout, run_key
+from env_client.policies import add_policy_arguments, make_policy, policy_kwargs
+from env_client.rollout import EnvSpec, describe_run, rollout, run_key
 from env_client.trajectory import TrajectoryStore
 from sandbox.errors import SandboxError
 from tasks.base import TaskError
@@ -115,16 +114,6 @@ def verifier_scores(spec: str, trajectories: list, path: Path) -> dict[tuple[str
     return {(row["task_id"], row["sample_idx"]): row["score"] for row in rows}
 
 
-def family_facts(names: list[str], root: Path) -> dict[str, dict[str, Any]]:
-    """``name -> {version, manifest}`` of the built families (manifest: sha256 prefix of manifest.json)."""
-    facts = {}
-    for name in names:
-        manifest = root / name / "manifest.json"
-        digest = hashlib.sha256(manifest.read_bytes()).hexdigest()[:16] if manifest.exists() else None
-        facts[name] = {"version": getattr(tasks.make(name, root=root), "version", None), "manifest": digest}
-    return facts
-
-
 def _report_failures(failures: list[dict[str, Any]]) -> None:
     """Print each distinct error once (the endpoint's own message and hint), with how many episodes it hit."""
     counts = Counter(f["error"].split(": ", 1)[-1] for f in failures)
@@ -153,12 +142,9 @@ def run(args: argparse.Namespace) -> dict:
                    config=config)
     kwargs = policy_kwargs(args)
     policy = make_policy(args.policy, families=spec.families(), fmt=args.format, **kwargs)
-    families = family_facts(names, args.tasks_root)
-    from env_client.episode import EnvConfig
-
-    env_config = EnvConfig(**config).model_dump()
-    run_info = {"policy": describe_policy(args.policy, policy, **kwargs), "env": env_config, "format": args.format,
-                "split": split, "families": families}
+    run_info = describe_run(args.policy, policy, kwargs, config=config, fmt=args.format, split=split,
+                            tasks_root=args.tasks_root, families=names)
+    families, env_config = run_info["families"], run_info["env"]
     result = rollout(instances, policy, spec, k=args.k, seed=args.seed, concurrency=args.concurrency,
                      store=store, policy_name=args.policy, on_error="skip", progress=not args.no_progress,
                      run_info=run_info)
