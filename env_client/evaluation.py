@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from env_client.errors import EnvClientError
+from tasks._files import FileFormatError, load_json
 
 __all__ = ["ERROR_CLASSES", "OOD_FAMILIES", "EvalError", "EvalReport", "best_at_k", "bootstrap_interval",
            "classify_failure", "code_version", "evaluate", "label_base_rate", "leaderboard", "load_reports", "pass_at_k",
@@ -544,9 +545,9 @@ def load_reports(paths: Iterable[Path | str]) -> list[dict[str, Any]]:
     for p in map(Path, paths):
         p = p / "report.json" if p.is_dir() else p
         try:
-            data = json.loads(p.read_text())
-        except (OSError, ValueError) as exc:
-            raise EvalError(f"cannot read report {p}: {exc}; pass report.json files written by evaluate.py") from exc
+            data = load_json(p)
+        except FileFormatError as exc:
+            raise EvalError(f"cannot read report {exc} (pass report.json files written by evaluate.py)") from None
         if not isinstance(data, dict) or not {"policy", "success_rate", "per_family"} <= set(data):
             raise EvalError(f"{p} is not an evaluate.py report.json (needs policy, success_rate, per_family)")
         reports.append(data)
