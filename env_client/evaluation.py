@@ -46,15 +46,16 @@ from pathlib import Path
 from typing import Any
 
 from env_client.errors import EnvClientError
+from tasks import SUITES
 from tasks._files import FileFormatError, load_json
 
-__all__ = ["ERROR_CLASSES", "OOD_FAMILIES", "EvalError", "EvalReport", "best_at_k", "bootstrap_interval",
+__all__ = ["ERROR_CLASSES", "ID_FAMILIES", "OOD_FAMILIES", "EvalError", "EvalReport", "best_at_k", "bootstrap_interval",
            "classify_failure", "code_version", "evaluate", "label_base_rate", "leaderboard", "load_reports", "pass_at_k",
            "render_markdown", "success_interval", "task_set_hash", "wilson_interval", "write_plots", "write_report"]
 
-#: Families held out of training for the out-of-distribution suite (``--suite ood``): a code-heavy
-#: bioinformatics family, a statistics family and an EHR prediction family, one per data modality.
-OOD_FAMILIES = ("biodsbench", "npowerai", "ehrshot")
+#: The paper's in-distribution families (``--suite id``) and the held-out ones (``--suite ood``): ``tasks.SUITES``.
+ID_FAMILIES = SUITES["id"]
+OOD_FAMILIES = SUITES["ood"]
 
 #: Failure classes, in the order the taxonomy tests them.
 ERROR_CLASSES = ("infra_error", "grader_error", "loop", "wrong_answer", "syntax_error", "io_error",

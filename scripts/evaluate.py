@@ -19,8 +19,9 @@ interval (Wilson; a bootstrap over tasks when ``-k`` > 1); base rates cover the 
 its provenance (policy and sampling, caps, commit, date, task-set hash) so that ``scripts/leaderboard.py`` ranks
 only runs over the same tasks side by side.
 
-Suites: ``--suite id`` is every registered family on the test split (in distribution); ``--suite ood`` is the
-held-out families ``env_client.evaluation.OOD_FAMILIES`` on the test split.
+Suites (``tasks.SUITES``, disjoint, as in the MedAgentGym paper): ``--suite id`` is the eight in-distribution
+families (mimic_iii, eicu, treqs, medcalcbench, medagentbench, biocoder, biodsbench, ehrshot), ``--suite ood``
+the four held out of every training recipe (ehr_seqsql, ehrcon, mimic_extract, npowerai); both on the test split.
 ``--scores`` is a JSONL file of ``{"task_id", "sample_idx", "score"}`` from a scorer (the learned verifier)
 for Best@K; ``--verifier FOLDER_OR_URL`` scores the episodes with a trained verifier (a folder of
 ``train.py recipe=verifier_*``, or the URL of ``scripts/serve_verifier.py``) and writes ``scores.jsonl`` beside
@@ -45,6 +46,7 @@ from typing import Any
 import tasks
 from env_client.errors import EnvClientError
 from env_client.evaluation import (
+    ID_FAMILIES,
     OOD_FAMILIES,
     EvalError,
     code_version,
@@ -61,10 +63,10 @@ from tasks.base import TaskError
 
 
 def choose_families(families: str, suite: str | None, root: Path) -> list[str]:
-    """Family names from ``--suite`` (wins) or ``--families`` (``all`` = every registered family)."""
-    if suite == "ood":
-        return list(OOD_FAMILIES)
-    if suite == "id" or families.strip() == "all":
+    """Family names from ``--suite`` (wins: ``tasks.SUITES``) or ``--families`` (``all`` = every registered family)."""
+    if suite in ("id", "ood"):
+        return list(ID_FAMILIES if suite == "id" else OOD_FAMILIES)
+    if families.strip() == "all":
         return list(tasks.names(root))
     chosen = [f.strip() for f in families.split(",") if f.strip()]
     if not chosen:
@@ -178,7 +180,8 @@ def main(argv: list[str] | None = None) -> int:
     add_policy_arguments(p)
     p.add_argument("--families", default="all", help="comma-separated family names, or 'all' (default)")
     p.add_argument("--suite", choices=["id", "ood"], default=None,
-                   help="named suite: id = all families, ood = held-out families; both on the test split")
+                   help="named suite (tasks.SUITES): id = the paper's 8 in-distribution families, ood = the 4 held "
+                        "out of training; both on the test split")
     p.add_argument("--split", choices=["train", "test"], default="test", help="split to evaluate (default test)")
     p.add_argument("--size", choices=["tiny", "default"], default="tiny",
                    help="size to build missing families at (default tiny)")

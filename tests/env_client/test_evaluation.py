@@ -207,3 +207,12 @@ def test_leaderboard_never_ranks_different_task_sets_side_by_side(tmp_path):
     same = leaderboard([a.to_dict(), evaluate([traj("toy_sql/test/0000")], policy="c",
                                               meta={"task_set": "set-one"}).to_dict()])
     assert "different task sets" not in same and same.count("| policy |") == 1
+
+
+def test_suites_are_the_papers_disjoint_id_and_ood_sets():
+    import tasks
+
+    from env_client.evaluation import ID_FAMILIES, OOD_FAMILIES
+
+    assert len(ID_FAMILIES) == 8 and len(OOD_FAMILIES) == 4 and not set(ID_FAMILIES) & set(OOD_FAMILIES)
+    assert set(ID_FAMILIES) | set(OOD_FAMILIES) == set(tasks.names()) - {"toy_sql"}
