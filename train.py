@@ -56,10 +56,11 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the process exit status."""
     argv = sys.argv[1:] if argv is None else argv
     debug = "--debug" in argv
+    state: dict = {}
     try:
-        return _main(argv)
+        return _main(argv, state)
     except KeyboardInterrupt:
-        print("train.py: interrupted", file=sys.stderr)
+        print(f"\ntrain.py: interrupted: {_saved(state.get('cfg'))}", file=sys.stderr)
         return 130
     except Exception as exc:
         if debug:
@@ -70,14 +71,29 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
-def _main(argv: list[str]) -> int:
+def _saved(cfg) -> str:
+    """What an interrupted run left, and how to go on: the newest checkpoint, or that nothing was saved yet."""
+    if cfg is None:
+        return "nothing was started"
+    out = cfg.output.dir
+    try:
+        steps = sorted(int(name.split("-")[1]) for name in os.listdir(out)
+                       if name.startswith("checkpoint-") and name.split("-")[1].isdigit())
+    except OSError:
+        steps = []
+    if not steps:
+        return f"no checkpoint saved yet in {out} (one is written every trainer.save_steps steps)"
+    return (f"checkpoint-{steps[-1]} saved in {out}; rerun the same command to resume from it")
+
+
+def _main(argv: list[str], state: dict) -> int:
     from medcopilot.config import check_recipe, load_recipe
 
     recipe, overrides, flags = parse_argv(argv)
     if flags & {"-h", "--help"}:
         print(__doc__.strip())
         return 0
-    cfg = load_recipe(recipe, overrides)
+    cfg = state["cfg"] = load_recipe(recipe, overrides)
     if is_main_process():
         print(f"# resolved recipe {cfg.name!r}\n{cfg.to_yaml()}", flush=True)
     args = check_recipe(cfg)  # families, reward terms, trainer types: fail here, before any model is loaded

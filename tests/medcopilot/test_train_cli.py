@@ -139,3 +139,20 @@ def test_sweep_script_runs_the_shared_logic():
                           cwd=REPO, capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 0, proc.stderr
     assert "a chain of 3 stages" in proc.stdout and "model.name_or_path=runs/sweeps/pipeline_qwen7b/dpo" in proc.stdout
+
+
+def test_interrupt_message_names_the_checkpoint_to_resume_from(tmp_path):
+    import importlib.util
+    from pathlib import Path
+
+    from medcopilot.config import load_recipe
+
+    spec = importlib.util.spec_from_file_location("train_cli", Path(__file__).resolve().parents[2] / "train.py")
+    train = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(train)
+    cfg = load_recipe("sft_tiny", [f"output.dir={tmp_path / 'run'}"])
+    assert "no checkpoint saved yet" in train._saved(cfg)
+    for step in (2, 10, 4):
+        (tmp_path / "run" / f"checkpoint-{step}").mkdir(parents=True)
+    assert train._saved(cfg) == f"checkpoint-10 saved in {tmp_path / 'run'}; rerun the same command to resume from it"
+    assert train._saved(None) == "nothing was started"
