@@ -229,7 +229,7 @@ class Env:
         self._last_failure: Any = None
         self._signatures: collections.deque = collections.deque(maxlen=self.config.loop_window)
         self._errors: collections.deque = collections.deque(maxlen=self.config.loop_window)
-        self._turn, self._tokens, self._t0 = 0, 0, time.monotonic()
+        self._turn, self._tokens, self._prompt_tokens, self._t0 = 0, 0, 0, time.monotonic()
         messages = initial_messages(task, self.permitted, fmt=self.config.format)
         tools = tool_schemas(self.permitted)
         header = TrajectoryHeader(
@@ -292,12 +292,14 @@ class Env:
         }
 
     # -- step --------------------------------------------------------------------------------------------
-    def step(self, model_text: str | BaseModel | dict[str, Any], *, n_tokens: int | None = None) -> StepResult:
+    def step(self, model_text: str | BaseModel | dict[str, Any], *, n_tokens: int | None = None,
+             n_prompt_tokens: int | None = None) -> StepResult:
         """Advance one turn on the model's reply.
 
         Args:
             model_text: The raw assistant text; or a typed action (model or flat dict, e.g. from the HTTP client).
             n_tokens: Completion tokens of this reply (counted against ``max_total_tokens``).
+            n_prompt_tokens: Prompt tokens the policy was billed for this turn (recorded for cost reports).
 
         Returns:
             ``StepResult(observation, reward, terminated, truncated, info)``.
@@ -312,6 +314,7 @@ class Env:
         parsed = self._parse(model_text)
         self._turn += 1
         self._tokens += int(n_tokens or 0)
+        self._prompt_tokens += int(n_prompt_tokens or 0)
         outcome = self._dispatch(parsed)
         role: Literal["user", "tool"] = "tool" if parsed.format == "tool_call" else "user"
         text = truncate_middle(outcome.text, self.config.obs_max_chars)
@@ -321,7 +324,8 @@ class Env:
             turn=self._turn, raw_text=parsed.raw, action=parsed.action.model_dump() if parsed.action else None,
             format=parsed.format, parse_error=parsed.error, observation=text, observation_role=role,
             status=outcome.status, error_kind=outcome.error_kind, duration_s=round(duration, 6),
-            exec_s=round(outcome.exec_s, 6), n_tokens=n_tokens, loop=loop, llm_debugger=outcome.llm_debugger,
+            exec_s=round(outcome.exec_s, 6), n_tokens=n_tokens, n_prompt_tokens=n_prompt_tokens, loop=loop,
+            llm_debugger=outcome.llm_debugger,
         ))
         reward: float | None = 0.0
         terminated = outcome.status in {"submitted", "fatal"}
@@ -396,7 +400,7 @@ class Env:
         self._traj.final = FinalRecord(
             verdict=verdict.model_dump() if verdict else None, reward=reward, terminated=terminated,
             truncated=truncated, reason=reason, turns=self._turn, total_tokens=self._tokens,
-            wall_s=round(time.monotonic() - self._t0, 6),
+            prompt_tokens=self._prompt_tokens, wall_s=round(time.monotonic() - self._t0, 6),
         )
         self._done = True
         return reward

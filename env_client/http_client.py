@@ -1,10 +1,14 @@
 """``HTTPEnv``: the local ``Env`` interface over the environment server (``env_client.server_app``).
 
 Same methods, same return types: ``reset(task, *, seed, options) -> (Observation, info)``,
-``step(model_text, *, n_tokens) -> StepResult``, ``close()`` (idempotent), ``trajectory``, ``state()``.
+``step(model_text, *, n_tokens, n_prompt_tokens) -> StepResult``, ``close()`` (idempotent), ``trajectory``, ``state()``.
 The server parses the model text, so parse errors, observations and rewards are the ones a local ``Env`` gives.
 Errors come back typed: misuse (``ResetNeeded``, ``InvalidAction``, unknown task) raises the same class as
-locally; a server failure raises :class:`ServerError` naming the endpoint and the server's message.
+locally; a server failure raises :class:`ServerError` naming the endpoint and the server's message, and a
+server that is full or out of free sandbox workers (429 / 503) raises its subclass :class:`ServerBusy`.
+A server started with ``--token`` needs the same token: ``HTTPEnv(url, token=...)`` or the
+``MEDAGENTGYM_ENV_TOKEN`` environment variable (sent as ``Authorization: Bearer``; use it over loopback or TLS).
+A server that hides gold answers (``serve_env.py``'s default) returns verdicts without their reason.
 
 Example:
     >>> with HTTPEnv("http://127.0.0.1:8000") as env:
@@ -14,6 +18,7 @@ Example:
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import httpx
@@ -23,13 +28,20 @@ from env_client.episode import Observation, StepResult
 from env_client.errors import EnvClientError, InvalidAction, ResetNeeded
 from env_client.trajectory import Trajectory
 
-__all__ = ["HTTPEnv", "ServerError"]
+__all__ = ["TOKEN_ENV", "HTTPEnv", "ServerBusy", "ServerError"]
+
+#: Environment variable holding the bearer token (read by the client and by ``scripts/serve_env.py``).
+TOKEN_ENV = "MEDAGENTGYM_ENV_TOKEN"
 
 _TYPED_ERRORS: dict[str, type[Exception]] = {"ResetNeeded": ResetNeeded, "InvalidAction": InvalidAction}
 
 
 class ServerError(EnvClientError):
     """The environment server failed, is unreachable, or answered something unexpected."""
+
+
+class ServerBusy(ServerError):
+    """The server is at its session cap or has no free sandbox worker (HTTP 429 / 503): retry later."""
 
 
 class HTTPEnv:
@@ -39,21 +51,28 @@ class HTTPEnv:
         base_url: Server root, e.g. ``http://127.0.0.1:8000``.
         timeout_s: Per-request timeout (a step may run code for up to the sandbox's wall limit).
         client: An ``httpx.Client`` to reuse (connection pooling across envs); one is created otherwise.
+        token: Bearer token of a server started with ``--token``; default ``$MEDAGENTGYM_ENV_TOKEN`` (if set).
     """
 
-    def __init__(self, base_url: str, *, timeout_s: float = 300.0, client: httpx.Client | None = None) -> None:
+    def __init__(self, base_url: str, *, timeout_s: float = 300.0, client: httpx.Client | None = None,
+                 token: str | None = None) -> None:
         self.base_url, self.timeout_s = base_url.rstrip("/"), timeout_s
+        token = token if token is not None else os.environ.get(TOKEN_ENV, "").strip()
+        self._headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._own_client = client is None
-        self._http = client or httpx.Client(base_url=self.base_url, timeout=timeout_s)
+        self._http = client or self._new_client()
         self.episode_id: str | None = None
         self._final_state: dict[str, Any] | None = None
+
+    def _new_client(self) -> httpx.Client:
+        return httpx.Client(base_url=self.base_url, timeout=self.timeout_s)
 
     def _call(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
         url = path if self._own_client else self.base_url + path  # a shared client has no base_url
         if self._own_client and self._http.is_closed:  # reopened after close(), like a local Env
-            self._http = httpx.Client(base_url=self.base_url, timeout=self.timeout_s)
+            self._http = self._new_client()
         try:
-            resp = self._http.request(method, url, **kwargs)
+            resp = self._http.request(method, url, headers=self._headers, **kwargs)
         except httpx.HTTPError as exc:
             raise ServerError(f"{method} {self.base_url}{path} failed: {type(exc).__name__}: {exc}") from exc
         if resp.status_code == 200:
@@ -64,6 +83,13 @@ class HTTPEnv:
             raise cls(detail.get("message", ""))
         if resp.status_code == 404:
             raise ResetNeeded(f"{detail}")
+        if isinstance(detail, dict):
+            detail = f"{detail.get('error')}: {detail.get('message')}"
+        if resp.status_code in (429, 503):
+            raise ServerBusy(f"{method} {path} -> HTTP {resp.status_code}: {detail}")
+        if resp.status_code == 401:
+            raise ServerError(f"{method} {path} -> HTTP 401: {detail}; pass HTTPEnv(url, token=...) or set "
+                              f"{TOKEN_ENV}")
         raise ServerError(f"{method} {path} -> HTTP {resp.status_code}: {detail}")
 
     def reset(self, task: Any, *, seed: int | None = None, options: dict[str, Any] | None = None
@@ -85,7 +111,8 @@ class HTTPEnv:
         self.episode_id, self._final_state = data["episode_id"], None
         return Observation.model_validate(data["observation"]), data["info"]
 
-    def step(self, model_text: str | BaseModel | dict[str, Any], *, n_tokens: int | None = None) -> StepResult:
+    def step(self, model_text: str | BaseModel | dict[str, Any], *, n_tokens: int | None = None,
+             n_prompt_tokens: int | None = None) -> StepResult:
         """Advance one turn on the model's text (or a typed action); see ``Env.step``.
 
         Raises:
@@ -100,6 +127,8 @@ class HTTPEnv:
             typed = model_text.model_dump() if isinstance(model_text, BaseModel) else dict(model_text)
             action = {"typed": typed}
         action["n_tokens"] = n_tokens
+        if n_prompt_tokens is not None:
+            action["n_prompt_tokens"] = n_prompt_tokens
         try:
             data = self._call("POST", "/step", json={"episode_id": self.episode_id, "action": action})
         except ServerError as exc:

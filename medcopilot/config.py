@@ -24,11 +24,14 @@ import os
 import re
 import types
 import typing
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
+
+from tasks._files import FileFormatError, load_yaml
 
 #: Folder of the bundled recipes (``recipes/`` at the repository root).
 RECIPES_DIR = Path(__file__).resolve().parent.parent / "recipes"
@@ -153,6 +156,12 @@ class RewardConfig:
     verifier: str | None = None
 
     def __post_init__(self) -> None:
+        from rewards import REWARD_FUNCS
+
+        for name in self.weights:
+            if name not in REWARD_FUNCS:
+                raise RecipeError(f"unknown reward term reward.weights.{name}: {_did_you_mean(str(name), REWARD_FUNCS)}"
+                                  f"known terms: {', '.join(sorted(REWARD_FUNCS))}")
         bad = {k: v for k, v in self.weights.items() if v < 0}
         _check(not bad, "reward.weights", bad, "non-negative weights (0 logs a component without training on it)")
         _check(self.verifier is None or bool(self.verifier.strip()), "reward.verifier", self.verifier,
@@ -258,7 +267,7 @@ class RecipeConfig:
         for key in self.trainer:
             if key not in valid:
                 raise RecipeError(_unknown_key(f"trainer.{key}", key, valid, f"fields of {where}"))
-        kwargs: dict[str, Any] = {**extra, **self.trainer, "output_dir": self.output.dir}
+        kwargs: dict[str, Any] = {**extra, **_typed_trainer(cls, self.trainer, where), "output_dir": self.output.dir}
         if torch.cuda.is_available():
             kwargs.setdefault("bf16", self.model.dtype in ("auto", "bfloat16"))
             kwargs.setdefault("fp16", self.model.dtype == "float16")
@@ -270,6 +279,43 @@ class RecipeConfig:
         except (ValueError, TypeError) as exc:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise RecipeError(f"{where} rejected the trainer section: {first}") from exc
+
+
+def check_recipe(cfg: RecipeConfig) -> Any:
+    """Everything that can be checked without loading a model: what ``train.py --dry-run`` runs.
+
+    Family names must be registered or declared by a ``family.yaml`` under ``tasks.root``; reward terms were
+    checked when the recipe was built; the ``trainer`` section is built into its config object (TRL's config
+    class, the verifier's ``VerifierConfig``, or PPO's ``PPOArgs`` with its cross-section checks), each value
+    checked against the type its field declares.
+
+    Args:
+        cfg: A recipe from :func:`load_recipe` or :meth:`RecipeConfig.from_dict`.
+
+    Returns:
+        The trainer's config object.
+
+    Raises:
+        RecipeError: One line naming the bad key or value, the nearest valid one and the fix.
+
+    Example:
+        >>> check_recipe(load_recipe("ppo_tiny", ["trainer.max_steps=2"])).max_steps
+        2
+    """
+    from tasks.base import UnknownTask
+    from tasks.registry import spec
+
+    for i, name in enumerate(cfg.tasks.families):
+        try:
+            spec(name, root=cfg.tasks.root)
+        except UnknownTask as exc:
+            raise RecipeError(f"tasks.families[{i}]={name!r}: {exc} (families are registered in tasks/registry.py "
+                              f"or declared by {cfg.tasks.root}/<name>/family.yaml)") from None
+    if cfg.method == "ppo":
+        from medcopilot.trainers.ppo import ppo_args
+
+        return ppo_args(cfg)
+    return cfg.trainer_args()
 
 
 def load_recipe(recipe: str | os.PathLike, overrides: list[str] | tuple[str, ...] = ()) -> RecipeConfig:
@@ -287,9 +333,9 @@ def load_recipe(recipe: str | os.PathLike, overrides: list[str] | tuple[str, ...
     """
     path = resolve_recipe_path(recipe)
     try:
-        data = _yaml_load(path.read_text(encoding="utf-8")) or {}
-    except yaml.YAMLError as exc:
-        raise RecipeError(f"{path} is not valid YAML: {' '.join(str(exc).split())}") from exc
+        data = load_yaml(path, loader=_Loader) or {}
+    except FileFormatError as exc:
+        raise RecipeError(str(exc)) from None
     if not isinstance(data, dict):
         raise RecipeError(f"{path} must be a mapping of sections (method, model, ...), got {type(data).__name__}")
     for item in overrides:
@@ -349,11 +395,50 @@ def _check(ok: bool, key: str, value: Any, expected: str) -> None:
         raise RecipeError(f"{key}={value!r} is invalid: expected {expected}")
 
 
+def _did_you_mean(key: str, valid: Iterable[str]) -> str:
+    near = difflib.get_close_matches(key, list(valid), n=1, cutoff=0.5)
+    return f"did you mean {near[0]!r}? " if near else ""
+
+
 def _unknown_key(dotted: str, key: str, valid: list[str], what: str) -> str:
-    near = difflib.get_close_matches(key, valid, n=1, cutoff=0.5)
-    hint = f"did you mean {near[0]!r}? " if near else ""
+    hint = _did_you_mean(key, valid)
     shown = ", ".join(valid) if len(valid) <= 20 else f"the {len(valid)} {what}"
     return f"unknown key {dotted!r}: {hint}valid keys: {shown}"
+
+
+def _typed_trainer(cls: type, trainer: dict[str, Any], where: str) -> dict[str, Any]:
+    """Check each ``trainer`` value against the type ``cls`` declares for it (TRL's dataclasses do not check)."""
+    from pydantic import ConfigDict, TypeAdapter, ValidationError
+
+    try:
+        hints = typing.get_type_hints(cls)
+    except Exception:  # noqa: BLE001 - an unresolvable annotation: leave the checking to the class itself
+        hints = {}
+    checked = {}
+    for key, value in trainer.items():
+        checked[key] = value
+        if key not in hints:
+            continue
+        try:
+            adapter = TypeAdapter(hints[key], config=ConfigDict(arbitrary_types_allowed=True))
+        except Exception:  # noqa: BLE001, S112 - a type pydantic cannot describe: the class checks it itself
+            continue
+        try:
+            checked[key] = adapter.validate_python(value)
+        except ValidationError as exc:
+            why = exc.errors()[0]["msg"]
+            raise RecipeError(f"trainer.{key}={value!r} has the wrong type: {where} expects "
+                              f"{_type_name(hints[key])} ({why}); set e.g. trainer.{key}="
+                              f"{_example(cls, key)}") from None
+    return checked
+
+
+def _example(cls: type, key: str) -> str:
+    default = next((f.default for f in dataclasses.fields(cls) if f.name == key), None)
+    if default is dataclasses.MISSING or default is None:
+        return "<value>"
+    return yaml.safe_dump(getattr(default, "value", default), default_flow_style=True).strip().removesuffix(
+        "...").strip()
 
 
 def _build(cls: type, data: dict[str, Any], prefix: str) -> Any:
@@ -435,5 +520,6 @@ __all__ = [
     "RewardConfig",
     "RolloutConfig",
     "TasksConfig",
+    "check_recipe",
     "load_recipe",
 ]

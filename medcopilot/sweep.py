@@ -23,7 +23,8 @@ previous stage's. SFT and DPO roll out a missing ``rollout.store`` themselves (w
 train on all of it, whatever ``tasks.limit`` says: give each run its own store (``rollout.store={dir}/store.jsonl``)
 when the grid varies the data, e.g. ``tasks.limit`` for a train-time scaling curve.
 
-Every run or stage is validated before the first starts and runs in its own process (memory is freed between
+Every run or stage (of any method: SFT, DPO, GRPO, PPO or the verifier, each checked against its own trainer
+arguments, as ``train.py --dry-run`` does) is validated before the first starts and runs in its own process (memory is freed between
 them), writing to ``<output_root>/<name>``. A run whose ``run_summary.json`` exists (the trainers write it
 atomically, last) is finished and skipped, so an interrupted sweep resumes. The results go to
 ``<output_root>/sweep_results.json`` (atomically); a grid also writes ``<output_root>/sweep_<metric>.png``.
@@ -48,7 +49,8 @@ from typing import Any
 
 import yaml
 
-from medcopilot.config import RECIPES_DIR, RecipeError, load_recipe
+from medcopilot.config import RECIPES_DIR, RecipeError, check_recipe, load_recipe
+from tasks._files import FileFormatError, load_yaml
 
 REPO = RECIPES_DIR.parent
 SWEEP_KEYS = ("recipe", "overrides", "grid", "stages", "metric", "mode", "output_root")
@@ -112,7 +114,10 @@ def load_sweep(path: str | os.PathLike) -> Sweep:
     if not file.is_file():
         raise RecipeError(f"sweep file {str(file)!r} not found; bundled sweeps: "
                           f"{', '.join(sorted(p.name for p in (RECIPES_DIR / 'sweeps').glob('*.yaml')))}")
-    data = yaml.safe_load(file.read_text(encoding="utf-8")) or {}
+    try:
+        data = load_yaml(file) or {}
+    except FileFormatError as exc:
+        raise RecipeError(str(exc)) from None
     if not isinstance(data, dict):
         raise RecipeError(f"{file}: a sweep file must be a mapping with recipe+grid or stages")
     unknown = sorted(set(data) - set(SWEEP_KEYS))
@@ -186,9 +191,9 @@ def plan_runs(sweep: Sweep) -> list[Run]:
             out = root / name
             overrides = [*_fill(sweep.overrides, out, None), *point, f"output.dir={out}"]
             runs.append(Run(name, overrides, out, sweep.recipe, dict(zip(keys, values))))
-    for run in runs:
+    for run in runs:  # each run against its own method's arguments (TRL config, VerifierConfig or PPOArgs)
         try:
-            load_recipe(run.recipe, run.overrides).trainer_args()
+            check_recipe(load_recipe(run.recipe, run.overrides))
         except RecipeError as exc:
             raise RecipeError(f"sweep run {run.name!r}: {exc}") from exc
     return runs
@@ -332,14 +337,23 @@ def main(argv: list[str] | None = None, *, launch: Launch | None = None) -> int:
     parser.add_argument("--debug", action="store_true", help="show the traceback on errors")
     args = parser.parse_args(argv)
     try:
-        sweep = load_sweep(args.sweep)
-        sweep.output_root = args.output_root or sweep.output_root
-        runs = plan_runs(sweep)
-    except RecipeError as exc:
+        return _run(args, launch)
+    except KeyboardInterrupt:
+        print("sweep.py: interrupted; finished runs are kept, rerun the same command to resume", file=sys.stderr)
+        return 130
+    except Exception as exc:
         if args.debug:
             raise
-        print(f"sweep.py: error: {exc}", file=sys.stderr)
+        name = "" if isinstance(exc, RecipeError) else f"{type(exc).__name__}: "
+        print(f"sweep.py: error: {name}{' '.join(str(exc).split())} (rerun with --debug for the traceback)",
+              file=sys.stderr)
         return 2
+
+
+def _run(args: argparse.Namespace, launch: Launch | None) -> int:
+    sweep = load_sweep(args.sweep)
+    sweep.output_root = args.output_root or sweep.output_root
+    runs = plan_runs(sweep)
     root = Path(sweep.output_root)
     what = f"a chain of {len(runs)} stages" if sweep.stages else f"{len(runs)} runs of recipe {sweep.recipe!r}"
     print(f"[sweep] {what} into {root}", flush=True)

@@ -23,20 +23,26 @@ if BACKEND not in ("bwrap", "docker"):
     raise pytest.UsageError(f"MEDAGENTGYM_TEST_BACKEND={BACKEND!r} is invalid: use 'bwrap' (default) or 'docker'")
 
 
-def jail_processes(uids: list[int], settle_s: float = 2.0) -> list[str]:
-    """Host-wide ps lines of live processes owned by any of ``uids`` (real or effective uid).
+def jail_processes(pool_or_uids, settle_s: float = 2.0) -> list[str]:
+    """Host-wide ps lines of live processes owned by a jail uid (real or effective): a call's leftovers.
 
-    Killed processes are reaped asynchronously, so a process still tearing down gets ``settle_s`` to go.
+    Given a pool, its idle spare runners (forked ahead of need and already dropped to the jail uid) are the
+    pool's own and not counted; given uids, every such process counts. Killed processes are reaped
+    asynchronously, so a process still tearing down gets ``settle_s`` to go.
     """
+    pool = pool_or_uids if hasattr(pool_or_uids, "jail_uids") else None
+    uids = pool.jail_uids if pool is not None else pool_or_uids
     if not uids:
         return []
     wanted = {str(u) for u in uids}
     deadline = time.monotonic() + settle_s
     while True:
+        spares = {pid for pid, role in pool.process_roles().items() if role.startswith("spare-")} if pool else set()
         out = subprocess.run(["ps", "-e", "-o", "ruid=,euid=,stat=,pid=,args="], capture_output=True,
                              text=True, check=True).stdout
         found = [line for line in out.splitlines()
-                 if set(line.split()[:2]) & wanted and not line.split()[2].startswith("Z")]
+                 if set(line.split()[:2]) & wanted and not line.split()[2].startswith("Z")
+                 and int(line.split()[3]) not in spares]
         if not found or time.monotonic() > deadline:
             return found
         time.sleep(0.05)
@@ -78,7 +84,7 @@ def pool(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def leftovers():
-    """``leftovers(uids)`` -> host-wide ps lines of processes owned by those uids."""
+    """``leftovers(pool_or_uids)`` -> host-wide ps lines of a jail's leftover processes (see jail_processes)."""
     return jail_processes
 
 
@@ -99,4 +105,4 @@ def session(pool):
     """A fresh persistent session; checks afterwards that the session left no jailed process behind."""
     with pool.session() as s:
         yield s
-    assert jail_processes(pool.jail_uids) == []
+    assert jail_processes(pool) == []
