@@ -1,50 +1,57 @@
 """Docker backend: the same worker, one long-lived locked-down container per pool worker.
 
 ``make_pool("docker", image=..., memory_mb=...)`` builds a :class:`DockerLauncher` through
-:func:`make_launcher`. The pool starts each worker as ``docker run -i --rm ... python -I -m sandbox.worker``
-and speaks the worker's framed JSON protocol over the container's stdin/stdout (attached through the docker
-CLI); a container is started per worker, never per call. Everything else (sessions, limits, timeouts,
+:func:`make_launcher`. The pool starts each worker as ``docker run -i --rm ... python -I -B -c <boot>`` and
+speaks the worker's framed JSON protocol over the container's stdin/stdout (attached through the docker CLI); a
+container is started per worker, never per call. Everything else (sessions, limits, timeouts,
 output capture, error grounding) is the pool's and the worker's, exactly as with bubblewrap.
 
 Each container runs with (``pool.layers`` names them):
 
-* ``uid-drop``: the worker server is uid 0 of the container holding only CAP_SETUID, CAP_SETGID and CAP_KILL
-  (effective, permitted and bounding sets; ``cap-drop``), so that it can drop each runner to the slot's own
-  unprivileged uid (70000+, one per worker, also on the host: no user namespace) and kill what a call leaves.
-  The code of a call therefore holds no capability, cannot signal, trace or read the memory of the server,
-  the zygotes or the spare runners, and RLIMIT_NPROC stops a fork bomb within its own worker. (The
-  alternative, everything as one uid 65534 without any capability, would let a call kill its server and
-  write into the spare runner that serves the next session through ``/proc/<pid>/mem``.)
+* ``uid-drop``: the worker server is uid 0 of the container with ``--cap-drop ALL`` plus only CAP_KILL,
+  CAP_SETUID, CAP_SETGID and CAP_SETPCAP (``cap-drop``; the bounding set is those four), exactly what the bwrap
+  backend grants: the server narrows itself to CAP_KILL effective and each runner drops every capability, its
+  bounding set included, and then becomes the slot's own unprivileged uid (70000+, one per worker, the same
+  uid on the host: no user namespace) at fork (``caps``, ``sandbox._caps``). The code of a call therefore holds
+  no capability, cannot signal, trace or read the memory of the server or the zygotes, and RLIMIT_NPROC stops a
+  fork bomb within its own worker. (The alternative, everything as one uid 65534 without any capability,
+  would let a call kill its server and write into the memory of the process that serves the next session.)
 * ``netns`` (``--network none``: a private loopback only), ``pidns`` (the server is PID 1 and kills every
   other process of the container after each call: ``pidns-kill``), ``ipcns`` (``--ipc private``) with
-  ``ipc-limits``: SysV shared memory capped at ``ipc_mb`` in total and removed when the last process using
-  it exits (``kernel.shm_rmid_forced``), no SysV message queues or semaphore sets at all;
+  ``ipc-limits``: the bwrap jail's per-namespace limits (``sandbox._jail.ipc_limits``: SysV shared memory
+  capped at ``ipc_mb`` in total, a few small message queues and semaphore sets, no POSIX message queues), set
+  as namespaced sysctls, plus ``kernel.shm_rmid_forced`` (a segment goes with its last user); the worker
+  removes every SysV object between sessions (``--ipcns``);
 * ``ro-root`` (``--read-only``; the image holds only the runtime and this package, never the repository, so
   task data and gold answers are out of reach); writable: ``/workspace``, ``/tmp`` and ``/dev/shm``, bound
   from the slot's host folders, which the pool wipes between sessions and keeps on a size-limited tmpfs
-  (``ws-quota``), plus small tmpfs at ``/run`` and ``/var/tmp``; data mounts read-only under ``/data/<name>``;
+  (``ws-quota``), plus small tmpfs at ``/run`` and ``/var/tmp``; data mounts read-only under ``/data/<name>``
+  (the pool's hard-linked copies); the slot's ``/etc/passwd`` and a copy of the host's ``sandbox`` package come
+  from the slot's own tmpfs, so the container's mountinfo shows no path of the repository or the tasks root;
 * ``cgroup-memory`` (``--memory``, swap included) and ``cgroup-pids`` (``--pids-limit``) for the whole
   container, on top of the per-call ``rlimits``; no core dumps;
 * ``docker-seccomp`` (Docker's default profile) under the worker's own filter (``seccomp``), and
   ``no-new-privileges``; ``env-scrub``: the container's environment is built from scratch.
 
-The worker starts as an isolated interpreter (``python -I``: no PYTHONPATH, no user site, no current
-directory on ``sys.path``) from ``/`` (read-only), so nothing a call writes can be imported by it; a ``.pth``
-file of the image names the package's folder. Build the image first (``make test-docker`` does)::
+The worker starts as the bwrap backend's isolated interpreter (``sandbox._jail.worker_command``: ``python -I``,
+no PYTHONPATH, no user site, no current directory on ``sys.path``, the package's folder put on it explicitly)
+from ``/`` (read-only), so nothing a call writes can be imported by it (``isolated-path``). Build the image
+first (``make test-docker`` does)::
 
     .venv/bin/python scripts/build_sandbox_image.py          # from local files only, no registry
     docker build -f sandbox/Dockerfile -t medagentgym-sandbox:latest sandbox     # from Docker Hub + PyPI
 
 What this backend does NOT protect against, beyond the list in ``sandbox/__init__.py``: the docker daemon
 runs as root, so anyone who can start containers controls the host; the containers share the host kernel;
-bridges (``pool.session(bridges=...)``, MedAgentBench's FHIR server) are not supported; a mount that a
-session adds restarts the worker's container.
+bridges (``pool.session(bridges=...)``, MedAgentBench's FHIR server) are not supported; a session whose mounts
+differ from its worker's restarts that worker's container (about a second), since mounts cannot be changed in a
+running container.
 
 Example:
     >>> from sandbox import make_pool
     >>> with make_pool("docker", workers=2, memory_mb=4096) as pool, pool.session() as s:  # doctest: +SKIP
-    ...     print(s.run_python("import os; print(os.getuid())").stdout)
-    70000
+    ...     print(s.run_python("import os; print(os.getuid() >= 70000)").stdout)
+    True
 """
 
 from __future__ import annotations
@@ -59,18 +66,29 @@ from pathlib import Path
 
 import sandbox
 
-from ._jail import JAIL_DATA, JAIL_TMP, JAIL_WORKSPACE, Slot, jail_env
+from ._caps import CAP_KILL, CAP_SETGID, CAP_SETPCAP, CAP_SETUID
+from ._jail import (
+    JAIL_DATA,
+    JAIL_TMP,
+    JAIL_WORKSPACE,
+    Slot,
+    ipc_limits,
+    jail_env,
+    worker_command,
+)
 from .errors import SandboxUnavailable
+from .worker import SERVER_PERMITTED
 
 __all__ = ["DEFAULT_IMAGE", "DockerLauncher", "make_launcher"]
 
 DEFAULT_IMAGE = "medagentgym-sandbox:latest"
 #: The label ``sandbox/Dockerfile`` sets; bumped when what the launcher expects of the image changes.
 IMAGE_ABI_LABEL = "org.medagentgym.sandbox.abi"
-IMAGE_ABI = "2"
+IMAGE_ABI = "3"
 IMAGE_PACKAGE_PARENT = "/opt/medagentgym"  # where the Dockerfile copies the sandbox package
-#: The only capabilities of the worker server (and its zygotes): drop runners to the slot uid, kill strays.
-SERVER_CAPS = ("SETUID", "SETGID", "KILL")
+_CAP_NAMES = {CAP_KILL: "KILL", CAP_SETGID: "SETGID", CAP_SETUID: "SETUID", CAP_SETPCAP: "SETPCAP"}
+#: The container's only capabilities: the worker server's permitted set (it narrows itself and its children).
+SERVER_CAPS = tuple(_CAP_NAMES[cap] for cap in sorted(SERVER_PERMITTED))
 BUILD_HINT = ("build it with `.venv/bin/python scripts/build_sandbox_image.py` (local files only) or "
               "`docker build -f sandbox/Dockerfile -t {image} sandbox` from the repository root")
 # Host variables the docker CLI itself may need; nothing else of the caller's environment is passed on.
@@ -126,7 +144,8 @@ class DockerLauncher:
         self.mount_package = mount_package
         self.run_id = uuid.uuid4().hex[:8]
         self.layers = ["docker", "uid-drop", "cap-drop", "pidns", "netns", "ipcns", "ipc-limits", "ro-root",
-                       "env-scrub", "rlimits", "cgroup-memory", "cgroup-pids", "pidns-kill", "docker-seccomp"]
+                       "env-scrub", "rlimits", "cgroup-memory", "cgroup-pids", "pidns-kill", "isolated-path",
+                       "docker-seccomp"]
         self._started: set[str] = set()
         atexit.register(self.remove_all)
 
@@ -135,8 +154,8 @@ class DockerLauncher:
         return f"medagentgym-sbx-{os.getpid()}-{self.run_id}-{slot.index}"
 
     def prepare(self, slot: Slot) -> None:
-        """Give the slot its runner uid (once), hand it the slot's writable folders, write its /etc/passwd,
-        and remove the slot's previous container. Called by the pool before each (re)start of the worker.
+        """Give the slot its runner uid (once), hand it the slot's writable folders, write its /etc/passwd and
+        package copy, and remove the slot's previous container. Called by the pool before each (re)start.
         """
         if slot.uid is None:
             slot.uid = next(_UIDS)
@@ -147,22 +166,27 @@ class DockerLauncher:
                 os.chmod(path, 0o700)
             else:
                 os.chmod(path, 0o1777)  # rootless or docker-group caller: the runner uid is not ours
-        names = {"passwd": (f"root:x:0:0:root:/root:/usr/sbin/nologin\n"
+        texts = {"passwd": (f"root:x:0:0:root:/root:/usr/sbin/nologin\n"
                             f"sandbox:x:{slot.uid}:{slot.uid}:sandbox:{JAIL_WORKSPACE}:/bin/sh\n"),
                  "group": f"root:x:0:\nsandbox:x:{slot.uid}:\n"}
-        for name, text in names.items():
-            path = self._etc(slot, name)
+        for name, text in texts.items():
+            path = _slot_file(slot, f"etc-{name}")
             tmp = path.with_suffix(".tmp")
             tmp.write_text(text)
             os.chmod(tmp, 0o644)
             os.replace(tmp, path)
+        if self.mount_package:  # a fresh copy each start: the code of this checkout, never a stale one
+            package = _slot_file(slot, "lib") / "sandbox"
+            shutil.rmtree(package.parent, ignore_errors=True)
+            shutil.copytree(Path(sandbox.__file__).resolve().parent, package,
+                            ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+            for root, dirs, files in os.walk(package.parent):
+                for entry in (*dirs, *files):
+                    os.chmod(os.path.join(root, entry), 0o755 if entry in dirs else 0o644)
+            os.chmod(package.parent, 0o755)
         name = self.container_name(slot)
         if name in self._started:
             self._remove([name])
-
-    @staticmethod
-    def _etc(slot: Slot, name: str) -> Path:
-        return slot.root.parent / f"{slot.index}.docker-{name}"
 
     def argv(self, slot: Slot, preload: str) -> list[str]:
         """The ``docker run`` command that starts ``slot``'s worker with stdin/stdout attached."""
@@ -170,8 +194,8 @@ class DockerLauncher:
             raise ValueError(f"slot {slot.index} has no runner uid: call prepare(slot) first")
         name = self.container_name(slot)
         self._started.add(name)
-        shm_bytes = self.ipc_mb << 20
-        shm_pages = shm_bytes // os.sysconf("SC_PAGE_SIZE")
+        sysctls = {key.replace("/", "."): value for key, value in ipc_limits(self.ipc_mb).items()}
+        sysctls["kernel.shm_rmid_forced"] = "1"
         args = [
             self.docker, "run", "--interactive", "--rm", "--pull", "never", "--name", name,
             "--label", f"medagentgym.sandbox={self.run_id}", "--log-driver", "none",
@@ -181,34 +205,33 @@ class DockerLauncher:
             "--user", "0:0", "--workdir", "/",
             "--memory", f"{self.memory_mb}m", "--memory-swap", f"{self.memory_mb}m",
             "--pids-limit", str(self.pids), "--ulimit", "core=0",
-            "--sysctl", f"kernel.shmmax={shm_bytes}", "--sysctl", f"kernel.shmall={shm_pages}",
-            "--sysctl", "kernel.shmmni=32", "--sysctl", "kernel.shm_rmid_forced=1",
-            "--sysctl", "kernel.msgmni=0", "--sysctl", "kernel.sem=0 0 0 0",
+            *[x for key, value in sysctls.items() for x in ("--sysctl", f"{key}={value}")],
             "--tmpfs", f"/run:rw,nosuid,nodev,noexec,size={self.tmpfs_mb}m",
             "--tmpfs", f"/var/tmp:rw,nosuid,nodev,size={self.tmpfs_mb}m",
             "--mount", _bind(slot.workspace, JAIL_WORKSPACE, readonly=False),
             "--mount", _bind(slot.tmp, JAIL_TMP, readonly=False),
             "--mount", _bind(slot.shm, "/dev/shm", readonly=False),
-            "--mount", _bind(self._etc(slot, "passwd"), "/etc/passwd", readonly=True),
-            "--mount", _bind(self._etc(slot, "group"), "/etc/group", readonly=True),
+            "--mount", _bind(_slot_file(slot, "etc-passwd"), "/etc/passwd", readonly=True),
+            "--mount", _bind(_slot_file(slot, "etc-group"), "/etc/group", readonly=True),
         ]
         if self.cpus is not None:
             args += ["--cpus", f"{self.cpus:g}"]
         for name_, host in sorted(slot.mounts.items()):
             args += ["--mount", _bind(Path(host), f"{JAIL_DATA}/{name_}", readonly=True)]
         if self.mount_package:
-            package = Path(sandbox.__file__).resolve().parent
-            args += ["--mount", _bind(package, f"{IMAGE_PACKAGE_PARENT}/sandbox", readonly=True)]
+            args += ["--mount", _bind(_slot_file(slot, "lib") / "sandbox", f"{IMAGE_PACKAGE_PARENT}/sandbox",
+                                      readonly=True)]
         for key, value in self.container_env().items():
             args += ["--env", f"{key}={value}"]
-        args += [self.image, "python", "-I", "-m", "sandbox.worker", "--pidns", "--data", JAIL_DATA,
-                 "--workspace", JAIL_WORKSPACE, "--preload", preload, "--uid", str(slot.uid),
-                 "--gid", str(slot.uid)]
+        args += [self.image, *container_command(), "--pidns", "--ipcns",
+                 "--data", JAIL_DATA, "--workspace", JAIL_WORKSPACE, "--preload", preload,
+                 "--uid", str(slot.uid), "--gid", str(slot.uid)]
         return args
 
     @staticmethod
     def container_env() -> dict[str, str]:
-        """Environment inside the container: the jail's, without PYTHONPATH (the image's .pth finds the package)."""
+        """Environment inside the container: the jail's, without PYTHONPATH (``python -I`` ignores it and the
+        worker command names the package's folder itself)."""
         env = jail_env(IMAGE_PACKAGE_PARENT)
         env.pop("PYTHONPATH", None)
         return env
@@ -216,6 +239,19 @@ class DockerLauncher:
     def env(self, slot: Slot) -> dict[str, str]:
         """Environment of the docker CLI process on the host (it never reaches the container)."""
         return {k: os.environ[k] for k in _CLIENT_ENV if k in os.environ}
+
+    def jail_root(self, slot: Slot) -> int | None:
+        """Host pid of the slot's container's first process (the worker server), None when it is not running.
+
+        The container's processes descend from the engine's shim, not from the docker CLI the pool started, so
+        this is where a walk of the worker's processes (``Pool.process_roles``) must begin.
+        """
+        try:
+            out = subprocess.run([self.docker, "inspect", "--format", "{{.State.Pid}}", self.container_name(slot)],
+                                 capture_output=True, text=True, timeout=30, check=False).stdout.strip()
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return int(out) if out.isdigit() and int(out) > 0 else None
 
     def containers(self) -> list[str]:
         """Names of this launcher's containers that the engine still has (running or not)."""
@@ -242,6 +278,26 @@ class DockerLauncher:
         self._remove(names)
 
     close = remove_all
+
+
+def container_command(python: str = "python", lib_dir: str = IMAGE_PACKAGE_PARENT) -> list[str]:
+    """The container's command: load the worker's seccomp filter, then exec the worker (``worker_command``).
+
+    Docker's default profile already puts the container in seccomp filter mode, so the worker, seeing mode 2,
+    takes its own filter to be in force (bwrap loads it before the interpreter starts). This first stage makes
+    that true here: an isolated interpreter started in ``/`` loads the filter on top of Docker's, then replaces
+    itself with the worker, so both filters hold for every process of the container. Its arguments pass through.
+    """
+    worker = worker_command(python, lib_dir)
+    boot = (f"import os, sys; sys.path.insert(0, {lib_dir!r}); from sandbox.worker import seccomp_filter; "
+            f"seccomp_filter().load(); os.execv(sys.executable, [sys.executable, *{worker[1:]!r}, *sys.argv[1:]])")
+    return [python, "-I", "-B", "-c", boot]
+
+
+def _slot_file(slot: Slot, name: str) -> Path:
+    """A launcher file of ``slot`` inside the slot's own (tmpfs) folder: the container's mountinfo then shows a
+    path relative to that tmpfs, not the pool's or the repository's host path."""
+    return slot.root / name
 
 
 def _bind(source: Path, target: str, *, readonly: bool) -> str:

@@ -27,9 +27,9 @@ from sandbox.docker_backend import DEFAULT_IMAGE
 
 BASE_REPO = "medagentgym-sandbox-base"
 REPO_ROOT = Path(__file__).resolve().parent.parent
-CHECK = ("import sys, numpy, pandas, scipy.stats, sklearn.linear_model, statsmodels.api, lifelines, Bio, "
-         "matplotlib.pyplot, pyseccomp, sqlite3, sandbox.worker, sandbox.grounding; "
-         "print(sys.version.split()[0], numpy.__version__, pandas.__version__)")
+CHECK = ("import sys; sys.path.insert(0, '/opt/medagentgym'); import numpy, pandas, scipy.stats, "
+         "sklearn.linear_model, statsmodels.api, lifelines, Bio, matplotlib.pyplot, pyseccomp, sqlite3, "
+         "sandbox.worker, sandbox.grounding; print(sys.version.split()[0], numpy.__version__, pandas.__version__)")
 
 
 def docker(*args: str, stdin=None, check: bool = True) -> subprocess.CompletedProcess:

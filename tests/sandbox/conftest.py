@@ -23,6 +23,25 @@ if BACKEND not in ("bwrap", "docker"):
     raise pytest.UsageError(f"MEDAGENTGYM_TEST_BACKEND={BACKEND!r} is invalid: use 'bwrap' (default) or 'docker'")
 
 
+def pool_roles(pool) -> dict[int, str]:
+    """Host pid -> role of the pool's own processes (``Pool.process_roles``).
+
+    A docker container's processes descend from the engine's shim, not from the docker CLI process the pool
+    started, so for docker they are also looked up from each container's first process
+    (``DockerLauncher.jail_root``) with the roles the workers just reported.
+    """
+    roles = pool.process_roles()
+    if pool.backend == "docker":
+        from sandbox.pool import _namespace_pids
+
+        for worker in list(pool._workers):
+            root = pool.launcher.jail_root(worker.slot)
+            jail = worker.roles or {}
+            if root is not None:
+                roles.update({host: jail[pid] for host, pid in _namespace_pids(root).items() if pid in jail})
+    return roles
+
+
 def jail_processes(pool_or_uids, settle_s: float = 2.0) -> list[str]:
     """Host-wide ps lines of live processes owned by a jail uid (real or effective): a call's leftovers.
 
@@ -37,7 +56,7 @@ def jail_processes(pool_or_uids, settle_s: float = 2.0) -> list[str]:
     wanted = {str(u) for u in uids}
     deadline = time.monotonic() + settle_s
     while True:
-        spares = {pid for pid, role in pool.process_roles().items() if role.startswith("spare-")} if pool else set()
+        spares = {pid for pid, role in pool_roles(pool).items() if role.startswith("spare-")} if pool else set()
         out = subprocess.run(["ps", "-e", "-o", "ruid=,euid=,stat=,pid=,args="], capture_output=True,
                              text=True, check=True).stdout
         found = [line for line in out.splitlines()
