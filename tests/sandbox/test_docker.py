@@ -549,6 +549,15 @@ def test_no_process_survives_a_timeout_in_a_container(dpool, leftovers, roles_of
     _still_serves(dpool)
 
 
+def test_bench_docker_times_both_backends_interleaved(engine, load_script, capsys):
+    bench = load_script("bench_docker")
+    assert bench.main(["--calls", "3", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    for name in ("print", "pandas", "sql", "oneshot_print"):
+        docker, bwrap = result[f"{name}_docker_p50_ms"], result[f"{name}_bwrap_p50_ms"]
+        assert docker > 0 and bwrap > 0 and result[f"{name}_ratio"] == round(docker / bwrap, 2)
+
+
 def test_a_stale_image_is_refused_with_the_fix(engine):
     bases = _docker("image", "ls", "--format", "{{.Repository}}:{{.Tag}}", "medagentgym-sandbox-base").split()
     if not bases:
