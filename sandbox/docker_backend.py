@@ -110,12 +110,14 @@ class DockerLauncher:
         cpus: CPU share of each container (``--cpus``); None leaves it unlimited.
         tmpfs_mb: Size of the tmpfs mounted at ``/run`` and ``/var/tmp``.
         ipc_mb: Total SysV shared memory a container may hold (``kernel.shmmax`` and ``kernel.shmall``).
-        mount_package: Bind the host's ``sandbox`` package over the image's copy (read-only), so the
-            worker always speaks the host's protocol version even when the image is older than the code.
+        mount_package: Bind a copy of the host's ``sandbox`` package (made in the slot's folder at each start)
+            over the image's copy, read-only, so the worker always runs this checkout's code even when the
+            image is older.
 
     Attributes:
         backend: ``"docker"``.
-        layers: Isolation layers in force (the pool adds ``seccomp``, ``no-new-privs`` and ``ws-quota``).
+        layers: Isolation layers in force (the pool adds ``seccomp``, ``no-new-privs``, ``caps`` and
+            ``ws-quota`` from what the worker reports).
     """
 
     backend = "docker"
@@ -245,6 +247,10 @@ class DockerLauncher:
 
         The container's processes descend from the engine's shim, not from the docker CLI the pool started, so
         this is where a walk of the worker's processes (``Pool.process_roles``) must begin.
+
+        Example:
+            >>> launcher.jail_root(pool._workers[0].slot)  # doctest: +SKIP
+            48213
         """
         try:
             out = subprocess.run([self.docker, "inspect", "--format", "{{.State.Pid}}", self.container_name(slot)],
@@ -286,7 +292,19 @@ def container_command(python: str = "python", lib_dir: str = IMAGE_PACKAGE_PAREN
     Docker's default profile already puts the container in seccomp filter mode, so the worker, seeing mode 2,
     takes its own filter to be in force (bwrap loads it before the interpreter starts). This first stage makes
     that true here: an isolated interpreter started in ``/`` loads the filter on top of Docker's, then replaces
-    itself with the worker, so both filters hold for every process of the container. Its arguments pass through.
+    itself with the worker, so both filters hold for every process of the container. Its arguments pass through;
+    a filter that cannot load stops the container (the pool then reports the worker's start as failed).
+
+    Args:
+        python: The image's interpreter.
+        lib_dir: The folder holding the image's ``sandbox`` package.
+
+    Returns:
+        The argv to put after the image name, before the worker's own options.
+
+    Example:
+        >>> container_command()[:4]
+        ['python', '-I', '-B', '-c']
     """
     worker = worker_command(python, lib_dir)
     boot = (f"import os, sys; sys.path.insert(0, {lib_dir!r}); from sandbox.worker import seccomp_filter; "
@@ -308,7 +326,21 @@ def _bind(source: Path, target: str, *, readonly: bool) -> str:
 
 
 def probe(docker: str = "docker", image: str = DEFAULT_IMAGE, timeout: float = 20.0) -> str | None:
-    """Return None when ``docker`` reaches an engine that has ``image``, else the reason it cannot run."""
+    """Whether the docker backend can run here.
+
+    Args:
+        docker: The docker CLI.
+        image: The image the containers would run.
+        timeout: Seconds each query of the engine may take.
+
+    Returns:
+        None when ``docker`` reaches an engine that has ``image`` built for this code (its ABI label), else one
+        line saying why not and what to do.
+
+    Example:
+        >>> probe(docker="/nonexistent/docker")
+        "the docker CLI ('/nonexistent/docker') is not installed; install docker or use backend='bwrap'"
+    """
     path = shutil.which(docker)
     if path is None:
         return f"the docker CLI ({docker!r}) is not installed; install docker or use backend='bwrap'"
@@ -354,4 +386,15 @@ def make_launcher(image: str = DEFAULT_IMAGE, *, docker: str = "docker", check: 
         reason = probe(docker, image)
         if reason is not None:
             raise SandboxUnavailable(f"docker backend unavailable: {reason}")
+        if not _engine_applies_seccomp(docker):  # an engine configured without its default profile
+            launcher.layers.remove("docker-seccomp")
     return launcher
+
+
+def _engine_applies_seccomp(docker: str) -> bool:
+    try:
+        out = subprocess.run([docker, "info", "--format", "{{json .SecurityOptions}}"], capture_output=True,
+                             text=True, timeout=20, check=False).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return "name=seccomp" in out and "profile=unconfined" not in out
