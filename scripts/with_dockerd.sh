@@ -50,6 +50,16 @@ STATE="$ROOT/state"
 SOCK="$ROOT/docker.sock"
 mkdir -p "$ROOT/data" "$ROOT/exec" "$STATE"
 chmod 700 "$ROOT"
+# One run at a time per folder: a second dockerd on the same data cannot start, and its clean-up would stop
+# the first one's containerd. A second run waits for the first (up to 30 minutes).
+exec 9>"$ROOT/lock"
+if ! flock -n 9; then
+    echo "with_dockerd: another run is using $ROOT; waiting for it to finish" >&2
+    if ! flock -w 1800 9; then
+        echo "with_dockerd: $ROOT stayed busy for 30 minutes; set MEDAGENTGYM_DOCKER_ROOT to another folder" >&2
+        exit 2
+    fi
+fi
 
 SYSCTLS="net.ipv4.ip_forward net.ipv4.conf.all.forwarding net.ipv4.conf.default.forwarding
 net.ipv6.conf.all.forwarding net.ipv6.conf.default.forwarding net.bridge.bridge-nf-call-iptables
@@ -166,7 +176,7 @@ for attempt in 1 2; do
     dockerd --config-file "$ROOT/daemon.json" --host "unix://$SOCK" --data-root "$ROOT/data" \
         --exec-root "$ROOT/exec" --pidfile "$ROOT/dockerd.pid" --storage-driver "$driver" \
         --iptables=false --ip6tables=false --ip-forward=false --ip-masq=false --bridge=none \
-        --log-level warn > "$ROOT/dockerd.log" 2>&1 &
+        --log-level warn > "$ROOT/dockerd.log" 2>&1 9>&- &
     DOCKERD_PID=$!
     for _ in $(seq 1 600); do
         if ! kill -0 "$DOCKERD_PID" 2>/dev/null; then break; fi
@@ -183,4 +193,4 @@ echo "with_dockerd: dockerd $(dockerd --version | awk '{print $3}' | tr -d ,) is
      "(storage $driver, socket $SOCK, log $ROOT/dockerd.log)" >&2
 
 export DOCKER_HOST="unix://$SOCK"
-"$@"
+"$@" 9>&-
