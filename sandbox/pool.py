@@ -659,7 +659,10 @@ class Pool:
                 except SandboxError:
                     continue
                 jail = worker.roles = {int(k): v for k, v in (reply.get("roles") or {}).items()}
-            for host_pid, jail_pid in _namespace_pids(worker.proc.pid).items():
+            # A container's processes descend from the engine's shim, not from the docker CLI the pool started:
+            # its launcher names the container's first process.
+            root = self.launcher.jail_root(worker.slot) if hasattr(self.launcher, "jail_root") else None
+            for host_pid, jail_pid in _namespace_pids(root or worker.proc.pid).items():
                 if jail_pid in jail:
                     roles[host_pid] = jail[jail_pid]
         return roles

@@ -23,41 +23,6 @@ if BACKEND not in ("bwrap", "docker"):
     raise pytest.UsageError(f"MEDAGENTGYM_TEST_BACKEND={BACKEND!r} is invalid: use 'bwrap' (default) or 'docker'")
 
 
-#: Shared-pool tests that read ``Pool.process_roles()`` themselves: under docker they need it to find the processes
-#: inside containers (see pool_roles). Until it does they are skipped, saying so, and test_docker.py covers them.
-NEEDS_CONTAINER_ROLES = {"test_no_process_survives_a_timeout": "test_no_process_survives_a_timeout_in_a_container"}
-
-
-@pytest.fixture(autouse=True)
-def _container_roles_or_skip(request):
-    name = getattr(request.node, "originalname", "")
-    if BACKEND == "docker" and name in NEEDS_CONTAINER_ROLES:
-        pool = request.getfixturevalue("pool")
-        if not pool.process_roles():
-            pytest.skip(f"Pool.process_roles() finds no process inside the docker containers (it walks from the "
-                        f"docker CLI process; DockerLauncher.jail_root names the container's first process): "
-                        f"tests/sandbox/test_docker.py::{NEEDS_CONTAINER_ROLES[name]} checks the same")
-
-
-def pool_roles(pool) -> dict[int, str]:
-    """Host pid -> role of the pool's own processes (``Pool.process_roles``).
-
-    A docker container's processes descend from the engine's shim, not from the docker CLI process the pool
-    started, so for docker they are also looked up from each container's first process
-    (``DockerLauncher.jail_root``) with the roles the workers just reported.
-    """
-    roles = pool.process_roles()
-    if pool.backend == "docker":
-        from sandbox.pool import _namespace_pids
-
-        for worker in list(pool._workers):
-            root = pool.launcher.jail_root(worker.slot)
-            jail = worker.roles or {}
-            if root is not None:
-                roles.update({host: jail[pid] for host, pid in _namespace_pids(root).items() if pid in jail})
-    return roles
-
-
 def jail_processes(pool_or_uids, settle_s: float = 2.0) -> list[str]:
     """Host-wide ps lines of live processes owned by a jail uid (real or effective): a call's leftovers.
 
@@ -72,7 +37,7 @@ def jail_processes(pool_or_uids, settle_s: float = 2.0) -> list[str]:
     wanted = {str(u) for u in uids}
     deadline = time.monotonic() + settle_s
     while True:
-        spares = {pid for pid, role in pool_roles(pool).items() if role.startswith("spare-")} if pool else set()
+        spares = {pid for pid, role in pool.process_roles().items() if role.startswith("spare-")} if pool else set()
         out = subprocess.run(["ps", "-e", "-o", "ruid=,euid=,stat=,pid=,args="], capture_output=True,
                              text=True, check=True).stdout
         found = [line for line in out.splitlines()
@@ -118,15 +83,15 @@ def pool(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def leftovers():
-    """``leftovers(pool_or_uids)`` -> host-wide ps lines of a jail's leftover processes (see jail_processes)."""
-    return jail_processes
+def backend() -> str:
+    """The sandbox backend under test (``bwrap``, or ``MEDAGENTGYM_TEST_BACKEND``)."""
+    return BACKEND
 
 
 @pytest.fixture(scope="session")
-def roles_of():
-    """``roles_of(pool)`` -> host pid -> role of the pool's own processes, containers included (pool_roles)."""
-    return pool_roles
+def leftovers():
+    """``leftovers(pool_or_uids)`` -> host-wide ps lines of a jail's leftover processes (see jail_processes)."""
+    return jail_processes
 
 
 @pytest.fixture(scope="session")
