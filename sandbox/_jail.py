@@ -202,6 +202,8 @@ class BwrapLauncher:
         args = self._with_parent_dirs(args)
         args += ["--remount-ro", JAIL_DATA, "--remount-ro", "/", "--chdir", "/", "--",
                  *worker_command(self.python, JAIL_LIB), "--pidns", "--ipcns", "--preload", preload]
+        if self.seccomp_bpf:  # the pool hands it to bwrap (--seccomp): in force before the interpreter starts
+            args.append("--seccomp-preloaded")
         if self.as_root and slot.uid is not None:
             args += ["--uid", str(slot.uid), "--gid", str(slot.uid)]
         return args

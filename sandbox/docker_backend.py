@@ -289,11 +289,10 @@ class DockerLauncher:
 def container_command(python: str = "python", lib_dir: str = IMAGE_PACKAGE_PARENT) -> list[str]:
     """The container's command: load the worker's seccomp filter, then exec the worker (``worker_command``).
 
-    Docker's default profile already puts the container in seccomp filter mode, so the worker, seeing mode 2,
-    takes its own filter to be in force (bwrap loads it before the interpreter starts). This first stage makes
-    that true here: an isolated interpreter started in ``/`` loads the filter on top of Docker's, then replaces
-    itself with the worker, so both filters hold for every process of the container. Its arguments pass through;
-    a filter that cannot load stops the container (the pool then reports the worker's start as failed).
+    An isolated interpreter started in ``/`` loads the worker's filter on top of Docker's default profile, then
+    replaces itself with the worker (telling it ``--seccomp-preloaded``, as bwrap's launcher does), so both
+    filters hold for every process of the container from the worker's first instruction. Its arguments pass
+    through; a filter that cannot load stops the container (the pool then reports the worker's start as failed).
 
     Args:
         python: The image's interpreter.
@@ -308,7 +307,8 @@ def container_command(python: str = "python", lib_dir: str = IMAGE_PACKAGE_PAREN
     """
     worker = worker_command(python, lib_dir)
     boot = (f"import os, sys; sys.path.insert(0, {lib_dir!r}); from sandbox.worker import seccomp_filter; "
-            f"seccomp_filter().load(); os.execv(sys.executable, [sys.executable, *{worker[1:]!r}, *sys.argv[1:]])")
+            f"seccomp_filter().load(); os.execv(sys.executable, [sys.executable, *{worker[1:]!r}, "
+            f"'--seccomp-preloaded', *sys.argv[1:]])")
     return [python, "-I", "-B", "-c", boot]
 
 

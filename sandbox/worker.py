@@ -251,15 +251,16 @@ ZYGOTE_PERMITTED = frozenset({_caps.CAP_SETUID, _caps.CAP_SETGID, _caps.CAP_SETP
 def _harden(args: argparse.Namespace) -> dict[str, Any]:
     """First thing the server does, before any import or fork: capabilities, seccomp, no-new-privs, cwd.
 
-    bwrap loads the seccomp filter itself before it starts the interpreter (``--seccomp``); elsewhere it is
-    loaded here. Either way it is in force before the preload and before any runner exists.
+    bwrap loads the seccomp filter itself before it starts the interpreter (``--seccomp``) and says so with
+    ``--seccomp-preloaded`` (as does the Docker backend's first stage); otherwise it is loaded here, on top of any
+    filter already in force. Either way it is in force before the preload and before any runner exists.
 
     Returns:
         The facts the ready frame reports: ``seccomp``, ``no_new_privs``, ``caps_bounded``.
     """
     bounded = _caps.restrict(set(SERVER_PERMITTED), set(SERVER_EFFECTIVE))
-    if _seccomp_mode() == 2:
-        seccomp = "on"
+    if args.seccomp_preloaded:  # the launcher loaded seccomp_filter() before exec (bwrap --seccomp, docker stage)
+        seccomp = "on" if _seccomp_mode() == 2 else "off: the launcher's filter is not in force"
     else:
         seccomp = "off: disabled" if args.no_seccomp else _load_seccomp()
     libc = ctypes.CDLL(None, use_errno=True)
@@ -934,6 +935,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--workspace", default="/workspace", help="the session's writable working directory")
     p.add_argument("--preload", default="numpy,pandas,sqlite3", help="comma-separated modules to import once")
     p.add_argument("--no-seccomp", action="store_true", help="do not install the seccomp filter")
+    p.add_argument("--seccomp-preloaded", action="store_true",
+                   help="the launcher loaded the seccomp filter before starting us (bwrap --seccomp)")
     args = p.parse_args(argv)
     if args.gid is None:
         args.gid = args.uid
