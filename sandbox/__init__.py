@@ -103,7 +103,7 @@ def make_pool(backend: str = "bwrap", *, workers: int | None = None, limits: Lim
               data_root: Path | None = None, mounts: dict[str, Path] | None = None,
               allow_unisolated: bool = False, workspace_mb: int = 512,
               preload: tuple[str, ...] = ("numpy", "pandas", "sqlite3"), start_timeout: float = 120.0,
-              **backend_options) -> Pool:
+              acquire_timeout: float = 600.0, sysv_shm_mb: int = 64, **backend_options) -> Pool:
     """Start a pool of warm sandbox workers.
 
     Args:
@@ -116,6 +116,8 @@ def make_pool(backend: str = "bwrap", *, workers: int | None = None, limits: Lim
         workspace_mb: Size of each worker's workspace + /tmp tmpfs (when the host allows mounting).
         preload: Modules each worker imports once, before forking runners.
         start_timeout: Seconds a worker may take to start.
+        acquire_timeout: Seconds ``pool.session()`` waits for a free worker before raising ``SandboxError``.
+        sysv_shm_mb: System V shared memory a jail may hold in all (its IPC namespace's limit).
         **backend_options: Passed to the docker backend's launcher.
 
     Returns:
@@ -149,10 +151,11 @@ def make_pool(backend: str = "bwrap", *, workers: int | None = None, limits: Lim
             from . import docker_backend
         except ImportError as exc:
             raise SandboxUnavailable(f"the docker backend is not available ({exc}): use backend='bwrap'") from None
-        launcher = docker_backend.make_launcher(**backend_options)
+        launcher = docker_backend.make_launcher(**{"ipc_mb": sysv_shm_mb, **backend_options})
     else:
         if backend_options:
             raise ValueError(f"unexpected option(s) {sorted(backend_options)} for backend 'bwrap'")
         launcher = _jail.BwrapLauncher()
     return Pool(launcher, workers=workers or os.cpu_count() or 2, limits=limits, data_root=data_root,
-                mounts=mounts, workspace_mb=workspace_mb, preload=tuple(preload), start_timeout=start_timeout)
+                mounts=mounts, workspace_mb=workspace_mb, preload=tuple(preload), start_timeout=start_timeout,
+                acquire_timeout=acquire_timeout, sysv_shm_mb=sysv_shm_mb)

@@ -357,7 +357,8 @@ def ipc_limits(shm_mb: int) -> dict[str, str]:
     shm_bytes = int(shm_mb) << 20
     return {"kernel/shmmax": str(shm_bytes), "kernel/shmall": str(max(1, shm_bytes // 4096)),
             "kernel/shmmni": "32", "kernel/msgmni": "16", "kernel/msgmnb": "65536", "kernel/msgmax": "8192",
-            "kernel/sem": "32 256 32 16", "fs/mqueue/queues_max": "0"}
+            "kernel/sem": "32 256 32 16", "fs/mqueue/queues_max": "0",
+            "kernel/shm_rmid_forced": "1"}  # a segment goes with its last user, even without IPC_RMID
 
 
 def _jail_pid(bwrap_pid: int) -> tuple[str | None, str | None]:
