@@ -231,7 +231,7 @@ def push_folder(folder: str | os.PathLike, repo: str, *, private: bool = True) -
                                  commit_message="Upload Med-Copilot model")
     # Any failure at the network boundary (HTTP refusal, DNS, TLS, a dropped connection: their classes change
     # with huggingface_hub's transport) ends the same way: nothing was lost locally, so say how to retry.
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ExportError(f"upload to {repo} failed ({type(exc).__name__}: {first}); the export is kept in "
                           f"{folder}; retry the upload alone with: python scripts/export_hf.py --upload {folder} "
@@ -279,7 +279,8 @@ def _eval_results(report: dict[str, Any]) -> list[Any]:
 
     meta = report.get("meta") or {}
     common = {"task_type": "text-generation", "task_name": "Agentic biomedical data science (MedAgentGym)",
-              "dataset_type": "medagentgym", "dataset_split": meta.get("split")}
+              "dataset_type": "medagentgym", "dataset_split": meta.get("split"),
+              "dataset_revision": meta.get("task_set")}  # the hash of the exact instances, when recorded
     size = f", {meta['size']} size" if meta.get("size") else ""
     families = sorted(report["per_family"])
     results = [EvalResult(**common, dataset_name=f"MedAgentGym, {len(families)} families{size}",
@@ -303,12 +304,12 @@ def _training_section(recipe: dict[str, Any], summary: dict[str, Any], state: di
         "## Training",
         "",
         f"- Base model: {base_text}",
-        f"- Method: {str(recipe.get('method', summary.get('method', 'unknown'))).upper()}; recipe "
-        f"`{recipe.get('name') or 'unknown'}` (full resolved recipe at the end of this card)",
-        f"- Data: MedAgentGym task families {', '.join(tasks.get('families') or []) or 'unknown'} "
-        f"(split `{tasks.get('split', '?')}`, build size `{tasks.get('size', '?')}`), all synthetic; "
-        f"trajectories: `{rollout.get('store') or 'online rollouts in the sandbox'}`; "
-        f"training rows: {summary.get('train_rows', 'unknown')}",
+        (f"- Method: {str(recipe.get('method', summary.get('method', 'unknown'))).upper()}; recipe "
+         f"`{recipe.get('name') or 'unknown'}` (full resolved recipe at the end of this card)"),
+        (f"- Data: MedAgentGym task families {', '.join(tasks.get('families') or []) or 'unknown'} "
+         f"(split `{tasks.get('split', '?')}`, build size `{tasks.get('size', '?')}`), all synthetic; "
+         f"trajectories: `{rollout.get('store') or 'online rollouts in the sandbox'}`; "
+         f"training rows: {summary.get('train_rows', 'unknown')}"),
         f"- Steps: {summary.get('global_step', state.get('global_step', 'unknown'))}",
         "",
         "| metric (end of training) | value |",
@@ -320,20 +321,32 @@ def _training_section(recipe: dict[str, Any], summary: dict[str, Any], state: di
 
 
 def _evaluation_section(reports: list[dict[str, Any]]) -> str:
+    """Per report: the headline (with its 95 % interval when the report has one), a table per family, settings."""
     if not reports:
         return "## Evaluation\n\nNo evaluation report was attached (`scripts/export_hf.py --eval REPORT.json`).\n"
     lines = ["## Evaluation", "", "Success = the oracle graded the episode's single submitted answer correct.", ""]
     for report in reports:
-        meta = report.get("meta") or {}
-        lines += [f"**{report['policy']}**: {_pct(report['success_rate'])} over {report.get('episodes', '?')} "
-                  f"episodes ({', '.join(f'{k} {v}' for k, v in sorted(meta.items()))})", "",
-                  "| family | episodes | success | base rate |", "|---|---|---|---|"]
+        method = f", {report['ci_method']}" if report.get("ci_method") else ""
+        overall = f" (95 % interval {_interval(report)}{method})" if _interval(report) else ""
+        lines += [(f"**{report['policy']}**: {_pct(report['success_rate'])}{overall} over "
+                   f"{report.get('episodes', '?')} episodes"), "",
+                  "| family | episodes | success | 95 % interval | base rate |", "|---|---|---|---|---|"]
         for family, row in sorted(report["per_family"].items()):
             base = row.get("base_rate")
             lines.append(f"| {family} | {row.get('n', '?')} | {_pct(row['success_rate'])} | "
-                         f"{_pct(base) if base is not None else ''} |")
+                         f"{_interval(row)} | {_pct(base) if base is not None else ''} |")
+        lines += ["", "Settings:", ""]
+        for key, value in sorted((report.get("meta") or {}).items()):
+            text = value if isinstance(value, (str, int, float)) or value is None else json.dumps(value)
+            lines.append(f"- {key}: `{str(text)[:200]}`")
         lines.append("")
     return "\n".join(lines)
+
+
+def _interval(row: dict[str, Any]) -> str:
+    """``"lo%-hi%"`` of a report row's ``ci95`` (reports written before intervals have none: ``""``)."""
+    ci = row.get("ci95")
+    return f"{_pct(ci[0])}-{_pct(ci[1])}" if ci and len(ci) == 2 else ""
 
 
 def _usage_section(name: str) -> str:

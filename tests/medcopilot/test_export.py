@@ -171,6 +171,8 @@ def test_card_round_trips_through_huggingface_hub(run_folder, eval_report, tmp_p
         assert section in text
     assert "Not for clinical decisions" in text and "Synthetic training data" in text
     assert "| toy_sql | 3 | 100.0% |" in text and "train_loss | 0.125" in text and "toy_sql, mimic_iii" in text
+    if report.get("ci95"):  # reports carry 95 % intervals since the evaluation rework: the card shows them
+        assert f"(95 % interval {report['ci95'][0]:.1%}-{report['ci95'][1]:.1%}" in text
 
 
 def test_card_without_hub_base_or_reports_says_what_is_missing(run_folder, tmp_path):
