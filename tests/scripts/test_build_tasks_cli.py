@@ -70,8 +70,8 @@ def test_partial_drops_warn_with_count_and_reason_but_succeed(tmp_path, monkeypa
     err = capsys.readouterr().err.strip().splitlines()
     dropped = len(calls) // 3
     assert status == 0 and dropped > 0
-    assert err == [f"warning: biodsbench: the build dropped {dropped} of {len(calls)} instances: {dropped}x "
-                   f"RuntimeError: reference crashed (see {tmp_path / 'biodsbench' / 'manifest.json'})"]
+    assert err == [(f"warning: biodsbench: the build dropped {dropped} of {len(calls)} instances: {dropped}x "
+                    f"RuntimeError: reference crashed (see {tmp_path / 'biodsbench' / 'manifest.json'})")]
 
 
 @pytest.mark.slow

@@ -103,8 +103,8 @@ def test_build_that_leaves_a_split_empty_raises_one_line_after_the_others(tmp_pa
                                         f"dropped, most often {n}x FileNotFoundError: table not found)")
     assert (tmp_path / "toy_sql" / "manifest.json").is_file()  # the other family was still built
     assert capsys.readouterr().err.strip().splitlines() == [
-        f"warning: biodsbench: the build dropped {n} of {n} instances: {n}x FileNotFoundError: table not found "
-        f"(see {tmp_path / 'biodsbench' / 'manifest.json'})"]
+        (f"warning: biodsbench: the build dropped {n} of {n} instances: {n}x FileNotFoundError: table not found "
+         f"(see {tmp_path / 'biodsbench' / 'manifest.json'})")]
     manifests, errors = build_families(["biodsbench"], tmp_path, size="tiny", skip_errors=True)
     assert manifests == {} and errors["biodsbench"].startswith("TaskError: the build left the 'train' and 'test'")
 
