@@ -84,3 +84,14 @@ def test_readme_build_command_from_another_directory_fills_every_family(tmp_path
     empty = {name: counts for name in tasks.names() if not all((counts := _splits(root, name)).values())}
     assert not empty, f"families with an empty split: {empty}"
     assert f"built {len(tasks.names())} family(ies)" in done.stdout
+
+
+def test_env_spec_ships_an_absolute_tasks_root(tmp_path, monkeypatch):
+    """EnvSpec is pickled to worker processes, which may start elsewhere (Ray actors do): it carries no cwd."""
+    import pickle
+
+    from env_client.rollout import EnvSpec
+
+    monkeypatch.chdir(tmp_path)
+    spec = pickle.loads(pickle.dumps(EnvSpec(tasks_root="artifacts/tasks")))
+    assert spec.tasks_root == str(tmp_path / "artifacts" / "tasks")
