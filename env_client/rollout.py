@@ -117,6 +117,11 @@ class EnvSpec:
     config: dict[str, Any] | None = None
     sandbox_workers: int | None = None
 
+    def __post_init__(self) -> None:
+        # Absolute before the spec travels to worker processes: Ray actors do not start in the driver's working
+        # directory, so a relative tasks root would point elsewhere there.
+        object.__setattr__(self, "tasks_root", os.path.abspath(self.tasks_root))
+
     def make_pool(self, workers: int) -> Any:
         """Start a sandbox pool with ``sandbox_workers`` (or ``workers``) workers."""
         from sandbox import make_pool

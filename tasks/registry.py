@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -153,14 +155,76 @@ def make(name: str, *, root: Path | str = DEFAULT_ROOT, **kwargs: Any) -> Any:
     """
     family_spec = spec(name, root=root)
     cls = family_class(name, root=root)
-    family = cls(root=Path(root) / name, **{**family_spec.defaults, **kwargs})
+    # Bound to an absolute directory: builds and graders run reference code from other working directories and
+    # hand paths to the sandbox and to subprocesses, where a relative root would point elsewhere (or nowhere).
+    family = cls(root=Path(os.path.abspath(root)) / name, **{**family_spec.defaults, **kwargs})
     if getattr(family, "name", None) != name:
         raise TaskError(f"family class {family_spec.entry_point!r} reports name {family.name!r}, registered as {name!r}")
     return family
 
 
-def _build_one(name: str, root: Path, size: str, seed: int) -> dict[str, Any]:
-    return make(name, root=root).build(root, size=size, seed=seed)
+def _build_one(name: str, root: Path, size: str, seed: int) -> tuple[dict[str, Any], dict[str, int]]:
+    """Build one family; returns its manifest and the instances each of its splits really holds."""
+    family = make(name, root=root)
+    manifest = family.build(root, size=size, seed=seed)
+    splits = list(manifest.get("counts") or ("train", "test"))
+    return manifest, {split: len(family.instances(split)) for split in splits}
+
+
+def _drop_reasons(manifest: dict[str, Any]) -> list[str]:
+    """One reason per instance the build dropped, from the manifest's ``dropped*`` entries.
+
+    Families list drops as ``"<id>: <why>"`` strings (the id may hold colons, the reason starts after the first
+    ``": "``) or count them (``dropped_unverified: 3``), in which case the key names the reason.
+    """
+    reasons: list[str] = []
+    for key, value in sorted(manifest.items()):
+        if not key.startswith("dropped"):
+            continue
+        if isinstance(value, list):
+            reasons += [str(v).split(": ", 1)[1] if ": " in str(v) else "no reason recorded" for v in value]
+        elif isinstance(value, int) and not isinstance(value, bool):
+            reasons += [key.removeprefix("dropped").strip("_").replace("_", " ") or "no reason recorded"] * value
+    return reasons
+
+
+def _common_reasons(reasons: list[str], top: int = 2, width: int = 160) -> str:
+    """The ``top`` most frequent reasons as one line, ``"<n>x <reason>; ..."``, each cut at ``width`` chars."""
+    from collections import Counter
+
+    counts = Counter(" ".join(reason.split()) for reason in reasons)  # one line, whatever the exception said
+    text = "; ".join(f"{n}x {r[:width]}" + ("..." if len(r) > width else "") for r, n in counts.most_common(top))
+    return text + (f"; {len(counts) - top} other reason(s)" if len(counts) > top else "")
+
+
+def build_report(name: str, root: Path | str, manifest: dict[str, Any],
+                 kept: dict[str, int]) -> tuple[str | None, str | None]:
+    """Judge one finished build: ``(warning, error)``, each one line or None.
+
+    The warning (prefixed ``warning: <name>:``) says how many instances the build dropped and why, most common
+    reasons first; the error says which split was left empty. Both name the manifest, which lists every drop.
+
+    Args:
+        name: The family.
+        root: The tasks root it was built under.
+        manifest: What ``build`` returned.
+        kept: ``split -> instances`` actually loadable after the build.
+
+    Example:
+        >>> build_report("toy_sql", "artifacts/tasks", {"dropped": []}, {"train": 22, "test": 22})
+        (None, None)
+    """
+    reasons = _drop_reasons(manifest)
+    where = Path(root) / name / "manifest.json"
+    total = sum(kept.values()) + len(reasons)
+    warning = (f"warning: {name}: the build dropped {len(reasons)} of {total} instances: "
+               f"{_common_reasons(reasons)} (see {where})") if reasons else None
+    empty = [split for split, n in kept.items() if n == 0]
+    error = None
+    if empty:
+        why = f"{len(reasons)} dropped, most often {_common_reasons(reasons, top=1)}" if reasons else "none dropped"
+        error = f"the build left the {' and '.join(repr(s) for s in empty)} split(s) empty ({why}); see {where}"
+    return warning, error
 
 
 def build_families(names: list[str], root: Path | str, *, size: str, seed: int = 0, jobs: int = 1,
@@ -168,6 +232,9 @@ def build_families(names: list[str], root: Path | str, *, size: str, seed: int =
     """Build each family under ``root`` (``jobs`` families at a time, in separate processes).
 
     Families are independent and each writes only ``<root>/<name>/``, so the output does not depend on ``jobs``.
+    A relative ``root`` is taken from the current directory once, here: families then work with absolute paths
+    (their reference code may run elsewhere). A build that drops instances prints one warning line per family
+    on stderr (how many, and the most common reasons); a build that leaves a split empty is an error.
 
     Args:
         names: Family names.
@@ -181,13 +248,22 @@ def build_families(names: list[str], root: Path | str, *, size: str, seed: int =
     Returns:
         ``({name: manifest}, {name: "ExcType: message"})`` in the order of ``names``; the second is empty unless
         ``skip_errors``.
+
+    Raises:
+        TaskError: Without ``skip_errors``: a build left a split empty (one line naming every such family, raised
+            after all builds finished). Any exception a family's build raises is re-raised as is.
+
+    Example:
+        >>> manifests, _ = build_families(["toy_sql"], "artifacts/tasks", size="tiny")
+        >>> manifests["toy_sql"]["counts"]
+        {'test': 22, 'train': 22}
     """
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
     from tqdm import tqdm
 
-    root = Path(root)
-    results: dict[str, dict | BaseException] = {}
+    root = Path(os.path.abspath(root))
+    results: dict[str, tuple[dict, dict] | BaseException] = {}
     bar = tqdm(total=len(names), desc="build", unit="family", disable=not progress)
 
     def record(name: str, get: Any) -> None:
@@ -211,8 +287,22 @@ def build_families(names: list[str], root: Path | str, *, size: str, seed: int =
                     record(futures[future], future.result)
     finally:
         bar.close()
-    manifests = {n: results[n] for n in names if not isinstance(results[n], BaseException)}
-    errors = {n: f"{type(r).__name__}: {r}" for n in names if isinstance(r := results[n], BaseException)}
+    manifests: dict[str, dict] = {}
+    errors: dict[str, str] = {}
+    for name in names:
+        got = results[name]
+        if isinstance(got, BaseException):
+            errors[name] = f"{type(got).__name__}: {got}"
+            continue
+        warning, error = build_report(name, root, *got)
+        if warning:
+            print(warning, file=sys.stderr, flush=True)
+        if error:
+            errors[name] = f"TaskError: {error}"
+        else:
+            manifests[name] = got[0]
+    if errors and not skip_errors:  # only empty splits get here: other failures were raised as they happened
+        raise TaskError("; ".join(f"{n}: {e.removeprefix('TaskError: ')}" for n, e in errors.items()))
     return manifests, errors
 
 
