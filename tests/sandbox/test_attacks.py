@@ -304,6 +304,7 @@ def test_planted_modules_never_run_in_the_worker_machinery(solo, still_serves):
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(f"import sys; sys.stderr.write('{MARKER} host-planted\\n')\n")
         os.kill(worker.proc.pid, 9)
+        worker.proc.wait(timeout=30)  # dead for sure: the next call must not race a jail still answering
         res = s.run_python("print('after restart')")
         assert res.error_kind == ErrorKind.KILLED and "fresh worker" in res.stderr
         assert s.run_python("import numpy, pandas, sqlite3; print('imports ok')").stdout == "imports ok\n"
