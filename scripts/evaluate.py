@@ -17,8 +17,12 @@ for Best@K; ``--verifier FOLDER_OR_URL`` scores the episodes with a trained veri
 ``train.py recipe=verifier_*``, or the URL of ``scripts/serve_verifier.py``) and writes ``scores.jsonl`` beside
 the trajectories; without either, Best@K is N/A. ``--json`` ends stdout with one JSON object: ``policy``, ``episodes``,
 ``success_rate``, ``per_family`` (``family -> success rate``), ``pass_at_k``, ``best_at_k``, ``errors``,
-``out``. Policies: ``oracle``, ``constant[:V]``, ``shotgun``, ``traceback``, ``empty``,
-``openai:MODEL@BASE_URL``, ``hf:PATH``, ``vllm:PATH``.
+``floor`` (``family -> constant_floor``), ``out``. Policies: ``oracle``, ``constant[:V]``, ``shotgun``,
+``traceback``, ``empty``, ``openai:MODEL@BASE_URL``, ``hf:PATH``, ``vllm:PATH``.
+
+Reward floors: beside each family's success the report gives the best score one constant answer earns over
+the WHOLE split (not the ``--limit`` subset) under the family's own grader, and its bound (10 %; 50 % for
+yes/no families); ``env_client.evaluation.constant_floor``.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from env_client.errors import EnvClientError
 from env_client.evaluation import (
     OOD_FAMILIES,
     EvalError,
+    constant_floor,
     evaluate,
     label_base_rate,
     write_report,
@@ -113,13 +118,15 @@ def run(args: argparse.Namespace) -> dict:
     split = "test" if args.suite else args.split
     names = choose_families(args.families, args.suite, args.tasks_root)
     ensure_built(names, args.tasks_root, args.size, args.seed)
-    instances, base_rates = [], {}
+    instances, base_rates, floors = [], {}, {}
     for name in names:
-        found = tasks.make(name, root=args.tasks_root).instances(split)[:args.limit]
-        if not found:
+        family = tasks.make(name, root=args.tasks_root)
+        whole = family.instances(split)
+        if not whole:
             raise TaskError(f"family {name!r} has no {split!r} instances under {args.tasks_root}; rebuild it")
-        instances.extend(found)
-        base_rates[name] = label_base_rate(found)
+        instances.extend(whole[:args.limit])
+        base_rates[name] = label_base_rate(whole)
+        floors[name] = constant_floor(family, whole)  # over the whole split, not the --limit subset
     out = args.out or Path("runs/eval") / re.sub(r"[^A-Za-z0-9_.-]+", "_", args.policy)
     store = out / "trajectories.jsonl"
     _check_store(store, args.policy)
@@ -139,13 +146,14 @@ def run(args: argparse.Namespace) -> dict:
         scores = verifier_scores(args.verifier, result.trajectories, out / "scores.jsonl")
     meta = {"split": split, "suite": args.suite or "custom", "size": args.size, "seed": args.seed,
             "limit": args.limit, "failed_episodes": result.summary.failed}
-    report = evaluate(result.trajectories, policy=args.policy, scores=scores, base_rates=base_rates, meta=meta)
+    report = evaluate(result.trajectories, policy=args.policy, scores=scores, base_rates=base_rates, floors=floors,
+                      meta=meta)
     write_report(report, out, plots=not args.no_plots)
     for err in result.summary.errors[:5]:
         print(f"episode failed (not evaluated): {err}", file=sys.stderr)
     return {"policy": report.policy, "episodes": report.episodes, "success_rate": report.success_rate,
             "per_family": {f: row["success_rate"] for f, row in report.per_family.items()},
-            "base_rate": base_rates, "pass_at_k": report.pass_at_k, "best_at_k": report.best_at_k,
+            "base_rate": base_rates, "floor": floors, "pass_at_k": report.pass_at_k, "best_at_k": report.best_at_k,
             "errors": report.errors, "failed_episodes": result.summary.failed, "out": str(out)}
 
 
@@ -196,7 +204,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{summary['policy']}: success {summary['success_rate']:.1%} over {summary['episodes']} episodes; "
           f"pass@k {summary['pass_at_k']}; report in {summary['out']}")
     for fam, rate in summary["per_family"].items():
-        print(f"  {fam:<16} {rate:6.1%}  (label base rate {summary['base_rate'].get(fam, 0):.1%})")
+        floor = summary["floor"][fam]
+        flag = " EXCEEDS" if floor["exceeds"] else ""
+        print(f"  {fam:<16} {rate:6.1%}  (label base rate {summary['base_rate'].get(fam, 0):.1%}; constant floor "
+              f"{floor['floor']:.1%} with {str(floor['constant'])[:20]!r}, bound {floor['bound']:.0%}{flag})")
     if args.json:
         print(json.dumps(summary, sort_keys=True))
     return 0 if summary["failed_episodes"] == 0 else 1
