@@ -52,7 +52,8 @@ Version history:
        glucose or potassium value where one is asked for) were ~20 % of a build, so a silent ``[-1]`` scored
        ~20 % (a 2026 audit of MedAgentBench found the same "silent finish" ceiling, 41.7 %, and rebuilt the
        benchmark at 8.9 %). Now at most 8 % of a split is such an instance (taken round-robin over the task
-       types, so every branch still occurs); the others are not kept.
+       types, so every branch still occurs); the others are not kept. The "Patient not found" look-ups are
+       spread over both splits (all of them fell in test, where "Patient not found" scored 10.5 %).
 """
 
 from __future__ import annotations
@@ -292,7 +293,7 @@ class MedAgentBench:
         for index, profile in enumerate(profiles(n, 0)):
             split = "test" if index % _TEST_EVERY == 0 else "train"
             drawn += [(split, task, idle) for task, idle in zip(TASKS, _idle_flags(profile))]
-            drawn += [(split, "task1", False)] * (index % _NOT_FOUND_EVERY == 0)
+            drawn += [(split, "task1", False)] * _not_found(index)
         return {"categories": len(CATEGORIES), "instances": len(_rebalance(drawn))}
 
     # -- build ---------------------------------------------------------------------------------------
@@ -344,7 +345,7 @@ class MedAgentBench:
                 slots["sbar"] = ("SBAR - Situation: {}. Background: {}. Assessment: {}. Recommendation: {}."
                                  .format(*(rng.choice(part) for part in _SBAR)))
             out.append((task, slots))
-        if index % _NOT_FOUND_EVERY == 0:  # a name that exists, with a birth date no such patient has
+        if _not_found(index):  # a name that exists, with a birth date no such patient has
             other = patients[(index + 1) % len(patients)]
             shifted = dt.date.fromisoformat(other["birthDate"]) + dt.timedelta(days=rng.randint(1, 400))
             out.append(("task1", {"given": other["name"][0]["given"][0], "family": other["name"][0]["family"],
@@ -449,6 +450,12 @@ class MedAgentBench:
                 if problem:
                     return _wrong(problem)
         return Verdict(correct=True, score=1.0, reason="answers and orders match the reference")
+
+
+def _not_found(index: int) -> bool:
+    """Whether patient ``index`` also gets a "not found" look-up: one in _NOT_FOUND_EVERY in each split (test
+    patients are those with index % _TEST_EVERY == 0, so a plain index % 5 rule put every look-up in test)."""
+    return (index // _TEST_EVERY) % _NOT_FOUND_EVERY == index % _TEST_EVERY % _NOT_FOUND_EVERY
 
 
 def is_idle(gold: dict[str, Any]) -> bool:
