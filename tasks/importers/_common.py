@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -18,7 +19,7 @@ from tasks.base import (
 )
 from tasks.importers.report import ImportReport
 
-__all__ = ["ImportOptions", "Imported", "short_hash", "write_family"]
+__all__ = ["ImportOptions", "Imported", "each_record", "reject", "short_hash", "write_family"]
 
 
 class Imported(NamedTuple):
@@ -56,6 +57,30 @@ class ImportOptions:
     size: str = "default"
     verify: bool = True
     backend: str = "bwrap"
+
+
+def each_record(paths: list[Path], report: ImportReport) -> Iterator[tuple[Path, int, dict[str, Any]]]:
+    """``(path, line, record)`` for every readable record of ``paths``; counts each in ``report`` and rejects the
+    unreadable ones (``not_json``) there, so an importer only sees records."""
+    from tasks.importers.records import read_records
+
+    for path in paths:
+        for line, record, error in read_records(path):
+            report.seen()
+            if record is None:
+                report.reject(str(path), line, "not_json", error or "")
+            else:
+                yield Path(path), line, record
+
+
+def reject(report: ImportReport, path: Path, line: int, exc: Exception) -> None:
+    """Record ``exc`` (``ValueError("<reason>: <detail>")``) as the rejection of one record; ``needs_data``
+    reasons also go to :attr:`ImportReport.needs`."""
+    reason, _, detail = str(exc).partition(": ")
+    if reason == "needs_data":
+        report.need(str(path), line, detail)
+    else:
+        report.reject(str(path), line, reason, detail)
 
 
 def short_hash(text: str, n: int = 12) -> str:

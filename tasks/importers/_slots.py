@@ -37,6 +37,8 @@ _COMPARISON = re.compile(
     rf"(?P<table>{_IDENT})\s*\.\s*(?P<q>[\"'`]?)(?P<col>{_IDENT})(?P=q)\s*(?P<op>=|==|!=|<>)\s*"
     r"(?P<lit>'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"|-?\d+(?:\.\d+)?(?![\w.]))")
 _YES_NO = re.compile(r"count\s*\(\s*\*\s*\)\s*>\s*0", re.IGNORECASE)
+#: ``select ( select ... ) < ( select ... )``: EHRSQL's comparison questions, answered 0/1 by SQLite.
+_COMPARISON_QUERY = re.compile(r"\s*select\s*\(.*\)\s*(?:<=|>=|<>|!=|<|>|=)\s*\(", re.IGNORECASE | re.DOTALL)
 #: A query with its literals blanked: records of one template share it.
 _SHAPE = re.compile(r"'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"|\b\d+(?:\.\d+)?\b")
 _NULL_TEST = re.compile(rf"(?P<table>{_IDENT})\s*\.\s*(?P<col>{_IDENT})\s+is\s+(?P<neg>not\s+)?null\b", re.IGNORECASE)
@@ -106,7 +108,8 @@ def _literal_value(text: str) -> tuple[Any, str]:
 def result_of(rows: list[tuple], sql: str) -> tuple[Any, str, str]:
     """``(answer, answer_type, why_degenerate)`` of executed rows; the type is empty when degenerate.
 
-    One column: a scalar (boolean for ``count(*) > 0``, integer, number, datetime, text) or, over several rows,
+    One column: a scalar (boolean for ``count(*) > 0`` and comparisons of two subqueries, integer, number,
+    datetime, text) or, over several rows,
     the set of distinct values. Several columns: the row as a list, or the set of distinct rows. Degenerate:
     nothing but NULLs, a bare 0, or more than :data:`MAX_SET` distinct values.
 
@@ -128,6 +131,8 @@ def result_of(rows: list[tuple], sql: str) -> tuple[Any, str, str]:
     if got is None:
         return None, "", "empty or NULL result"
     value, kind = got
+    if kind == "integer" and value in (0, 1) and _COMPARISON_QUERY.match(sql):
+        value, kind = bool(value), "boolean"  # "is the last value less than the first?": a yes/no question
     if kind in ("integer", "number") and value == 0:
         return None, "", "the answer is 0"
     return value, kind, ""
@@ -423,7 +428,7 @@ class Reinstantiator:
                 keep: dict[int, Any], target: bool) -> Draw | None:
         """Try ``attempts`` draws of the ``redraw`` slots; the first meaningful one (a yes/no answer equal to
         ``target`` preferred), or None."""
-        yes_no = _YES_NO.search(sql) is not None
+        yes_no = _YES_NO.search(sql) is not None or _COMPARISON_QUERY.match(sql) is not None
         pool = self._pool(slots, redraw, keep, sql, holding=not (yes_no and not target))
         if pool == []:
             return None

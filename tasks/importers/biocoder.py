@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from tasks.base import Instance
-from tasks.importers._common import Imported, ImportOptions
-from tasks.importers.records import read_records, split_of
+from tasks.importers._common import Imported, ImportOptions, each_record
+from tasks.importers.records import split_of
 from tasks.importers.report import ImportReport
 
 __all__ = ["FIELDS", "PIP_NAMES", "missing_modules", "normalise_context", "run"]
@@ -132,21 +132,16 @@ def run(paths: list[Path], opts: ImportOptions, report: ImportReport) -> list[Im
     pool = FallbackPool(opts.backend)
     out: list[Imported] = []
     try:
-        for path in paths:
-            for line, record, error in read_records(path):
-                report.seen()
-                if record is None:
-                    report.reject(str(path), line, "not_json", error or "")
-                    continue
-                reason, detail, context = check_record(record, pool.session())
-                if reason == "needs_packages":
-                    report.need(str(path), line, detail, reason)
-                elif reason:
-                    report.reject(str(path), line, reason, detail)
-                else:
-                    report.keep(*(["context_normalised"] if context != record["context"] else []))
-                    out.append(Imported(_instance(record, context, detail, split_of(record, path, opts.split)),
-                                        str(path), line))
+        for path, line, record in each_record(paths, report):
+            reason, detail, context = check_record(record, pool.session())
+            if reason == "needs_packages":
+                report.need(str(path), line, detail, reason)
+            elif reason:
+                report.reject(str(path), line, reason, detail)
+            else:
+                report.keep(*(["context_normalised"] if context != record["context"] else []))
+                out.append(Imported(_instance(record, context, detail, split_of(record, path, opts.split)),
+                                    str(path), line))
     finally:
         pool.close()
     return out

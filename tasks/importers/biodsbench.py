@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from tasks.base import GradeContext, Instance, Split
-from tasks.importers._common import Imported, ImportOptions
-from tasks.importers.records import read_records, split_of
+from tasks.importers._common import Imported, ImportOptions, each_record, reject
+from tasks.importers.records import split_of
 from tasks.importers.report import ImportReport
 
 __all__ = ["FIELDS", "STUDIES", "record_instance", "run", "study_folder", "tables_of"]
@@ -125,25 +125,18 @@ def run(paths: list[Path], opts: ImportOptions, report: ImportReport) -> list[Im
     pool = FallbackPool(opts.backend) if opts.verify else None
     out: list[Imported] = []
     try:
-        for path in paths:
-            for line, record, error in read_records(path):
-                report.seen()
-                if record is None:
-                    report.reject(str(path), line, "not_json", error or "")
-                    continue
-                try:
-                    inst = record_instance(record, opts.data, opts.family_dir, split=split_of(record, path, opts.split))
-                except ValueError as exc:
-                    reason, _, detail = str(exc).partition(": ")
-                    (report.need(str(path), line, detail) if reason == "needs_data"
-                     else report.reject(str(path), line, reason, detail))
-                    continue
-                why = verify(inst, opts.family_dir, pool) if pool is not None else ""
-                if why:
-                    report.reject(str(path), line, "reference_fails", f"the reference fails its own asserts ({why})")
-                    continue
-                report.keep(*(["verified"] if pool is not None else []))
-                out.append(Imported(inst, str(path), line))
+        for path, line, record in each_record(paths, report):
+            try:
+                inst = record_instance(record, opts.data, opts.family_dir, split=split_of(record, path, opts.split))
+            except ValueError as exc:
+                reject(report, path, line, exc)
+                continue
+            why = verify(inst, opts.family_dir, pool) if pool is not None else ""
+            if why:
+                report.reject(str(path), line, "reference_fails", f"the reference fails its own asserts ({why})")
+                continue
+            report.keep(*(["verified"] if pool is not None else []))
+            out.append(Imported(inst, str(path), line))
     finally:
         if pool is not None:
             pool.close()

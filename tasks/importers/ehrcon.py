@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from tasks.base import Instance
-from tasks.importers._common import Imported, ImportOptions
-from tasks.importers.records import read_records, split_of
+from tasks.importers._common import Imported, ImportOptions, each_record
+from tasks.importers.records import split_of
 from tasks.importers.report import ImportReport
 
 __all__ = ["CONTEXT", "FIELDS", "run"]
@@ -73,27 +73,22 @@ def run(paths: list[Path], opts: ImportOptions, report: ImportReport) -> list[Im
         shutil.copyfile(data / NOTES_FILE, opts.family_dir / NOTES_FILE)
         noted = _admissions_with_notes(data / NOTES_FILE)
     rows: list[tuple[Path, int, dict[str, Any], int, str, bool]] = []
-    for path in paths:
-        for line, record, error in read_records(path):
-            report.seen()
-            if record is None:
-                report.reject(str(path), line, "not_json", error or "")
-                continue
-            missing = [f for f in FIELDS if f not in record]
-            label = _label(record.get("Has error"))
-            try:
-                hadm = int(float(record.get("Hospital admission")))
-            except (TypeError, ValueError):
-                hadm = -1
-            if missing or label is None or hadm < 0 or not str(record["Medical entity"]).strip():
-                report.reject(str(path), line, "missing_field",
-                              f"needs {list(FIELDS)} with an admission id, an entity and a true/false label")
-            elif not have_data:
-                report.need(str(path), line, NEED)
-            elif hadm not in noted:
-                report.reject(str(path), line, "admission_not_found", f"no note of admission {hadm} in {NOTES_FILE}")
-            else:
-                rows.append((path, line, record, hadm, str(record["Medical entity"]).strip(), label))
+    for path, line, record in each_record(paths, report):
+        missing = [f for f in FIELDS if f not in record]
+        label = _label(record.get("Has error"))
+        try:
+            hadm = int(float(record.get("Hospital admission")))
+        except (TypeError, ValueError):
+            hadm = -1
+        if missing or label is None or hadm < 0 or not str(record["Medical entity"]).strip():
+            report.reject(str(path), line, "missing_field",
+                          f"needs {list(FIELDS)} with an admission id, an entity and a true/false label")
+        elif not have_data:
+            report.need(str(path), line, NEED)
+        elif hadm not in noted:
+            report.reject(str(path), line, "admission_not_found", f"no note of admission {hadm} in {NOTES_FILE}")
+        else:
+            rows.append((path, line, record, hadm, str(record["Medical entity"]).strip(), label))
     labels: dict[tuple[int, str], set[bool]] = {}
     for *_, hadm, entity, label in rows:
         labels.setdefault((hadm, entity.lower()), set()).add(label)

@@ -23,8 +23,8 @@ import numpy as np
 import pandas as pd
 
 from tasks.base import write_bytes_atomic
-from tasks.importers._common import Imported, ImportOptions
-from tasks.importers.records import read_records, split_of
+from tasks.importers._common import Imported, ImportOptions, each_record
+from tasks.importers.records import split_of
 from tasks.importers.report import ImportReport
 
 __all__ = ["load_split", "run"]
@@ -100,35 +100,30 @@ def run(paths: list[Path], opts: ImportOptions, report: ImportReport) -> list[Im
     data = Path(opts.data) if opts.data else None
     family = EHRShot(root=opts.family_dir)
     out: list[Imported] = []
-    for path in paths:
-        for line, record, error in read_records(path):
-            report.seen()
-            if record is None:
-                report.reject(str(path), line, "not_json", error or "")
-                continue
-            name = str(record.get("task_name") or "")
-            if name not in _BY_NAME:
-                report.reject(str(path), line, "unknown_task", f"task_name {name!r} is not one of EHRSHOT's 15 tasks")
-                continue
-            files = [f"clmbr_{s}.pkl" for s in ("train", "val", "test")] + [f"{name}/{s}_labels.csv"
-                                                                            for s in ("train", "val", "test")]
-            if data is None or not all((data / f).is_file() for f in files):
-                report.need(str(path), line, NEED)
-                continue
-            split = split_of(record, path, opts.split)
-            key = f"imported/{name}"
-            try:
-                dims = _write_cohort(opts.family_dir, key, data, name)
-                inst = family._instance(opts.family_dir, key, _BY_NAME[name], "all", split, len(out))
-            except (ValueError, KeyError, OSError) as exc:
-                report.reject(str(path), line, "bad_data", f"{type(exc).__name__}: {exc}")
-                continue
-            if inst is None:
-                report.reject(str(path), line, "no_lift", "the reference model does not beat chance on this task")
-                continue
-            inst = inst.model_copy(update={
-                "id": f"ehrshot/{split}/imported-{name}", "context": inst.context.replace(f"{DIMS}-dim", f"{dims}-dim"),
-                "metadata": {**inst.metadata, "source_id": record.get("task_id"), "source": "EHRSHOT"}})
-            out.append(Imported(inst, str(path), line))
-            report.keep()
+    for path, line, record in each_record(paths, report):
+        name = str(record.get("task_name") or "")
+        if name not in _BY_NAME:
+            report.reject(str(path), line, "unknown_task", f"task_name {name!r} is not one of EHRSHOT's 15 tasks")
+            continue
+        files = [f"clmbr_{s}.pkl" for s in ("train", "val", "test")] + [f"{name}/{s}_labels.csv"
+                                                                        for s in ("train", "val", "test")]
+        if data is None or not all((data / f).is_file() for f in files):
+            report.need(str(path), line, NEED)
+            continue
+        split = split_of(record, path, opts.split)
+        key = f"imported/{name}"
+        try:
+            dims = _write_cohort(opts.family_dir, key, data, name)
+            inst = family._instance(opts.family_dir, key, _BY_NAME[name], "all", split, len(out))
+        except (ValueError, KeyError, OSError) as exc:
+            report.reject(str(path), line, "bad_data", f"{type(exc).__name__}: {exc}")
+            continue
+        if inst is None:
+            report.reject(str(path), line, "no_lift", "the reference model does not beat chance on this task")
+            continue
+        inst = inst.model_copy(update={
+            "id": f"ehrshot/{split}/imported-{name}", "context": inst.context.replace(f"{DIMS}-dim", f"{dims}-dim"),
+            "metadata": {**inst.metadata, "source_id": record.get("task_id"), "source": "EHRSHOT"}})
+        out.append(Imported(inst, str(path), line))
+        report.keep()
     return out

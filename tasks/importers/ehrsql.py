@@ -26,9 +26,15 @@ from typing import Any
 
 from tasks.base import Instance, TaskError
 from tasks.ehr_synth.importers import postprocess_ehrsql
-from tasks.importers._common import Imported, ImportOptions, short_hash
+from tasks.importers._common import (
+    Imported,
+    ImportOptions,
+    each_record,
+    reject,
+    short_hash,
+)
 from tasks.importers._slots import DIALECTS, Reinstantiator, find_slots
-from tasks.importers.records import read_records, split_of
+from tasks.importers.records import split_of
 from tasks.importers.report import ImportReport
 
 __all__ = ["parse_record", "run", "target_database"]
@@ -150,27 +156,21 @@ def run(paths: list[Path], opts: ImportOptions, report: ImportReport) -> list[Im
     out: list[Imported] = []
     engine = Reinstantiator(db, dialect, seed=opts.seed)
     try:
-        for path in paths:
-            for line, record, error in read_records(path):
-                report.seen()
-                if record is None:
-                    report.reject(str(path), line, "not_json", error or "")
-                    continue
-                try:
-                    key, question, sql, template, values = parse_record(opts.family, record)
-                except ValueError as exc:
-                    reason, _, detail = str(exc).partition(": ")
-                    report.reject(str(path), line, reason, detail)
-                    continue
-                texts = [question, template] + ([render_mimicsql(sql)] if opts.family == "treqs" else [])
-                draw = engine.reinstantiate(key, sql, texts, find_slots(sql, values))
-                if not draw.ok:
-                    report.reject(str(path), line, draw.reason, draw.detail)
-                    continue
-                split = split_of(record, path, opts.split)
-                out.append(Imported(_instance(opts.family, split, key, question, draw, dialect.db_file, context,
-                                              record), str(path), line))
-                report.keep(*(["reinstantiated"] if draw.changed else []) + (["case_fixed"] if draw.case_fixed else []))
+        for path, line, record in each_record(paths, report):
+            try:
+                key, question, sql, template, values = parse_record(opts.family, record)
+            except ValueError as exc:
+                reject(report, path, line, exc)
+                continue
+            texts = [question, template] + ([render_mimicsql(sql)] if opts.family == "treqs" else [])
+            draw = engine.reinstantiate(key, sql, texts, find_slots(sql, values))
+            if not draw.ok:
+                report.reject(str(path), line, draw.reason, draw.detail)
+                continue
+            split = split_of(record, path, opts.split)
+            out.append(Imported(_instance(opts.family, split, key, question, draw, dialect.db_file, context,
+                                          record), str(path), line))
+            report.keep(*(["reinstantiated"] if draw.changed else []) + (["case_fixed"] if draw.case_fixed else []))
     finally:
         engine.close()
     return out

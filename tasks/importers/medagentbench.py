@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from tasks.base import Instance, TaskError, write_bytes_atomic
-from tasks.importers._common import Imported, ImportOptions
-from tasks.importers.records import read_records, split_of
+from tasks.importers._common import Imported, ImportOptions, each_record, reject
+from tasks.importers.records import split_of
 from tasks.importers.report import ImportReport
 
 __all__ = ["parse_record", "run", "snapshot"]
@@ -123,22 +123,16 @@ def run(paths: list[Path], opts: ImportOptions, report: ImportReport) -> list[Im
     from tasks.medagentbench import FHIR_PORT, RESOURCES, _category, reference_gold
 
     parsed: list[tuple[Path, int, dict[str, Any], str, dict[str, str]]] = []
-    for path in paths:
-        for line, record, error in read_records(path):
-            report.seen()
-            if record is None:
-                report.reject(str(path), line, "not_json", error or "")
-                continue
-            if not opts.fhir_url:
-                report.need(str(path), line, NEED)
-                continue
-            try:
-                task, slots = parse_record(record)
-            except ValueError as exc:
-                reason, _, detail = str(exc).partition(": ")
-                report.reject(str(path), line, reason, detail)
-                continue
-            parsed.append((path, line, record, task, slots))
+    for path, line, record in each_record(paths, report):
+        if not opts.fhir_url:
+            report.need(str(path), line, NEED)
+            continue
+        try:
+            task, slots = parse_record(record)
+        except ValueError as exc:
+            reject(report, path, line, exc)
+            continue
+        parsed.append((path, line, record, task, slots))
     if not parsed:
         return []
     resources = snapshot(opts.fhir_url, [slots for *_, slots in parsed])

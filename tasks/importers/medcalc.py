@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tasks.importers._common import Imported, ImportOptions
-from tasks.importers.records import read_records, split_of
+from tasks.importers._common import Imported, ImportOptions, each_record
+from tasks.importers.records import split_of
 from tasks.importers.report import ImportReport
 
 __all__ = ["run"]
@@ -20,18 +20,13 @@ def run(paths: list[Path], opts: ImportOptions, report: ImportReport) -> list[Im
     from tasks.medcalcbench import import_rows
 
     out: list[Imported] = []
-    for path in paths:
-        for line, record, error in read_records(path):
-            report.seen()
-            if record is None:
-                report.reject(str(path), line, "not_json", error or "")
-                continue
-            record.setdefault("Row Number", f"{Path(path).stem}-{line}")
-            try:
-                (inst,) = import_rows([record], split=split_of(record, path, opts.split))
-            except (ValueError, KeyError, TypeError) as exc:
-                report.reject(str(path), line, "bad_row", str(exc))
-                continue
-            report.keep()
-            out.append(Imported(inst, str(path), line))
+    for path, line, record in each_record(paths, report):
+        record.setdefault("Row Number", f"{path.stem}-{line}")
+        try:
+            (inst,) = import_rows([record], split=split_of(record, path, opts.split))
+        except (ValueError, KeyError, TypeError) as exc:
+            report.reject(str(path), line, "bad_row", str(exc))
+            continue
+        report.keep()
+        out.append(Imported(inst, str(path), line))
     return out

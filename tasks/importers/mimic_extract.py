@@ -25,8 +25,8 @@ from pathlib import Path
 import pandas as pd
 
 from tasks.base import write_bytes_atomic
-from tasks.importers._common import Imported, ImportOptions
-from tasks.importers.records import read_records, split_of
+from tasks.importers._common import Imported, ImportOptions, each_record
+from tasks.importers.records import split_of
 from tasks.importers.report import ImportReport
 
 __all__ = ["run"]
@@ -78,46 +78,41 @@ def run(paths: list[Path], opts: ImportOptions, report: ImportReport) -> list[Im
     family = MimicExtract(root=opts.family_dir)
     out: list[Imported] = []
     done: set[str] = set()
-    for path in paths:
-        for line, record, error in read_records(path):
-            report.seen()
-            if record is None:
-                report.reject(str(path), line, "not_json", error or "")
-                continue
-            task = str(record.get("task_name") or "")
-            if task not in TASKS:
-                report.reject(str(path), line, "unknown_task", f"task_name {task!r} is not one of {list(TASKS)}")
-                continue
-            if task in done:
-                report.reject(str(path), line, "duplicate", f"task {task} was imported from an earlier line")
-                continue
-            folder = "mortality_los" if task in STAY_TASKS else "vasopressor_ventilation"
-            src = data / folder if data is not None else None
-            missing = (_stay_files(src, [task])[task] if task in STAY_TASKS else
-                       [f for f in _WINDOW_FILES if not (src / f).is_file()]) if src is not None else ["all"]
-            if missing:
-                report.need(str(path), line, (
-                    f"needs MIMIC-Extract files (credentialed MIMIC-III) for {task}: DIR/{folder}/ with "
-                    + ("X_lab_{train,val,test}.pkl, X_static_{train,val,test}.pkl, {train,val,test}_<task>_labels.csv"
-                       if task in STAY_TASKS else ", ".join(_WINDOW_FILES) + " (this project's window layout)")
-                    + "; pass --data DIR"))
-                continue
-            try:
-                if task in STAY_TASKS:
-                    _write_stays(src, cohort, hidden, task)
-                else:
-                    (cohort / folder).mkdir(parents=True, exist_ok=True)
-                    hidden.mkdir(parents=True, exist_ok=True)
-                    for name in _WINDOW_FILES:
-                        shutil.copyfile(src / name, (hidden if name == "test_window_labels.csv" else cohort / folder) / name)
-                inst = family._instance(opts.family_dir, COHORT, task, split_of(record, path, opts.split), len(out))
-            except Exception as exc:  # noqa: BLE001 - a malformed file or a failing reference: reported per record
-                report.reject(str(path), line, "bad_data", f"{type(exc).__name__}: {str(exc)[:160]}")
-                continue
-            done.add(task)
-            out.append(Imported(inst.model_copy(update={
-                "id": f"mimic_extract/{inst.split}/imported-{task}",
-                "metadata": {**inst.metadata, "source": "MIMIC-Extract",
-                             "original_performance": record.get("performance")}}), str(path), line))
-            report.keep()
+    for path, line, record in each_record(paths, report):
+        task = str(record.get("task_name") or "")
+        if task not in TASKS:
+            report.reject(str(path), line, "unknown_task", f"task_name {task!r} is not one of {list(TASKS)}")
+            continue
+        if task in done:
+            report.reject(str(path), line, "duplicate", f"task {task} was imported from an earlier line")
+            continue
+        folder = "mortality_los" if task in STAY_TASKS else "vasopressor_ventilation"
+        src = data / folder if data is not None else None
+        missing = (_stay_files(src, [task])[task] if task in STAY_TASKS else
+                   [f for f in _WINDOW_FILES if not (src / f).is_file()]) if src is not None else ["all"]
+        if missing:
+            report.need(str(path), line, (
+                f"needs MIMIC-Extract files (credentialed MIMIC-III) for {task}: DIR/{folder}/ with "
+                + ("X_lab_{train,val,test}.pkl, X_static_{train,val,test}.pkl, {train,val,test}_<task>_labels.csv"
+                   if task in STAY_TASKS else ", ".join(_WINDOW_FILES) + " (this project's window layout)")
+                + "; pass --data DIR"))
+            continue
+        try:
+            if task in STAY_TASKS:
+                _write_stays(src, cohort, hidden, task)
+            else:
+                (cohort / folder).mkdir(parents=True, exist_ok=True)
+                hidden.mkdir(parents=True, exist_ok=True)
+                for name in _WINDOW_FILES:
+                    shutil.copyfile(src / name, (hidden if name == "test_window_labels.csv" else cohort / folder) / name)
+            inst = family._instance(opts.family_dir, COHORT, task, split_of(record, path, opts.split), len(out))
+        except Exception as exc:  # noqa: BLE001 - a malformed file or a failing reference: reported per record
+            report.reject(str(path), line, "bad_data", f"{type(exc).__name__}: {str(exc)[:160]}")
+            continue
+        done.add(task)
+        out.append(Imported(inst.model_copy(update={
+            "id": f"mimic_extract/{inst.split}/imported-{task}",
+            "metadata": {**inst.metadata, "source": "MIMIC-Extract",
+                         "original_performance": record.get("performance")}}), str(path), line))
+        report.keep()
     return out

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tasks.importers._common import Imported, ImportOptions
-from tasks.importers.records import read_records, split_of
+from tasks.importers._common import Imported, ImportOptions, each_record, reject
+from tasks.importers.records import split_of
 from tasks.importers.report import ImportReport
 from tasks.power.importer import record_instance
 
@@ -21,20 +21,13 @@ __all__ = ["run"]
 def run(paths: list[Path], opts: ImportOptions, report: ImportReport) -> list[Imported]:
     """Import every record of ``paths``; rejected records go to ``report`` (see the module docstring)."""
     out: list[Imported] = []
-    for path in paths:
-        for line, record, error in read_records(path):
-            report.seen()
-            if record is None:
-                report.reject(str(path), line, "not_json", error or "")
-                continue
-            split = split_of(record, path, opts.split)
-            try:
-                inst = record_instance(record, split=split, key=f"{Path(path).stem}-{line}")
-            except ValueError as exc:
-                reason, _, detail = str(exc).partition(": ")
-                report.reject(str(path), line, reason, detail)
-                continue
-            report.keep("recomputed", *(["matches_original"] if inst.metadata["matches_original"] else []),
-                        *(["resized"] if "reinstantiated" in inst.metadata else []))
-            out.append(Imported(inst, str(path), line))
+    for path, line, record in each_record(paths, report):
+        try:
+            inst = record_instance(record, split=split_of(record, path, opts.split), key=f"{path.stem}-{line}")
+        except ValueError as exc:
+            reject(report, path, line, exc)
+            continue
+        report.keep("recomputed", *(["matches_original"] if inst.metadata["matches_original"] else []),
+                    *(["resized"] if "reinstantiated" in inst.metadata else []))
+        out.append(Imported(inst, str(path), line))
     return out
