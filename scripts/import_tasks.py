@@ -70,7 +70,8 @@ def main(argv: list[str] | None = None) -> int:
     for line in report.lines(args.show):
         print(line)
     if len(report.rejected) > args.show:
-        print(f"... {len(report.rejected) - args.show} more rejected records (import_report.json lists all)")
+        where = "import_report.json lists all" if manifest else "--show N prints more"
+        print(f"... {len(report.rejected) - args.show} more rejected records ({where})")
     for reason, n in report.by_reason.items():
         print(f"rejected {n:>5}  {reason}")
     for what in report.needs:
