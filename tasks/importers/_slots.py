@@ -27,6 +27,9 @@ __all__ = ["DIALECTS", "Dialect", "Draw", "Reinstantiator", "Slot", "find_slots"
 
 #: A set answer longer than this is not a question one can grade (EHRSQL's own answers are short lists).
 MAX_SET = 20
+_READ_ACTIONS = {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_FUNCTION, sqlite3.SQLITE_RECURSIVE}
+_INDEX_ACTIONS = {sqlite3.SQLITE_CREATE_INDEX, sqlite3.SQLITE_INSERT, sqlite3.SQLITE_UPDATE, sqlite3.SQLITE_READ,
+                  sqlite3.SQLITE_REINDEX, sqlite3.SQLITE_PRAGMA}
 #: Rows read from one execution (distinct values are counted after reading).
 FETCH_ROWS = 5000
 #: Seconds one execution of a gold query may take on the target database.
@@ -277,6 +280,8 @@ class Reinstantiator:
             for col in (dialect.anchor, dialect.stay, "hadm_id", "itemid", "icd9_code"):
                 if col and col in cols:
                     self._index(table, col)
+        self._indexing = False
+        self.con.set_authorizer(self._authorize)
         self._anchors: dict[tuple[str, str], list[Any]] = {}
         self._used: dict[str, set[Any]] = {}  # query shape -> anchors already drawn for it
         self._deadline = 0.0
@@ -286,13 +291,23 @@ class Reinstantiator:
         """Release the in-memory copy."""
         self.con.close()
 
+    def _authorize(self, action: int, *_: Any) -> int:
+        """Public gold SQL may only read: no ATTACH (it would create host files), no writes to the copy."""
+        if action in _READ_ACTIONS or (self._indexing and action in _INDEX_ACTIONS):
+            return sqlite3.SQLITE_OK
+        return sqlite3.SQLITE_DENY
+
     def _tick(self) -> int:
         return 1 if time.monotonic() > self._deadline else 0
 
     def _index(self, table: str, col: str) -> None:
         if (table, col) not in self._indexed and col in self.columns.get(table, ()):
             self._deadline = time.monotonic() + 600  # building an index is never cut short
-            self.con.execute(f"create index if not exists imp_{table}_{col} on {table}({col})")
+            self._indexing = True
+            try:
+                self.con.execute(f"create index if not exists imp_{table}_{col} on {table}({col})")
+            finally:
+                self._indexing = False
             self._indexed.add((table, col))
 
     def execute(self, sql: str, params: tuple = (), limit: int = MAX_SET + 2) -> list[tuple]:

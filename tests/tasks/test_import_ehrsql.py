@@ -145,3 +145,19 @@ def test_slot_helpers():
     assert result_of([("a", 1), ("a", 1)], "select x, y from t")[:2] == (["a", 1], "list")
     assert render_mimicsql("select demographic.'age' from demographic where demographic.'subject_id' = '7'") \
         == "what is the age of patients whose patient id is 7?"
+
+
+def test_public_sql_can_only_read(dbs, tmp_path):
+    from tasks.importers._slots import DIALECTS, Reinstantiator
+
+    engine = Reinstantiator(dbs / "mimic_iii.db", DIALECTS["mimic_iii"])
+    try:
+        target = tmp_path / "planted.db"
+        for sql in (f"attach database '{target}' as planted", "delete from admissions",
+                    "create table x (a int)", "update admissions set subject_id = 1"):
+            _, kind, why = engine.answer_of(sql)
+            assert kind == "" and "not authorized" in why, sql
+        assert not target.exists()
+        assert engine.answer_of("select count(*) from admissions")[0] > 0  # nothing was deleted
+    finally:
+        engine.close()
