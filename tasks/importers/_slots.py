@@ -7,7 +7,7 @@ compares a column with (``prescriptions.drug = 'heparin'``, ``demographic.'subje
 stores them differently), and draws replacements for the others from the rows of ONE anchor entity (a patient,
 or an admission for MIMICSQL), so that the drawn values co-occur: the patient id, the drug and the lab of a
 question all come from the same patient's records. A draw is accepted when the rewritten gold SQL, EXECUTED on
-the database, returns a meaningful answer (not empty, not only NULL, not a bare 0, not a set too long to grade);
+the database, returns a meaningful answer (not empty, not only NULL, not a bare numeric 0 or 1, not a set too long to grade);
 yes/no questions are steered towards a 50/50 mix so that a constant "no" does not win.
 """
 
@@ -114,7 +114,7 @@ def result_of(rows: list[tuple], sql: str) -> tuple[Any, str, str]:
     One column: a scalar (boolean for ``count(*) > 0`` and comparisons of two subqueries, integer, number,
     datetime, text) or, over several rows,
     the set of distinct values. Several columns: the row as a list, or the set of distinct rows. Degenerate:
-    nothing but NULLs, a bare 0, or more than :data:`MAX_SET` distinct values.
+    nothing but NULLs, a bare numeric 0 or 1, or more than :data:`MAX_SET` distinct values.
 
     Example:
         >>> result_of([("po",), ("po",), ("iv",)], "select route from prescriptions")
@@ -136,17 +136,16 @@ def result_of(rows: list[tuple], sql: str) -> tuple[Any, str, str]:
     value, kind = got
     if kind == "integer" and value in (0, 1) and _COMPARISON_QUERY.match(sql):
         value, kind = bool(value), "boolean"  # "is the last value less than the first?": a yes/no question
-    if kind in ("integer", "number") and value == 0:
-        return None, "", "the answer is 0"
+    if kind in ("integer", "number") and value in (0, 1):
+        # 0 is "nothing found"; a bare 1 also answers every yes/no item, so a constant "1" would collect both
+        # (the generated families drop numeric 0/1 answers for the same reason).
+        return None, "", f"the answer is {value}"
     return value, kind, ""
 
 
 def _weak(answer: Any, kind: str, target: bool) -> bool:
-    """A draw kept only when no better one is found: a yes/no answer off the 50/50 target, or a count of 1
-    (a constant "1" would otherwise score on every such item)."""
-    if kind == "boolean":
-        return bool(answer) != target
-    return kind in ("integer", "number") and answer == 1
+    """A draw kept only when no better one is found: a yes/no answer off the 50/50 target."""
+    return kind == "boolean" and bool(answer) != target
 
 
 def _canon(value: Any) -> str:
