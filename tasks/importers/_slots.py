@@ -8,7 +8,8 @@ stores them differently), and draws replacements for the others from the rows of
 or an admission for MIMICSQL), so that the drawn values co-occur: the patient id, the drug and the lab of a
 question all come from the same patient's records. A draw is accepted when the rewritten gold SQL, EXECUTED on
 the database, returns a meaningful answer (not empty, not only NULL, not a bare numeric 0 or 1, not a set too long to grade);
-yes/no questions are steered towards a 50/50 mix so that a constant "no" does not win.
+yes/no questions are steered towards a 50/50 mix (each towards the answer kept less often so far) so that a
+constant "yes" or "no" does not win.
 """
 
 from __future__ import annotations
@@ -283,6 +284,7 @@ class Reinstantiator:
         self.con.set_authorizer(self._authorize)
         self._anchors: dict[tuple[str, str], list[Any]] = {}
         self._used: dict[str, set[Any]] = {}  # query shape -> anchors already drawn for it
+        self._answered = {True: 0, False: 0}  # yes/no answers kept so far
         self._deadline = 0.0
         self.con.set_progress_handler(self._tick, 20_000)
 
@@ -498,7 +500,7 @@ class Reinstantiator:
             A :class:`Draw`; ``draw.ok`` is False with ``reason``/``detail`` when the record stays degenerate.
         """
         rng = random.Random(f"{self.seed}:{key}")
-        target = rng.random() < 0.5
+        target = self._answered[True] <= self._answered[False]  # steer yes/no answers to the rarer one so far
         # A comparison on a subquery alias (``t1.valuenum = 3.2``) is a threshold, not an entity value: kept as is.
         slots = [s for s in slots if s.table in self.columns]
         for slot in slots:
@@ -512,7 +514,7 @@ class Reinstantiator:
         base = rewrite_sql(sql, slots, {k: v for k, v in keep.items() if v != slots[k].value})
         answer, kind, why = self.answer_of(base)
         if not missing and kind:
-            return Draw(base, texts[0], answer, kind, case_fixed=case_fixed)
+            return self._count(Draw(base, texts[0], answer, kind, case_fixed=case_fixed))
         if why.startswith("sql_error"):
             return Draw(base, texts[0], reason="sql_error", detail=why.split(": ", 1)[-1])
         stating = next((t for t in texts if t and all(stated(t, slots[k].value) for k in missing)), None)
@@ -533,4 +535,9 @@ class Reinstantiator:
             return Draw(base, texts[0], reason="degenerate",
                         detail=f"{why or 'no meaningful answer'} after {self.attempts} draws per strategy")
         draw.case_fixed = case_fixed
+        return self._count(draw)
+
+    def _count(self, draw: Draw) -> Draw:
+        if draw.answer_type == "boolean":
+            self._answered[bool(draw.answer)] += 1
         return draw
