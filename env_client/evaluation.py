@@ -19,6 +19,8 @@ Metrics:
   last failed step: ``syntax_error``, ``io_error`` (file/table not found, permission), ``runtime_error`` (any
   other execution failure: exception, SQL error, timeout, memory, sandbox), ``invalid_action`` (the reply did
   not parse or named a forbidden action); then ``truncated`` (a budget ran out) and ``no_submission``.
+- **Constant floor** per family (:func:`constant_floor`): the best score one constant answer earns over the
+  whole split under the family's own grader, reported with its bound (10 %, or 50 % for yes/no families).
 - **Actions**: counts of actions taken (``code_execution:python`` and ``code_execution:sql`` apart,
   ``invalid`` for replies that did not parse); **cost**: turns, prompt and completion tokens, wall seconds.
 - **Infrastructure failures** (the policy's endpoint failed, the sandbox died): episodes that produced no
@@ -49,9 +51,10 @@ from env_client.errors import EnvClientError
 from tasks import SUITES
 from tasks._files import FileFormatError, load_json
 
-__all__ = ["ERROR_CLASSES", "ID_FAMILIES", "OOD_FAMILIES", "EvalError", "EvalReport", "best_at_k", "bootstrap_interval",
-           "classify_failure", "code_version", "evaluate", "label_base_rate", "leaderboard", "load_reports", "pass_at_k",
-           "render_markdown", "success_interval", "task_set_hash", "wilson_interval", "write_plots", "write_report"]
+__all__ = ["ERROR_CLASSES", "FLOOR_BOUND", "ID_FAMILIES", "OOD_FAMILIES", "EvalError", "EvalReport", "best_at_k",
+           "bootstrap_interval", "classify_failure", "code_version", "constant_floor", "evaluate", "label_base_rate",
+           "leaderboard", "load_reports", "pass_at_k", "render_markdown", "success_interval", "task_set_hash",
+           "wilson_interval", "write_plots", "write_report"]
 
 #: The paper's in-distribution families (``--suite id``) and the held-out ones (``--suite ood``): ``tasks.SUITES``.
 ID_FAMILIES = SUITES["id"]
@@ -215,7 +218,8 @@ class EvalReport:
             ids; ``k``: the largest K of Pass@K.
         success_rate: Share of correct episodes among all attempted; ``ci95``: its 95 % interval
             (``ci_method``: ``wilson`` or ``bootstrap-tasks``).
-        per_family: ``family -> {n, success_rate, ci95, pass_at_k (at K), errors, infra_failures, base_rate?}``.
+        per_family: ``family -> {n, success_rate, ci95, pass_at_k (at K), errors, infra_failures, base_rate?,
+            floor?}``.
         per_category: ``family/category -> {n, success_rate}``.
         pass_at_k: ``str(k) -> unbiased Pass@k`` for ``k = 1..K``.
         best_at_k: ``str(k) -> Best@k``, or None without scores.
@@ -292,8 +296,8 @@ def _error_class(x: _Sample) -> str:
 
 def evaluate(trajectories: Iterable[Any], *, policy: str | None = None,
              scores: Mapping[tuple[str, int], float] | None = None,
-             base_rates: Mapping[str, float] | None = None, meta: Mapping[str, Any] | None = None,
-             failures: Iterable[Mapping[str, Any]] = ()) -> EvalReport:
+             base_rates: Mapping[str, float] | None = None, floors: Mapping[str, Mapping[str, Any]] | None = None,
+             meta: Mapping[str, Any] | None = None, failures: Iterable[Mapping[str, Any]] = ()) -> EvalReport:
     """Compute every metric over finished trajectories and the episodes that failed to run.
 
     Args:
@@ -302,6 +306,8 @@ def evaluate(trajectories: Iterable[Any], *, policy: str | None = None,
         scores: ``(task_id, sample_idx) -> score`` of a scorer (e.g. the learned verifier) for Best@K; every
             finished episode must have one. None: Best@K is reported as N/A.
         base_rates: ``family -> label base rate`` to show beside each family's success.
+        floors: ``family -> constant_floor(...)`` (the best constant answer over the whole split), shown beside
+            each family's success with its bound.
         meta: Run facts copied into the report.
         failures: Episodes that produced no trajectory (``RolloutSummary.failures``: ``task_id``, ``family``,
             ``category``, ``sample_idx``, ``error``): each counts as a failed episode of its task.
@@ -349,6 +355,8 @@ def evaluate(trajectories: Iterable[Any], *, policy: str | None = None,
         row["errors"] = {c: fam_errors[c] for c in ERROR_CLASSES if fam_errors[c]}
         if base_rates and fam in base_rates:
             row["base_rate"] = base_rates[fam]
+        if floors and fam in floors:
+            row["floor"] = dict(floors[fam])
         per_family[fam] = row
     cats: dict[str, list[bool]] = defaultdict(list)
     for x in samples:
@@ -406,6 +414,19 @@ def _meta_value(value: Any) -> str:
     return json.dumps(value, sort_keys=True, default=str) if isinstance(value, (dict, list)) else str(value)
 
 
+def _floor_cell(floor: Mapping[str, Any] | None) -> str:
+    if not floor:
+        return "N/A"
+    return f"{_pct(floor['floor'])} (`{str(floor['constant'])[:24]}`)" if floor.get("constant") else _pct(floor["floor"])
+
+
+def _bound_cell(floor: Mapping[str, Any] | None) -> str:
+    if not floor:
+        return "–"
+    what = "vs 50 % (binary)" if floor.get("binary") else f"≤ {floor['bound']:.0%}"
+    return f"**exceeds** {what}" if floor.get("exceeds") else what
+
+
 def render_markdown(report: EvalReport) -> str:
     """The ``report.md`` text: headline with intervals, per family, Pass@K/Best@K, errors, actions, cost,
     per category and the run's provenance."""
@@ -419,15 +440,19 @@ def render_markdown(report: EvalReport) -> str:
               f"Best@{r.k}: {_pct(r.best_at_k[str(r.k)]) if r.best_at_k else 'N/A (no scores)'}, "
               f"grader errors: {r.grader_errors}"), "",
              "## Per family", "",
-             "| family | episodes | success | 95 % CI | pass@K | base rate | infra failures | main error |",
-             "|---|---:|---:|---|---:|---:|---:|---|"]
+             "| family | episodes | success | 95 % CI | pass@K | base rate | constant floor | floor bound | "
+             "infra failures | main error |",
+             "|---|---:|---:|---|---:|---:|---|---|---:|---|"]
     for fam, row in r.per_family.items():
         lines.append(f"| {fam} | {row['n']} | {_pct(row['success_rate'])} | {_ci(row.get('ci95'))} | "
-                     f"{_pct(row['pass_at_k'])} | {_pct(row.get('base_rate'))} | {row.get('infra_failures', 0)} | "
+                     f"{_pct(row['pass_at_k'])} | {_pct(row.get('base_rate'))} | {_floor_cell(row.get('floor'))} | "
+                     f"{_bound_cell(row.get('floor'))} | {row.get('infra_failures', 0)} | "
                      f"{_main_error(row.get('errors') or {})} |")
-    lines += ["", ("Base rate: share of the most common gold answer over the whole split (what one constant answer "
-              "scores under exact matching; families graded on workspace files submit a pointer such as `done`, so "
-              "theirs reads 100 %)."),
+    lines += ["", ("Base rate: share of the most common gold answer over the whole split. Constant floor: the best "
+              "score one constant answer (a common gold answer, `[-1]`, `0`, `1`, yes/no, ...) earns over the whole "
+              "split under the family's own grader, with that constant; bound: at most 10 %, or 50 % for binary "
+              "(yes/no) families. Families whose answers are programs count the most common reference program "
+              "instead of running constants."),
               "", "## Pass@K and Best@K", "", "| K | Pass@K | Best@K |", "|---:|---:|---:|"]
     for k, v in r.pass_at_k.items():
         lines.append(f"| {k} | {_pct(v)} | {_pct(r.best_at_k[k]) if r.best_at_k else 'N/A'} |")
@@ -641,6 +666,76 @@ def task_set_hash(instances: Iterable[Any], family_versions: Mapping[str, Any]) 
         digest.update(f"{inst.id}\0{json.dumps(inst.answer, sort_keys=True, default=str)}\0".encode())
     digest.update(json.dumps(dict(family_versions), sort_keys=True, default=str).encode())
     return digest.hexdigest()[:16]
+
+
+#: Constant answers tried beside a family's most common gold answers: do nothing, yes/no, zero/one, empty list.
+FLOOR_CONSTANTS = ("0", "1", "-1", "[-1]", "[]", "yes", "no", "true", "false", "none", "done", "predictions.csv")
+#: The most a constant answer may score on a non-binary family; binary families are reported against 50 %.
+FLOOR_BOUND = 0.10
+#: Most common gold answers scored as constants (bounds the cost: candidates x instances grades).
+FLOOR_CANDIDATES = 20
+
+
+def _floor_context(family: Any, workspace: Path) -> Any:
+    from tasks.base import GradeContext
+
+    root = getattr(family, "root", None)
+    return GradeContext(family_dir=Path(root) if root is not None else None, workspace=workspace)
+
+
+def constant_floor(family: Any, instances: list[Any]) -> dict[str, Any]:
+    """The best score ONE constant answer earns over ``instances`` (a whole split) under the family's grader.
+
+    Candidates: the :data:`FLOOR_CANDIDATES` most common rendered gold answers and :data:`FLOOR_CONSTANTS`; each
+    is submitted to every instance and graded by ``family.grade`` with an empty workspace (a constant answer
+    writes no file). Families whose gold answers are programs (the reference code itself, graded by running
+    it) are not executed: a program can only pass the instances it is the reference of, so their floor is the
+    share of the most common reference program.
+
+    Args:
+        family: The family object (``tasks.make``).
+        instances: Every instance of the split (not a ``--limit`` subset).
+
+    Returns:
+        ``{"floor", "constant", "method", "binary", "bound", "exceeds", "instances", "grader_errors"}``;
+        ``binary`` families (every answer a yes/no) have ``bound`` 0.5, the others :data:`FLOOR_BOUND`.
+
+    Example:
+        >>> constant_floor(tasks.make("medagentbench", root=root), fam.instances("test"))["constant"]
+        '[-1]'
+    """
+    import tempfile
+
+    from tasks.graders import render_answer
+
+    items = list(instances)
+    binary = bool(items) and all(i.answer_type == "boolean" for i in items)
+    bound = 0.5 if binary else FLOOR_BOUND
+    out: dict[str, Any] = {"floor": 0.0, "constant": None, "method": "graded", "binary": binary, "bound": bound,
+                           "instances": len(items), "grader_errors": 0}
+    if not items:
+        return {**out, "exceeds": False}
+    if all(i.solution_lang == "python" and i.answer == i.solution for i in items):
+        counts = Counter(str(i.answer) for i in items)
+        top, n = counts.most_common(1)[0]
+        return {**out, "floor": round(n / len(items), 6), "constant": top[:60], "method": "shared reference program",
+                "exceeds": n / len(items) > bound + 1e-9}
+    rendered = Counter(render_answer(i.answer_type, i.answer) for i in items)
+    candidates = list(dict.fromkeys([r for r, _ in rendered.most_common(FLOOR_CANDIDATES)] + list(FLOOR_CONSTANTS)))
+    best, best_c, errors = -1.0, None, 0
+    with tempfile.TemporaryDirectory() as ws:
+        ctx = _floor_context(family, Path(ws))
+        for constant in candidates:
+            total = 0.0
+            for inst in items:
+                try:
+                    total += family.grade(inst, constant, ctx).score
+                except Exception:  # noqa: BLE001 - a crashing grader earns nothing here; counted, shown in the report
+                    errors += 1
+            if total / len(items) > best:
+                best, best_c = total / len(items), constant
+    return {**out, "floor": round(best, 6), "constant": best_c[:60], "grader_errors": errors,
+            "exceeds": best > bound + 1e-9}
 
 
 def label_base_rate(instances: Iterable[Any]) -> float:

@@ -28,6 +28,10 @@ for Best@K; ``--verifier FOLDER_OR_URL`` scores the episodes with a trained veri
 the trajectories; without either, Best@K is N/A. ``--json`` ends stdout with one JSON object: ``policy``,
 ``episodes``, ``success_rate``, ``ci95``, ``per_family`` (``family -> success rate``), ``pass_at_k``,
 ``best_at_k``, ``errors``, ``infra_failures``, ``prompt_tokens``, ``completion_tokens``, ``out``.
+
+Reward floors: beside each family's success the report gives the best score one constant answer earns over
+the WHOLE split (not the ``--limit`` subset) under the family's own grader, and its bound (10 %; 50 % for
+yes/no families): ``env_client.evaluation.constant_floor``; the JSON line has it as ``floor``.
 """
 
 from __future__ import annotations
@@ -50,6 +54,7 @@ from env_client.evaluation import (
     OOD_FAMILIES,
     EvalError,
     code_version,
+    constant_floor,
     evaluate,
     label_base_rate,
     task_set_hash,
@@ -130,13 +135,15 @@ def run(args: argparse.Namespace) -> dict:
     split = "test" if args.suite else args.split
     names = choose_families(args.families, args.suite, args.tasks_root)
     ensure_built(names, args.tasks_root, args.size, args.seed)
-    instances, base_rates = [], {}
+    instances, base_rates, floors = [], {}, {}
     for name in names:
-        whole = tasks.make(name, root=args.tasks_root).instances(split)
+        family = tasks.make(name, root=args.tasks_root)
+        whole = family.instances(split)
         if not whole:
             raise TaskError(f"family {name!r} has no {split!r} instances under {args.tasks_root}; rebuild it")
         instances.extend(whole[:args.limit])
-        base_rates[name] = label_base_rate(whole)  # over the whole split, not the --limit subset
+        base_rates[name] = label_base_rate(whole)  # both over the whole split, not the --limit subset
+        floors[name] = constant_floor(family, whole)
     out = args.out or Path("runs/eval") / re.sub(r"[^A-Za-z0-9_.-]+", "_", args.policy)
     store = out / "trajectories.jsonl"
     config = {"format": args.format, **({"max_turns": args.max_turns} if args.max_turns else {})}
@@ -160,14 +167,14 @@ def run(args: argparse.Namespace) -> dict:
             "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "task_set": task_set_hash(instances, {n: f["version"] for n, f in families.items()}),
             "run_key": run_key({**run_info, "seed": args.seed})}
-    report = evaluate(result.trajectories, policy=args.policy, scores=scores, base_rates=base_rates, meta=meta,
-                      failures=result.summary.failures)
+    report = evaluate(result.trajectories, policy=args.policy, scores=scores, base_rates=base_rates, floors=floors,
+                      meta=meta, failures=result.summary.failures)
     write_report(report, out, plots=not args.no_plots)
     if result.summary.failures:
         _report_failures(result.summary.failures)
     return {"policy": report.policy, "episodes": report.episodes, "success_rate": report.success_rate,
             "ci95": report.ci95, "per_family": {f: row["success_rate"] for f, row in report.per_family.items()},
-            "base_rate": base_rates, "pass_at_k": report.pass_at_k, "best_at_k": report.best_at_k,
+            "base_rate": base_rates, "floor": floors, "pass_at_k": report.pass_at_k, "best_at_k": report.best_at_k,
             "errors": report.errors, "failed_episodes": result.summary.failed,
             "infra_failures": report.infra_failures, "prompt_tokens": report.prompt_tokens,
             "completion_tokens": report.total_tokens, "out": str(out), "_store": str(store)}
@@ -228,7 +235,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{summary['policy']}: success {summary['success_rate']:.1%} (95 % CI {lo:.1%}-{hi:.1%}) over "
           f"{summary['episodes']} episodes{infra}; pass@k {summary['pass_at_k']}; report in {summary['out']}")
     for fam, rate in summary["per_family"].items():
-        print(f"  {fam:<16} {rate:6.1%}  (label base rate {summary['base_rate'].get(fam, 0):.1%})")
+        floor = summary["floor"][fam]
+        flag = " EXCEEDS" if floor["exceeds"] else ""
+        print(f"  {fam:<16} {rate:6.1%}  (label base rate {summary['base_rate'].get(fam, 0):.1%}; constant floor "
+              f"{floor['floor']:.1%} with {str(floor['constant'])[:20]!r}, bound {floor['bound']:.0%}{flag})")
     summary.pop("_store")
     if args.json:
         print(json.dumps(summary, sort_keys=True))

@@ -9,8 +9,9 @@ Description:
     (``tasks/bio/kinds_seq.py``, ``tasks/bio/kinds_io.py``). Each task has a module context with the marker
     ``<<insert solution here>>`` (indented inside a class for the class-method kind). An instance is a task
     plus one seeded draw of hidden argument lists; the gold results are computed by EXECUTING the reference
-    function at build time. ``import_records`` turns original BioCoder records (idx, problem, solution,
-    context, signature, code) into instances graded on the program's stdout.
+    function at build time. Original BioCoder records (idx, problem, solution, context, signature, code) are
+    imported by ``scripts/import_tasks.py --family biocoder`` (tasks/importers/biocoder.py) as instances graded
+    on the program's stdout.
 
 Example instance:
     question: "This is in python\\nReturn the reverse complement of the DNA sequence `seq` ...
@@ -46,11 +47,6 @@ Version history:
 
 from __future__ import annotations
 
-import hashlib
-import json
-import subprocess
-import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -214,76 +210,38 @@ class BioCoder:
 
 
 # -------------------------------------------------------------------------------------------------------------
-# Importer for original BioCoder records (idx, problem, solution, context, signature, code).
+# The importer of original BioCoder records lives in tasks/importers/biocoder.py (scripts/import_tasks.py).
 # -------------------------------------------------------------------------------------------------------------
-_RECORD_FIELDS = ("idx", "problem", "solution", "context", "signature", "code")
 
 
-def _run_local(code: str, timeout: float) -> tuple[bool, str]:
-    """Run trusted record code in a fresh isolated interpreter (cwd = a temp dir); ``(ok, stdout)``."""
-    with tempfile.TemporaryDirectory() as tmp:
-        try:
-            proc = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True,
-                                  timeout=timeout, cwd=tmp, check=False)
-        except subprocess.TimeoutExpired:
-            return False, ""
-    return proc.returncode == 0, proc.stdout
+def import_records(path: Path | str, *, split: Split = "test", session: Any = None) -> tuple[list[Instance], list[str]]:
+    """The earlier API over :mod:`tasks.importers.biocoder`: ``(instances, dropped)`` for one JSONL file.
 
-
-def import_records(path: Path | str, *, split: Split = "test", session: Any = None,
-                   timeout: float = 20.0) -> tuple[list[Instance], list[str]]:
-    """Turn a BioCoder JSONL file into instances whose gold is the reference program's stdout.
-
-    Each record's ``code`` (context + reference) is run twice (in ``session`` when given, else in a fresh local
-    interpreter): records that fail, print nothing, or print different output on the two runs are dropped
-    (nondeterministic or missing dependencies). Stdout only, never stderr.
-
-    Args:
-        path: JSONL with the fields idx, problem, solution, context, signature, code.
-        split: Split of the produced instances.
-        session: Optional sandbox session to run the reference programs in.
-        timeout: Seconds per run.
-
-    Returns:
-        ``(instances, dropped)``: ``dropped`` lists ``"<idx>: <why>"``.
+    Kept for existing callers; new code uses ``scripts/import_tasks.py --family biocoder`` (per-record report).
+    Reference programs run in ``session`` (a sandbox session) or a one-worker bwrap pool.
 
     Raises:
-        TaskError: A line is not JSON or lacks a field (names the line).
+        TaskError: A line is not JSON or lacks a field (names the line), as before.
     """
+    from tasks.importers.biocoder import _instance, check_record
+    from tasks.importers.records import read_records
+
+    pool = None if session is not None else FallbackPool("bwrap")
     out: list[Instance] = []
     dropped: list[str] = []
-    for lineno, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise TaskError(f"{path}:{lineno}: not JSON ({exc.msg}); one BioCoder record per line") from exc
-        missing = [f for f in _RECORD_FIELDS if f not in rec]
-        if missing:
-            raise TaskError(f"{path}:{lineno}: BioCoder record lacks {missing}; expected fields {list(_RECORD_FIELDS)}")
-        if bb.MARKER not in rec["context"]:
-            dropped.append(f"{rec['idx']}: context has no marker")
-            continue
-        program = bb.splice(rec["context"], rec["solution"])
-        runs = []
-        for _ in range(2):
-            if session is not None:
-                status, _, stdout = run_graded(session, program, new_nonce(), wall_s=timeout)
-                runs.append((status == "ok", stdout))
+    try:
+        for lineno, rec, error in read_records(path):
+            if rec is None:
+                raise TaskError(f"{path}:{lineno}: {error}; one BioCoder record per line")
+            reason, detail, context = check_record(rec, session if session is not None else pool.session())
+            if reason == "missing_field":
+                raise TaskError(f"{path}:{lineno}: {detail}")
+            if reason:  # a missing package is where the old API ran the program and saw it fail
+                label = "reference fails to import" if reason == "needs_packages" else reason.replace("_", " ")
+                dropped.append(f"{rec.get('idx')}: {label}: {detail}")
             else:
-                runs.append(_run_local(program, timeout))
-        if not all(ok for ok, _ in runs) or not runs[0][1].strip() or runs[0][1] != runs[1][1]:
-            why = "reference fails" if not all(ok for ok, _ in runs) else "no output or nondeterministic output"
-            dropped.append(f"{rec['idx']}: {why}")
-            continue
-        fn = rec["signature"].split("def ", 1)[-1].split("(", 1)[0].strip()
-        question = f"{rec['problem']}\n\nSignature: {rec['signature']}\n\n{_INSTRUCTIONS}"
-        digest = hashlib.sha256(rec["idx"].encode()).hexdigest()[:12]
-        out.append(Instance(
-            id=f"biocoder/{split}/rec-{digest}", family="biocoder", category="imported", split=split,
-            question=question, context=f"Module context (your function replaces the marker):\n\n{rec['context']}",
-            answer=rec["solution"], answer_type="text", solution=rec["solution"], solution_lang="python",
-            metadata={"mode": "stdout", "idx": rec["idx"], "target": fn, "module": rec["context"],
-                      "expected_stdout": runs[0][1]}))
+                out.append(_instance(rec, context, detail, split))
+    finally:
+        if pool is not None:
+            pool.close()
     return out, dropped

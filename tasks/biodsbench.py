@@ -46,11 +46,9 @@ Version history:
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import os
-import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -321,85 +319,39 @@ class BioDSBench:
 
 
 # -------------------------------------------------------------------------------------------------------------
-# Importer for original BioDSBench records.
+# The importer of original BioDSBench records lives in tasks/importers/biodsbench.py (scripts/import_tasks.py).
 # -------------------------------------------------------------------------------------------------------------
-_RECORD_FIELDS = ("queries", "dataframes", "test_cases", "reference_answer", "study_ids", "question_ids")
-WORKDIR = "/workdir/"
-
-
-def _as_list(text: Any) -> list[str]:
-    """``code_histories``/``test_cases`` arrive as a list or its string form."""
-    if isinstance(text, list):
-        return [str(t) for t in text]
-    text = str(text or "").strip()
-    if not text or text == "[]":
-        return []
-    with contextlib.suppress(ValueError, SyntaxError):
-        import ast
-
-        value = ast.literal_eval(text)
-        if isinstance(value, list):
-            return [str(t) for t in value]
-    return [text]
 
 
 def import_records(path: Path | str, data_root: Path | str, family_dir: Path | str, *, split: Split = "test",
                    session: Any = None) -> tuple[list[Instance], list[str]]:
-    """Turn BioDSBench records into instances; each study's tables are copied under ``<family_dir>/imported/``.
+    """The earlier API over :mod:`tasks.importers.biodsbench`: ``(instances, dropped)`` for one JSONL file.
 
-    ``/workdir/`` paths in the records become ``/data/workdir/``; the study folder is mounted as ``workdir``.
-    When ``session`` is given (a sandbox session whose ``/data/workdir`` is the study's copied folder, e.g.
-    one per study), each record's earlier cells + reference + test cases are run and failing records dropped.
-
-    Args:
-        path: JSONL of records (fields queries, dataframes, test_cases, reference_answer, study_ids,
-            question_ids; optional code_histories, cot_instructions).
-        data_root: Folder holding ``<study_id>/<table>.csv`` for every study referenced.
-        family_dir: The built family directory (the tables are copied to ``imported/<study_id>``).
-        split: Split of the produced instances.
-        session: Optional callable ``study_id -> session`` (or one session) used to verify the references.
-
-    Returns:
-        ``(instances, dropped)``.
+    Kept for existing callers; new code uses ``scripts/import_tasks.py --family biodsbench --data DIR``. Each
+    study's tables are copied under ``<family_dir>/imported/``; with ``session`` (one session, or a callable
+    ``study_id -> session`` whose ``/data/workdir`` is that study's copy) failing references are dropped.
 
     Raises:
-        TaskError: A malformed line or a study without a data folder (names what to provide).
+        TaskError: A malformed line, or a study without its tables (names what to provide), as before.
     """
+    from tasks.importers.biodsbench import record_instance
+    from tasks.importers.records import read_records
+
     out: list[Instance] = []
     dropped: list[str] = []
-    for lineno, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
+    for lineno, rec, error in read_records(path):
+        if rec is None:
+            raise TaskError(f"{path}:{lineno}: {error}; one BioDSBench record per line")
         try:
-            rec = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise TaskError(f"{path}:{lineno}: not JSON ({exc.msg}); one BioDSBench record per line") from exc
-        missing = [f for f in _RECORD_FIELDS if f not in rec]
-        if missing:
-            raise TaskError(f"{path}:{lineno}: BioDSBench record lacks {missing}; expected {list(_RECORD_FIELDS)}")
-        study = str(rec["study_ids"])
-        src = Path(data_root) / study
-        if not src.is_dir():
-            raise TaskError(f"{path}:{lineno}: no data folder {src} for study {study}; put its tables there")
-        dest = Path(family_dir) / "imported" / study
-        if not dest.is_dir():
-            shutil.copytree(src, dest)
-        fix = (lambda text: str(text).replace(WORKDIR, "/data/workdir/"))
-        prelude = "\n".join(fix(c) for c in _as_list(rec.get("code_histories")))
-        asserts = "\n".join(fix(t) for t in _as_list(rec["test_cases"])) + "\n"
-        inst = Instance(
-            id=f"biodsbench/{split}/rec-{study}-{rec['question_ids']}", family="biodsbench", category="imported",
-            split=split, question=f"{fix(rec['queries'])}\n\n{_INSTRUCTIONS}",
-            context=f"Tables:\n\n{fix(rec['dataframes'])}" + (f"\n\nEarlier notebook cells (run before your code):\n{prelude}" if prelude else ""),
-            answer=fix(rec["reference_answer"]), answer_type="text", solution=fix(rec["reference_answer"]),
-            solution_lang="python", data={"workdir": f"imported/{study}"},
-            metadata={"study": study, "question_id": rec["question_ids"], "prelude": prelude, "asserts": asserts},
-        )
+            inst = record_instance(rec, Path(data_root), Path(family_dir), split=split)
+        except ValueError as exc:
+            raise TaskError(f"{path}:{lineno}: {str(exc).partition(': ')[2]}") from None
         if session is not None:
-            sess = session(study) if callable(session) else session
+            sess = session(inst.metadata["study"]) if callable(session) else session
             verdict = BioDSBench(root=family_dir).grade(inst, inst.solution or "", GradeContext(session=sess))
             if not verdict.correct:
-                dropped.append(f"{study}/{rec['question_ids']}: reference fails its tests ({verdict.reason})")
+                dropped.append(f"{inst.metadata['study']}/{inst.metadata['question_id']}: reference fails its "
+                               f"tests ({verdict.reason})")
                 continue
         out.append(inst)
     return out, dropped
