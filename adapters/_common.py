@@ -108,13 +108,15 @@ class TaskSource:
                               "check the id (family/split/index) and the tasks root")
         return found
 
-    def pick(self, seed: int | None = None) -> Instance:
-        """One instance of ``families`` / ``split``, chosen by ``seed`` (the same seed, the same task)."""
+    def pick(self, seed: int | None = None, rng: Any = None) -> Instance:
+        """One instance of ``families`` / ``split``, chosen by ``seed`` (the same seed, the same task), or drawn
+        from ``rng`` (a ``numpy.random.Generator`` such as gymnasium's ``np_random``, or a ``random.Random``)."""
         pool = [inst for fam in self.families for inst in self.instances(fam, self.split).values()]
         if not pool:
             raise UnknownTask(f"no {self.split!r} instances of {self.families} under {self.root}; build them with "
                               f"`python scripts/build_tasks.py --out {self.root}`")
-        return random.Random(seed).choice(pool)
+        rng = rng if rng is not None else random.Random(seed)
+        return pool[int(rng.integers(len(pool))) if hasattr(rng, "integers") else rng.randrange(len(pool))]
 
     def rows(self, split: str | None = None, limit: int | None = None) -> list[dict[str, str]]:
         """Dataset rows ``{"task_id", "family", "split"}`` of ``families`` (``limit`` per family)."""

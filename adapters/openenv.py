@@ -40,7 +40,12 @@ from env_client.server_app import (
 
 try:
     from openenv.core.env_server import Environment, HTTPEnvServer
-    from openenv.core.env_server.types import Action, ConcurrencyConfig, Observation, State
+    from openenv.core.env_server.types import (
+        Action,
+        ConcurrencyConfig,
+        Observation,
+        State,
+    )
 except ImportError as exc:  # the optional extra is missing: say how to get it
     raise ImportError("adapters.openenv needs openenv-core: pip install 'medagentgym[openenv]'") from exc
 
