@@ -34,6 +34,7 @@ from env_client.server_app import (
     MAX_ACTION_CHARS,
     ResetRequest,
     ServedEnv,
+    ServerBusy,
     StepAction,
     build_app,
 )
@@ -93,7 +94,7 @@ class MedEnvironment(Environment):
     def _guard(self, fn: Any) -> Any:
         try:
             return fn()
-        except CLIENT_ERRORS:
+        except (*CLIENT_ERRORS, ServerBusy):  # the client's own misuse, or "retry later": safe to say
             raise
         except Exception as exc:
             if not self.served.hide_gold:

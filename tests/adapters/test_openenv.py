@@ -73,3 +73,30 @@ def test_token_and_per_client_session_cap_apply_to_websockets(server):
         with pytest.raises(ConnectionError, match="403"), GenericEnvClient(base_url=authed).sync() as other:
             other.reset(seed=1)
         assert env.step({"text": SQL}).observation["info"]["status"] == "ok"  # the first still serves
+
+
+def test_an_abandoned_websocket_session_is_reaped_and_frees_its_worker(toy_root, make_test_pool):
+    """One sandbox worker: a silent WebSocket session is closed by OpenEnv's reaper (started by our lifespan), so a
+    new session gets the worker; the abandoned client's next step is an error, not a hang."""
+    import time
+
+    pool = make_test_pool(1)
+    try:
+        app = build_openenv_app(toy_root, pool=pool, families=["toy_sql"], idle_timeout_s=2.0, worker_wait_s=0.3)
+        with background_server(app) as url, GenericEnvClient(base_url=url).sync() as abandoned:
+            abandoned.reset(seed=0)  # holds the only worker, then goes silent
+            deadline = time.monotonic() + 60  # reaper period max(2 / 4, 5) s, plus a loaded machine
+            while True:  # a new session per try: OpenEnv counts only successful calls as activity
+                with GenericEnvClient(base_url=url).sync() as fresh:
+                    try:
+                        fresh.reset(seed=1)
+                    except RuntimeError as exc:
+                        assert "no sandbox worker became free" in str(exc)
+                        assert time.monotonic() < deadline, "the abandoned session was never reaped"
+                        continue
+                    assert fresh.step({"text": SQL}).observation["info"]["status"] == "ok"
+                    break
+            with pytest.raises(RuntimeError, match="episode is over"):
+                abandoned.step({"text": SQL})
+    finally:
+        pool.close()
