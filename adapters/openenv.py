@@ -44,6 +44,7 @@ try:
     from openenv.core.env_server.types import (
         Action,
         ConcurrencyConfig,
+        EnvironmentMetadata,
         Observation,
         State,
     )
@@ -146,6 +147,13 @@ class MedEnvironment(Environment):
         turn = data.pop("turn", 0)
         data.pop("episode_id", None)
         return State(episode_id=self._episode_id, step_count=turn, **data)
+
+    def get_metadata(self) -> EnvironmentMetadata:
+        """What ``/metadata`` shows: the name, the families a seed-only reset picks from, how to call it."""
+        return EnvironmentMetadata(
+            name="MedAgentGym", version="1",
+            description=f"Biomedical data-science tasks graded by strict oracles; families: {', '.join(self.families)}; "
+                        f"reset(task_id=... | seed=...), step({{'text': model reply}} | {{'typed': action}}).")
 
     def close(self) -> None:
         """Close the episode and return its sandbox worker (idempotent)."""

@@ -63,6 +63,19 @@ def test_gold_stays_hidden_and_misuse_is_an_error_message(server, oracle_answer)
             env.reset(task_id="toy_sql/test/9999")
 
 
+def test_metadata_and_schema_answer_openenv_clients(server):
+    import httpx
+
+    url, _ = server
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    meta = httpx.get(f"{url}/metadata", headers=headers).json()
+    assert meta["name"] == "MedAgentGym" and "toy_sql" in meta["description"]
+    schema = httpx.get(f"{url}/schema", headers=headers).json()
+    assert {"action", "observation", "state"} <= set(schema) and "text" in schema["action"]["properties"]
+    assert httpx.get(f"{url}/health").json()["status"] == "healthy"  # open, as OpenEnv's probes expect
+    assert httpx.get(f"{url}/metadata").status_code == 401
+
+
 def test_token_and_per_client_session_cap_apply_to_websockets(server):
     url, authed = server
     with pytest.raises(ConnectionError, match="403"), GenericEnvClient(base_url=url).sync() as env:  # no token

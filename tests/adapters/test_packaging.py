@@ -22,7 +22,7 @@ def _loaded(code: str) -> list[str]:
 
 
 def test_inner_packages_never_import_adapters():
-    loaded = _loaded("import importlib\nfor m in %r: importlib.import_module(m)" % INNER)
+    loaded = _loaded(f"import importlib\nfor m in {INNER!r}: importlib.import_module(m)")
     assert not [m for m in loaded if m.split(".")[0] == "adapters"]
 
 
