@@ -36,12 +36,14 @@ from env_client.errors import EnvClientError, ResetNeeded
 from sandbox.errors import SandboxError
 from tasks.base import Instance, TaskError, UnknownTask
 
-__all__ = ["MAX_ACTION_CHARS", "ResetRequest", "ServerBusy", "StepAction", "background_server", "build_app",
-           "public_verdict"]
+__all__ = ["CLIENT_ERRORS", "MAX_ACTION_CHARS", "ResetRequest", "ServedEnv", "ServerBusy", "StepAction",
+           "background_server", "build_app", "public_verdict"]
 
 #: Longest model reply ``/step`` accepts (characters); a real reply is a few thousand.
 MAX_ACTION_CHARS = 100_000
 HIDDEN = "hidden by the server"
+#: Exceptions that mean the client misused an episode (their messages are safe to show).
+CLIENT_ERRORS = (EnvClientError, TaskError, ValueError)
 
 
 @contextlib.contextmanager
@@ -141,18 +143,26 @@ def _is_busy(exc: SandboxError) -> bool:
     return type(exc) is SandboxError and str(exc).startswith("no free sandbox worker")
 
 
-class _ServedEnv:
-    """Adapts :class:`Env` to the generic server: instance lookup on reset, trajectory in the state, the worker
-    returned when an episode ends, verdicts made public (``hide_gold``)."""
+class ServedEnv:
+    """One served session: :class:`Env` plus instance lookup on reset, the trajectory in the state, the worker
+    returned when an episode ends, and verdicts made public (``hide_gold``). Any protocol (this module's HTTP
+    endpoints, ``adapters.openenv``'s WebSocket sessions) serves these.
+
+    Args:
+        env: The episode runner.
+        instances: ``instances(family, split) -> {task_id: Instance}`` (cached by the caller).
+        hide_gold: Make every verdict public (see :func:`public_verdict`).
+        splits: Splits a client may reset on.
+    """
 
     def __init__(self, env: Env, instances: Callable[[str, str], dict[str, Instance]], *, hide_gold: bool,
                  splits: tuple[str, ...]) -> None:
-        self.env, self._instances, self.hide_gold, self.splits = env, instances, hide_gold, splits
+        self.env, self.instances, self.hide_gold, self.splits = env, instances, hide_gold, splits
 
     def reset(self, req: ResetRequest) -> tuple[Observation, dict[str, Any]]:
         if req.split not in self.splits:
             raise UnknownTask(f"split {req.split!r} is not served here (served: {', '.join(self.splits)})")
-        found = self._instances(req.family, req.split).get(req.task_id)
+        found = self.instances(req.family, req.split).get(req.task_id)
         if found is None:
             raise UnknownTask(f"task {req.task_id!r:.80} is not in {req.family}/{req.split} on this server; "
                               "check the id and that the server's tasks root is the one you built")
@@ -213,7 +223,8 @@ def build_app(tasks_root: str | Path, *, backend: str = "bwrap", workers: int = 
         splits: Splits clients may reset on (e.g. ``("train",)`` keeps the test split's graders unreachable).
 
     Returns:
-        The FastAPI app; its pool (if it started one) closes with the app's lifespan.
+        The FastAPI app; its pool (if it started one) closes with the app's lifespan. ``app.state.
+        served_env_factory`` makes one :class:`ServedEnv` (for another protocol served on the same app).
 
     Example:
         >>> app = build_app("artifacts/tasks", tokens=["s3cret-token"], worker_wait_s=10)
@@ -238,12 +249,14 @@ def build_app(tasks_root: str | Path, *, backend: str = "bwrap", workers: int = 
                 cache[family, split] = {inst.id: inst for inst in fam.instances(split)}
             return cache[family, split]
 
-    def factory() -> _ServedEnv:
-        return _ServedEnv(Env(pool, tasks_root=tasks_root, config=config), instances, hide_gold=hide_gold,
+    def factory() -> ServedEnv:
+        return ServedEnv(Env(pool, tasks_root=tasks_root, config=config), instances, hide_gold=hide_gold,
                           splits=tuple(splits))
 
-    return create_app(factory, StepAction, Observation, reset_model=ResetRequest, capacity=capacity,
-                      idle_timeout_s=idle_timeout_s, client_errors=(EnvClientError, TaskError, ValueError),
-                      busy_errors=(ServerBusy,), internal_error_detail=not hide_gold, tokens=tokens,
-                      max_body_bytes=max_body_bytes, max_sessions_per_client=max_sessions_per_client,
-                      title="MedAgentGym environment server", on_shutdown=pool.close if own_pool else None)
+    app = create_app(factory, StepAction, Observation, reset_model=ResetRequest, capacity=capacity,
+                     idle_timeout_s=idle_timeout_s, client_errors=CLIENT_ERRORS, busy_errors=(ServerBusy,),
+                     internal_error_detail=not hide_gold, tokens=tokens, max_body_bytes=max_body_bytes,
+                     max_sessions_per_client=max_sessions_per_client, title="MedAgentGym environment server",
+                     on_shutdown=pool.close if own_pool else None)
+    app.state.served_env_factory = factory  # another protocol on the same app serves the same sessions
+    return app

@@ -6,20 +6,29 @@ as soon as it passes the limit (or at once when ``Content-Length`` already says 
 slower than ``body_timeout_s`` is refused with 408, so a slow client cannot hold a connection open forever.
 
 Each request is tagged with a client id in ``scope["env_server.client"]``: ``token:<i>`` (the i-th accepted
-token) when tokens are on, else ``addr:<peer ip>``. The session table counts sessions per client id.
+token) when tokens are on, else ``addr:<peer ip>``. The session table counts sessions per client id; the guard
+itself counts open WebSocket connections (one session each) per client and refuses one past
+``max_ws_per_client`` at the handshake. A token is accepted as ``Authorization: Bearer <token>`` or as the
+password of HTTP Basic auth (any user name), which is what a WebSocket client sends for a URL such as
+``ws://user:<token>@host:8000/ws``; clients that cannot set headers (OpenEnv's generic client) use that form.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import hmac
 import json
+import logging
+from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 __all__ = ["CLIENT_KEY", "Guard", "check_tokens", "client_id"]
 
 CLIENT_KEY = "env_server.client"
+log = logging.getLogger("sandbox.server")
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
@@ -61,20 +70,21 @@ class Guard:
     """
 
     def __init__(self, app: Any, *, tokens: Sequence[str] = (), max_body_bytes: int = 1 << 20,
-                 body_timeout_s: float = 30.0, open_paths: frozenset[str] = frozenset({"/health"})) -> None:
+                 body_timeout_s: float = 30.0, max_ws_per_client: int | None = None,
+                 open_paths: frozenset[str] = frozenset({"/health"})) -> None:
         check_tokens(tokens)
         self.app, self.max_body_bytes, self.body_timeout_s = app, max_body_bytes, body_timeout_s
         self._tokens = [t.encode() for t in tokens]
-        self.open_paths = open_paths
+        self.open_paths, self.max_ws_per_client = open_paths, max_ws_per_client
+        self._ws_open: Counter[str] = Counter()  # open WebSocket connections per client (one event loop: no lock)
 
     def _identify(self, scope: Scope) -> str | None:
         if not self._tokens:
             return _peer(scope)
-        headers = dict(scope.get("headers") or [])
-        scheme, _, given = headers.get(b"authorization", b"").partition(b" ")
+        given = _presented_token(dict(scope.get("headers") or []).get(b"authorization", b""))
         match = None
         for i, token in enumerate(self._tokens):  # compare with every token: time does not tell which was close
-            if hmac.compare_digest(given.strip(), token) and scheme.lower() == b"bearer":
+            if hmac.compare_digest(given, token):
                 match = f"token:{i}"
         return match
 
@@ -91,7 +101,18 @@ class Guard:
                 await _reply(send, 401, f"missing or wrong bearer token; {_TOKEN_HINT}",
                              [(b"www-authenticate", b"Bearer")])
             return
-        scope[CLIENT_KEY] = who or _peer(scope)
+        scope[CLIENT_KEY] = who = who or _peer(scope)
+        if kind == "websocket":
+            if self.max_ws_per_client is not None and self._ws_open[who] >= self.max_ws_per_client:
+                await send({"type": "websocket.close", "code": 1008,
+                            "reason": f"this client already holds {self.max_ws_per_client} sessions"})
+                return
+            self._ws_open[who] += 1
+            try:
+                await self.app(scope, *_quiet_close(receive, send))
+            finally:
+                self._ws_open[who] -= 1
+            return
         if kind == "http" and scope.get("method") in ("POST", "PUT", "PATCH"):
             body = await self._read_body(scope, receive, send)
             if body is None:
@@ -127,6 +148,43 @@ class Guard:
             chunks.append(chunk)
             if not message.get("more_body", False):
                 return b"".join(chunks)
+
+
+def _quiet_close(receive: Receive, send: Send) -> tuple[Receive, Send]:
+    """Let an app close a WebSocket the client already closed (uvicorn would log a server error for it)."""
+    gone = False
+
+    async def watched_receive() -> dict[str, Any]:
+        nonlocal gone
+        message = await receive()
+        gone = gone or message["type"] == "websocket.disconnect"
+        return message
+
+    async def guarded_send(message: dict[str, Any]) -> None:
+        if message["type"] != "websocket.close":
+            await send(message)
+            return
+        if not gone:
+            try:
+                await send(message)
+            except Exception:  # noqa: BLE001 - the peer left first: the socket is closed either way
+                log.debug("closing a WebSocket the client had already closed")
+
+    return watched_receive, guarded_send
+
+
+def _presented_token(header: bytes) -> bytes:
+    """The token of ``Bearer <token>`` or the password of ``Basic base64(user:token)``; ``b""`` otherwise."""
+    scheme, _, value = header.partition(b" ")
+    scheme, value = scheme.lower(), value.strip()
+    if scheme == b"bearer":
+        return value
+    if scheme == b"basic":
+        try:
+            return base64.b64decode(value, validate=True).partition(b":")[2]
+        except (binascii.Error, ValueError):
+            return b""
+    return b""
 
 
 def _replay(body: bytes, receive: Receive) -> Receive:

@@ -6,7 +6,7 @@ what crosses the wire. `env_client.server_app` is the glue that serves MedAgentG
 Endpoints (JSON; sessions are keyed by ``episode_id``):
 
 - ``GET /health``  -> ``{"status": "healthy", "sessions": n, "capacity": c}``
-- ``GET /schema``  -> JSON schemas of the reset request, the action and the observation
+- ``GET /schema``  -> JSON schemas of the reset request, the action, the observation and the state
 - ``POST /reset``  ``{"episode_id"?: str, ...reset fields}`` -> ``{"episode_id", "observation", "info"}``;
   without an ``episode_id`` a new session (and env) is created, 503 when ``capacity`` sessions are open
 - ``POST /step``   ``{"episode_id": str, "action": {...}}`` ->
@@ -36,6 +36,7 @@ Example:
 """
 
 # No `from __future__ import annotations`: FastAPI must see the request models built inside create_app.
+import inspect
 import logging
 import threading
 import time
@@ -160,6 +161,10 @@ class _Errors:
                 session.last_used = time.monotonic()
 
 
+async def _maybe_await(value: Any) -> Any:
+    return await value if inspect.isawaitable(value) else value
+
+
 def _dump(value: Any) -> Any:
     return value.model_dump(mode="json") if isinstance(value, BaseModel) else value
 
@@ -225,9 +230,15 @@ def create_app(env_factory: Callable[[], Any], action_model: type[BaseModel], ob
                 sessions.reap()
 
         (thread := threading.Thread(target=reaper, name="env-server-reaper", daemon=True)).start()
+        # A lifespan replaces FastAPI's startup/shutdown events, so run the handlers that another protocol mounted
+        # on this app registered (e.g. OpenEnv's session reaper).
+        for handler in _app.router.on_startup:
+            await _maybe_await(handler())
         try:
             yield
         finally:
+            for handler in _app.router.on_shutdown:
+                await _maybe_await(handler())
             stop.set()
             thread.join(timeout=5)
             sessions.close_all()
@@ -235,16 +246,18 @@ def create_app(env_factory: Callable[[], Any], action_model: type[BaseModel], ob
                 on_shutdown()
 
     app = FastAPI(title=title, lifespan=lifespan)
-    app.add_middleware(Guard, tokens=tuple(tokens), max_body_bytes=max_body_bytes)  # validated here, not per call
+    app.add_middleware(Guard, tokens=tuple(tokens), max_body_bytes=max_body_bytes,  # checked above, not per call
+                       max_ws_per_client=max_sessions_per_client)
 
     @app.get("/health")
     def health() -> dict[str, Any]:
         return {"status": "healthy", "sessions": len(sessions), "capacity": capacity}
 
     @app.get("/schema")
-    def schema() -> dict[str, Any]:
+    def schema() -> dict[str, Any]:  # the action/observation/state keys are also OpenEnv's /schema contract
         return {"reset": ResetRequest.model_json_schema(), "action": action_model.model_json_schema(),
-                "observation": observation_model.model_json_schema()}
+                "observation": observation_model.model_json_schema(),
+                "state": {"type": "object", "description": "The env's state() mapping (see GET /state)."}}
 
     @app.post("/reset")
     def reset(request: ResetRequest, http: Request) -> dict[str, Any]:  # type: ignore[valid-type]

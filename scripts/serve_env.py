@@ -5,7 +5,9 @@
 
 Starts a sandbox pool and the env server (``/health``, ``/schema``, ``/reset``, ``/step``, ``/state``,
 ``/close``; see ``sandbox/server.py``). Writes nothing; logs requests to stderr. Clients use
-``env_client.http_client.HTTPEnv(url)``, which has the local ``Env`` interface.
+``env_client.http_client.HTTPEnv(url)``, which has the local ``Env`` interface. With ``--openenv`` the same
+server also speaks OpenEnv's protocol (WebSocket sessions at ``/ws``; ``adapters/openenv.py``), so
+``openenv.GenericEnvClient(base_url=url)`` works as it is.
 
 Abuse limits, all on by default: gold answers and grader reasons never reach a client (``--show-gold`` turns
 that off for a trusted debugging session); bodies over ``--max-body-bytes`` get 413; one client (its token, else
@@ -64,6 +66,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="splits clients may reset on, e.g. 'train' keeps test graders unreachable; default both")
     p.add_argument("--show-gold", action="store_true",
                    help="return grader reasons and error texts to clients (they can quote gold answers)")
+    p.add_argument("--openenv", action="store_true",
+                   help="also speak OpenEnv's protocol (/ws sessions, /metadata) for openenv-core clients; "
+                        "needs pip install '.[openenv]'")
     p.add_argument("--max-turns", type=int, default=None, help="episode turn cap (EnvConfig.max_turns)")
     p.add_argument("--log-level", default="info", help="uvicorn log level; default info")
     p.add_argument("--debug", action="store_true", help="show tracebacks on errors")
@@ -88,11 +93,17 @@ def main(argv: list[str] | None = None) -> int:
 
         config = EnvConfig(**({"max_turns": args.max_turns} if args.max_turns else {}))
         splits = tuple(s.strip() for s in args.splits.split(",") if s.strip())
-        app = build_app(args.tasks_root, backend=args.sandbox, workers=args.workers,
-                        allow_unisolated=args.allow_unisolated, config=config, capacity=args.capacity,
-                        idle_timeout_s=args.idle_timeout, hide_gold=not args.show_gold, tokens=tokens,
-                        max_body_bytes=args.max_body_bytes, max_sessions_per_client=args.max_sessions_per_client,
-                        worker_wait_s=args.worker_wait, splits=splits)
+        options = {"backend": args.sandbox, "workers": args.workers, "allow_unisolated": args.allow_unisolated,
+                   "config": config, "capacity": args.capacity, "idle_timeout_s": args.idle_timeout,
+                   "hide_gold": not args.show_gold, "tokens": tokens, "max_body_bytes": args.max_body_bytes,
+                   "max_sessions_per_client": args.max_sessions_per_client, "worker_wait_s": args.worker_wait,
+                   "splits": splits}
+        if args.openenv:
+            from adapters.openenv import build_openenv_app
+
+            app = build_openenv_app(args.tasks_root, split="train" if "train" in splits else splits[0], **options)
+        else:
+            app = build_app(args.tasks_root, **options)
         uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level,
                     timeout_keep_alive=5, ws_max_size=args.max_body_bytes)
     except Exception as exc:  # noqa: BLE001 - one line for the user, the traceback with --debug

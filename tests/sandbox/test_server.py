@@ -124,7 +124,7 @@ def test_capacity_limit_is_503(client):
 
 def test_schema_lists_models(client):
     s = client.get("/schema").json()
-    assert set(s) == {"reset", "action", "observation"}
+    assert set(s) == {"reset", "action", "observation", "state"}
     assert "amount" in s["action"]["properties"] and "episode_id" in s["reset"]["properties"]
 
 
@@ -261,6 +261,17 @@ def test_busy_env_is_503_and_internal_errors_hide_their_message():
         assert "42" not in r.text and "gold" not in r.text
         assert c.post("/step", json={"episode_id": eid, "action": {"amount": 1}},
                       headers=_auth(0)).status_code == 200
+
+
+def test_basic_auth_password_is_accepted_as_the_token():
+    import base64
+
+    with TestClient(_guarded()) as c:
+        good = base64.b64encode(f"anyone:{TOKENS[0]}".encode()).decode()
+        bad = base64.b64encode(b"anyone:not-the-token").decode()
+        assert c.post("/reset", json={}, headers={"Authorization": f"Basic {good}"}).status_code == 200
+        assert c.post("/reset", json={}, headers={"Authorization": f"Basic {bad}"}).status_code == 401
+        assert c.post("/reset", json={}, headers={"Authorization": "Basic !!notbase64"}).status_code == 401
 
 
 def test_clients_without_tokens_are_told_apart_by_address():
