@@ -5,8 +5,8 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
-# The environment plus the training stack ([train]) and test tools ([dev]), at the known-good versions of
-# constraints.txt. torch is installed first and pinned, so nothing later pulls a CUDA build.
+# The environment plus the training stack ([train]), the adapters ([adapters]) and test tools ([dev]), at the
+# known-good versions of constraints.txt. torch is installed first and pinned, so nothing later pulls a CUDA build.
 TORCH_PIN := torch==2.13.0
 export OPENBLAS_NUM_THREADS ?= 1
 export WANDB_MODE ?= offline
@@ -20,7 +20,7 @@ all: test
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q $(TORCH_PIN)
-	$(PY) -m pip install -q -c constraints.txt -e '.[train,dev]'
+	$(PY) -m pip install -q -c constraints.txt -e '.[train,adapters,dev]'
 	@touch $(STAMP)
 
 venv: $(STAMP) bwrap

@@ -33,7 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from env_client.actions import Action
 from env_client.episode import Env, EnvConfig, Observation, StepResult
 from env_client.errors import EnvClientError, ResetNeeded
-from sandbox.errors import SandboxError
+from sandbox.errors import SandboxBusy
 from tasks.base import Instance, TaskError, UnknownTask
 
 __all__ = ["CLIENT_ERRORS", "MAX_ACTION_CHARS", "ResetRequest", "ServedEnv", "ServerBusy", "StepAction",
@@ -138,11 +138,6 @@ def public_verdict(verdict: dict[str, Any] | None) -> dict[str, Any] | None:
     return shown
 
 
-def _is_busy(exc: SandboxError) -> bool:
-    # The pool signals "no free worker in time" with a plain SandboxError (sandbox/pool.py Pool._busy).
-    return type(exc) is SandboxError and str(exc).startswith("no free sandbox worker")
-
-
 class ServedEnv:
     """One served session: :class:`Env` plus instance lookup on reset, the trajectory in the state, the worker
     returned when an episode ends, and verdicts made public (``hide_gold``). Any protocol (this module's HTTP
@@ -168,10 +163,8 @@ class ServedEnv:
                               "check the id and that the server's tasks root is the one you built")
         try:
             return self.env.reset(found, seed=req.seed, options=req.options)
-        except SandboxError as exc:
-            if _is_busy(exc):
-                raise ServerBusy(f"no sandbox worker became free in time; retry later ({exc})") from exc
-            raise
+        except SandboxBusy as exc:
+            raise ServerBusy(f"no sandbox worker became free in time; retry later ({exc})") from exc
 
     def step(self, action: StepAction) -> StepResult:
         result = self.env.step(action.text if action.text is not None else action.typed, n_tokens=action.n_tokens,

@@ -67,7 +67,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .api import ErrorKind, ExecResult, Limits
-from .errors import SandboxError, SandboxUnavailable, SessionClosed, WorkerLost
+from .errors import SandboxBusy, SandboxError, SandboxUnavailable, SessionClosed, WorkerLost
 
 if TYPE_CHECKING:
     from .pool import Pool, Session
@@ -77,6 +77,7 @@ __all__ = [
     "ExecResult",
     "Limits",
     "Pool",
+    "SandboxBusy",
     "SandboxError",
     "SandboxUnavailable",
     "Session",

@@ -36,7 +36,7 @@ from ._caps import mask
 from ._jail import JAIL_BRIDGE_DIR, Slot, ipc_limits, mount_tmpfs, set_bwrap_ipc_limits, sync_bwrap_mounts, umount
 from .api import ErrorKind, ExecResult, Limits
 from .bridge import SessionBridges, check_bridges
-from .errors import SandboxError, SandboxUnavailable, SessionClosed, WorkerLost
+from .errors import SandboxBusy, SandboxError, SandboxUnavailable, SessionClosed, WorkerLost
 
 log = logging.getLogger("sandbox")
 _UIDS = itertools.count(60000 + (os.getpid() % 300) * 16)
@@ -543,7 +543,7 @@ class Pool:
 
         Raises:
             SessionClosed: The pool is closed.
-            SandboxError: No worker became free within ``acquire_timeout`` seconds.
+            SandboxBusy: No worker became free within ``acquire_timeout`` seconds.
 
         Example:
             >>> with pool.session(mounts={"mimic_iii": Path("/data/mimic_iii")}) as s:
@@ -588,8 +588,8 @@ class Pool:
             raise ValueError(f"bridges are supported by the bwrap and local backends, not {self.backend!r}")
         return check_bridges(bridges)
 
-    def _busy(self) -> SandboxError:
-        return SandboxError(f"no free sandbox worker after {self.acquire_timeout:.0f}s: close finished "
+    def _busy(self) -> SandboxBusy:
+        return SandboxBusy(f"no free sandbox worker after {self.acquire_timeout:.0f}s: close finished "
                             f"sessions or pass a larger workers= to make_pool")
 
     def _open_session(self, worker: _Worker, wanted: dict[str, Path], persistent: bool,

@@ -73,7 +73,7 @@ def _python_files(scope: str) -> list[Path]:
 
 
 def _local_names() -> set[str]:
-    names = {"scripts", "train", "tests", *ENV_PACKAGES, "medcopilot"}
+    names = {"scripts", "train", "tests", *ENV_PACKAGES, "medcopilot", "adapters", "medagentgym_verifiers"}
     names |= {p.stem for p in (ROOT / "tests").rglob("*.py")}  # test helpers imported by their bare name
     return names
 
@@ -144,6 +144,10 @@ def test_policy_side_and_scripts_import_only_what_their_extra_declares(declared)
                                for n in ast.walk(tree))
         # A script of the environment (build, rollout, evaluate, serve) must run on the base install.
         problems += _undeclared(f"scripts/{script.name}", train if uses_policy_side else declared["base"], declared)
+    # The adapters (outer ring) may use the environment, the training stack (TRL's environment_factory) and the
+    # libraries of their own extras.
+    adapter_extras = ("openenv", "gymnasium", "skyrl", "verifiers")
+    problems += _undeclared("adapters", train.union(*(declared[e] for e in adapter_extras)), declared)
     everything = set().union(*declared.values())
     problems += _undeclared("tests", everything, declared)
     assert not problems, "\n".join(problems)
