@@ -54,7 +54,10 @@ class Verdict(BaseModel):
     correct: bool = Field(description="True only for a fully correct submission.")
     score: float = Field(description="In [0, 1]; equals float(correct) unless the family defines partial credit.")
     reason: str = Field("", description="Short human-readable explanation (shown in logs, not to the agent).")
-    error: str | None = Field(None, description="Set when the grader itself failed; such verdicts are counted.")
+    error: str | None = Field(None, description="Set when grading failed; kept for the logs. Whose failure it was "
+                              "is `infra`: an agent-caused failure is a wrong answer, an infrastructure one is None.")
+    infra: bool = Field(False, description="True when the failure is the infrastructure's, not the submission's "
+                        "(sandbox died, the grader's own deadline, our broken gold): the reward is then None.")
 
 
 class GradeContext(BaseModel):
@@ -92,7 +95,8 @@ class TaskFamily(Protocol):
         ...
 
     def grade(self, instance: Instance, submission: str, ctx: GradeContext | None = None) -> Verdict:
-        """Grade exactly one submission. Never raises for a wrong answer; raises or sets ``error`` if broken."""
+        """Grade exactly one submission. Never raises for a wrong answer (however malformed); raises
+        ``InfraError``/``GraderError`` or returns ``Verdict(error=..., infra=True)`` when grading itself broke."""
         ...
 
 
@@ -117,7 +121,19 @@ class NotBuilt(TaskError):
 
 
 class GraderError(TaskError):
-    """The grader itself is broken (bad gold, unknown answer type); never raised for a wrong submission."""
+    """The grader itself is broken (bad gold, unknown answer type); never raised for a wrong submission.
+
+    Counted as an infrastructure failure (reward None), like :class:`InfraError`.
+    """
+
+
+class InfraError(TaskError):
+    """Grading could not run for a reason that is not the submission's: the sandbox is gone, a server is down,
+    the grader's own deadline passed. The episode's verdict is then ``infra=True`` and its reward None.
+
+    Raise it only for failures an agent cannot cause; anything an agent can trigger (a malformed file, a value
+    that makes a parser raise) must end as a wrong answer instead.
+    """
 
 
 @runtime_checkable
