@@ -7,7 +7,8 @@ two runs in two different jails:
 
 1. the submission runs in the episode's session; :func:`mg_encode` (shipped into that run) turns the variables
    the checks name into JSON: numbers, strings, containers, numpy scalars and arrays, pandas Series and
-   DataFrames (with dtypes), timestamps, modules by name; anything else becomes an "unsupported" marker;
+   DataFrames (with dtypes), timestamps, modules by name (re-imported only for a fixed list of analysis
+   libraries); anything else becomes an "unsupported" marker;
 2. the checks run in a grader-only, one-shot session where no agent code has ever run, over the variables
    rebuilt by :func:`mg_decode` from that JSON. JSON cannot carry code, so nothing of the submission executes
    next to the gold values.
@@ -97,6 +98,9 @@ def mg_decode(data: Any) -> Any:
 
         __hash__ = object.__hash__
 
+    modules = {"numpy", "pandas", "scipy", "math", "statistics", "lifelines", "matplotlib", "statsmodels", "sklearn",
+               "collections", "itertools", "re", "json", "datetime"}
+
     def astype(obj: Any, dtype: str) -> Any:
         try:
             return obj.astype(dtype)
@@ -110,11 +114,14 @@ def mg_decode(data: Any) -> Any:
             return x
         if "__float__" in x:
             return float(x["__float__"])
-        if "__module__" in x:
+        if "__module__" in x:  # only analysis libraries: importing an arbitrary module could patch what checks call
+            name = str(x["__module__"])
+            if name.split(".")[0] not in modules:
+                return Unsupported(f"module {name}")
             try:
-                return importlib.import_module(str(x["__module__"]))
+                return importlib.import_module(name)
             except Exception:  # noqa: BLE001 - a module the checker cannot import is just unsupported
-                return Unsupported(f"module {x['__module__']}")
+                return Unsupported(f"module {name}")
         if "__timestamp__" in x:
             text = str(x["__timestamp__"])
             return pd.Timestamp(text) if "T" in text else datetime.date.fromisoformat(text)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import math
+import os
 from pathlib import Path
 
 import pandas as pd
@@ -227,3 +229,68 @@ def test_every_default_reference_passes_in_the_sandbox(tmp_path, make_test_pool)
         ctx = GradeContext(session=sess)
         failed = [i.id for s in ("train", "test") for i in fam.instances(s) if not fam.grade(i, i.solution, ctx).correct]
     assert failed == []
+
+
+def test_value_transfer_round_trips_plain_data_only():
+    """Imported records' variables cross to the checker jail as JSON: types survive, code and objects do not."""
+    import datetime
+
+    import numpy as np
+
+    from tasks.bio.values import check_names, mg_decode, mg_encode
+
+    frame = pd.DataFrame({"a": [1, 2], "b": [0.5, float("nan")], "c": ["x", "y"]}, index=[10, 11])
+    values = {"i": 3, "f": float("nan"), "n": np.int64(4), "arr": np.arange(6).reshape(2, 3), "df": frame,
+              "s": pd.Series([1.5, 2.5], index=["p", "q"], name="m"), "t": (1, "a"), "set": {1, 2},
+              "d": {1: "one"}, "ts": pd.Timestamp("2020-01-02 03:04:05"), "day": datetime.date(2020, 1, 2),
+              "np": np, "os": os}
+    back = {k: mg_decode(json.loads(json.dumps(mg_encode(v)))) for k, v in values.items()}
+    assert back["i"] == 3 and math.isnan(back["f"]) and type(back["n"]) is np.int64 and back["n"] == 4
+    assert (back["arr"] == values["arr"]).all() and back["arr"].shape == (2, 3)
+    pd.testing.assert_frame_equal(back["df"], frame)
+    pd.testing.assert_series_equal(back["s"], values["s"])
+    assert back["t"] == (1, "a") and back["set"] == {1, 2} and back["d"] == {1: "one"}
+    assert back["ts"] == values["ts"] and back["day"] == values["day"] and back["np"] is np
+    assert back["os"] != os and "unsupported" in repr(back["os"])  # not an analysis library: not re-imported
+
+    class Lenient:
+        def __eq__(self, other):
+            return True
+
+    lenient = mg_decode(json.loads(json.dumps(mg_encode(Lenient()))))
+    assert lenient != 0 and (lenient == 0) is False  # an object's own __eq__ never crosses; the marker equals nothing
+    deep: list = []
+    for _ in range(60):
+        deep = [deep]
+    assert "unsupported" in repr(mg_decode(mg_encode(deep)))
+    assert check_names("assert abs(x - 1.5) < 1e-6\nassert isinstance(n, int) and len(df) == 2") == ["df", "n", "x"]
+
+
+def test_plot_check_evaluates_the_drawn_step_function():
+    from tasks.bio.plots import check_plot
+
+    t, s = [0.0, 1.0, 2.0, 3.0], [1.0, 0.8, 0.5, 0.5]
+    spec, gold, png = {"file_type": "png", "labels": {"xlabel": "Months"}}, {"curves": [[t, s]]}, "89504e470d0a1a0a"
+
+    def fig(*lines, xlabel="Months"):
+        return {"xlabel": xlabel, "ylabel": "", "title": "", "lines": list(lines), "bars": [], "n_patches": 0}
+
+    post = {"x": t, "y": s, "drawstyle": "steps-post"}
+    manual = {"x": [0, 1, 1, 2, 2, 3], "y": [1, 1, 0.8, 0.8, 0.5, 0.5], "drawstyle": "default"}
+    assert check_plot(spec, gold, fig(post), png) is None and check_plot(spec, gold, fig(manual), png) is None
+    for bad in ({**post, "drawstyle": "default"},  # linear between the steps
+                {**post, "drawstyle": "steps-pre"},  # left-continuous: the wrong step function
+                {"x": t[:3], "y": s[:3], "drawstyle": "steps-post"},  # stops early
+                {"x": t, "y": [1.0, 0.8, float("nan"), 0.5], "drawstyle": "steps-post"},
+                {"x": [0, 2, 1, 3], "y": s, "drawstyle": "steps-post"}, {"x": "0,1", "y": s}, "not a line"):
+        assert "no plotted line matches" in check_plot(spec, gold, fig(bad), png), bad
+    assert "xlabel" in check_plot(spec, gold, fig(post, xlabel="Time"), png)
+    assert "not a PNG" in check_plot(spec, gold, fig(post), "25504446")
+    two = {"curves": [[t, s], [t, s]]}  # one drawn line cannot stand for two curves
+    assert "curve 2 of 2" in check_plot(spec, two, fig(post), png)
+    hist = {"bars": [2.0, 3.0], "edges": [0.0, 1.0, 2.0]}
+    bars = {**fig(), "bars": [[0.0, 1.0, 2.0], [1.0, 1.0, 3.0]]}
+    assert check_plot(spec, hist, bars, png) is None
+    assert "height" in check_plot(spec, hist, {**bars, "bars": [[0.0, 1.0, 2.0], [1.0, 1.0, 4.0]]}, png)
+    assert "bin" in check_plot(spec, hist, {**bars, "bars": [[0.0, 1.0, 2.0], [1.5, 1.0, 3.0]]}, png)
+    assert "2 expected" in check_plot(spec, hist, {**bars, "bars": bars["bars"][:1]}, png)
