@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 Split = Literal["train", "test"]
 Size = Literal["tiny", "default"]
@@ -46,6 +46,10 @@ class Instance(BaseModel):
     metadata: dict[str, Any] = Field(default_factory=dict, description="Free-form facts (slots, tolerance, ...).")
 
 
+#: Longest verdict reason or error kept (characters).
+_MAX_REASON = 2000
+
+
 class Verdict(BaseModel):
     """The oracle's single judgement of one submission."""
 
@@ -58,6 +62,17 @@ class Verdict(BaseModel):
                               "is `infra`: an agent-caused failure is a wrong answer, an infrastructure one is None.")
     infra: bool = Field(False, description="True when the failure is the infrastructure's, not the submission's "
                         "(sandbox died, the grader's own deadline, our broken gold): the reward is then None.")
+
+    @field_validator("reason", "error")
+    @classmethod
+    def _printable(cls, text: str | None) -> str | None:
+        # Reasons quote what the agent's code printed or raised: a lone surrogate (legal in a Python str, e.g. from
+        # a JSON "\ud800" escape) would make the trajectory unserialisable and crash the rollout, so replace it;
+        # and keep an agent-sized message from bloating every stored episode.
+        if text is None:
+            return None
+        text = text.encode("utf-8", "replace").decode("utf-8")
+        return text if len(text) <= _MAX_REASON else text[:_MAX_REASON] + f"... [{len(text) - _MAX_REASON} chars cut]"
 
 
 class GradeContext(BaseModel):

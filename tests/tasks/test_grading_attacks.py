@@ -71,8 +71,12 @@ def family(root, name, backend=None):
 
 
 def reward_of(fam, inst, answer, ctx=None) -> tuple[float | None, object]:
-    """The episode's reward for ``answer``: the real grading path of ``Env`` (grade_submission + oracle_reward)."""
+    """The episode's reward for ``answer``: the real grading path of ``Env`` (grade_submission + oracle_reward).
+
+    Also checks that the verdict serialises (a trajectory that cannot be written would crash the rollout).
+    """
     verdict = grade_submission(fam, inst, answer, ctx)
+    verdict.model_dump_json()
     return oracle_reward(verdict), verdict
 
 
@@ -329,6 +333,20 @@ def test_forged_result_lines_are_wrong_answers_not_errors(root, pool, backend, h
         assert reward == 0.0 and not verdict.infra, verdict
         assert reward_of(ds, inst_d, inst_d.solution, GradeContext(session=session))[0] == 1.0  # still serves
     ds.close()
+
+
+def test_text_the_jail_raises_cannot_break_the_stored_verdict(root, pool, backend):
+    """An exception message with lone surrogates (JSON "\\ud800" escapes) and megabytes of text reaches the
+    verdict's reason: it is made printable and cut, so the trajectory still serialises."""
+    coder = family(root, "biocoder", backend)
+    inst = first(coder, task="reverse_complement.complement_rna")
+    fn = inst.metadata["target"]
+    code = f"def {fn}(seq):\n    return seq\nraise ValueError('\\udfff' * 50 + 'x' * 1_000_000)\n"
+    with pool.session() as session:
+        reward, verdict = reward_of(coder, inst, code, GradeContext(session=session))
+        assert reward == 0.0 and "ValueError" in verdict.reason and "\udfff" not in verdict.reason
+        assert len(verdict.reason) < 3000
+        assert reward_of(coder, inst, inst.solution, GradeContext(session=session))[0] == 1.0
 
 
 def test_an_infrastructure_failure_is_none_not_zero(root, pool, backend):
