@@ -52,7 +52,6 @@ Version history:
 from __future__ import annotations
 
 import hashlib
-import json
 import subprocess
 import sys
 import tempfile
@@ -75,7 +74,14 @@ from tasks.base import (
 from tasks.bio import biocoder_build as bb
 from tasks.bio import kinds_io, kinds_seq
 from tasks.bio.kinds_base import Kind
-from tasks.bio.runner import FallbackPool, new_nonce, precheck, run_graded, strip_fence
+from tasks.bio.runner import (
+    FallbackPool,
+    new_nonce,
+    precheck,
+    read_records,
+    run_graded,
+    strip_fence,
+)
 
 KINDS: tuple[Kind, ...] = tuple(kinds_seq.KINDS + kinds_io.KINDS)
 _SIZES: dict[str, dict[str, Any]] = {"tiny": {"variants": (0, 3), "draws": 1}, "default": {"variants": None, "draws": 6}}
@@ -274,16 +280,7 @@ def import_records(path: Path | str, *, split: Split = "test", session: Any = No
     """
     out: list[Instance] = []
     dropped: list[str] = []
-    for lineno, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise TaskError(f"{path}:{lineno}: not JSON ({exc.msg}); one BioCoder record per line") from exc
-        missing = [f for f in _RECORD_FIELDS if f not in rec]
-        if missing:
-            raise TaskError(f"{path}:{lineno}: BioCoder record lacks {missing}; expected fields {list(_RECORD_FIELDS)}")
+    for _lineno, rec in read_records(path, _RECORD_FIELDS, "BioCoder"):
         if bb.MARKER not in rec["context"]:
             dropped.append(f"{rec['idx']}: context has no marker")
             continue

@@ -89,6 +89,7 @@ from tasks.bio.runner import (
     FallbackPool,
     new_nonce,
     precheck,
+    read_records,
     run_graded,
     strip_fence,
 )
@@ -404,16 +405,7 @@ def import_records(path: Path | str, data_root: Path | str, family_dir: Path | s
     out: list[Instance] = []
     dropped: list[str] = []
     checker = BioDSBench(root=family_dir, grader_backend=grader_backend) if session is not None else None
-    for lineno, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise TaskError(f"{path}:{lineno}: not JSON ({exc.msg}); one BioDSBench record per line") from exc
-        missing = [f for f in _RECORD_FIELDS if f not in rec]
-        if missing:
-            raise TaskError(f"{path}:{lineno}: BioDSBench record lacks {missing}; expected {list(_RECORD_FIELDS)}")
+    for lineno, rec in read_records(path, _RECORD_FIELDS, "BioDSBench"):
         study = str(rec["study_ids"])
         src = Path(data_root) / study
         if not src.is_dir():

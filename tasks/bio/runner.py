@@ -25,6 +25,7 @@ import json
 import re
 import secrets
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -155,6 +156,27 @@ def run_graded(session: Any, program: str, nonce: str, *, wall_s: float = 30.0,
         tail = (result.stderr or "").strip().splitlines()[-1:] or [str(getattr(result, "error_kind", "no output"))]
         return f"run failed: {tail[0][:200]}", None, ""
     return status, payload, stdout
+
+
+def read_records(path: Path | str, fields: tuple[str, ...], what: str) -> Iterator[tuple[int, dict[str, Any]]]:
+    """``(line number, record)`` of each non-empty line of an original benchmark's JSONL file.
+
+    Raises:
+        TaskError: A line is not JSON or lacks one of ``fields`` (names the file, the line and the fields).
+    """
+    from tasks.base import TaskError
+
+    for lineno, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise TaskError(f"{path}:{lineno}: not JSON ({exc.msg}); one {what} record per line") from exc
+        missing = [f for f in fields if f not in rec]
+        if missing:
+            raise TaskError(f"{path}:{lineno}: {what} record lacks {missing}; expected fields {list(fields)}")
+        yield lineno, rec
 
 
 def indent_for(code: str, indent: str) -> str:
