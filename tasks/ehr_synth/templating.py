@@ -15,7 +15,8 @@ SQL condition, and an optional anchor rule) and ``templates``. A template names:
 
 Slot draws come from the pool with a per-category seeded RNG; the gold SQL runs on ONE read-only connection;
 instances whose result is empty, NULL, a bare 0 or 1 for numeric answers, ambiguous (several rows for a
-scalar) or too long (sets over ``max_items``) are dropped; boolean categories are kept balanced.
+scalar) or too long (sets over ``max_items``) are dropped; boolean categories are kept balanced, and no other
+answer fills more than a third of its category (so one constant, such as a count of 2, scores little).
 """
 
 from __future__ import annotations
@@ -216,7 +217,10 @@ class Instantiator:
             if template.type == "boolean":
                 if by_answer.get(answer, 0) > by_answer.get(not answer, 0) + 1:
                     continue
-                by_answer[answer] = by_answer.get(answer, 0) + 1
+            elif by_answer.get(str(answer), 0) >= max(1, n // 3):
+                continue  # one answer (a small count such as 2) may not fill a category: constant answers stay weak
+            key = answer if template.type == "boolean" else str(answer)
+            by_answer[key] = by_answer.get(key, 0) + 1
             out.append((slots, question, sql, answer))
         return out
 
