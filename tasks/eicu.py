@@ -35,6 +35,10 @@ Arguments:
 
 Version history:
     1: first version (EHRSQL eICU schema, strict graders, explicit submit).
+    2: the hospital draws from the public EHRSQL eICU vocabularies (drug names, diagnosis / treatment names,
+       intake-output labels and paths incl. ``%input%``, culture sites); question mix moved toward EHRSQL's
+       (relative windows, top-N, event-after-event, longer wording); no answer fills more than a third of a
+       category; ``build(..., public_questions=FILES)`` adds the patients public question files name.
 """
 
 from __future__ import annotations
@@ -58,7 +62,7 @@ class EICU(EHRSQLFamily):
     """The eicu family (see the module docstring for the spec card)."""
 
     name = "eicu"
-    version = 1
+    version = 2
     db_file = DB_FILE
     per_category: ClassVar[dict[str, int]] = {"tiny": 3, "default": 150}
     context_text = (

@@ -36,6 +36,10 @@ Arguments:
 
 Version history:
     1: first version (EHRSQL MIMIC-III schema, strict graders, explicit submit).
+    2: the hospital draws from the public EHRSQL/MIMICSQL vocabularies (tasks/data/ehr_vocab); question mix moved
+       toward EHRSQL's ("since N years/months ago" and "last month" windows on every timed template, top-N and
+       event-after-event templates, longer wording); no answer fills more than a third of a category;
+       ``build(..., public_questions=FILES)`` adds the patients public question files name.
 """
 
 from __future__ import annotations
@@ -58,7 +62,7 @@ class MimicIII(EHRSQLFamily):
     """The mimic_iii family (see the module docstring for the spec card)."""
 
     name = "mimic_iii"
-    version = 1
+    version = 2
     db_file = DB_FILE
     per_category: ClassVar[dict[str, int]] = {"tiny": 3, "default": 150}
     context_text = (

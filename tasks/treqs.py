@@ -38,6 +38,9 @@ Arguments:
 
 Version history:
     1: first version (MIMICSQL schema and conventions, strict graders, explicit submit).
+    2: values lower-cased and procedure codes without leading zeros (MedAgentGym's MIMICSQL conventions), public
+       MIMICSQL vocabularies (newborns, ``delta`` flags, body-fluid labs, CMS ICD-9 titles), single-quoted
+       values in the gold SQL; ``build(..., public_questions=FILES)`` adds the patients the files name.
 """
 
 from __future__ import annotations
@@ -60,7 +63,7 @@ class TREQS(EHRSQLFamily):
     """The treqs family (see the module docstring for the spec card)."""
 
     name = "treqs"
-    version = 1
+    version = 2
     db_file = DB_FILE
     per_category: ClassVar[dict[str, int]] = {"tiny": 3, "default": 300}
     context_text = (

@@ -7,7 +7,8 @@ SQL condition, and an optional anchor rule) and ``templates``. A template names:
 * ``id``, ``type`` (a ``tasks.graders`` answer type), ``q`` (question with ``{slot}`` and ``{time}``),
   ``sql`` (gold SQL with the same slots; string slots are escaped for SQL; ``{time}`` takes the filter's SQL);
 * ``pool``: SQL whose rows are candidate slot values (column names = slot names; an optional column ``t`` is the
-  time anchor from which ``{year}``, ``{month}``, ``{ndays}``, ``{nyears}`` are derived);
+  time anchor from which ``{year}``, ``{month}``, ``{day}``, ``{ndays}``, ``{nyears}``, ``{nyears_since}`` and
+  ``{nmonths_since}`` are derived);
 * ``tcol`` / ``hcol``: the time column and the admission-id column the filters apply to;
 * ``variants``: filter ids; each (template, variant) pair is one category (``<id>.<variant>``);
 * optional ``type``-specific ``max_items`` (largest set kept) and ``cap`` (instances per category, for gold SQL
@@ -118,8 +119,10 @@ def _time_slots(t: str | None, rng: random.Random) -> dict[str, Any]:
     s = str(t)  # 'YYYY-MM-DD HH:MM:SS' (sliced by hand: strptime dominated the build's Python time)
     when = dt.datetime(int(s[0:4]), int(s[5:7]), int(s[8:10]), int(s[11:13] or 0), int(s[14:16] or 0))
     days = (_NOW_DT - when).days
+    # "since N years / months ago" must reach back past the anchor: calendar months are at least 28 days
     return {"year": when.strftime("%Y"), "month": when.strftime("%Y-%m"), "day": when.strftime("%Y-%m-%d"),
-            "ndays": days + rng.randint(1, 60), "nyears": max(1, days // 365)}
+            "ndays": days + rng.randint(1, 60), "nyears": max(1, days // 365), "nyears_since": days // 365 + 1,
+            "nmonths_since": days // 28 + 1}
 
 
 def render(template: Template, flt: Filter, slots: dict[str, Any]) -> tuple[str, str]:
