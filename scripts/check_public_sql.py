@@ -8,9 +8,10 @@ Prints, per dataset, how many answerable gold queries execute and how many retur
 empty, not only NULL / 0 / ''), after EHRSQL's post-processing (``tasks.ehr_synth.public_sql``), plus value
 coverage (distinct compared literals present in our columns), id coverage (named patients present) and the
 question mix of the public file beside our generated instances' (time windows, top-N, event-after-event, words).
-Databases come from ``--tasks-root`` (``<root>/{mimic_iii,eicu,treqs}/*.db``, built by scripts/build_tasks.py) or,
-without it, are built into a scratch folder at ``--size`` / ``--seed``; ``--plant`` builds them with the given
-question files as input (``public_questions=``), so the patients they name exist. Nothing is written unless
+Databases come from ``--tasks-root`` (``<root>/{mimic_iii,eicu,treqs}/*.db``, built by scripts/build_tasks.py;
+its instances give "our" question mix) or, without it, only the databases are built into a scratch folder at
+``--size`` / ``--seed``; ``--plant`` builds them with the given question files as input (``public_questions=``),
+so the patients they name exist. Nothing is written unless
 ``--json-out`` is given. The public files are not part of this repository; point at your own copies.
 """
 
@@ -24,23 +25,34 @@ import time
 from pathlib import Path
 
 from tasks.base import TaskError
-from tasks.ehr_synth.public_sql import check, gold_sql, load_records, question_mix
+from tasks.ehr_synth.public_sql import (
+    add_file_arguments,
+    check,
+    files_from_arguments,
+    gold_sql,
+    load_records,
+    question_mix,
+)
 
 #: dataset -> (family, database file)
 _DBS = {"mimic_iii": ("mimic_iii", "mimic_iii.db"), "eicu": ("eicu", "eicu.db"), "mimicsql": ("treqs", "treqs.db")}
 
 
-def _build(root: Path, files: dict[str, list[Path]], *, size: str, seed: int, plant: bool) -> dict[str, float]:
-    """Build the families the files need under ``root``; returns build seconds per family."""
+def _build(root: Path, files: dict[str, list[Path]], *, size: str, seed: int, plant: bool,
+           anonymous: bool = True) -> dict[str, float]:
+    """Write the databases the files need under ``root`` (no instances); returns seconds per database, the
+    shared hospital draw counted in the first."""
     import tasks
+    from tasks.ehr_synth.hospital import SIZES, cached_draw
 
-    public = [p for paths in files.values() for p in paths] if plant else None
+    public = tuple(str(p) for paths in files.values() for p in paths) if plant else ()
     seconds = {}
     for dataset in files:
-        family_name, _db = _DBS[dataset]
+        family_name, db = _DBS[dataset]
         family = tasks.make(family_name, root=root / family_name)
         started = time.perf_counter()
-        family.build(root, size=size, seed=seed, public_questions=public)
+        (root / family_name).mkdir(parents=True, exist_ok=True)
+        type(family).write_database(cached_draw(SIZES[size], seed, public, anonymous), root / family_name / db, seed)
         seconds[family_name] = round(time.perf_counter() - started, 1)
     return seconds
 
@@ -61,19 +73,19 @@ def _our_pairs(family_dir: Path) -> list[tuple[str, str]]:
 def main(argv: list[str] | None = None) -> int:
     """CLI entry point; returns the exit status."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--mimic-iii", nargs="+", type=Path, default=[], help="EHRSQL MIMIC-III question files")
-    ap.add_argument("--eicu", nargs="+", type=Path, default=[], help="EHRSQL eICU question files")
-    ap.add_argument("--mimicsql", nargs="+", type=Path, default=[], help="MIMICSQL / MedAgentGym treqs files")
+    add_file_arguments(ap)
     ap.add_argument("--tasks-root", type=Path, help="built tasks root to check (default: build into a scratch dir)")
     ap.add_argument("--size", default="default", choices=("tiny", "default"), help="size to build without --tasks-root")
     ap.add_argument("--seed", type=int, default=0, help="seed to build without --tasks-root")
     ap.add_argument("--plant", action="store_true", help="build with the question files as input (named ids exist)")
+    ap.add_argument("--named-only", action="store_true",
+                    help="with --plant: plan only the patients the files name, not one per question naming nobody")
     ap.add_argument("--timeout", type=float, default=30.0, help="per-query limit in seconds (EHRSQL allows 60)")
     ap.add_argument("--json", action="store_true", help="print one JSON object on the last line")
     ap.add_argument("--json-out", type=Path, help="also write the JSON summary to this file")
     ap.add_argument("--debug", action="store_true", help="show tracebacks")
     args = ap.parse_args(argv)
-    files = {k: v for k, v in (("mimic_iii", args.mimic_iii), ("eicu", args.eicu), ("mimicsql", args.mimicsql)) if v}
+    files = files_from_arguments(args)
     if not files:
         ap.error("give at least one of --mimic-iii, --eicu, --mimicsql")
     if args.tasks_root and args.plant:
@@ -84,9 +96,11 @@ def main(argv: list[str] | None = None) -> int:
             built = {}
             if root is None:
                 root = Path(tmp)
-                built = _build(root, files, size=args.size, seed=args.seed, plant=args.plant)
+                built = _build(root, files, size=args.size, seed=args.seed, plant=args.plant,
+                               anonymous=not args.named_only)
             summary = {"tasks_root": str(args.tasks_root) if args.tasks_root else None, "size": args.size,
-                       "seed": args.seed, "plant": args.plant, "build_seconds": built, "datasets": {}}
+                       "seed": args.seed, "plant": args.plant, "named_only": args.named_only,
+                       "build_seconds": built, "datasets": {}}
             for dataset, paths in files.items():
                 records = [r for p in paths for r in load_records(p)]
                 family_name, db = _DBS[dataset]
@@ -109,6 +123,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{'':<10} missing literals by column: {d['top_missing_columns']}")
         for side in ("public", "ours"):
             m = d[f"mix_{side}"]
+            if not m["n"]:
+                continue
             print(f"{'':<10} mix {side:<6}: time windows {m['time_window']}%, top-N {m['top_n']}%, "
                   f"event-after-event {m['event_after_event']}%, {m['question_words']} words (n={m['n']})")
     if built:

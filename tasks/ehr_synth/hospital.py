@@ -417,12 +417,14 @@ def draw_hospital(n_patients: int, seed: int = 0, plan: Plan | None = None) -> R
 
 
 @functools.lru_cache(maxsize=2)
-def cached_draw(n_patients: int, seed: int = 0, public_questions: tuple[str, ...] = ()) -> RawHospital:
+def cached_draw(n_patients: int, seed: int = 0, public_questions: tuple[str, ...] = (),
+                anonymous: bool = True) -> RawHospital:
     """:func:`draw_hospital`, memoised per process (the three families of one build share one draw).
 
-    ``public_questions`` (question file paths) plans the patients they name (``plant.plan_from_files``).
+    ``public_questions`` (question file paths) plans the patients they name, and with ``anonymous`` one more per
+    question that names none (``plant.plan_from_files``).
 
     Callers must not mutate the returned frames (the builders copy before changing anything).
     """
-    plan = plan_from_files(public_questions, anonymous=True) if public_questions else None
+    plan = plan_from_files(public_questions, anonymous=anonymous) if public_questions else None
     return draw_hospital(n_patients, seed, plan)

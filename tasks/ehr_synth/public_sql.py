@@ -80,6 +80,18 @@ def load_records(path: Path | str) -> list[dict[str, Any]]:
     return records
 
 
+def add_file_arguments(ap) -> None:
+    """Add ``--mimic-iii`` / ``--eicu`` / ``--mimicsql`` (question files per dataset) to an argparse parser."""
+    ap.add_argument("--mimic-iii", nargs="+", type=Path, default=[], help="EHRSQL MIMIC-III question files")
+    ap.add_argument("--eicu", nargs="+", type=Path, default=[], help="EHRSQL eICU question files")
+    ap.add_argument("--mimicsql", nargs="+", type=Path, default=[], help="MIMICSQL / MedAgentGym treqs files")
+
+
+def files_from_arguments(args) -> dict[str, list[Path]]:
+    """dataset -> question files given with :func:`add_file_arguments` (datasets without files left out)."""
+    return {k: v for k, v in (("mimic_iii", args.mimic_iii), ("eicu", args.eicu), ("mimicsql", args.mimicsql)) if v}
+
+
 def postprocess_ehrsql(query: str) -> str:
     """EHRSQL's evaluator rewriting: lower-case, fixed current time, vital placeholders, ``%y``/``%j`` fixes.
 

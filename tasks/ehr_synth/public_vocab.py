@@ -32,7 +32,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tasks.base import TaskError
-from tasks.ehr_synth.public_sql import gold_sql, load_records
+from tasks.ehr_synth.public_sql import (
+    add_file_arguments,
+    files_from_arguments,
+    gold_sql,
+    load_records,
+)
 
 VOCAB_DIR = Path(__file__).resolve().parent.parent / "data" / "ehr_vocab"
 VALUES_FILE = VOCAB_DIR / "public_values.json"
@@ -202,13 +207,11 @@ def load() -> PublicVocab:
 def main(argv: list[str] | None = None) -> int:
     """Harvest the public files into ``tasks/data/ehr_vocab/`` (see the module docstring)."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--mimic-iii", nargs="+", type=Path, default=[], help="EHRSQL MIMIC-III question files")
-    ap.add_argument("--eicu", nargs="+", type=Path, default=[], help="EHRSQL eICU question files")
-    ap.add_argument("--mimicsql", nargs="+", type=Path, default=[], help="MIMICSQL / MedAgentGym treqs files")
+    add_file_arguments(ap)
     ap.add_argument("--cms-dir", type=Path, help="folder with the CMS ICD-9-CM v32 description files")
     ap.add_argument("--out", type=Path, default=VOCAB_DIR, help="output folder (default: the shipped one)")
     args = ap.parse_args(argv)
-    files = {k: v for k, v in (("mimic_iii", args.mimic_iii), ("eicu", args.eicu), ("mimicsql", args.mimicsql)) if v}
+    files = files_from_arguments(args)
     try:
         values, icd = harvest(files, args.cms_dir)
     except TaskError as exc:

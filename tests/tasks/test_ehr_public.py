@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import sqlite3
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -31,11 +32,8 @@ PUBLIC = {"mimic_iii": FIXTURES / "public_mimic_iii.json", "eicu": FIXTURES / "p
 
 
 def _q(db: Path, sql: str) -> list[tuple]:
-    con = sqlite3.connect(db)
-    try:
+    with closing(sqlite3.connect(db)) as con:
         return con.execute(sql).fetchall()
-    finally:
-        con.close()
 
 
 # ---------------------------------------------------------------------------------------------------- public_sql
@@ -214,9 +212,8 @@ def test_default_vocabulary_brings_the_missing_categories(medium):
     assert _q(e, "select count(*) from intakeoutput where cellpath like '%input%'")[0][0] >= 1
 
 
-def test_check_public_sql_cli_prints_rates_and_mix(medium, tmp_path, capsys):
-    from scripts.check_public_sql import main
-
+def test_check_public_sql_cli_prints_rates_and_mix(medium, tmp_path, capsys, load_script):
+    main = load_script("check_public_sql").main
     root = tmp_path / "root"
     (root / "treqs").mkdir(parents=True)
     (root / "treqs" / "treqs.db").write_bytes((medium / "treqs.db").read_bytes())
