@@ -40,7 +40,8 @@ Version history:
     1: first version (MIMICSQL schema and conventions, strict graders, explicit submit).
     2: values lower-cased and procedure codes without leading zeros (MedAgentGym's MIMICSQL conventions), public
        MIMICSQL vocabularies (newborns, ``delta`` flags, body-fluid labs, CMS ICD-9 titles), single-quoted
-       values in the gold SQL; ``build(..., public_questions=FILES)`` adds the patients the files name.
+       values in the gold SQL, longer question wording; ``build(..., public_questions=FILES)`` adds the patients
+       the files name.
 """
 
 from __future__ import annotations

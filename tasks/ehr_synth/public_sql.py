@@ -39,14 +39,15 @@ DATASETS = ("mimic_iii", "eicu", "mimicsql")
 VITAL_RANGES = {"temperature": (35.5, 38.1), "sao2": (95.0, 100.0), "heart_rate": (60.0, 100.0),
                 "respiration": (12.0, 18.0), "systolic_bp": (90.0, 120.0), "diastolic_bp": (60.0, 90.0),
                 "mean_bp": (60.0, 110.0)}
-#: ``table.column <op> 'literal'`` in lower-cased gold SQL (EHRSQL writes ``t.c``, MedAgentGym's MIMICSQL ``t.'c'``).
-_LITERAL = re.compile(r"\b(\w+)\.'?(\w+)'?\s*(=)\s*(?:'((?:[^']|'')*)'|\"([^\"]*)\")")
-_SUBJECT = re.compile(r"\b(?:admissions|patients|demographic)\.'?subject_id'?\s*=\s*'?(\d+)'?")
+#: ``table.column = 'literal'`` in lower-cased gold SQL (EHRSQL writes ``t.c``, MedAgentGym's MIMICSQL ``t.'c'``).
+#: (MIMICSQL's original SQL quotes columns and values with double quotes: ``diagnoses."icd9_code" = "53190"``.)
+LITERAL = re.compile(r"\b(\w+)\.['\"]?(\w+)['\"]?\s*=\s*(?:'((?:[^']|'')*)'|\"([^\"]*)\")")
+_SUBJECT = re.compile(r"\b\w+\.['\"]?subject_id['\"]?\s*=\s*['\"]?(\d+)['\"]?")
 _UNIQUEPID = re.compile(r"\bpatient\.uniquepid\s*=\s*'([^']+)'")
 #: Columns that name a patient or a stay: counted by id coverage, not value coverage.
 _ID_COLUMNS = frozenset({"subject_id", "hadm_id", "icustay_id", "uniquepid", "patienthealthsystemstayid",
                          "patientunitstayid", "name"})
-_NAME = re.compile(r"\bdemographic\.'?name'?\s*=\s*'([^']+)'")
+_NAME = re.compile(r"\bdemographic\.['\"]?name['\"]?\s*=\s*['\"]([^'\"]+)['\"]")
 
 
 def load_records(path: Path | str) -> list[dict[str, Any]]:
@@ -145,7 +146,7 @@ def execute(con: sqlite3.Connection, sql: str, *, timeout_s: float = 30.0, limit
 def literals(sql: str) -> set[tuple[str, str, str]]:
     """Distinct ``(table, column, value)`` compared with ``=`` in lower-cased gold SQL (ids and times left out)."""
     out = set()
-    for table, column, _op, single, double in _LITERAL.findall(sql):
+    for table, column, single, double in LITERAL.findall(sql):
         value = single if single or not double else double
         if column not in _ID_COLUMNS and not re.fullmatch(r"\d{4}(-\d\d){0,2}( [\d:]+)?", value):
             out.add((table, column, value.replace("''", "'")))

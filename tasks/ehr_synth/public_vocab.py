@@ -33,6 +33,7 @@ from pathlib import Path
 
 from tasks.base import TaskError
 from tasks.ehr_synth.public_sql import (
+    LITERAL,
     add_file_arguments,
     files_from_arguments,
     gold_sql,
@@ -67,7 +68,6 @@ _MIMICSQL_COLUMNS = {
 }
 _PREFIX = {"demographic": "", "prescriptions": "", "lab": "lab_", "diagnoses": "dx_", "procedures": "px_"}
 _KINDS.update({("mimicsql", t, c): _PREFIX[t] + c for t, cols in _MIMICSQL_COLUMNS.items() for c in cols})
-_LIT = re.compile(r"\b(\w+)\.'?(\w+)'?\s*=\s*(?:'((?:[^']|'')*)'|\"([^\"]*)\")")
 
 
 @dataclass(frozen=True)
@@ -98,7 +98,7 @@ class PublicVocab:
 
 def _kinds(dataset: str, sql: str) -> Iterable[tuple[str, str]]:
     """(kind, value) pairs one gold query compares against."""
-    for table, column, single, double in _LIT.findall(sql):
+    for table, column, single, double in LITERAL.findall(sql):
         value = (single if single or not double else double).replace("''", "'").strip()
         if not value:
             continue
