@@ -34,6 +34,8 @@ Arguments:
     ``tasks.make("treqs", root=DIR)``; ``build(out_dir, size="tiny"|"default", seed=0)`` writes
     ``<out_dir>/treqs/{treqs.db, train.jsonl, test.jsonl, manifest.json}``, byte-identical per seed.
     tiny: 30 patients, up to 3 instances per template; default: 1,000 patients, up to 300 per template.
+    ``public_questions=[FILES]`` (EHRSQL / MedAgentGym / MIMICSQL question files) adds the patients they name,
+    with the events and time windows their questions ask about (``tasks.ehr_synth.plant``).
     40 % of each category goes to test. The instance mounts only the database.
 
 Version history:

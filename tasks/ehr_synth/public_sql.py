@@ -131,6 +131,22 @@ def outcome(rows: list[tuple] | None) -> str:
     return "meaningful"
 
 
+#: What a checked query may do: read and compute. ATTACH, PRAGMA and every write are refused, so a question
+#: file cannot make the checker open or create another database file (the main one is opened read-only).
+_ALLOWED = frozenset({sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_FUNCTION, sqlite3.SQLITE_RECURSIVE})
+
+
+def _authorize(action: int, *_args) -> int:
+    return sqlite3.SQLITE_OK if action in _ALLOWED else sqlite3.SQLITE_DENY
+
+
+def connect_read_only(db_path: Path | str) -> sqlite3.Connection:
+    """A read-only connection that refuses anything but reading (see ``_ALLOWED``)."""
+    con = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
+    con.set_authorizer(_authorize)
+    return con
+
+
 def execute(con: sqlite3.Connection, sql: str, *, timeout_s: float = 30.0, limit: int = 100) -> list[tuple] | None:
     """The first ``limit`` rows of ``sql``, or None when it fails or runs past ``timeout_s`` seconds."""
     deadline = time.monotonic() + timeout_s
@@ -253,7 +269,7 @@ def check(records: Iterable[dict[str, Any]], db_path: Path | str, dataset: str, 
     if not Path(db_path).is_file():
         raise TaskError(f"{db_path}: no database; build it with scripts/build_tasks.py --size default")
     report = Report(dataset)
-    con = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
+    con = connect_read_only(db_path)
     seen_lits: dict[tuple[str, str, str], bool] = {}
     seen_pats: dict[tuple[str, str], bool] = {}
     try:

@@ -60,6 +60,26 @@ def test_literals_ids_and_mix_are_read_from_gold_sql():
     assert mix == {"time_window": 50.0, "top_n": 50.0, "event_after_event": 50.0, "question_words": 2.5, "n": 2}
 
 
+def test_checked_queries_can_only_read(tmp_path):
+    db = tmp_path / "t.db"
+    with closing(sqlite3.connect(db)) as con:
+        con.execute("create table t (x)")
+        con.execute("insert into t values (3)")
+        con.commit()
+    con = ps.connect_read_only(db)
+    try:
+        assert ps.execute(con, "select max(x), strftime('%Y', '2105-01-01') from t") == [(3, "2105")]
+        assert ps.execute(con, f"attach database '{tmp_path / 'evil.db'}' as e") is None
+        assert ps.execute(con, "pragma writable_schema = 1") is None
+        assert ps.execute(con, "delete from t") is None
+    finally:
+        con.close()
+    assert not (tmp_path / "evil.db").exists()
+    records = [{"db_id": "mimic_iii", "query": f"attach database '{tmp_path / 'evil2.db'}' as e"}]
+    assert ps.check(records, db, "mimic_iii").outcomes == {"error": 1}
+    assert not (tmp_path / "evil2.db").exists()
+
+
 def test_load_records_reads_both_formats_and_names_bad_lines(tmp_path):
     assert len(ps.load_records(PUBLIC["mimic_iii"])) == 6 and len(ps.load_records(PUBLIC["eicu"])) == 2
     bad = tmp_path / "bad.jsonl"
