@@ -157,6 +157,7 @@ def test_time_windows_of_each_ehrsql_filter_kind():
     mixed = window(f"datetime(t.c,'start of year') = datetime({now},'start of year','-0 year') and strftime('%m',t.c) = '07'")
     assert mixed == (dt.datetime(2105, 7, 1), dt.datetime(2105, 7, 31, 23, 59))
     assert window("strftime('%Y',t.c) = '2101' and strftime('%Y',t.c) = '2103'") is None
+    assert window("strftime('%Y-%m-%d',t.c) >= '2105-12-00'") is None  # a date in an EHRSQL test query
 
 
 def test_plan_names_patients_their_needs_and_stays():
