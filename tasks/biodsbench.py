@@ -45,13 +45,16 @@ Arguments:
     ``tasks.make("biodsbench", root=DIR, grader_backend="bwrap")``; ``build(out_dir, size, seed)`` writes
     ``<out_dir>/biodsbench/{studies/<study>/*.csv, train.jsonl, test.jsonl, manifest.json}``, byte-identical
     per seed. tiny: one study, the first parameter set of each kind (28 instances); default: four studies x
-    75 tasks (300 instances). An instance is in test when (study + kind + parameter index) % 4 == 0.
+    75 tasks (300 instances). An instance is in test when (study + kind + parameter index) % 4 == 0 (tiny: % 2,
+    so its test split holds 14 instances).
 
 Version history:
     1: first version (4 studies, 28 kinds, asserts executed after the agent's code).
     2: no gold in the jail: values are compared on the host only; plot checks compare the plotted data with
        the reference (KM curves, bar heights, histogram bins); imported records' asserts run in a separate
-       grader-only jail; a malformed or forged result line is a wrong answer.
+       grader-only jail; a malformed or forged result line is a wrong answer. tiny builds put every second
+       instance in test (14, was 7: one instance's own program then held 14 % of the split, over the 10 %
+       constant-answer floor bound).
 """
 
 from __future__ import annotations
@@ -94,7 +97,10 @@ from tasks.bio.values import decoder_source, encoder_source
 
 MOUNT = "biodsbench"
 DATA_DIR = "studies"
-_SIZES: dict[str, dict[str, Any]] = {"tiny": {"studies": 1, "params": 1}, "default": {"studies": len(STUDIES), "params": None}}
+#: ``test_every``: every n-th instance goes to test. tiny uses 2 so its test split (14) is large enough that one
+#: constant answer cannot reach the 10 % reward-floor bound by holding a single instance's answer.
+_SIZES: dict[str, dict[str, Any]] = {"tiny": {"studies": 1, "params": 1, "test_every": 2},
+                                     "default": {"studies": len(STUDIES), "params": None, "test_every": 4}}
 _WALL_S = 120.0
 _REL_TOL = 1e-6
 _TABLE_OF = {"pat": ("data_clinical_patient.csv", "patients"), "smp": ("data_clinical_sample.csv", "samples"),
@@ -223,7 +229,7 @@ class BioDSBench:
                 heads = {key: _head(data_dir / study.study_id / f, var) for key, (f, var) in _TABLE_OF.items()}
                 for k_index, kind in enumerate(KINDS):
                     for p_index, params in enumerate(kind.params(study)[: conf["params"]]):
-                        split: Split = "test" if (s_index + p_index + k_index) % 4 == 0 else "train"
+                        split: Split = "test" if (s_index + p_index + k_index) % conf["test_every"] == 0 else "train"
                         try:
                             inst = self._instance(kind, study, params, heads, data_dir, Path(scratch), split,
                                                   len(splits[split]))

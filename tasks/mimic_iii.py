@@ -45,6 +45,8 @@ Version history:
        toward EHRSQL's ("since N years/months ago" and "last month" windows on every timed template, top-N and
        event-after-event templates, longer wording); no answer fills more than a third of a category;
        ``build(..., public_questions=FILES)`` adds the patients public question files name.
+       Test instances are chosen per category to spread answers, and no answer holds more than 8 % of a split
+       (``templating.MAX_ANSWER_SHARE``), so no constant answer nears the 10 % floor bound.
 """
 
 from __future__ import annotations

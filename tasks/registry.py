@@ -343,7 +343,9 @@ def check_family(name: str, *, size: str = "tiny", seed: int = 0, root: Path | s
     Checks: the same seed builds byte-identical files; instances load, have unique ids, known categories, and
     survive pickle/JSON round trips; the reference solution scores 1 on every instance; empty, traceback and
     shotgun submissions score 0; constant answers score at most the base rate (the best score one of the
-    20 most common gold labels gets as a constant answer, under the family's own grader).
+    20 most common gold labels gets as a constant answer, under the family's own grader); and over each WHOLE
+    split, no constant answer scores above the reward-floor bound (``tasks.floors.constant_floor``: 10 %, or
+    50 % for yes/no families).
 
     Args:
         name: A registered (or config-declared under ``root``) family.
@@ -361,6 +363,7 @@ def check_family(name: str, *, size: str = "tiny", seed: int = 0, root: Path | s
     import tempfile
 
     from tasks.base import ALL_ACTIONS, GradeContext, Instance
+    from tasks.floors import constant_floor
     from tasks.graders import render_answer
 
     def direct(family: Any, inst: Any, steps: list[dict[str, Any]]) -> float:
@@ -387,10 +390,16 @@ def check_family(name: str, *, size: str = "tiny", seed: int = 0, root: Path | s
         if not set(family.actions) <= ALL_ACTIONS or "submit_answer" not in family.actions:
             problems.append(f"actions {sorted(family.actions)} must be a subset of ALL_ACTIONS with submit_answer")
         for split in ("train", "test"):
-            items = family.instances(split)[:limit] if limit else family.instances(split)
+            whole = family.instances(split)
+            items = whole[:limit] if limit else whole
             report[split] = {"instances": len(items)}
             if not items:
                 continue
+            floor = constant_floor(family, whole)  # the whole split: a reward floor is a property of the split
+            report[split]["floor"] = floor["floor"]
+            if floor["exceeds"]:
+                problems.append(f"{split}: the constant answer {str(floor['constant'])[:20]!r} scores "
+                                f"{floor['floor']:.1%} over the whole split, above the {floor['bound']:.0%} bound")
             ids = [i.id for i in items]
             if len(set(ids)) != len(ids) or any(i.family != name or i.split != split for i in items):
                 problems.append(f"{split}: ids must be unique, family/split fields must match")

@@ -44,6 +44,9 @@ Version history:
        MIMICSQL vocabularies (newborns, ``delta`` flags, body-fluid labs, CMS ICD-9 titles), single-quoted
        values in the gold SQL, longer question wording; ``build(..., public_questions=FILES)`` adds the patients
        the files name.
+       Test instances are chosen per category to spread answers, and no answer holds more than 8 % of a split
+       (``templating.MAX_ANSWER_SHARE``), so no constant answer nears the 10 % floor bound. tiny builds draw 6
+       instances per category (was 3) so a test split of small counts has answers to choose from.
 """
 
 from __future__ import annotations
@@ -68,7 +71,7 @@ class TREQS(EHRSQLFamily):
     name = "treqs"
     version = 2
     db_file = DB_FILE
-    per_category: ClassVar[dict[str, int]] = {"tiny": 3, "default": 300}
+    per_category: ClassVar[dict[str, int]] = {"tiny": 6, "default": 300}
     context_text = (
         f"SQLite database: /data/{DB_FILE} (MIMICSQL schema, 5 tables: DEMOGRAPHIC (one row per hospital "
         "admission), DIAGNOSES, PROCEDURES, PRESCRIPTIONS, LAB; joined on HADM_ID), read-only. Every column holds "

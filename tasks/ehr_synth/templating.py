@@ -16,8 +16,9 @@ SQL condition, and an optional anchor rule) and ``templates``. A template names:
 
 Slot draws come from the pool with a per-category seeded RNG; the gold SQL runs on ONE read-only connection;
 instances whose result is empty, NULL, a bare 0 or 1 for numeric answers, ambiguous (several rows for a
-scalar) or too long (sets over ``max_items``) are dropped; boolean categories are kept balanced, and no other
-answer fills more than a third of its category (so one constant, such as a count of 2, scores little).
+scalar) or too long (sets over ``max_items``) are dropped; boolean categories are kept balanced, no other
+answer fills more than a third of its category, and no answer fills more than :data:`MAX_ANSWER_SHARE` of a split
+(:func:`cap_answer_share`), so one constant answer, such as a count of 2 or "yes", scores little anywhere.
 """
 
 from __future__ import annotations
@@ -228,16 +229,77 @@ class Instantiator:
         return out
 
 
+#: The largest share of a split one rendered answer may hold (the reward floor of a constant answer stays
+#: under the 10 % every non-binary family is held to, with a margin for answers the grader treats as equal).
+MAX_ANSWER_SHARE = 0.08
+
+
+def cap_answer_share(items: list[Instance], max_share: float = MAX_ANSWER_SHARE) -> list[Instance]:
+    """``items`` without the instances that let one answer exceed ``max_share`` of them.
+
+    Excess instances of an over-common answer are dropped from the categories that hold most of it, latest
+    first, never a category's last instance (a category with nothing left would vanish). Deterministic.
+
+    Example:
+        >>> counts = Counter(render_answer(i.answer_type, i.answer) for i in cap_answer_share(items))
+        >>> max(counts.values()) <= 0.08 * sum(counts.values())  # unless only last-of-category ones remain
+    """
+    from collections import Counter
+
+    from tasks.graders import render_answer
+
+    keep = list(items)
+    rendered = [render_answer(i.answer_type, i.answer) for i in keep]
+    blocked: set[str] = set()  # answers that cannot drop further without emptying a category
+    while True:
+        counts = Counter(r for r in rendered if r not in blocked)
+        if not counts:
+            return keep
+        answer, n = counts.most_common(1)[0]
+        limit = int(max_share * len(keep))
+        if n <= max(limit, 1):
+            return keep
+        excess = -(-(n - max_share * len(keep)) // (1 - max_share))  # dropping shrinks the split too
+        per_cat = Counter(i.category for i in keep)
+        dropped = 0
+        for k in range(len(keep) - 1, -1, -1):
+            if dropped >= excess:
+                break
+            if rendered[k] == answer and per_cat[keep[k].category] > 1:
+                per_cat[keep[k].category] -= 1
+                del keep[k], rendered[k]
+                dropped += 1
+        if dropped == 0:
+            blocked.add(answer)
+
+
 def make_instances(inst: Instantiator, *, per_category: int, test_fraction: float, context: str,
                    data: dict[str, str], db_name: str) -> dict[Split, list[Instance]]:
-    """All instances of a family, split per category (first ``test_fraction`` of each category -> test)."""
+    """All instances of a family, ``test_fraction`` of each category to test.
+
+    Which of a category's instances go to test is chosen to spread answers: each pick is the one whose answer the
+    test split holds least so far (ties: the earliest drawn), so a count of 2 does not pile up in a small test
+    split. Then each split is capped so that no answer exceeds :data:`MAX_ANSWER_SHARE` of it
+    (:func:`cap_answer_share`).
+    """
+    from collections import Counter
+
+    from tasks.graders import render_answer
+
     splits: dict[Split, list[Instance]] = {"train": [], "test": []}
+    in_test: Counter = Counter()
     for template in inst.templates:
         for variant in template.variants:
             items = inst.category(template, variant, per_category)
             n_test = round(len(items) * test_fraction) if len(items) > 1 else 0
+            rendered = [render_answer(template.type, answer) for *_, answer in items]
+            chosen: set[int] = set()
+            for _ in range(n_test):
+                pick = min((k for k in range(len(items)) if k not in chosen), key=lambda k: (in_test[rendered[k]], k))
+                chosen.add(pick)
+                in_test[rendered[pick]] += 1
             for k, (slots, question, sql, answer) in enumerate(items):
-                split: Split = "test" if k < n_test else "train"
+                split: Split = "test" if k in chosen else "train"
                 splits[split].append(Instance(
                     id=f"{inst.family}/{split}/{len(splits[split]):06d}", family=inst.family,
                     category=f"{template.id}.{variant}", split=split, question=question, context=context,
@@ -245,4 +307,7 @@ def make_instances(inst: Instantiator, *, per_category: int, test_fraction: floa
                     metadata={"slots": {k2: v for k2, v in slots.items()}, "template": template.id, "variant": variant,
                               "sql_database": db_name, "grading": dict(template.grading)},
                 ))
+    for split, items in splits.items():
+        splits[split] = [item.model_copy(update={"id": f"{inst.family}/{split}/{k:06d}"})
+                         for k, item in enumerate(cap_answer_share(items))]
     return splits
