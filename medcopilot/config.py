@@ -309,10 +309,12 @@ class RecipeConfig:
         cls = getattr(importlib.import_module(module or "trl"), cls_name)
         where = f"{module or 'trl'}.{cls.__name__}"
         valid = [f.name for f in dataclasses.fields(cls) if f.init]
-        for key in self.trainer:
+        trainer = _renamed_keys(self.trainer, valid)
+        extra = _renamed_keys(extra, valid)
+        for key in trainer:
             if key not in valid:
                 raise RecipeError(_unknown_key(f"trainer.{key}", key, valid, f"fields of {where}"))
-        kwargs: dict[str, Any] = {**extra, **_typed_trainer(cls, self.trainer, where), "output_dir": self.output.dir}
+        kwargs: dict[str, Any] = {**extra, **_typed_trainer(cls, trainer, where), "output_dir": self.output.dir}
         if torch.cuda.is_available():
             kwargs.setdefault("bf16", self.model.dtype in ("auto", "bfloat16"))
             kwargs.setdefault("fp16", self.model.dtype == "float16")
@@ -464,6 +466,21 @@ def apply_override(data: dict[str, Any], item: str) -> None:
 
 
 # --- validation -------------------------------------------------------------------------------------------------
+
+
+#: Trainer keys transformers renamed, new name -> old name. Recipes use the new names; the GPU stack's
+#: transformers (5.17, pinned by vLLM 0.31 in constraints-gpu.txt) still has the old ones.
+RENAMED_TRAINER_KEYS = {"activation_checkpointing": "gradient_checkpointing",
+                        "activation_checkpointing_kwargs": "gradient_checkpointing_kwargs"}
+
+
+def _renamed_keys(trainer: dict[str, Any], valid: list[str]) -> dict[str, Any]:
+    """``trainer`` with each renamed key under the name the installed config class declares."""
+    out = dict(trainer)
+    for new, old in RENAMED_TRAINER_KEYS.items():
+        if new in out and new not in valid and old in valid and old not in out:
+            out[old] = out.pop(new)
+    return out
 
 
 def _check(ok: bool, key: str, value: Any, expected: str) -> None:

@@ -261,7 +261,7 @@ def _check_attention(cfg: RecipeConfig) -> str:
 def _check_memory(cfg: RecipeConfig, args: Any, shape: ModelShape, gpu: float, uses_vllm: bool) -> str:
     micro, seq, scored = _batch_geometry(cfg, args)
     lora = cfg.model.lora.r if cfg.model.lora else None
-    checkpointing = bool(getattr(args, "activation_checkpointing", cfg.trainer.get("activation_checkpointing", True)))
+    checkpointing = bool(getattr(args, "activation_checkpointing", getattr(args, "gradient_checkpointing", True)))
     vllm = None
     if uses_vllm and getattr(args, "vllm_mode", "colocate") == "colocate":
         max_len = args.vllm_max_model_length
