@@ -160,8 +160,11 @@ class PPOTrainer:
         if self.needs_ref and ref_model is None and not self.is_peft:
             raise ValueError("kl_coef > 0 needs a reference: pass ref_model= (a frozen copy) or a PeftModel")
         disable_dropout(model)
-        if args.activation_checkpointing:
-            model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        if args.activation_checkpointing:  # transformers < 5.18 (the GPU set's 5.17) calls it gradient_checkpointing
+            if hasattr(model, "activation_checkpointing_enable"):
+                model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+            else:
+                model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         module = PolicyWithValue(model, model.config.hidden_size).train()  # train mode: checkpointing is active
         groups = [{"params": [p for p in model.parameters() if p.requires_grad], "lr": args.learning_rate},
                   {"params": list(module.value_head.parameters()),
