@@ -26,10 +26,11 @@ Example:
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Mapping, Sequence
-from typing import TypeVar
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, TypeVar
 
-__all__ = ["describe_shares", "mixture_shares", "resample"]
+__all__ = ["apply_mixture", "describe_shares", "mixed_rows", "mixture_shares", "resample"]
 
 T = TypeVar("T")
 
@@ -116,4 +117,52 @@ def _apportion(shares: Mapping[str, float], n: int) -> dict[str, int]:
     for f in sorted(exact, key=lambda f: (counts[f] - exact[f], f))[:left]:
         counts[f] += 1
     return counts
+
+
+def apply_mixture(tasks: Any, rows: Sequence[T], *, seed: int = 0, family_of: Callable[[T], str] | None = None,
+                  tag: str = "mixture") -> list[T]:
+    """Resample a trainer's rows to the recipe's ``tasks.mixture`` (rows unchanged without one).
+
+    Args:
+        tasks: The recipe's ``tasks`` section (``families``, ``mixture``).
+        rows: Training rows, each of one family.
+        seed: Seeds the per-family order (the trainer's seed).
+        family_of: Row -> family (default ``row["family"]``).
+        tag: Prefix of the one line printed with the shares.
+
+    Returns:
+        The epoch of rows (``tasks.mixture.rows`` of them, default as many as given).
+
+    Raises:
+        ValueError: No rows at all.
+    """
+    mix = getattr(tasks, "mixture", None)
+    if mix is None or (not mix.weights and mix.temperature is None):
+        return list(rows)
+    family_of = family_of or (lambda row: row["family"])  # type: ignore[index]
+    counts = Counter(family_of(r) for r in rows)
+    sizes = {f: counts.get(f, 0) for f in tasks.families}
+    empty = [f for f, n in sizes.items() if n == 0]
+    shares = mixture_shares(sizes, weights=mix.weights, temperature=mix.temperature)
+    out = resample(rows, shares, n=mix.rows or len(rows), seed=seed, family_of=family_of)
+    note = f"; no rows for {', '.join(empty)} (their share goes to the others)" if empty else ""
+    print(f"[{tag}] {len(out)} rows: {describe_shares(shares, sizes)}{note}", flush=True)
+    return out
+
+
+def mixed_rows(tasks: Any, episodes: Iterable[Any], build: Callable[[list[Any]], list[Any]], *, seed: int = 0,
+               tag: str = "mixture") -> list[Any]:
+    """``build(episodes)`` (e.g. ``sft_rows``, ``dpo_pairs``) family by family, resampled to ``tasks.mixture``.
+
+    Without a mixture this is ``build(episodes)`` itself, rows in the same order.
+    """
+    episodes = list(episodes)
+    mix = getattr(tasks, "mixture", None)
+    if mix is None or (not mix.weights and mix.temperature is None):
+        return build(episodes)
+    by_family: dict[str, list[Any]] = {}
+    for ep in episodes:
+        by_family.setdefault(ep.family, []).append(ep)
+    tagged = [(family, row) for family, eps in by_family.items() for row in build(eps)]
+    return [row for _, row in apply_mixture(tasks, tagged, seed=seed, family_of=lambda t: t[0], tag=tag)]
 

@@ -34,6 +34,7 @@ import time
 from typing import Any
 
 from medcopilot.config import RecipeConfig, RecipeError
+from medcopilot.mixture import apply_mixture
 from medcopilot.rewards_adapter import EpisodeReward
 from medcopilot.rollout_func import EnvRolloutFunc, PromptIndex
 
@@ -102,7 +103,15 @@ def build_index(cfg: RecipeConfig) -> PromptIndex:
 
 
 def make_env_factory(cfg: RecipeConfig, pool: Any) -> Any:
-    """A zero-argument callable returning a fresh ``env_client.Env`` on the shared sandbox ``pool``."""
+    """A zero-argument callable returning a fresh env: an ``env_client.Env`` on the shared sandbox ``pool``, or,
+    with ``env.url``, an env whose episodes run on those servers (round-robin, health-checked; ``pool`` unused).
+
+    Remote servers apply their own episode rules (``scripts/serve_env.py --max-turns``), not ``env.max_turns``.
+    """
+    if cfg.env.urls:
+        from env_client.http_client import EnvServers
+
+        return EnvServers(cfg.env.urls).env
     from env_client import Env, EnvConfig
 
     env_config = EnvConfig() if cfg.env.max_turns is None else EnvConfig(max_turns=cfg.env.max_turns)
@@ -166,11 +175,11 @@ def run(cfg: RecipeConfig) -> dict[str, Any]:
     # ---- env: dataset of opening chats, a sandbox pool, one Env per episode
     args = _trainer_args(cfg)
     index = build_index(cfg)
-    dataset = Dataset.from_list(index.rows)
-    pool = sandbox.make_pool(cfg.env.sandbox, workers=cfg.env.workers,
-                             allow_unisolated=cfg.env.sandbox == "local")
-    layers = list(getattr(pool, "layers", []))
-    if cfg.rollout.concurrency > cfg.env.workers:
+    dataset = Dataset.from_list(apply_mixture(cfg.tasks, index.rows, seed=args.seed, tag="grpo"))
+    pool = None if cfg.env.urls else sandbox.make_pool(cfg.env.sandbox, workers=cfg.env.workers,
+                                                       allow_unisolated=cfg.env.sandbox == "local")
+    layers = [f"env servers {', '.join(cfg.env.urls)}"] if pool is None else list(getattr(pool, "layers", []))
+    if pool is not None and cfg.rollout.concurrency > cfg.env.workers:
         log.warning("rollout.concurrency=%d > env.workers=%d: an episode holds a sandbox session from reset to end, "
                     "so episodes will wait for workers and turns batch poorly; set env.workers >= rollout.concurrency",
                     cfg.rollout.concurrency, cfg.env.workers)
@@ -197,7 +206,8 @@ def run(cfg: RecipeConfig) -> dict[str, Any]:
         # ---- train
         output = trainer.train(resume_from_checkpoint=resumed_from)
     finally:
-        pool.close()
+        if pool is not None:
+            pool.close()
 
     # ---- save
     return finish_run(trainer, cfg, output, resumed_from=resumed_from, n_rows=len(index.rows),

@@ -170,3 +170,26 @@ def test_mixture_shares_and_resampling():
     big = [r["i"] for r in epoch if r["family"] == "a"]
     assert len(set(big)) == 100 and big != list(range(100)), "a large family gets a random subset, not its head"
     assert resample(rows, {"a": 0.25, "b": 0.75}, n=400, seed=1) == epoch
+
+
+def test_trainers_resample_their_rows_to_the_recipes_mixture(capsys):
+    from medcopilot.data import Episode, sft_rows
+    from medcopilot.mixture import apply_mixture, mixed_rows
+
+    cfg = load_recipe("sft_tiny", ["tasks.families=[a_fam, b_fam]",
+                                   "tasks.mixture={weights: {a_fam: 1.0, b_fam: 1.0}, rows: 40}"])
+
+    def episode(family, i):
+        return Episode(task_id=f"{family}/{i}", family=family, category="c", success=True,
+                       messages=[{"role": "user", "content": f"{family} {i}"}, {"role": "assistant", "content": "7"}])
+
+    episodes = [episode("a_fam", i) for i in range(30)] + [episode("b_fam", i) for i in range(2)]
+    rows = mixed_rows(cfg.tasks, episodes, sft_rows, tag="sft")
+    assert len(rows) == 40 and sum("b_fam" in r["messages"][0]["content"] for r in rows) == 20
+    assert "[sft] 40 rows: a_fam 50.0 % (n=30), b_fam 50.0 % (n=2)" in capsys.readouterr().out
+    plain = load_recipe("sft_tiny")
+    assert mixed_rows(plain.tasks, episodes, sft_rows) == sft_rows(episodes), "no mixture: rows as before"
+    grpo_rows = [{"family": "a_fam", "i": i} for i in range(6)]
+    out = apply_mixture(cfg.tasks, grpo_rows, tag="grpo")
+    assert len(out) == 40 and all(r["family"] == "a_fam" for r in out)
+    assert "no rows for b_fam" in capsys.readouterr().out
