@@ -29,12 +29,13 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -321,6 +322,7 @@ class EnvRolloutFunc:
         self.max_new_tokens, self.max_completion_tokens = max_new_tokens, max_completion_tokens
         self.concurrency, self.seed, self.flush_s, self.batching = concurrency, seed, flush_s, batching
         self.timing: dict[str, float] = {}  # the last call's generate_s, wall_s, idle_share, calls
+        self._vllm_slept_at: int | None = None  # trainer step at which the hook last put vLLM to sleep
         self.policy_name = policy_name
         self.rewards = dict(rewards) if rewards else {"correctness": correctness}
         self.verifier = verifier
@@ -377,7 +379,31 @@ class EnvRolloutFunc:
             _, completion_ids, logprobs, _ = vg.generate(prompts=contexts, images=None, num_generations=1)
             return completion_ids, [[lp[0] for lp in seq] for seq in logprobs]
 
-        return self.run(prompts, gen)
+        with self._vllm_awake(vg, trainer.state.global_step):
+            return self.run(prompts, gen)
+
+    @contextlib.contextmanager
+    def _vllm_awake(self, vg: Any, step: int) -> Iterator[None]:
+        """Keep a sleep-mode colocated engine awake for one whole rollout round, asleep (level 1) otherwise.
+
+        TRL wakes the engine around every ``generate`` call and sleeps it at level 2 afterwards, which discards the
+        weights and pushes them again from the policy at the next call: once per batch of turns here. Instead the
+        engine wakes once per round and sleeps at level 1 at its end (weights kept in CPU memory, KV cache freed
+        for the update; TRL's weight sync before the next round wakes and overwrites them).
+        """
+        if vg.mode != "colocate" or not vg.enable_sleep_mode:
+            yield
+            return
+        if self._vllm_slept_at == step:  # TRL syncs (and wakes) the weights only when the step moved on
+            vg.llm.wake_up(tags=["weights"])
+        vg.llm.wake_up(tags=["kv_cache"])
+        vg.enable_sleep_mode = False  # TRL's generate() then neither wakes nor sleeps the engine per call
+        try:
+            yield
+        finally:
+            vg.enable_sleep_mode = True
+            vg.llm.sleep(level=1)
+            self._vllm_slept_at = step
 
     # ------------------------------------------------------------------ the rollout itself
     def run(self, prompts: Sequence[Any], batch_generate: BatchGenerate) -> dict[str, list[Any]]:
