@@ -38,7 +38,8 @@ from medcopilot.mixture import apply_mixture
 from medcopilot.rewards_adapter import EpisodeReward
 from medcopilot.rollout_func import EnvRolloutFunc, PromptIndex
 
-__all__ = ["build_index", "make_env_factory", "make_verifier", "reward_components", "run"]
+__all__ = ["build_index", "make_env_factory", "make_verifier", "reward_components", "run", "vllm_start",
+           "vllm_started"]
 
 log = logging.getLogger(__name__)
 
@@ -122,6 +123,35 @@ def make_env_factory(cfg: RecipeConfig, pool: Any) -> Any:
     return make_env
 
 
+def vllm_start(model: Any, cfg: RecipeConfig) -> str | None:
+    """Point TRL's vLLM engine at a model it can load; returns what to restore afterwards (None: nothing).
+
+    A chained stage starts from an earlier stage's adapter-only folder (merged into its base on load, so
+    ``model.name_or_path`` names the folder); vLLM cannot load that. TRL starts its engine from
+    ``model.name_or_path``, so it is set to the full model at the root of the chain for the trainer's construction
+    (:func:`medcopilot.recipe_checks.vllm_base_model`); TRL then pushes the merged weights into the engine before
+    the first generation, as it does every step.
+    """
+    from medcopilot.recipe_checks import vllm_base_model
+
+    own = getattr(model, "name_or_path", cfg.model.name_or_path)
+    base = vllm_base_model(own)
+    if base == own:
+        return None
+    log.info("vLLM starts from %s; the merged weights of %s are pushed into it before the first generation", base, own)
+    model.name_or_path = base
+    return own
+
+
+def vllm_started(trainer: Any, model: Any, own: str | None) -> None:
+    """Undo :func:`vllm_start` once TRL's engine exists, so new adapters record their real base (the folder)."""
+    if own is None:
+        return
+    model.name_or_path = own
+    for config in (getattr(trainer.model, "peft_config", None) or {}).values():
+        config.base_model_name_or_path = own  # PEFT read the base's name during the trainer's construction
+
+
 def _trainer_args(cfg: RecipeConfig) -> Any:
     """TRL's ``GRPOConfig`` from the recipe, with the keys that the rollout sections own filled in."""
     owned = {"temperature": cfg.rollout.temperature, "use_vllm": cfg.rollout.backend == "vllm",
@@ -193,10 +223,12 @@ def run(cfg: RecipeConfig) -> dict[str, Any]:
                     for i, name in enumerate(components)]
 
     # ---- trainer
+    started_from = vllm_start(model, cfg) if args.use_vllm else None
     try:
         trainer = GRPOTrainer(model=model, reward_funcs=reward_funcs, args=args, train_dataset=dataset,
                               processing_class=tokenizer, rollout_func=rollout,
                               peft_config=lora_config(cfg.model.lora))
+        vllm_started(trainer, model, started_from)
         trainable, total = trainable_parameter_count(trainer.model)
         resumed_from = resume_checkpoint(cfg.trainer, cfg.output.dir)
         print(f"[grpo] {len(index.rows)} tasks x {args.num_generations} generations; sandbox {cfg.env.sandbox} "
