@@ -84,5 +84,7 @@ def test_grpo_trains_with_episodes_on_two_env_servers(two_env_servers, tiny_mode
     assert f"env servers {', '.join(urls)}" in printed, "the trainer opened no sandbox of its own"
     summary = json.loads((out / "run_summary.json").read_text())
     assert summary["global_step"] == 2 and summary["reward_first"] is not None
+    history = json.loads((out / "trainer_state.json").read_text())["log_history"]
+    assert all("env/success_rate/say_seven" in row for row in history if "loss" in row), "per-family success"
     resets = [log.read_text().count("POST /reset") for _, log in servers]
     assert all(n >= 2 for n in resets) and sum(resets) == 8, f"2 steps x 4 episodes over both servers: {resets}"

@@ -193,3 +193,16 @@ def test_trainers_resample_their_rows_to_the_recipes_mixture(capsys):
     out = apply_mixture(cfg.tasks, grpo_rows, tag="grpo")
     assert len(out) == 40 and all(r["family"] == "a_fam" for r in out)
     assert "no rows for b_fam" in capsys.readouterr().out
+
+
+def test_per_family_success_is_logged_every_step():
+    from medcopilot.metrics import EpisodeStats
+    from medcopilot.rewards_adapter import EpisodeReward
+
+    logged = {}
+    stats = [EpisodeStats(success=s).to_dict() for s in (True, False, True, True)]
+    EpisodeReward("correctness", group_size=2)(
+        prompts=["p"] * 4, completions=["c"] * 4, reward_correctness=[1.0, 0.0, 1.0, 1.0], episode_stats=stats,
+        family=["mimic_iii", "mimic_iii", "ehrshot", "ehrshot"], log_metric=logged.__setitem__)
+    assert logged["env/success_rate/mimic_iii"] == 0.5 and logged["env/success_rate/ehrshot"] == 1.0
+    assert logged["env/success_rate"] == 0.75
