@@ -468,6 +468,7 @@ def run(cfg: RecipeConfig) -> dict[str, Any]:
     from accelerate.utils import set_seed
 
     import sandbox
+    from medcopilot.mixture import apply_mixture
     from medcopilot.modeling import resume_checkpoint, trainable_parameter_count
     from medcopilot.rollout_func import EnvRolloutFunc
     from medcopilot.trainers._common import finish_run, rl_summary
@@ -495,9 +496,10 @@ def run(cfg: RecipeConfig) -> dict[str, Any]:
 
     # ---- env: task prompts, a sandbox pool, one Env per episode
     index = build_index(cfg)
-    pool = sandbox.make_pool(cfg.env.sandbox, workers=cfg.env.workers, allow_unisolated=cfg.env.sandbox == "local")
-    layers = list(getattr(pool, "layers", []))
-    if cfg.rollout.concurrency > cfg.env.workers:
+    pool = None if cfg.env.urls else sandbox.make_pool(cfg.env.sandbox, workers=cfg.env.workers,
+                                                       allow_unisolated=cfg.env.sandbox == "local")
+    layers = [f"env servers {', '.join(cfg.env.urls)}"] if pool is None else list(getattr(pool, "layers", []))
+    if pool is not None and cfg.rollout.concurrency > cfg.env.workers:
         log.warning("rollout.concurrency=%d > env.workers=%d: an episode holds a sandbox session from reset to end, "
                     "so episodes will wait for workers; set env.workers >= rollout.concurrency",
                     cfg.rollout.concurrency, cfg.env.workers)
@@ -510,7 +512,9 @@ def run(cfg: RecipeConfig) -> dict[str, Any]:
     # ---- trainer, train
     try:
         trainer = PPOTrainer(model=model, tokenizer=tokenizer, rollout=rollout,
-                             prompts=[row["prompt"] for row in index.rows], args=args, output_dir=cfg.output.dir,
+                             prompts=[row["prompt"] for row in apply_mixture(cfg.tasks, index.rows, seed=args.seed,
+                                                                             tag="ppo")],
+                             args=args, output_dir=cfg.output.dir,
                              reward_weights=cfg.reward.weights, temperature=cfg.rollout.temperature,
                              group_size=cfg.rollout.k, ref_model=ref_model, accelerator=accelerator,
                              tracker_config=cfg.to_dict())
@@ -526,7 +530,8 @@ def run(cfg: RecipeConfig) -> dict[str, Any]:
                   f"resuming from {resumed_from or 'scratch'}", flush=True)
         output = trainer.train()
     finally:
-        pool.close()
+        if pool is not None:
+            pool.close()
 
     # ---- save
     return finish_run(trainer, cfg, output, resumed_from=resumed_from, n_rows=len(index.rows),
