@@ -69,8 +69,8 @@ def render_paper_table(table: Mapping[str, Any]) -> str:
     """The table as Markdown (success rates in %, the paper's column order)."""
     n_id, n_ood = len(PAPER_COLUMNS), len(table["ood_suite"])
     lines = [f"## {table['title']}" if table.get("title") else "## Results", "",
-             "Success rate (%) on each family's test split; ID avg: mean over the 8 in-distribution families; "
-             f"OOD: mean over {', '.join(table['ood_suite'])}.", "",
+             ("Success rate (%) on each family's test split; ID avg: mean over the 8 in-distribution families; "
+              f"OOD: mean over {', '.join(table['ood_suite'])}."), "",
              "| model | " + " | ".join(table["columns"]) + " |",
              "|---|" + "---:|" * len(table["columns"])]
     for row in table["rows"]:

@@ -48,8 +48,8 @@ from env_client.errors import EnvClientError
 from env_client.policies import Policy, PolicyError, bind, make_policy
 from env_client.trajectory import Trajectory, TrajectoryStore
 
-__all__ = ["EnvSpec", "RolloutError", "RolloutResult", "RolloutSummary", "WorkItem", "episode_seed",
-           "describe_run", "join_ray_cluster", "plan", "rollout", "run_episode", "run_key", "summarize"]
+__all__ = ["EnvSpec", "RolloutError", "RolloutResult", "RolloutSummary", "WorkItem", "describe_run", "episode_seed",
+           "join_ray_cluster", "plan", "rollout", "run_episode", "run_key", "summarize"]
 
 Backend = Literal["thread", "async", "joblib", "ray"]
 BACKENDS = ("thread", "async", "joblib", "ray")

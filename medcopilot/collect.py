@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from env_client.rollout import EnvSpec, RolloutSummary, rollout
-from env_client.trajectory import Trajectory, TrajectoryStore, to_chat_messages
+from env_client.trajectory import Trajectory, to_chat_messages
 from medcopilot.data import dpo_pairs, episode_from_trajectory, sft_rows
 
 __all__ = ["CollectResult", "collect", "family_summary", "split_stores"]

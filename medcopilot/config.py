@@ -355,7 +355,6 @@ def check_recipe(cfg: RecipeConfig, *, base_model: str | None = None, notes: lis
         2
     """
     from medcopilot.recipe_checks import check_runnable
-    from tasks import SUITES
     from tasks.base import UnknownTask
     from tasks.registry import spec
 
@@ -373,27 +372,8 @@ def check_recipe(cfg: RecipeConfig, *, base_model: str | None = None, notes: lis
         args = cfg.trainer_args()
     found = check_runnable(cfg, args, base_model=base_model)
     if notes is not None:
-        notes.append(describe_mixture(cfg.tasks))
-        ood = [f for f in cfg.tasks.families if f in SUITES["ood"]]
-        if ood and cfg.tasks.split == "train":
-            notes.append(f"trains on out-of-distribution families {', '.join(ood)}: their --suite ood numbers are "
-                         f"no longer out of distribution")
         notes.extend(found)
     return args
-
-
-def describe_mixture(tasks: TasksConfig) -> str:
-    """One line: the families and their sampling shares as the recipe fixes them."""
-    from medcopilot.mixture import describe_shares, mixture_shares
-
-    mix = tasks.mixture
-    if mix is not None and mix.weights:
-        shares = mixture_shares(dict.fromkeys(tasks.families, 1), weights=mix.weights)
-        return f"families with mixture weights: {describe_shares(shares)}"
-    if mix is not None and mix.temperature is not None:
-        return (f"families {', '.join(tasks.families)}, shares proportional to rows ** (1/{mix.temperature:g}) "
-                f"(sizes read when the run starts)")
-    return f"families {', '.join(tasks.families)}, uniform over rows (no tasks.mixture)"
 
 
 def load_recipe(recipe: str | os.PathLike, overrides: list[str] | tuple[str, ...] = ()) -> RecipeConfig:
@@ -614,6 +594,5 @@ __all__ = [
     "RolloutConfig",
     "TasksConfig",
     "check_recipe",
-    "describe_mixture",
     "load_recipe",
 ]

@@ -30,7 +30,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
-__all__ = ["apply_mixture", "describe_shares", "mixed_rows", "mixture_shares", "resample"]
+__all__ = ["apply_mixture", "describe_mixture", "describe_shares", "mixed_rows", "mixture_shares", "resample"]
 
 T = TypeVar("T")
 
@@ -166,3 +166,14 @@ def mixed_rows(tasks: Any, episodes: Iterable[Any], build: Callable[[list[Any]],
     tagged = [(family, row) for family, eps in by_family.items() for row in build(eps)]
     return [row for _, row in apply_mixture(tasks, tagged, seed=seed, family_of=lambda t: t[0], tag=tag)]
 
+
+def describe_mixture(tasks: Any) -> str:
+    """One line: the families of a recipe's ``tasks`` section and their sampling shares as the recipe fixes them."""
+    mix = tasks.mixture
+    if mix is not None and mix.weights:
+        shares = mixture_shares(dict.fromkeys(tasks.families, 1), weights=mix.weights)
+        return f"families with mixture weights: {describe_shares(shares)}"
+    if mix is not None and mix.temperature is not None:
+        return (f"families {', '.join(tasks.families)}, shares proportional to rows ** (1/{mix.temperature:g}) "
+                f"(sizes read when the run starts)")
+    return f"families {', '.join(tasks.families)}, uniform over rows (no tasks.mixture)"

@@ -23,8 +23,8 @@ repeat it (see :func:`memory_plan`):
   (``(6 * hidden + 3 * intermediate) * 2`` bytes per token) and the logits (``vocab * 10`` bytes per token that
   is scored: bf16 logits, their fp32 log-softmax and its gradient).
 
-The target GPU is the visible CUDA device when there is one, else an 80 GB card (79.2 GiB usable); the recipes'
-headers state their arithmetic against that figure.
+The target GPU is ``$MEDCOPILOT_GPU_GIB`` when set, else the visible CUDA device, else an 80 GB card (79.2 GiB
+usable); the recipes' headers state their arithmetic against that figure.
 
 Example:
     >>> shape = model_shape("Qwen/Qwen2.5-14B-Instruct")
@@ -158,17 +158,24 @@ def vllm_base_model(name_or_path: str) -> str:
 
 
 def gpu_gib() -> float:
-    """Memory of the target GPU (GiB): the visible CUDA device, else an 80 GB card."""
-    override = os.environ.get("MEDCOPILOT_GPU_GIB")
-    if override:
-        return float(override)
-    try:
-        import torch
+    """Memory of the target GPU (GiB): ``$MEDCOPILOT_GPU_GIB``, else the visible CUDA device, else an 80 GB card.
 
-        if torch.cuda.is_available():
-            return torch.cuda.get_device_properties(0).total_memory / GIB
-    except Exception:  # noqa: BLE001 - no usable CUDA: plan for the recipes' target card
-        pass
+    Raises:
+        RecipeError: ``MEDCOPILOT_GPU_GIB`` is not a positive number.
+    """
+    override = os.environ.get("MEDCOPILOT_GPU_GIB", "").strip()
+    if override:
+        try:
+            value = float(override)
+        except ValueError:
+            value = 0.0
+        if value <= 0:
+            raise RecipeError(f"MEDCOPILOT_GPU_GIB={override!r} must be the target GPU's memory in GiB, e.g. 79.2")
+        return value
+    import torch
+
+    if torch.cuda.is_available():
+        return torch.cuda.get_device_properties(0).total_memory / GIB
     return DEFAULT_GPU_GIB
 
 
@@ -219,12 +226,21 @@ def check_runnable(cfg: RecipeConfig, args: Any, *, base_model: str | None = Non
         gpu: Target GPU memory in GiB (default :func:`gpu_gib`).
 
     Returns:
-        Lines describing the checks that ran (attention kernel, vLLM source, memory arithmetic).
+        Lines describing the run and the checks (families and shares, ood families trained on, attention kernel,
+        vLLM source, memory arithmetic).
 
     Raises:
         RecipeError: One line naming the setting, the numbers and what to change.
     """
-    notes = [_check_attention(cfg)]
+    from medcopilot.mixture import describe_mixture
+    from tasks import SUITES
+
+    notes = [describe_mixture(cfg.tasks)]
+    ood = [f for f in cfg.tasks.families if f in SUITES["ood"]]
+    if ood and cfg.tasks.split == "train":
+        notes.append(f"trains on out-of-distribution families {', '.join(ood)}: their --suite ood numbers are no "
+                     f"longer out of distribution")
+    notes.append(_check_attention(cfg))
     uses_vllm = cfg.method == "grpo" and cfg.rollout.backend == "vllm"
     source = cfg.model.name_or_path
     if not Path(source).exists() and base_model:

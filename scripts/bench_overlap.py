@@ -80,13 +80,13 @@ def main(argv: list[str] | None = None) -> int:
         results: dict[str, list[dict]] = {"lockstep": [], "continuous": []}
         with sandbox.make_pool(args.sandbox, workers=args.episodes, allow_unisolated=args.sandbox == "local") as pool:
             for _ in range(args.repeats):
-                for mode in results:
+                for mode, runs in results.items():
                     hook = EnvRolloutFunc(
                         make_env=lambda: Env(pool, tasks_root=root, config=EnvConfig(max_turns=args.turns)),
                         index=index, tokenizer=tok, max_new_tokens=args.max_new_tokens, concurrency=args.episodes,
                         batching=mode)
                     hook.run(prompts, gen)
-                    results[mode].append(dict(hook.timing))
+                    runs.append(dict(hook.timing))
     summary = {mode: {key: round(statistics.median(r[key] for r in rows), 4)
                       for key in ("wall_s", "generate_s", "idle_share", "calls")} for mode, rows in results.items()}
     summary["ratio_continuous_to_lockstep"] = {

@@ -40,7 +40,8 @@ def _launch(stage: str, recipe: str, overrides: list[str], tmp_path: Path) -> su
     cmd = [str(accelerate), "launch", "--config_file", str(RECIPES_DIR / "accelerate" / f"{stage}.yaml"),
            "--num_processes", "2", "--mixed_precision", "no", "--main_process_port", str(port),
            str(REPO / "train.py"), f"recipe={recipe}", *overrides]
-    return subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
+    return subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900,
+                          check=False)
 
 
 def _zero_shards(checkpoint: Path) -> list[str]:

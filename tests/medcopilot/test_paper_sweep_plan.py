@@ -8,7 +8,12 @@ import json
 import pytest
 import yaml
 
-from env_client.paper_table import PAPER_COLUMNS, paper_table, render_paper_table, write_paper_table
+from env_client.paper_table import (
+    PAPER_COLUMNS,
+    paper_table,
+    render_paper_table,
+    write_paper_table,
+)
 from medcopilot.config import RECIPES_DIR, RecipeError
 from medcopilot.sweep import load_sweep, main, plan_runs
 from medcopilot.sweep_eval import EvalSpec, evaluate_chain

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import json
 import re
-import tomllib
 
 import pytest
+import tomllib
 from packaging.requirements import Requirement
 
 from medcopilot.config import RECIPES_DIR, RecipeError, check_recipe, load_recipe

@@ -16,7 +16,7 @@ class EngineStarted(Exception):
 def test_grpo_on_vllm_after_sft_starts_the_engine_from_the_base_model(tiny_model_dir, sample_trajectory_store,
                                                                       tmp_path, train_main, quiet_training_env,
                                                                       monkeypatch):
-    import trl.trainer.grpo_trainer as grpo_trainer
+    from trl.trainer import grpo_trainer
 
     sft = tmp_path / "sft"
     assert train_main(["recipe=sft_tiny", f"model.name_or_path={tiny_model_dir}",
