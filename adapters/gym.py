@@ -4,7 +4,7 @@ Text in, text out: an observation is the text the model reads next (on reset the
 system prompt and tool schemas are in ``info``), an action is the model's raw reply. ``reset(seed=..., options=
 {"task_id": ...})`` starts an episode on that task, or on one picked by ``seed``; ``step(text)`` returns
 ``(observation, reward, terminated, truncated, info)`` with ``terminated`` after the graded submit and
-``truncated`` when a budget ran out. A reward the grader could not compute is ``nan`` (never a silent 0;
+``truncated`` when a budget ran out. A reward grading could not compute for an infrastructure reason is ``nan`` (never a silent 0;
 ``info["reward"]`` is then None). The step's timings are in ``env.unwrapped.timings``, not in ``info``, so the
 same seed and actions give the same infos.
 

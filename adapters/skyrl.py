@@ -5,7 +5,8 @@ dataset row's extras name the task (``{"task_id": "toy_sql/train/0003"}``), ``en
 sandbox are (``tasks_root``, ``sandbox``, ``workers``, ``allow_unisolated``, ``url``, ``token``, ``max_turns``).
 ``init(prompt)`` replaces the dataset's prompt by the episode's own opening (system prompt with the tools, then
 the task); each ``step(model_text)`` returns the observation as the next chat message, the reward (the graded
-reward on the submit, 0.0 before it; None when the grader itself failed, never a silent 0) and ``done``.
+reward on the submit, 0.0 before it; None when grading failed for an infrastructure reason, never a silent 0;
+a failure the submission caused is a wrong answer, 0) and ``done``.
 
 Example:
     >>> import skyrl_gym, adapters.skyrl

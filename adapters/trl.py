@@ -6,7 +6,7 @@ object has ``get_reward()``, uses it as a reward source. :func:`environment_fact
 family: its tools are exactly the family's permitted actions (``request_info``, ``code_execution``, ``terminal``,
 ``debugging``, ``submit_answer``), each running one typed action in the episode's sandbox session and returning
 the observation text; ``get_reward()`` is the oracle's reward for the one submitted answer (0.0 without one,
-None when the grader failed). :func:`tool_env_dataset` gives rows that name their task.
+None when grading failed for an infrastructure reason). :func:`tool_env_dataset` gives rows that name their task.
 
 Example:
     >>> from trl import GRPOConfig, GRPOTrainer

@@ -14,7 +14,8 @@ Metrics:
   where that pick is correct. Estimated without bias over all k-subsets: with the n samples ranked by score
   (ties broken by ``sample_idx``), the sample at rank ``i`` (0-based) is the pick of a random k-subset with
   probability ``C(n-1-i, k-1) / C(n, k)``. N/A (None) when no scores are given.
-- **Error taxonomy** of every failed episode, first matching rule wins: ``grader_error`` (the grader failed),
+- **Error taxonomy** of every failed episode, first matching rule wins: ``grader_error`` (grading failed for an
+  infrastructure reason, reward None; a failure the submission caused is a ``wrong_answer``),
   ``loop`` (ended for looping, or a loop-flagged step), ``wrong_answer`` (submitted, graded wrong), then by the
   last failed step: ``syntax_error``, ``io_error`` (file/table not found, permission), ``runtime_error`` (any
   other execution failure: exception, SQL error, timeout, memory, sandbox), ``invalid_action`` (the reply did
@@ -50,6 +51,7 @@ from typing import Any
 from env_client.errors import EnvClientError
 from tasks import SUITES
 from tasks._files import FileFormatError, load_json
+from rewards.oracle import infra_failure
 
 __all__ = ["ERROR_CLASSES", "FLOOR_BOUND", "ID_FAMILIES", "OOD_FAMILIES", "EvalError", "EvalReport", "best_at_k",
            "bootstrap_interval", "classify_failure", "code_version", "constant_floor", "evaluate", "label_base_rate",
@@ -179,7 +181,7 @@ def classify_failure(traj: Any) -> str:
     """The error class (one of :data:`ERROR_CLASSES`) of a failed trajectory; see the module docstring."""
     final, steps = traj.final, list(traj.steps)
     verdict = _verdict(traj)
-    if verdict and verdict.get("error"):
+    if infra_failure(verdict):
         return "grader_error"
     if (final is not None and final.reason == "loop") or any(s.loop for s in steps):
         return "loop"
@@ -223,7 +225,8 @@ class EvalReport:
         per_category: ``family/category -> {n, success_rate}``.
         pass_at_k: ``str(k) -> unbiased Pass@k`` for ``k = 1..K``.
         best_at_k: ``str(k) -> Best@k``, or None without scores.
-        grader_errors: Episodes whose grader failed (counted, never scored 0 silently).
+        grader_errors: Episodes whose grading failed for an infrastructure reason (reward None; counted, never
+            scored 0 silently). A failure the submission caused is a wrong answer.
         infra_failures: Episodes that produced no trajectory (endpoint or sandbox failure), counted as failed.
         errors: ``class -> count`` over failed episodes; ``error_shares``: the same as shares of failures.
         actions: ``action -> count`` over all steps; ``action_shares``: as shares.
@@ -372,7 +375,7 @@ def evaluate(trajectories: Iterable[Any], *, policy: str | None = None,
         policy=policy or (trajs[0].header.policy if trajs else None) or "unknown", episodes=len(samples),
         tasks=len(groups), k=big_k, success_rate=_mean([float(x.success) for x in samples]),
         per_family=per_family, per_category=per_category, pass_at_k=passk, best_at_k=bestk,
-        grader_errors=sum(1 for t in trajs if (_verdict(t) or {}).get("error")),
+        grader_errors=sum(1 for t in trajs if infra_failure(_verdict(t))),
         errors={c: errors[c] for c in ERROR_CLASSES if errors[c]},
         error_shares={c: round(errors[c] / failed, 6) for c in ERROR_CLASSES if errors[c]},
         actions=dict(actions.most_common()),

@@ -47,6 +47,7 @@ from typing import Any, Literal
 from env_client.errors import EnvClientError
 from env_client.policies import Policy, PolicyError, bind, make_policy
 from env_client.trajectory import Trajectory, TrajectoryStore
+from rewards.oracle import infra_failure
 
 __all__ = ["EnvSpec", "RolloutError", "RolloutResult", "RolloutSummary", "WorkItem", "describe_run", "episode_seed",
            "join_ray_cluster", "plan", "rollout", "run_episode", "run_key", "summarize"]
@@ -238,7 +239,7 @@ def summarize(trajs: list[Trajectory], *, new: list[Trajectory] | None = None, w
             by_task[t.header.task_id] = by_task.get(t.header.task_id, False) or _success(t)
         s.pass_at_k = sum(by_task.values()) / len(by_task)
         s.mean_reward = sum((t.final.reward or 0.0) for t in trajs if t.final) / len(trajs)
-        s.grader_errors = sum(1 for t in trajs if t.final and t.final.verdict and t.final.verdict.get("error"))
+        s.grader_errors = sum(1 for t in trajs if t.final and infra_failure(t.final.verdict))
         s.mean_turns = sum(len(t.steps) for t in trajs) / len(trajs)
         s.total_tokens = sum(t.final.total_tokens for t in trajs if t.final)
         groups: dict[str, list[bool]] = {}

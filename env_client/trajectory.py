@@ -86,7 +86,8 @@ class FinalRecord(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     verdict: dict[str, Any] | None = Field(None, description="The grader's verdict on the submit; None without one.")
-    reward: float | None = Field(None, description="Oracle reward; None when the grader failed (never a silent 0).")
+    reward: float | None = Field(None, description="Oracle reward; None when grading failed for an infrastructure "
+                                 "reason (never a silent 0); 0 when the submission made the grader fail.")
     terminated: bool = Field(description="True after the graded submit or a fatal error.")
     truncated: bool = Field(description="True when a budget ran out (turns, tokens, wall time, loop).")
     reason: str = Field(description="submitted | max_turns | max_tokens | wall_time | loop | fatal: ... | closed.")

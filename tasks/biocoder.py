@@ -26,11 +26,14 @@ Allowed actions:
 Grading:
     The submission (one surrounding Markdown fence is removed) is dedented, re-indented to the marker's
     column and spliced into the context; the program runs in the episode's sandbox session in a fresh
-    namespace (a family-owned one-worker bwrap pool when the grader gets no session), the hidden harness
-    calls the target on every hidden argument list, and every canonical result must equal the gold (numbers
-    within 1e-6; tuples and lists are the same; sets and dicts compare order-free). A syntax error, an
-    exception, a missing function, a timeout (10 s) or any wrong result is wrong. Stdout is ignored, except
-    for imported records, whose whole stdout must equal the gold stdout captured offline.
+    namespace (a family-owned one-worker bwrap pool, one process per run, when the grader gets no session),
+    the hidden harness calls the target on every hidden argument list and reports the canonical results as
+    data. The hidden INPUTS enter the jail; the expected outputs never do: the host compares the reported
+    results with the gold it keeps, and every one must be equal (numbers within 1e-6; tuples and lists are the
+    same; sets and dicts compare order-free). A syntax error, an exception, a missing function, a timeout
+    (10 s), any wrong result, or a result line that is missing, duplicated (the program printed its own) or
+    malformed is wrong (reward 0, never an error). Stdout is ignored, except for imported records, whose
+    whole stdout must equal the gold stdout captured offline (also compared on the host).
 
 Episode end:
     The graded submit (terminated) or a budget (truncated). Default 10 turns.
@@ -43,6 +46,8 @@ Arguments:
 
 Version history:
     1: first version (45 kinds x 4 variants, hidden tests executed in the sandbox).
+    2: the result line is parsed strictly on the host (one line; missing, duplicated or malformed is a wrong
+       answer, not a grader error); the offline fallback pool runs each graded program in a fresh process.
 """
 
 from __future__ import annotations
@@ -66,7 +71,13 @@ from tasks.base import (
 from tasks.bio import biocoder_build as bb
 from tasks.bio import kinds_io, kinds_seq
 from tasks.bio.kinds_base import Kind
-from tasks.bio.runner import FallbackPool, new_nonce, precheck, run_graded, strip_fence
+from tasks.bio.runner import (
+    FallbackPool,
+    new_nonce,
+    precheck,
+    run_graded,
+    strip_fence,
+)
 
 KINDS: tuple[Kind, ...] = tuple(kinds_seq.KINDS + kinds_io.KINDS)
 _SIZES: dict[str, dict[str, Any]] = {"tiny": {"variants": (0, 3), "draws": 1}, "default": {"variants": None, "draws": 6}}
@@ -86,7 +97,7 @@ class BioCoder:
     """The biocoder family (see the module docstring for the spec card)."""
 
     name = "biocoder"
-    version = 1
+    version = 2
     actions = frozenset({"code_execution", "terminal", "debugging", "submit_answer"})
 
     def __init__(self, root: Path | str, grader_backend: str = "bwrap") -> None:
@@ -194,19 +205,36 @@ class BioCoder:
             status, _, stdout = run_graded(session, source, nonce, wall_s=_WALL_S)
             if status != "ok":
                 return Verdict(correct=False, score=0.0, reason=f"program failed: {status}")
-            ok = stdout.rstrip() == meta["expected_stdout"].rstrip()
+            ok = stdout.rstrip() == meta["expected_stdout"].rstrip()  # the gold stdout never enters the jail
             return Verdict(correct=ok, score=float(ok), reason="stdout matches" if ok else "stdout differs")
         source = bb.program(meta["module"], code, meta["target"], meta["tests"], nonce)
         status, payload, _ = run_graded(session, source, nonce, wall_s=_WALL_S, module_name=bb.GRADED_MODULE)
         if status != "ok" or payload is None:
             return Verdict(correct=False, score=0.0, reason=f"program failed: {status}")
-        if not payload.get("defined"):
-            return Verdict(correct=False, score=0.0, reason=f"function {meta['target']} is not defined")
-        got, want = payload.get("results", []), meta["expected"]
-        failed = sum(not bb.same(g, w) for g, w in zip(got, want, strict=False)) + abs(len(got) - len(want))
-        ok = failed == 0
-        return Verdict(correct=ok, score=float(ok), reason="all hidden tests pass" if ok else
-                       f"{failed} of {len(want)} hidden tests fail")
+        return _compare(payload, meta["expected"], meta["target"])
+
+
+def _compare(payload: Any, want: list[Any], target: str) -> Verdict:
+    """Compare the results the jail reported with the gold kept on the host; any malformed payload is wrong.
+
+    The payload is untrusted (the submission ran in the same process as the harness and may have replaced it),
+    so its shape is checked here and nothing in it can make this raise.
+    """
+    if not isinstance(payload, dict) or not isinstance(payload.get("defined"), bool):
+        return Verdict(correct=False, score=0.0, reason="malformed result payload (forged?)")
+    if not payload["defined"]:
+        return Verdict(correct=False, score=0.0, reason=f"function {target} is not defined")
+    got = payload.get("results")
+    if not isinstance(got, list) or len(got) != len(want):
+        return Verdict(correct=False, score=0.0, reason=f"expected {len(want)} hidden-test results, got "
+                       f"{len(got) if isinstance(got, list) else type(got).__name__} (forged?)")
+    try:
+        failed = sum(not (isinstance(g, list) and bb.same(g, w)) for g, w in zip(got, want))
+    except RecursionError:
+        return Verdict(correct=False, score=0.0, reason="results nested too deeply to compare")
+    ok = failed == 0
+    return Verdict(correct=ok, score=float(ok), reason="all hidden tests pass" if ok else
+                   f"{failed} of {len(want)} hidden tests fail")
 
 
 # -------------------------------------------------------------------------------------------------------------

@@ -54,6 +54,9 @@ Version history:
        benchmark at 8.9 %). Now at most 8 % of a split is such an instance (taken round-robin over the task
        types, so every branch still occurs); the others are not kept. The "Patient not found" look-ups are
        spread over both splits (all of them fell in test, where "Patient not found" scored 10.5 %).
+    3: malformed POST bodies and answer values (non-object codes, non-list codings, huge numbers, impossible
+       instants) are wrong answers with a reason instead of grader crashes; a missing FHIR bridge is an
+       infrastructure failure (``Verdict.infra``).
 """
 
 from __future__ import annotations
@@ -130,24 +133,27 @@ def _same_minute(value: Any, gold: Any) -> bool:
     got, want = _instant(value), _instant(gold)
     if got is None or want is None:
         return False
-    return got.astimezone(dt.timezone.utc).replace(second=0, microsecond=0) == want.replace(second=0, microsecond=0)
+    try:
+        got = got.astimezone(dt.timezone.utc)
+    except OverflowError:  # e.g. year 1 with a positive offset
+        return False
+    return got.replace(second=0, microsecond=0) == want.replace(second=0, microsecond=0)
 
 
 def _number(value: Any) -> float | None:
-    if isinstance(value, bool):
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
         return None
-    if isinstance(value, (int, float)):
-        return float(value)
     try:
-        return float(str(value).strip())
-    except ValueError:
+        return float(value.strip() if isinstance(value, str) else value)
+    except (ValueError, OverflowError):  # OverflowError: an int too large for a float
         return None
 
 
 def _codings(concept: Any) -> set[tuple[str, str]]:
-    if not isinstance(concept, dict):
+    coding = concept.get("coding") if isinstance(concept, dict) else None
+    if not isinstance(coding, list):
         return set()
-    return {(str(c.get("system", "")), str(c.get("code", ""))) for c in concept.get("coding") or [] if isinstance(c, dict)}
+    return {(str(c.get("system", "")), str(c.get("code", ""))) for c in coding if isinstance(c, dict)}
 
 
 def _category_ok(resource: dict[str, Any]) -> bool:
@@ -176,9 +182,19 @@ def _quantity_ok(got: Any, want: dict[str, Any], tol: float, units: set[str]) ->
 
 
 def check_post(task: str, got: Any, gold: dict[str, Any]) -> str | None:
-    """Why the POSTed ``got`` does not satisfy the reference order ``gold`` (None when it does)."""
+    """Why the POSTed ``got`` does not satisfy the reference order ``gold`` (None when it does).
+
+    ``got`` is whatever the agent POSTed: any shape of JSON is a reason, never an exception.
+    """
     if not isinstance(got, dict):
         return "a POST body is not a JSON object"
+    try:
+        return _post_problem(task, got, gold)
+    except (TypeError, AttributeError, ValueError, KeyError, IndexError, OverflowError, RecursionError) as exc:
+        return f"a POSTed {gold['resourceType']} is malformed ({type(exc).__name__})"
+
+
+def _post_problem(task: str, got: dict[str, Any], gold: dict[str, Any]) -> str | None:
     rtype = gold["resourceType"]
     if got.get("resourceType") != rtype:
         return f"expected a {rtype}, got {got.get('resourceType')!r}"
@@ -196,7 +212,8 @@ def check_post(task: str, got: Any, gold: dict[str, Any]) -> str | None:
     if wanted and not wanted <= _codings(got.get(concept)):
         return f"{rtype}: {concept} must include {sorted(wanted)}"
     if rtype == "Observation":
-        if not _category_ok(got) or _norm((got.get("code") or {}).get("text", "")) != "bp":
+        code = got.get("code") if isinstance(got.get("code"), dict) else {}
+        if not _category_ok(got) or _norm(code.get("text", "")) != "bp":
             return "Observation: needs the vital-signs category and code.text 'BP'"
         if _norm(got.get("valueString", "")) != _norm(gold["valueString"]):
             return f"Observation: valueString must be {gold['valueString']!r}"
@@ -270,7 +287,7 @@ class MedAgentBench:
     """The medagentbench family (see the module docstring for the spec card)."""
 
     name = "medagentbench"
-    version = 2
+    version = 3
     actions = frozenset(ALL_ACTIONS)
 
     def __init__(self, root: Path | str, fhir_base_url: str | None = None) -> None:
@@ -432,8 +449,9 @@ class MedAgentBench:
         if answers is None:
             return _wrong(why)
         episode, missing = self._episode_of(ctx)
-        if missing:
-            return Verdict(correct=False, score=0.0, reason="no FHIR server for this episode", error=missing)
+        if missing:  # the harness did not wire the episode: not the submission's fault
+            return Verdict(correct=False, score=0.0, reason="no FHIR server for this episode", error=missing,
+                           infra=True)
         task, gold = instance.metadata["task"], json.loads(instance.answer)
         if len(answers) != len(gold["GET"]):
             return _wrong(f"expected {len(gold['GET'])} answer value(s), got {len(answers)}")

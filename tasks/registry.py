@@ -322,8 +322,18 @@ _SHOTGUN = " ".join(str(i) for i in range(1000)) + " yes no true false 2020-01-0
 _BASE_CANDIDATES = 20
 
 
-def _scores(family: Any, items: list[Any], answer_of: Any, play: Any) -> float:
-    return sum(play(family, inst, answer_of(inst)) for inst in items) / len(items)
+def _scores(family: Any, items: list[Any], policies: dict[str, Any], play: Any) -> dict[str, float]:
+    """Mean score of each policy (``name -> instance -> steps``) over ``items``.
+
+    Instance-major: every policy plays one instance before the next, so a sandboxed play keeps its worker's
+    mounts (a family whose instances mount different folders, e.g. ehrshot, restarts a worker per instance,
+    not per play).
+    """
+    totals = dict.fromkeys(policies, 0.0)
+    for inst in items:
+        for name, steps_of in policies.items():
+            totals[name] += play(family, inst, steps_of(inst))
+    return {name: total / len(items) for name, total in totals.items()}
 
 
 def check_family(name: str, *, size: str = "tiny", seed: int = 0, root: Path | str | None = None,
@@ -389,23 +399,27 @@ def check_family(name: str, *, size: str = "tiny", seed: int = 0, root: Path | s
             if any(pickle.loads(pickle.dumps(i)) != i or Instance.model_validate_json(i.model_dump_json()) != i
                    for i in items):
                 problems.append(f"{split}: instances must round-trip through pickle and JSON")
-            oracle = _scores(family, items, family.reference_solution, play)
             rendered = [render_answer(i.answer_type, i.answer) for i in items]
             # The label base rate is the best any single gold label scores under the family's own grader:
             # with a tolerance band, one constant can match several nearby labels (e.g. MedCalc's ±5 %).
-            base = max(rendered.count(r) for r in set(rendered)) / len(items)
             common = sorted(set(rendered), key=lambda r: (-rendered.count(r), r))[:_BASE_CANDIDATES]
-            base = max([base] + [_scores(family, items, lambda _i, c=c: [_submit(c)], play) for c in common])
-            report[split].update(oracle=oracle, base_rate=base)
-            if oracle != 1.0:
-                problems.append(f"{split}: reference solutions score {oracle:.3f}, not 1")
-            for label, text in (("empty", ""), ("traceback", _TRACEBACK), ("shotgun", _SHOTGUN)):
-                score = _scores(family, items, lambda _i, t=text: [_submit(t)], play)
-                report[split][label] = score
-                if score != 0:
-                    problems.append(f"{split}: a {label} submission scores {score:.3f}, not 0")
-            for constant in sorted({"0", "1", "yes", "no", max(set(rendered), key=rendered.count)}):
-                score = _scores(family, items, lambda _i, c=constant: [_submit(c)], play)
+            constants = sorted({"0", "1", "yes", "no", max(set(rendered), key=rendered.count)} | set(common))
+            fixed = {"empty": "", "traceback": _TRACEBACK, "shotgun": _SHOTGUN}
+            policies = {"oracle": family.reference_solution,
+                        **{label: (lambda _i, t=text: [_submit(t)]) for label, text in fixed.items()},
+                        **{f"constant:{c}": (lambda _i, c=c: [_submit(c)]) for c in constants}}
+            scores = _scores(family, items, policies, play)
+            base = max([max(rendered.count(r) for r in set(rendered)) / len(items)]
+                       + [scores[f"constant:{c}"] for c in common])
+            report[split].update(oracle=scores["oracle"], base_rate=base)
+            if scores["oracle"] != 1.0:
+                problems.append(f"{split}: reference solutions score {scores['oracle']:.3f}, not 1")
+            for label in fixed:
+                report[split][label] = scores[label]
+                if scores[label] != 0:
+                    problems.append(f"{split}: a {label} submission scores {scores[label]:.3f}, not 0")
+            for constant in constants:
+                score = scores[f"constant:{constant}"]
                 if score > base + 1e-9:
                     problems.append(f"{split}: constant {constant[:20]!r} scores {score:.3f} > base rate {base:.3f}")
     if problems:

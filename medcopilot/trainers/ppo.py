@@ -13,8 +13,8 @@ Reads top to bottom: model → env → trainer → train → save. The math (GAE
   (``rollout.k`` per task) with exact token ids, sampling logprobs and the environment mask.
 - **Reward**: the weighted sum of the ``reward.weights`` components (``verifier_score`` from the learned
   verifier of ``reward.verifier``, as for GRPO). An episode whose trained component is None
-  (a grader failure) is dropped from the update (all its tokens masked) and counted in ``episodes_dropped``;
-  it is never scored as 0.
+  (an infrastructure failure of grading; one the submission caused scores 0) is dropped from the update (all
+  its tokens masked) and counted in ``episodes_dropped``; it is never scored as 0.
 - **Step**: roll out with the current policy (``model.generate``, ``rollout.temperature``, top-p 1, top-k 0);
   rescore the episodes under the current policy at the same temperature (old logprobs and values) and under the
   reference; per-token rewards, GAE over assistant tokens, whitening; ``trainer.ppo_epochs`` passes of

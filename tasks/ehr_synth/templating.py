@@ -7,7 +7,8 @@ SQL condition, and an optional anchor rule) and ``templates``. A template names:
 * ``id``, ``type`` (a ``tasks.graders`` answer type), ``q`` (question with ``{slot}`` and ``{time}``),
   ``sql`` (gold SQL with the same slots; string slots are escaped for SQL; ``{time}`` takes the filter's SQL);
 * ``pool``: SQL whose rows are candidate slot values (column names = slot names; an optional column ``t`` is the
-  time anchor from which ``{year}``, ``{month}``, ``{ndays}``, ``{nyears}`` are derived);
+  time anchor from which ``{year}``, ``{month}``, ``{day}``, ``{ndays}``, ``{nyears}``, ``{nyears_since}`` and
+  ``{nmonths_since}`` are derived);
 * ``tcol`` / ``hcol``: the time column and the admission-id column the filters apply to;
 * ``variants``: filter ids; each (template, variant) pair is one category (``<id>.<variant>``);
 * optional ``type``-specific ``max_items`` (largest set kept) and ``cap`` (instances per category, for gold SQL
@@ -15,7 +16,8 @@ SQL condition, and an optional anchor rule) and ``templates``. A template names:
 
 Slot draws come from the pool with a per-category seeded RNG; the gold SQL runs on ONE read-only connection;
 instances whose result is empty, NULL, a bare 0 or 1 for numeric answers, ambiguous (several rows for a
-scalar) or too long (sets over ``max_items``) are dropped; boolean categories are kept balanced.
+scalar) or too long (sets over ``max_items``) are dropped; boolean categories are kept balanced, and no other
+answer fills more than a third of its category (so one constant, such as a count of 2, scores little).
 """
 
 from __future__ import annotations
@@ -117,8 +119,10 @@ def _time_slots(t: str | None, rng: random.Random) -> dict[str, Any]:
     s = str(t)  # 'YYYY-MM-DD HH:MM:SS' (sliced by hand: strptime dominated the build's Python time)
     when = dt.datetime(int(s[0:4]), int(s[5:7]), int(s[8:10]), int(s[11:13] or 0), int(s[14:16] or 0))
     days = (_NOW_DT - when).days
+    # "since N years / months ago" must reach back past the anchor: calendar months are at least 28 days
     return {"year": when.strftime("%Y"), "month": when.strftime("%Y-%m"), "day": when.strftime("%Y-%m-%d"),
-            "ndays": days + rng.randint(1, 60), "nyears": max(1, days // 365)}
+            "ndays": days + rng.randint(1, 60), "nyears": max(1, days // 365), "nyears_since": days // 365 + 1,
+            "nmonths_since": days // 28 + 1}
 
 
 def render(template: Template, flt: Filter, slots: dict[str, Any]) -> tuple[str, str]:
@@ -216,7 +220,10 @@ class Instantiator:
             if template.type == "boolean":
                 if by_answer.get(answer, 0) > by_answer.get(not answer, 0) + 1:
                     continue
-                by_answer[answer] = by_answer.get(answer, 0) + 1
+            elif by_answer.get(str(answer), 0) >= max(1, n // 3):
+                continue  # one answer (a small count such as 2) may not fill a category: constant answers stay weak
+            key = answer if template.type == "boolean" else str(answer)
+            by_answer[key] = by_answer.get(key, 0) + 1
             out.append((slots, question, sql, answer))
         return out
 

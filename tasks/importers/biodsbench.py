@@ -71,9 +71,11 @@ def record_instance(record: dict[str, Any], data_root: Path | None, family_dir: 
     """One record -> an instance over its study's copied tables.
 
     Raises:
-        ValueError: ``"<reason>: <detail>"``: ``missing_field`` (the record lacks a field) or ``needs_data`` (the
-            study's tables are not under ``data_root``; the detail names the files and the flag).
+        ValueError: ``"<reason>: <detail>"``: ``missing_field`` (the record lacks a field), ``needs_data`` (the
+            study's tables are not under ``data_root``; the detail names the files and the flag) or
+            ``bad_tests`` (its test cases are not valid Python).
     """
+    from tasks.bio.values import check_names
     from tasks.biodsbench import _INSTRUCTIONS
 
     missing = [f for f in FIELDS if f not in record]
@@ -97,7 +99,11 @@ def record_instance(record: dict[str, Any], data_root: Path | None, family_dir: 
         return str(text).replace(WORKDIR, "/data/workdir/")
 
     prelude = "\n".join(fix(c) for c in _as_list(record.get("code_histories")))
-    asserts = "\n".join(fix(t) for t in _as_list(record["test_cases"])) + "\n"
+    checks = "\n".join(fix(t) for t in _as_list(record["test_cases"])) + "\n"
+    try:  # the names the asserts read: the grader sends only those of the submission's variables across
+        names = check_names(checks)
+    except SyntaxError as exc:
+        raise ValueError(f"bad_tests: test_cases are not valid Python ({exc.msg})") from None
     earlier = f"\n\nEarlier notebook cells (run before your code):\n{prelude}" if prelude else ""
     return Instance(
         id=f"biodsbench/{split}/rec-{study}-{record['question_ids']}", family="biodsbench", category="imported",
@@ -105,24 +111,26 @@ def record_instance(record: dict[str, Any], data_root: Path | None, family_dir: 
         context=f"Tables:\n\n{fix(record['dataframes'])}{earlier}",
         answer=fix(record["reference_answer"]), answer_type="text", solution=fix(record["reference_answer"]),
         solution_lang="python", data={"workdir": f"imported/{study}"},
-        metadata={"study": study, "question_id": record["question_ids"], "prelude": prelude, "asserts": asserts},
+        metadata={"study": study, "question_id": record["question_ids"], "prelude": prelude, "checks": checks,
+                  "check_names": names},
     )
 
 
-def verify(instance: Instance, family_dir: Path, pool: Any) -> str:
-    """Why ``instance``'s reference fails its own asserts in a sandbox session ("" when it passes)."""
-    from tasks.biodsbench import BioDSBench
-
+def verify(instance: Instance, family_dir: Path, pool: Any, checker: Any) -> str:
+    """Why ``instance``'s reference fails its own asserts ("" when it passes): the reference runs in a session of
+    ``pool``; ``checker`` (a ``BioDSBench`` over ``family_dir``) runs the asserts in its grader-only jail."""
     session = pool.session({"workdir": Path(family_dir) / instance.data["workdir"]})
-    verdict = BioDSBench(root=family_dir).grade(instance, instance.solution or "", GradeContext(session=session))
+    verdict = checker.grade(instance, instance.solution or "", GradeContext(session=session))
     return "" if verdict.correct else verdict.reason
 
 
 def run(paths: list[Path], opts: ImportOptions, report: ImportReport) -> list[Imported]:
     """Import every record of ``paths`` (see the module docstring); rejected records go to ``report``."""
     from tasks.bio.runner import FallbackPool
+    from tasks.biodsbench import BioDSBench
 
     pool = FallbackPool(opts.backend) if opts.verify else None
+    checker = BioDSBench(root=opts.family_dir, grader_backend=opts.backend) if opts.verify else None
     out: list[Imported] = []
     try:
         for path, line, record in each_record(paths, report):
@@ -131,13 +139,14 @@ def run(paths: list[Path], opts: ImportOptions, report: ImportReport) -> list[Im
             except ValueError as exc:
                 reject(report, path, line, exc)
                 continue
-            why = verify(inst, opts.family_dir, pool) if pool is not None else ""
+            why = verify(inst, opts.family_dir, pool, checker) if pool is not None else ""
             if why:
                 report.reject(str(path), line, "reference_fails", f"the reference fails its own asserts ({why})")
                 continue
             report.keep(*(["verified"] if pool is not None else []))
             out.append(Imported(inst, str(path), line))
     finally:
-        if pool is not None:
-            pool.close()
+        for closing in (pool, checker):
+            if closing is not None:
+                closing.close()
     return out

@@ -28,6 +28,7 @@ from tasks.base import write_bytes_atomic
 from tasks.importers._common import Imported, ImportOptions, each_record
 from tasks.importers.records import split_of
 from tasks.importers.report import ImportReport
+from tasks.mimic_extract import HALF
 
 __all__ = ["run"]
 
@@ -53,10 +54,13 @@ def _stay_files(src: Path, tasks: list[str]) -> dict[str, list[str]]:
 
 def _write_stays(src: Path, cohort: Path, hidden: Path, task: str) -> None:
     """Convert the stay features once, and add ``task``'s labels to train_labels.csv / hidden test labels."""
-    out = cohort / "mortality_los"
+    out = cohort / "stay" / HALF["stay"]  # the family's layout: a stay instance mounts <cohort>/stay only
     if not (out / "X_lab_test.csv").is_file():
+        out.mkdir(parents=True, exist_ok=True)
         for kind in ("lab", "static"):
             frames = {s: _flat(pd.read_pickle(src / f"X_{kind}_{s}.pkl")) for s in ("train", "val", "test")}
+            if kind == "lab":  # the first 24 ICU hours only, as the family does: more rows would give away the stay's length
+                frames = {s: df[df["hours_in"] < 24] if "hours_in" in df else df for s, df in frames.items()}
             train = pd.concat([frames["train"], frames["val"]], ignore_index=True)
             for split, df in (("train", train), ("test", frames["test"])):
                 write_bytes_atomic(out / f"X_{kind}_{split}.csv", df.to_csv(index=False, lineterminator="\n").encode())
@@ -101,10 +105,11 @@ def run(paths: list[Path], opts: ImportOptions, report: ImportReport) -> list[Im
             if task in STAY_TASKS:
                 _write_stays(src, cohort, hidden, task)
             else:
-                (cohort / folder).mkdir(parents=True, exist_ok=True)
+                mounted = cohort / "window" / HALF["window"]
+                mounted.mkdir(parents=True, exist_ok=True)
                 hidden.mkdir(parents=True, exist_ok=True)
                 for name in _WINDOW_FILES:
-                    shutil.copyfile(src / name, (hidden if name == "test_window_labels.csv" else cohort / folder) / name)
+                    shutil.copyfile(src / name, (hidden if name == "test_window_labels.csv" else mounted) / name)
             inst = family._instance(opts.family_dir, COHORT, task, split_of(record, path, opts.split), len(out))
         except Exception as exc:  # noqa: BLE001 - a malformed file or a failing reference: reported per record
             report.reject(str(path), line, "bad_data", f"{type(exc).__name__}: {str(exc)[:160]}")

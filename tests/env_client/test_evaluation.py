@@ -33,16 +33,17 @@ def step(action="code_execution", status="ok", error_kind=None, observation="", 
                       error_kind=error_kind, loop=loop, n_tokens=5)
 
 
-def traj(task="toy_sql/test/0000", sample=0, *, correct=None, steps=(), reason=None, error=None,
+def traj(task="toy_sql/test/0000", sample=0, *, correct=None, steps=(), reason=None, error=None, infra=True,
          family=None, category="c1", tokens=10, wall=0.5):
     steps = list(steps)
-    verdict = None if correct is None else {"correct": correct, "score": float(correct), "error": error}
+    verdict = None if correct is None else {"correct": correct, "score": float(correct), "error": error,
+                                            "infra": infra}
     if verdict is not None:
         steps.append(step("submit_answer", "submitted"))
     reason = reason or ("submitted" if verdict is not None else "max_turns")
     header = TrajectoryHeader(task_id=task, family=family or task.split("/")[0], category=category, split="test",
                               policy="p", sample_idx=sample, config_hash="h")
-    final = FinalRecord(verdict=verdict, reward=None if error else float(bool(correct)),
+    final = FinalRecord(verdict=verdict, reward=None if error and infra else float(bool(correct)),
                         terminated=verdict is not None, truncated=reason in ("max_turns", "loop"), reason=reason,
                         turns=len(steps), total_tokens=tokens, wall_s=wall)
     return Trajectory(header=header, prompt=[], steps=steps, final=final)
@@ -75,6 +76,7 @@ def test_best_at_k_matches_enumeration_of_subsets():
 
 @pytest.mark.parametrize("t, expected", [
     ({"correct": False, "error": "grader crashed"}, "grader_error"),
+    ({"correct": False, "error": "the submission made the grader raise", "infra": False}, "wrong_answer"),
     ({"reason": "loop", "steps": [step(loop=True)]}, "loop"),
     ({"correct": False, "steps": [step(status="error", error_kind="python_error")]}, "wrong_answer"),
     ({"steps": [step(status="error", error_kind="syntax_error")]}, "syntax_error"),

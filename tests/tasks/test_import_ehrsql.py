@@ -88,7 +88,7 @@ def test_mimicsql_case_is_fixed_and_paraphrases_fall_back_to_a_template_question
     assert report.kept == 4 and report.notes["case_fixed"] >= 1
     items = {i.metadata["source_id"]: i for s in ("train", "test") for i in tasks.make("treqs", root=tmp_path).instances(s)}
     female = items["fx-treqs-1"]
-    assert "demographic.'gender' = 'F'" in female.solution  # the stored case, the question unchanged
+    assert "demographic.'gender' = 'f'" in female.solution  # the stored (lower) case, the question unchanged
     assert female.question.startswith("how many patients are female and were prescribed ")
     renamed = items["fx-treqs-2"]  # "zz drug two" is not how the value is stored: the question is rendered
     new_drug = renamed.metadata["reinstantiated"]["prescriptions.drug"][1]

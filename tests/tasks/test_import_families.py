@@ -227,7 +227,7 @@ def test_mimic_extract_converts_stay_tasks_and_names_window_files(tmp_path):
     assert report.kept == 1 and {r.line: r.reason for r in report.rejected} == {2: "needs_data", 3: "duplicate"}
     assert "X_windows_train.csv" in report.rejected[0].detail
     family_dir = tmp_path / "b" / "mimic_extract"
-    lab = pd.read_csv(family_dir / "imported" / "mortality_los" / "X_lab_train.csv")
+    lab = pd.read_csv(family_dir / "imported" / "stay" / "mortality_los" / "X_lab_train.csv")
     assert {"heart rate__mean", "subject_id", "hours_in"} <= set(lab.columns) and lab["subject_id"].nunique() == 150
     assert (family_dir / "hidden" / "imported" / "test_labels.csv").is_file()
     assert check_import("mimic_extract", tmp_path / "b", backend=SANDBOX)["test"]["oracle"] == 1.0

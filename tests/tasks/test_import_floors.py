@@ -67,7 +67,7 @@ def test_medagentbench_do_nothing_stays_below_the_bound(tmp_path):
         assert 0 < idle <= 0.08 * len(items)
         floor = constant_floor(fam, items)
         assert floor["floor"] <= FLOOR_BOUND and not floor["exceeds"], floor
-    assert fam.version == 2
+    assert fam.version == 3
 
 
 def test_evaluate_reports_floors_over_the_whole_split(tmp_path):
