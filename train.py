@@ -96,9 +96,11 @@ def _main(argv: list[str], state: dict) -> int:
     cfg = state["cfg"] = load_recipe(recipe, overrides)
     if is_main_process():
         print(f"# resolved recipe {cfg.name!r}\n{cfg.to_yaml()}", flush=True)
-    args = check_recipe(cfg)  # families, reward terms, trainer types: fail here, before any model is loaded
+    notes: list[str] = []
+    args = check_recipe(cfg, notes=notes)  # families, trainer types, runnability: fail before any model is loaded
     if "--dry-run" in flags:
         owner = f"{type(args).__module__.split('.')[0]}.{type(args).__name__}"
+        print("\n".join(f"# {line}" for line in notes), flush=True)
         print(f"# dry run: recipe {cfg.name!r} is valid (families {', '.join(cfg.tasks.families)} found; trainer "
               f"section checked by {owner}); nothing loaded or written", flush=True)
         return 0

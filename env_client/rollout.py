@@ -14,7 +14,9 @@ Backends:
   are awaited directly, so hundreds of API requests can be in flight without a thread each.
 - ``joblib``: loky worker processes; each process builds its own sandbox pool, ``Env`` and policy once and
   reuses them. Needs a picklable :class:`EnvSpec` and a policy spec string (or a picklable policy).
-- ``ray``: one Ray actor per slot, each owning an ``Env`` (``pip install ray==2.60.0``; imported lazily).
+- ``ray``: one Ray actor per slot, each owning an ``Env`` (``pip install ray==2.60.0``; imported lazily). It joins
+  the Ray cluster that exists (``RAY_ADDRESS``, or a head started by ``ray start --head``: ``ray.init(address=
+  "auto")``), so sandboxes run on the cluster's CPU nodes; without one it starts a private local Ray.
 
 Resumable: finished episodes are appended to a :class:`~env_client.trajectory.TrajectoryStore` by the parent
 process only (one writer, one ``write`` per line), so a rerun with the same store skips every finished
@@ -47,8 +49,8 @@ from env_client.policies import Policy, PolicyError, bind, make_policy
 from env_client.trajectory import Trajectory, TrajectoryStore
 from rewards.oracle import infra_failure
 
-__all__ = ["EnvSpec", "RolloutError", "RolloutResult", "RolloutSummary", "WorkItem", "episode_seed",
-           "describe_run", "plan", "rollout", "run_episode", "run_key", "summarize"]
+__all__ = ["EnvSpec", "RolloutError", "RolloutResult", "RolloutSummary", "WorkItem", "describe_run", "episode_seed",
+           "join_ray_cluster", "plan", "rollout", "run_episode", "run_key", "summarize"]
 
 Backend = Literal["thread", "async", "joblib", "ray"]
 BACKENDS = ("thread", "async", "joblib", "ray")
@@ -413,11 +415,34 @@ def _ray_results(items: list[WorkItem], policy: Policy | str, spec: EnvSpec, con
         raise RolloutError("backend 'ray' needs Ray: pip install ray==2.60.0 (or use --backend thread|joblib)"
                            ) from exc
     if not ray.is_initialized():
-        ray.init(num_cpus=concurrency, include_dashboard=False, log_to_driver=False)
+        join_ray_cluster(ray, num_cpus=concurrency)
     actor_cls = ray.remote(num_cpus=1)(_RayWorker)
     actors = ActorPool([actor_cls.remote(spec, policy, policy_name) for _ in range(concurrency)])
     for item, js, err in actors.map_unordered(lambda a, it: a.run.remote(it), items):
         yield item, (Trajectory.model_validate_json(js) if js is not None else PolicyError(err))
+
+
+def join_ray_cluster(ray: Any, *, num_cpus: int) -> str:
+    """Join the Ray cluster that exists (``RAY_ADDRESS``, or a head started with ``ray start --head`` on this
+    machine), else start a private local one with ``num_cpus`` CPUs.
+
+    Joining never passes resources (a running cluster has its own); the actors then run wherever the cluster
+    has free CPUs, e.g. on CPU nodes while the trainer holds the GPU nodes. Each node needs this package
+    installed (the actors import ``env_client`` and ``sandbox``) and the tasks root at the same path.
+
+    Returns:
+        ``"joined <address>"`` or ``"local"``.
+    """
+    address = os.environ.get("RAY_ADDRESS", "").strip() or "auto"
+    try:
+        context = ray.init(address=address, log_to_driver=False)
+    except ConnectionError:
+        if os.environ.get("RAY_ADDRESS", "").strip():
+            raise RolloutError(f"RAY_ADDRESS={address} names no running Ray cluster; start one with "
+                               f"`ray start --head` or unset RAY_ADDRESS for a local one") from None
+        ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
+        return "local"
+    return f"joined {getattr(context, 'address_info', {}).get('gcs_address', address)}"
 
 
 class _RayWorker:
