@@ -99,8 +99,11 @@ def test_every_bundled_sweep_validates(path):
         n = max(n, 1) * len(values)
     assert len(runs) == n and len({r.name for r in runs}) == n
     assert all(str(r.output_dir).startswith(sweep.output_root) for r in runs)
-    for prev, run in zip(runs, runs[1:] if sweep.stages else []):  # a chain: each stage starts from the last
-        assert f"model.name_or_path={prev.output_dir}" in run.overrides
+    by_name = {r.name: r for r in runs}
+    for prev, run in zip(runs, runs[1:] if sweep.stages else []):
+        # a chain: each stage starts from the one it names (``from:``, branching chains), else from the last
+        source = by_name[run.start] if getattr(run, "start", None) else prev
+        assert f"model.name_or_path={source.output_dir}" in run.overrides
 
 
 def test_sweep_plan_rank_and_errors(tmp_path, capsys):
