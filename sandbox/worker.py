@@ -127,8 +127,9 @@ class ReplyReader:
     """Incremental, non-blocking reader of a runner's reply pipe, for the reply to call number ``seq``.
 
     The user's code can write to that pipe too. Frames carrying another call number (a reply left over from an
-    earlier call, or a forgery) are skipped, so the session's calls cannot be shifted against their replies; a
-    forged frame with the right number only replaces the reply of the call that forged it.
+    earlier call, or a forgery) are skipped, so the session's calls cannot be shifted against their replies. The
+    number is random per call; code that digs it out of the runner's own frames can forge the reply of the call
+    it runs in, and only that one, with fields the host then types (:func:`_clean_reply`).
     """
 
     def __init__(self, fd: int, seq: int) -> None:
@@ -595,7 +596,10 @@ class Server:
         #: Zygotes by kind; None once one died (its kind then forks from this process).
         self.zygotes: dict[str, Zygote | None] = {"light": light} if light else {}
         self.status: dict[int, int] = {}  # wait status of the current runner, once reaped
-        self.seq = 0  # number of the call in flight; the runner echoes it in its reply
+        #: Number of the call in flight, drawn at random for each call; the runner echoes it in its reply. Random,
+        #: not counted: the user's code of one call cannot forge the reply of the next (its number is not drawn
+        #: yet), and guessing the current one takes 2**62 tries.
+        self.seq = 0
         #: True while no process of ours but the spare exists: nothing ran since the last full cleanup,
         #: so a session's ``open`` need not scan /proc again.
         self.clean = False
@@ -777,7 +781,7 @@ class Server:
         for fd in (runner["resp"], runner["out"], runner["err"]):
             self._drain(fd, None)  # bytes a killed straggler (or a thread of the session) wrote since the last call
         call = {k: req.get(k) for k in ("lang", "source", "database", "max_rows")}
-        self.seq += 1
+        self.seq = int.from_bytes(os.urandom(8), "big") >> 2
         call.update(limits=limits, once=not self.persistent, seq=self.seq)
         reply, died, timed_out = None, False, False
         try:
