@@ -5,7 +5,8 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
-# The known-good CPU set. torch is installed first and pinned, so nothing later pulls a CUDA build.
+# The environment plus the training stack ([train]), the adapters ([adapters]) and test tools ([dev]), at the
+# known-good versions of constraints.txt. torch is installed first and pinned, so nothing later pulls a CUDA build.
 TORCH_PIN := torch==2.13.0
 export OPENBLAS_NUM_THREADS ?= 1
 export WANDB_MODE ?= offline
@@ -16,10 +17,10 @@ export TOKENIZERS_PARALLELISM ?= false
 
 all: test
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q $(TORCH_PIN)
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q -c constraints.txt -e '.[train,adapters,dev]'
 	@touch $(STAMP)
 
 venv: $(STAMP) bwrap
@@ -43,6 +44,15 @@ test: venv
 
 test-slow: venv
 	$(PY) -m pytest -q -m slow
+
+# The Docker backend for real (not part of `make test`: CI has no docker). As root, installs docker.io when
+# missing and starts a private dockerd (scripts/with_dockerd.sh), builds the sandbox image from local files
+# (no registry), runs the backend's tests and the attack suite against docker, then stops dockerd and checks
+# that the host's networking is as it was. An engine that already runs is used as it is.
+.PHONY: test-docker
+test-docker: venv
+	MEDAGENTGYM_TEST_BACKEND=docker scripts/with_dockerd.sh sh -c '$(PY) scripts/build_sandbox_image.py && \
+		$(PY) -m pytest -q -p no:cacheprovider tests/sandbox/test_docker.py tests/sandbox/test_attacks.py'
 
 bench: venv
 	$(PY) scripts/bench_sandbox.py

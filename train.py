@@ -5,7 +5,9 @@
     python train.py recipe=grpo_qwen14b --dry-run      # print + validate the resolved recipe, load nothing
 
 Reads ``recipes/<name>.yaml`` (or a path), applies the dotted overrides (values parsed as YAML), prints the resolved
-recipe, saves it to ``<output.dir>/recipe.yaml``, and calls ``medcopilot.trainers.<method>.run(cfg)``. When
+recipe, checks it without loading a model (family names, reward terms, every ``trainer`` value against the type
+its TRL / verifier / PPO config declares: what ``--dry-run`` stops after), saves it to ``<output.dir>/recipe.yaml``,
+and calls ``medcopilot.trainers.<method>.run(cfg)``. When
 ``output.push_to_hub`` is set, the final model is exported and uploaded afterwards. Errors are one line and a
 non-zero exit; ``--debug`` shows the traceback.
 """
@@ -54,10 +56,11 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the process exit status."""
     argv = sys.argv[1:] if argv is None else argv
     debug = "--debug" in argv
+    state: dict = {}
     try:
-        return _main(argv)
+        return _main(argv, state)
     except KeyboardInterrupt:
-        print("train.py: interrupted", file=sys.stderr)
+        print(f"\ntrain.py: interrupted: {_saved(state.get('cfg'))}", file=sys.stderr)
         return 130
     except Exception as exc:
         if debug:
@@ -68,28 +71,38 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
-def _main(argv: list[str]) -> int:
-    from medcopilot.config import load_recipe
+def _saved(cfg) -> str:
+    """What an interrupted run left, and how to go on: the newest checkpoint, or that nothing was saved yet."""
+    if cfg is None:
+        return "nothing was started"
+    out = cfg.output.dir
+    try:
+        steps = sorted(int(name.split("-")[1]) for name in os.listdir(out)
+                       if name.startswith("checkpoint-") and name.split("-")[1].isdigit())
+    except OSError:
+        steps = []
+    if not steps:
+        return f"no checkpoint saved yet in {out} (one is written every trainer.save_steps steps)"
+    return (f"checkpoint-{steps[-1]} saved in {out}; rerun the same command to resume from it")
+
+
+def _main(argv: list[str], state: dict) -> int:
+    from medcopilot.config import check_recipe, load_recipe
 
     recipe, overrides, flags = parse_argv(argv)
     if flags & {"-h", "--help"}:
         print(__doc__.strip())
         return 0
-    cfg = load_recipe(recipe, overrides)
+    cfg = state["cfg"] = load_recipe(recipe, overrides)
     if is_main_process():
         print(f"# resolved recipe {cfg.name!r}\n{cfg.to_yaml()}", flush=True)
+    notes: list[str] = []
+    args = check_recipe(cfg, notes=notes)  # families, trainer types, runnability: fail before any model is loaded
     if "--dry-run" in flags:
-        from medcopilot.config import TRL_CONFIG_CLASSES
-
-        if cfg.method == "ppo":
-            from medcopilot.trainers.ppo import ppo_args
-
-            args = ppo_args(cfg)
-        else:
-            args = cfg.trainer_args() if cfg.method in TRL_CONFIG_CLASSES else None
-        owner = f"{type(args).__module__.split('.')[0]}.{type(args).__name__}" if args is not None else None
-        checked = f"trainer section checked by {owner}" if owner else "no trainer config"
-        print(f"# dry run: recipe {cfg.name!r} is valid ({checked}); nothing loaded or written", flush=True)
+        owner = f"{type(args).__module__.split('.')[0]}.{type(args).__name__}"
+        print("\n".join(f"# {line}" for line in notes), flush=True)
+        print(f"# dry run: recipe {cfg.name!r} is valid (families {', '.join(cfg.tasks.families)} found; trainer "
+              f"section checked by {owner}); nothing loaded or written", flush=True)
         return 0
 
     from medcopilot.trainers import get_trainer

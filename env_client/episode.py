@@ -6,7 +6,9 @@ format), enforces the family's permitted actions, runs the action in the episode
 ``StepResult(observation, reward, terminated, truncated, info)``:
 
 * ``reward`` is 0.0 until ``submit_answer``; then the family's oracle grades the one submission and the reward
-  is ``rewards.oracle_reward(verdict)`` (None when the grader itself failed). Intermediate outputs are never graded.
+  is ``rewards.oracle_reward(verdict)``. Intermediate outputs are never graded. A grader that raises is judged
+  by :func:`grade_submission`: an infrastructure failure (``InfraError``, ``GraderError``, ``SandboxError``) is
+  ``infra=True`` (reward None); any other exception is a wrong answer (reward 0.0), since a policy can cause it.
 * ``terminated``: the graded submit, or a fatal sandbox failure. ``truncated``: a budget ran out (turns,
   completion tokens, wall time, or a detected loop with ``end_on_loop``), applied in :meth:`Env._budget`.
 * Stepping before ``reset`` or after the end raises :class:`ResetNeeded`; ``close`` is idempotent.
@@ -50,10 +52,10 @@ from env_client.trajectory import FinalRecord, StepRecord, Trajectory, Trajector
 from rewards.oracle import oracle_reward
 from sandbox import Limits, SandboxError
 from sandbox.grounding import ground
-from tasks.base import GradeContext, Instance, Verdict
+from tasks.base import GradeContext, GraderError, InfraError, Instance, Verdict
 from tasks.registry import max_turns as family_max_turns
 
-__all__ = ["Env", "EnvConfig", "Observation", "StepResult", "explain_failure", "truncate_middle"]
+__all__ = ["Env", "EnvConfig", "Observation", "StepResult", "explain_failure", "grade_submission", "truncate_middle"]
 
 _SQL_SUFFIXES = (".db", ".sqlite", ".sqlite3")
 _GOLD_FILES = ("train.jsonl", "test.jsonl", "tasks.jsonl", "manifest.json")
@@ -229,7 +231,7 @@ class Env:
         self._last_failure: Any = None
         self._signatures: collections.deque = collections.deque(maxlen=self.config.loop_window)
         self._errors: collections.deque = collections.deque(maxlen=self.config.loop_window)
-        self._turn, self._tokens, self._t0 = 0, 0, time.monotonic()
+        self._turn, self._tokens, self._prompt_tokens, self._t0 = 0, 0, 0, time.monotonic()
         messages = initial_messages(task, self.permitted, fmt=self.config.format)
         tools = tool_schemas(self.permitted)
         header = TrajectoryHeader(
@@ -292,12 +294,14 @@ class Env:
         }
 
     # -- step --------------------------------------------------------------------------------------------
-    def step(self, model_text: str | BaseModel | dict[str, Any], *, n_tokens: int | None = None) -> StepResult:
+    def step(self, model_text: str | BaseModel | dict[str, Any], *, n_tokens: int | None = None,
+             n_prompt_tokens: int | None = None) -> StepResult:
         """Advance one turn on the model's reply.
 
         Args:
             model_text: The raw assistant text; or a typed action (model or flat dict, e.g. from the HTTP client).
             n_tokens: Completion tokens of this reply (counted against ``max_total_tokens``).
+            n_prompt_tokens: Prompt tokens the policy was billed for this turn (recorded for cost reports).
 
         Returns:
             ``StepResult(observation, reward, terminated, truncated, info)``.
@@ -312,6 +316,7 @@ class Env:
         parsed = self._parse(model_text)
         self._turn += 1
         self._tokens += int(n_tokens or 0)
+        self._prompt_tokens += int(n_prompt_tokens or 0)
         outcome = self._dispatch(parsed)
         role: Literal["user", "tool"] = "tool" if parsed.format == "tool_call" else "user"
         text = truncate_middle(outcome.text, self.config.obs_max_chars)
@@ -321,7 +326,8 @@ class Env:
             turn=self._turn, raw_text=parsed.raw, action=parsed.action.model_dump() if parsed.action else None,
             format=parsed.format, parse_error=parsed.error, observation=text, observation_role=role,
             status=outcome.status, error_kind=outcome.error_kind, duration_s=round(duration, 6),
-            exec_s=round(outcome.exec_s, 6), n_tokens=n_tokens, loop=loop, llm_debugger=outcome.llm_debugger,
+            exec_s=round(outcome.exec_s, 6), n_tokens=n_tokens, n_prompt_tokens=n_prompt_tokens, loop=loop,
+            llm_debugger=outcome.llm_debugger,
         ))
         reward: float | None = 0.0
         terminated = outcome.status in {"submitted", "fatal"}
@@ -396,7 +402,7 @@ class Env:
         self._traj.final = FinalRecord(
             verdict=verdict.model_dump() if verdict else None, reward=reward, terminated=terminated,
             truncated=truncated, reason=reason, turns=self._turn, total_tokens=self._tokens,
-            wall_s=round(time.monotonic() - self._t0, 6),
+            prompt_tokens=self._prompt_tokens, wall_s=round(time.monotonic() - self._t0, 6),
         )
         self._done = True
         return reward
@@ -490,14 +496,45 @@ class Env:
         fam = self.family(self.instance.family)
         ctx = GradeContext(workspace=getattr(self._session, "workspace", None), session=self._session,
                            family_dir=Path(fam.root))
-        try:
-            verdict = fam.grade(self.instance, action.answer, ctx)
-            if not isinstance(verdict, Verdict):
-                raise TypeError(f"grade() returned {type(verdict).__name__}, not a Verdict")
-        except Exception as exc:  # a broken grader is recorded loudly as an error verdict, never as a 0
-            verdict = Verdict(correct=False, score=0.0, reason="the grader failed",
-                              error=f"{type(exc).__name__}: {exc}")
+        verdict = grade_submission(fam, self.instance, action.answer, ctx)
         return _Outcome("Answer submitted. The episode is over.", "submitted", "submitted", verdict=verdict)
+
+
+#: Exceptions from ``grade()`` that are the infrastructure's failure (reward None), not the submission's.
+INFRA_ERRORS = (InfraError, GraderError, SandboxError)
+
+
+def grade_submission(family: Any, instance: Instance, submission: str, ctx: GradeContext | None) -> Verdict:
+    """``family.grade(...)`` with grading failures judged: whose failure decides the reward.
+
+    Args:
+        family: The task family.
+        instance: The instance being graded.
+        submission: The one submitted answer.
+        ctx: The episode's grading context.
+
+    Returns:
+        The family's verdict; or, when ``grade`` raised, an error verdict that keeps the exception for the
+        logs: ``infra=True`` (reward None) for :data:`INFRA_ERRORS` and a grader that did not return a Verdict
+        (our bug), else ``infra=False``: a wrong answer (reward 0.0), because an RL policy can make a grader
+        raise on purpose and must not be spared the penalty by doing so.
+
+    Example:
+        >>> grade_submission(fam, inst, "1e999", None).score
+        0.0
+    """
+    try:
+        verdict = family.grade(instance, submission, ctx)
+    except INFRA_ERRORS as exc:
+        return Verdict(correct=False, score=0.0, reason="grading failed (infrastructure)",
+                       error=f"{type(exc).__name__}: {exc}", infra=True)
+    except Exception as exc:  # noqa: BLE001 - whatever the submission made the grader raise is a wrong answer
+        return Verdict(correct=False, score=0.0, reason="the submission made the grader fail",
+                       error=f"{type(exc).__name__}: {str(exc)[:500]}", infra=False)
+    if not isinstance(verdict, Verdict):
+        return Verdict(correct=False, score=0.0, reason="grading failed (infrastructure)",
+                       error=f"grade() returned {type(verdict).__name__}, not a Verdict", infra=True)
+    return verdict
 
 
 # -- debugging -------------------------------------------------------------------------------------------

@@ -14,13 +14,21 @@ Metrics:
   where that pick is correct. Estimated without bias over all k-subsets: with the n samples ranked by score
   (ties broken by ``sample_idx``), the sample at rank ``i`` (0-based) is the pick of a random k-subset with
   probability ``C(n-1-i, k-1) / C(n, k)``. N/A (None) when no scores are given.
-- **Error taxonomy** of every failed episode, first matching rule wins: ``grader_error`` (the grader failed),
+- **Error taxonomy** of every failed episode, first matching rule wins: ``grader_error`` (grading failed for an
+  infrastructure reason, reward None; a failure the submission caused is a ``wrong_answer``),
   ``loop`` (ended for looping, or a loop-flagged step), ``wrong_answer`` (submitted, graded wrong), then by the
   last failed step: ``syntax_error``, ``io_error`` (file/table not found, permission), ``runtime_error`` (any
   other execution failure: exception, SQL error, timeout, memory, sandbox), ``invalid_action`` (the reply did
   not parse or named a forbidden action); then ``truncated`` (a budget ran out) and ``no_submission``.
+- **Constant floor** per family (:func:`constant_floor`): the best score one constant answer earns over the
+  whole split under the family's own grader, reported with its bound (10 %, or 50 % for yes/no families).
 - **Actions**: counts of actions taken (``code_execution:python`` and ``code_execution:sql`` apart,
-  ``invalid`` for replies that did not parse); **cost**: turns, completion tokens and wall seconds.
+  ``invalid`` for replies that did not parse); **cost**: turns, prompt and completion tokens, wall seconds.
+- **Infrastructure failures** (the policy's endpoint failed, the sandbox died): episodes that produced no
+  trajectory. They count as failures in every success rate (class ``infra_error``), are reported apart, and
+  are retried by a rerun; a run with any of them exits non-zero.
+- **Intervals**: a 95 % interval on every success rate: Wilson's score interval when each task has one
+  sample, else a percentile bootstrap over tasks (samples of one task are not independent), seeded.
 
 Example:
     >>> report = evaluate(result.trajectories, policy="oracle")
@@ -41,18 +49,23 @@ from pathlib import Path
 from typing import Any
 
 from env_client.errors import EnvClientError
+from tasks import SUITES
+from tasks._files import FileFormatError, load_json
+from rewards.oracle import infra_failure
+from tasks.floors import FLOOR_BOUND, constant_floor
 
-__all__ = ["ERROR_CLASSES", "OOD_FAMILIES", "EvalError", "EvalReport", "best_at_k", "classify_failure",
-           "evaluate", "label_base_rate", "leaderboard", "load_reports", "pass_at_k",
-           "render_markdown", "write_plots", "write_report"]
+__all__ = ["ERROR_CLASSES", "FLOOR_BOUND", "ID_FAMILIES", "OOD_FAMILIES", "EvalError", "EvalReport", "best_at_k",
+           "bootstrap_interval", "classify_failure", "code_version", "constant_floor", "evaluate", "label_base_rate",
+           "leaderboard", "load_reports", "pass_at_k", "render_markdown", "success_interval", "task_set_hash",
+           "wilson_interval", "write_plots", "write_report"]
 
-#: Families held out of training for the out-of-distribution suite (``--suite ood``): a code-heavy
-#: bioinformatics family, a statistics family and an EHR prediction family, one per data modality.
-OOD_FAMILIES = ("biodsbench", "npowerai", "ehrshot")
+#: The paper's in-distribution families (``--suite id``) and the held-out ones (``--suite ood``): ``tasks.SUITES``.
+ID_FAMILIES = SUITES["id"]
+OOD_FAMILIES = SUITES["ood"]
 
 #: Failure classes, in the order the taxonomy tests them.
-ERROR_CLASSES = ("grader_error", "loop", "wrong_answer", "syntax_error", "io_error", "runtime_error",
-                 "invalid_action", "truncated", "no_submission")
+ERROR_CLASSES = ("infra_error", "grader_error", "loop", "wrong_answer", "syntax_error", "io_error",
+                 "runtime_error", "invalid_action", "truncated", "no_submission")
 
 _IO_RE = re.compile(r"FileNotFoundError|PermissionError|IsADirectoryError|NotADirectoryError|No such file|"
                     r"no such table|unable to open database|EmptyDataError|\bOSError\b|UnicodeDecodeError",
@@ -106,6 +119,50 @@ def best_at_k(correct: list[bool], scores: list[float], k: int) -> float:
     return sum(math.comb(n - 1 - rank, k - 1) for rank, i in enumerate(ranked) if correct[i]) / total
 
 
+def wilson_interval(successes: int, n: int, z: float = 1.959964) -> tuple[float, float]:
+    """Wilson's score interval for a binomial proportion (95 % by default); ``(0, 1)`` when ``n`` is 0.
+
+    Example:
+        >>> [round(x, 3) for x in wilson_interval(8, 10)]
+        [0.49, 0.943]
+    """
+    if n <= 0:
+        return (0.0, 1.0)
+    p = successes / n
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    return (round(max(0.0, centre - half), 6), round(min(1.0, centre + half), 6))
+
+
+def bootstrap_interval(groups: list[list[bool]], *, n_boot: int = 2000, seed: int = 0,
+                       level: float = 0.95) -> tuple[float, float]:
+    """Percentile bootstrap interval of the per-sample success rate, resampling whole tasks (``groups``)."""
+    import random
+
+    if not groups:
+        return (0.0, 1.0)
+    rng = random.Random(seed)
+    sums = [(sum(g), len(g)) for g in groups]
+    stats = []
+    for _ in range(n_boot):
+        draw = [sums[rng.randrange(len(sums))] for _ in sums]
+        stats.append(sum(c for c, _ in draw) / max(1, sum(n for _, n in draw)))
+    stats.sort()
+    lo = stats[int((1 - level) / 2 * (n_boot - 1))]
+    hi = stats[int((1 + level) / 2 * (n_boot - 1))]
+    return (round(lo, 6), round(hi, 6))
+
+
+def success_interval(groups: list[list[bool]], seed: int = 0) -> tuple[list[float], str]:
+    """The 95 % interval of a success rate over task groups, and the method used (see the module docstring)."""
+    if all(len(g) <= 1 for g in groups):
+        lo, hi = wilson_interval(sum(sum(g) for g in groups), sum(len(g) for g in groups))
+        return [lo, hi], "wilson"
+    lo, hi = bootstrap_interval(groups, seed=seed)
+    return [lo, hi], "bootstrap-tasks"
+
+
 def _get(obj: Any, name: str, default: Any = None) -> Any:
     if obj is None:
         return default
@@ -125,7 +182,7 @@ def classify_failure(traj: Any) -> str:
     """The error class (one of :data:`ERROR_CLASSES`) of a failed trajectory; see the module docstring."""
     final, steps = traj.final, list(traj.steps)
     verdict = _verdict(traj)
-    if verdict and verdict.get("error"):
+    if infra_failure(verdict):
         return "grader_error"
     if (final is not None and final.reason == "loop") or any(s.loop for s in steps):
         return "loop"
@@ -160,17 +217,23 @@ class EvalReport:
 
     Attributes:
         policy: Policy name.
-        episodes: Episodes evaluated; ``tasks``: distinct task ids; ``k``: the largest K of Pass@K.
-        success_rate: Share of correct episodes.
-        per_family: ``family -> {n, success_rate, pass_at_k (at K), errors, base_rate?}``.
+        episodes: Episodes attempted (finished ones plus infrastructure failures); ``tasks``: distinct task
+            ids; ``k``: the largest K of Pass@K.
+        success_rate: Share of correct episodes among all attempted; ``ci95``: its 95 % interval
+            (``ci_method``: ``wilson`` or ``bootstrap-tasks``).
+        per_family: ``family -> {n, success_rate, ci95, pass_at_k (at K), errors, infra_failures, base_rate?,
+            floor?}``.
         per_category: ``family/category -> {n, success_rate}``.
         pass_at_k: ``str(k) -> unbiased Pass@k`` for ``k = 1..K``.
         best_at_k: ``str(k) -> Best@k``, or None without scores.
-        grader_errors: Episodes whose grader failed (counted, never scored 0 silently).
+        grader_errors: Episodes whose grading failed for an infrastructure reason (reward None; counted, never
+            scored 0 silently). A failure the submission caused is a wrong answer.
+        infra_failures: Episodes that produced no trajectory (endpoint or sandbox failure), counted as failed.
         errors: ``class -> count`` over failed episodes; ``error_shares``: the same as shares of failures.
         actions: ``action -> count`` over all steps; ``action_shares``: as shares.
-        mean_turns, mean_tokens, total_tokens, mean_wall_s, total_wall_s: Cost.
-        meta: Free-form run facts (split, size, suite, seed).
+        mean_turns, mean_tokens, total_tokens, prompt_tokens, mean_prompt_tokens, mean_wall_s, total_wall_s:
+            Cost (tokens as the policy reported them; completion and prompt apart).
+        meta: Run facts and provenance (split, suite, policy settings, caps, commit, date, task-set hash).
     """
 
     policy: str
@@ -193,83 +256,127 @@ class EvalReport:
     mean_wall_s: float
     total_wall_s: float
     meta: dict[str, Any] = field(default_factory=dict)
+    infra_failures: int = 0
+    ci95: list[float] = field(default_factory=lambda: [0.0, 1.0])
+    ci_method: str = "wilson"
+    prompt_tokens: int = 0
+    mean_prompt_tokens: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON-ready dict (``report.json``)."""
         return asdict(self)
 
 
-def _groups(trajs: list[Any]) -> dict[str, list[Any]]:
-    by_task: dict[str, list[Any]] = defaultdict(list)
-    for t in trajs:
-        by_task[t.header.task_id].append(t)
-    return {tid: sorted(ts, key=lambda t: t.header.sample_idx) for tid, ts in by_task.items()}
+@dataclass(frozen=True)
+class _Sample:
+    """One attempted episode: a finished trajectory, or an infrastructure failure (``traj`` None)."""
+
+    task_id: str
+    family: str
+    category: str
+    sample_idx: int
+    success: bool
+    traj: Any = None
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return (self.task_id, self.sample_idx)
+
+
+def _groups(samples: list[_Sample]) -> dict[str, list[_Sample]]:
+    by_task: dict[str, list[_Sample]] = defaultdict(list)
+    for x in samples:
+        by_task[x.task_id].append(x)
+    return {tid: sorted(xs, key=lambda x: x.sample_idx) for tid, xs in by_task.items()}
 
 
 def _mean(values: list[float]) -> float:
     return round(sum(values) / len(values), 6) if values else 0.0
 
 
+def _error_class(x: _Sample) -> str:
+    return "infra_error" if x.traj is None else classify_failure(x.traj)
+
+
 def evaluate(trajectories: Iterable[Any], *, policy: str | None = None,
              scores: Mapping[tuple[str, int], float] | None = None,
-             base_rates: Mapping[str, float] | None = None, meta: Mapping[str, Any] | None = None) -> EvalReport:
-    """Compute every metric over finished trajectories.
+             base_rates: Mapping[str, float] | None = None, floors: Mapping[str, Mapping[str, Any]] | None = None,
+             meta: Mapping[str, Any] | None = None, failures: Iterable[Mapping[str, Any]] = ()) -> EvalReport:
+    """Compute every metric over finished trajectories and the episodes that failed to run.
 
     Args:
         trajectories: ``env_client.Trajectory`` objects (k samples per task; k may differ per task).
         policy: Name recorded in the report (default: the first trajectory's ``header.policy``).
         scores: ``(task_id, sample_idx) -> score`` of a scorer (e.g. the learned verifier) for Best@K; every
-            episode must have one. None: Best@K is reported as N/A.
+            finished episode must have one. None: Best@K is reported as N/A.
         base_rates: ``family -> label base rate`` to show beside each family's success.
+        floors: ``family -> constant_floor(...)`` (the best constant answer over the whole split), shown beside
+            each family's success with its bound.
         meta: Run facts copied into the report.
+        failures: Episodes that produced no trajectory (``RolloutSummary.failures``: ``task_id``, ``family``,
+            ``category``, ``sample_idx``, ``error``): each counts as a failed episode of its task.
 
     Returns:
         The :class:`EvalReport`.
 
     Raises:
-        EvalError: No trajectories, an unfinished one, or ``scores`` missing an episode.
+        EvalError: Nothing to evaluate, an unfinished trajectory, or ``scores`` missing an episode.
     """
     trajs = list(trajectories)
-    if not trajs:
+    failures = list(failures)
+    if not trajs and not failures:
         raise EvalError("no trajectories to evaluate; run the rollout first (or check --families/--limit)")
     if any(t.final is None for t in trajs):
         raise EvalError("an unfinished trajectory (final is None) was passed; evaluate finished episodes only")
-    groups = _groups(trajs)
-    big_k = min(len(ts) for ts in groups.values())
-    passk = {str(k): round(_mean([pass_at_k(len(ts), sum(map(_success, ts)), k) for ts in groups.values()]), 6)
+    samples = [_Sample(t.header.task_id, t.header.family, t.header.category, t.header.sample_idx, _success(t), t)
+               for t in trajs]
+    done = {x.key for x in samples}
+    samples += [_Sample(str(f["task_id"]), str(f["family"]), str(f.get("category", "")), int(f["sample_idx"]), False)
+                for f in failures if (str(f["task_id"]), int(f["sample_idx"])) not in done]
+    groups = _groups(samples)
+    flags = {tid: [x.success for x in xs] for tid, xs in groups.items()}
+    big_k = min(len(xs) for xs in groups.values())
+    passk = {str(k): round(_mean([pass_at_k(len(f), sum(f), k) for f in flags.values()]), 6)
              for k in range(1, big_k + 1)}
     bestk = None
     if scores is not None:
         missing = [t.key for t in trajs if t.key not in scores]
         if missing:
             raise EvalError(f"scores lack {len(missing)} episode(s), e.g. {missing[0]}; score every episode")
-        bestk = {str(k): round(_mean([best_at_k([_success(t) for t in ts], [scores[t.key] for t in ts], k)
-                                      for ts in groups.values()]), 6) for k in range(1, big_k + 1)}
+        rated = {tid: [scores[x.key] if x.traj is not None else -math.inf for x in xs] for tid, xs in groups.items()}
+        bestk = {str(k): round(_mean([best_at_k(flags[tid], rated[tid], k) for tid in groups]), 6)
+                 for k in range(1, big_k + 1)}
     per_family: dict[str, dict[str, Any]] = {}
-    for fam in sorted({t.header.family for t in trajs}):
-        fam_groups = [ts for ts in groups.values() if ts[0].header.family == fam]
-        ft = [t for ts in fam_groups for t in ts]
-        row: dict[str, Any] = {"n": len(ft), "success_rate": _mean([float(_success(t)) for t in ft]),
-                               "pass_at_k": _mean([pass_at_k(len(ts), sum(map(_success, ts)), big_k)
-                                                   for ts in fam_groups])}
-        fam_errors = Counter(classify_failure(t) for t in ft if not _success(t))
+    for fam in sorted({x.family for x in samples}):
+        fam_tasks = [tid for tid, xs in groups.items() if xs[0].family == fam]
+        fx = [x for tid in fam_tasks for x in groups[tid]]
+        ci, method = success_interval([flags[tid] for tid in fam_tasks])
+        row: dict[str, Any] = {"n": len(fx), "success_rate": _mean([float(x.success) for x in fx]), "ci95": ci,
+                               "ci_method": method,
+                               "pass_at_k": _mean([pass_at_k(len(flags[t]), sum(flags[t]), big_k) for t in fam_tasks]),
+                               "infra_failures": sum(x.traj is None for x in fx)}
+        fam_errors = Counter(_error_class(x) for x in fx if not x.success)
         row["errors"] = {c: fam_errors[c] for c in ERROR_CLASSES if fam_errors[c]}
         if base_rates and fam in base_rates:
             row["base_rate"] = base_rates[fam]
+        if floors and fam in floors:
+            row["floor"] = dict(floors[fam])
         per_family[fam] = row
     cats: dict[str, list[bool]] = defaultdict(list)
-    for t in trajs:
-        cats[f"{t.header.family}/{t.header.category}"].append(_success(t))
-    per_category = {c: {"n": len(v), "success_rate": _mean([float(x) for x in v])} for c, v in sorted(cats.items())}
-    errors = Counter(classify_failure(t) for t in trajs if not _success(t))
+    for x in samples:
+        cats[f"{x.family}/{x.category}"].append(x.success)
+    per_category = {c: {"n": len(v), "success_rate": _mean([float(b) for b in v])} for c, v in sorted(cats.items())}
+    errors = Counter(_error_class(x) for x in samples if not x.success)
     failed = sum(errors.values())
     actions = Counter(_action_name(s) for t in trajs for s in t.steps)
     n_steps = sum(actions.values())
+    ci, method = success_interval(list(flags.values()))
+    prompt = [getattr(t.final, "prompt_tokens", 0) or 0 for t in trajs]
     return EvalReport(
-        policy=policy or trajs[0].header.policy or "unknown", episodes=len(trajs), tasks=len(groups), k=big_k,
-        success_rate=_mean([float(_success(t)) for t in trajs]), per_family=per_family, per_category=per_category,
-        pass_at_k=passk, best_at_k=bestk,
-        grader_errors=sum(1 for t in trajs if (_verdict(t) or {}).get("error")),
+        policy=policy or (trajs[0].header.policy if trajs else None) or "unknown", episodes=len(samples),
+        tasks=len(groups), k=big_k, success_rate=_mean([float(x.success) for x in samples]),
+        per_family=per_family, per_category=per_category, pass_at_k=passk, best_at_k=bestk,
+        grader_errors=sum(1 for t in trajs if infra_failure(_verdict(t))),
         errors={c: errors[c] for c in ERROR_CLASSES if errors[c]},
         error_shares={c: round(errors[c] / failed, 6) for c in ERROR_CLASSES if errors[c]},
         actions=dict(actions.most_common()),
@@ -277,6 +384,8 @@ def evaluate(trajectories: Iterable[Any], *, policy: str | None = None,
         mean_turns=_mean([len(t.steps) for t in trajs]), mean_tokens=_mean([t.final.total_tokens for t in trajs]),
         total_tokens=sum(t.final.total_tokens for t in trajs), mean_wall_s=_mean([t.final.wall_s for t in trajs]),
         total_wall_s=round(sum(t.final.wall_s for t in trajs), 4), meta=dict(meta or {}),
+        infra_failures=sum(x.traj is None for x in samples), ci95=ci, ci_method=method,
+        prompt_tokens=sum(prompt), mean_prompt_tokens=_mean([float(v) for v in prompt]),
     )
 
 
@@ -297,22 +406,57 @@ def _main_error(errors: dict[str, int]) -> str:
     return f"{max(errors, key=errors.get)} ({max(errors.values())})" if errors else "–"
 
 
+def _ci(ci: Any) -> str:
+    return f"[{ci[0]:.1%}, {ci[1]:.1%}]" if ci else "–"
+
+
+#: Provenance keys of ``meta`` shown first, in this order (the rest follow sorted).
+_PROVENANCE = ("policy", "split", "suite", "format", "env", "commit", "date", "task_set")
+
+
+def _meta_value(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, default=str) if isinstance(value, (dict, list)) else str(value)
+
+
+def _floor_cell(floor: Mapping[str, Any] | None) -> str:
+    if not floor:
+        return "N/A"
+    return f"{_pct(floor['floor'])} (`{str(floor['constant'])[:24]}`)" if floor.get("constant") else _pct(floor["floor"])
+
+
+def _bound_cell(floor: Mapping[str, Any] | None) -> str:
+    if not floor:
+        return "–"
+    what = "vs 50 % (binary)" if floor.get("binary") else f"≤ {floor['bound']:.0%}"
+    return f"**exceeds** {what}" if floor.get("exceeds") else what
+
+
 def render_markdown(report: EvalReport) -> str:
-    """The ``report.md`` text: headline, per family, Pass@K/Best@K, errors, actions, cost, per category."""
+    """The ``report.md`` text: headline with intervals, per family, Pass@K/Best@K, errors, actions, cost,
+    per category and the run's provenance."""
     r = report
+    infra = (f", **{r.infra_failures} episode(s) failed to run** (counted as failures; rerun to retry them)"
+             if r.infra_failures else "")
     lines = [f"# Evaluation: {r.policy}", "",
-             f"{r.episodes} episodes over {r.tasks} tasks (K = {r.k})"
-             + "".join(f"; {k}: {v}" for k, v in sorted(r.meta.items())), "",
-             (f"**Success rate: {_pct(r.success_rate)}**, Pass@{r.k}: {_pct(r.pass_at_k[str(r.k)])}, "
+             f"{r.episodes} episodes over {r.tasks} tasks (K = {r.k}){infra}", "",
+             (f"**Success rate: {_pct(r.success_rate)}** (95 % CI {_ci(r.ci95)}, {r.ci_method}), "
+              f"Pass@{r.k}: {_pct(r.pass_at_k[str(r.k)])}, "
               f"Best@{r.k}: {_pct(r.best_at_k[str(r.k)]) if r.best_at_k else 'N/A (no scores)'}, "
               f"grader errors: {r.grader_errors}"), "",
-             "## Per family", "", "| family | episodes | success | pass@K | base rate | main error |",
-             "|---|---:|---:|---:|---:|---|"]
+             "## Per family", "",
+             "| family | episodes | success | 95 % CI | pass@K | base rate | constant floor | floor bound | "
+             "infra failures | main error |",
+             "|---|---:|---:|---|---:|---:|---|---|---:|---|"]
     for fam, row in r.per_family.items():
-        lines.append(f"| {fam} | {row['n']} | {_pct(row['success_rate'])} | {_pct(row['pass_at_k'])} | "
-                     f"{_pct(row.get('base_rate'))} | {_main_error(row.get('errors') or {})} |")
-    lines += ["", ("Base rate: share of the most common gold answer (what one constant answer scores under exact "
-              "matching; families graded on workspace files submit a pointer such as `done`, so theirs reads 100 %)."),
+        lines.append(f"| {fam} | {row['n']} | {_pct(row['success_rate'])} | {_ci(row.get('ci95'))} | "
+                     f"{_pct(row['pass_at_k'])} | {_pct(row.get('base_rate'))} | {_floor_cell(row.get('floor'))} | "
+                     f"{_bound_cell(row.get('floor'))} | {row.get('infra_failures', 0)} | "
+                     f"{_main_error(row.get('errors') or {})} |")
+    lines += ["", ("Base rate: share of the most common gold answer over the whole split. Constant floor: the best "
+              "score one constant answer (a common gold answer, `[-1]`, `0`, `1`, yes/no, ...) earns over the whole "
+              "split under the family's own grader, with that constant; bound: at most 10 %, or 50 % for binary "
+              "(yes/no) families. Families whose answers are programs count the most common reference program "
+              "instead of running constants."),
               "", "## Pass@K and Best@K", "", "| K | Pass@K | Best@K |", "|---:|---:|---:|"]
     for k, v in r.pass_at_k.items():
         lines.append(f"| {k} | {_pct(v)} | {_pct(r.best_at_k[k]) if r.best_at_k else 'N/A'} |")
@@ -325,10 +469,14 @@ def render_markdown(report: EvalReport) -> str:
     lines += ["", "## Actions taken", "", "| action | count | share |", "|---|---:|---:|"]
     lines += [f"| {a} | {n} | {_pct(r.action_shares[a])} |" for a, n in r.actions.items()]
     lines += ["", "## Cost", "", f"- mean turns per episode: {r.mean_turns:.2f}",
+              f"- prompt tokens: {r.prompt_tokens} total, {r.mean_prompt_tokens:.1f} per episode",
               f"- completion tokens: {r.total_tokens} total, {r.mean_tokens:.1f} per episode",
               f"- wall time: {r.total_wall_s:.2f} s of episodes, {r.mean_wall_s:.3f} s per episode", "",
               "## Per category", "", "| family/category | episodes | success |", "|---|---:|---:|"]
     lines += [f"| {c} | {row['n']} | {_pct(row['success_rate'])} |" for c, row in r.per_category.items()]
+    keys = [k for k in _PROVENANCE if k in r.meta] + sorted(k for k in r.meta if k not in _PROVENANCE)
+    lines += ["", "## Provenance", "", "| | |", "|---|---|"]
+    lines += [f"| {k} | `{_meta_value(r.meta[k])}` |" for k in keys]
     return "\n".join(lines) + "\n"
 
 
@@ -427,9 +575,9 @@ def load_reports(paths: Iterable[Path | str]) -> list[dict[str, Any]]:
     for p in map(Path, paths):
         p = p / "report.json" if p.is_dir() else p
         try:
-            data = json.loads(p.read_text())
-        except (OSError, ValueError) as exc:
-            raise EvalError(f"cannot read report {p}: {exc}; pass report.json files written by evaluate.py") from exc
+            data = load_json(p)
+        except FileFormatError as exc:
+            raise EvalError(f"cannot read report {exc} (pass report.json files written by evaluate.py)") from None
         if not isinstance(data, dict) or not {"policy", "success_rate", "per_family"} <= set(data):
             raise EvalError(f"{p} is not an evaluate.py report.json (needs policy, success_rate, per_family)")
         reports.append(data)
@@ -438,36 +586,90 @@ def load_reports(paths: Iterable[Path | str]) -> list[dict[str, Any]]:
     return reports
 
 
+def _task_set(report: dict[str, Any]) -> str:
+    return str((report.get("meta") or {}).get("task_set", "unknown"))
+
+
 def leaderboard(reports: list[dict[str, Any]], png: Path | str | None = None) -> str:
-    """A Markdown table (one row per report, best overall first; columns: overall, Pass@1, each family) and,
-    when ``png`` is given, a grouped bar plot of success per family.
+    """Markdown tables, one per task set (reports over different task sets are never ranked side by side),
+    best overall first; columns: overall with its 95 % interval, Pass@1, each family (empty where a report did
+    not evaluate that family). With ``png``, a grouped bar plot of success per family (missing cells not drawn).
 
     Returns:
-        The Markdown table.
+        The Markdown text.
     """
-    rows = sorted(reports, key=lambda r: -r["success_rate"])
-    fams = sorted({f for r in rows for f in r["per_family"]})
-    head = ["policy", "episodes", "success", "pass@1", *fams]
-    lines = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
-    for r in rows:
-        cells = [r["policy"], str(r.get("episodes", "")), _pct(r["success_rate"]),
-                 _pct((r.get("pass_at_k") or {}).get("1"))]
-        cells += [_pct(r["per_family"][f]["success_rate"]) if f in r["per_family"] else "–" for f in fams]
-        lines.append("| " + " | ".join(cells) + " |")
+    by_set: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for r in reports:
+        by_set[_task_set(r)].append(r)
+    lines: list[str] = []
+    if len(by_set) > 1:
+        lines += [f"These {len(reports)} reports cover {len(by_set)} different task sets, so they are ranked in "
+                  "separate tables (compare rows within a table only).", ""]
+    for task_set, group in by_set.items():
+        rows = sorted(group, key=lambda r: -r["success_rate"])
+        fams = sorted({f for r in rows for f in r["per_family"]})
+        if len(by_set) > 1:
+            lines += [f"### Task set `{task_set}`", ""]
+        head = ["policy", "episodes", "success", "95 % CI", "pass@1", *fams]
+        lines += ["| " + " | ".join(head) + " |", "|---|" + "---:|" * 2 + "---|" + "---:|" * (len(head) - 4)]
+        for r in rows:
+            cells = [r["policy"], str(r.get("episodes", "")), _pct(r["success_rate"]), _ci(r.get("ci95")),
+                     _pct((r.get("pass_at_k") or {}).get("1"))]
+            cells += [_pct(r["per_family"][f]["success_rate"]) if f in r["per_family"] else "" for f in fams]
+            lines.append("| " + " | ".join(cells) + " |")
+        lines.append("")
     if png is not None:
         plt = _pyplot()
+        rows = sorted(reports, key=lambda r: -r["success_rate"])
+        fams = sorted({f for r in rows for f in r["per_family"]})
         cols, width = ["overall", *fams], 0.8 / len(rows)
         fig, ax = plt.subplots(figsize=(min(14.0, max(6.0, 0.45 * len(cols) * len(rows) ** 0.5 + 2)), 4.2))
         for i, r in enumerate(rows):
-            vals = [r["success_rate"]] + [r["per_family"].get(f, {}).get("success_rate", 0.0) for f in fams]
-            ax.bar([j + i * width for j in range(len(cols))], [v * 100 for v in vals], width, label=r["policy"])
+            vals = [r["success_rate"]] + [r["per_family"].get(f, {}).get("success_rate", math.nan) for f in fams]
+            label = r["policy"] + (f" [{_task_set(r)[:8]}]" if len(by_set) > 1 else "")
+            ax.bar([j + i * width for j in range(len(cols))], [v * 100 for v in vals], width, label=label)
         ax.set_xticks([j + 0.4 - width / 2 for j in range(len(cols))], cols, rotation=45, ha="right")
-        ax.set(ylim=(0, 105), ylabel="success (%)", title="Leaderboard: success per family")
+        ax.set(ylim=(0, 105), ylabel="success (%)", title="Leaderboard: success per family (blank: not evaluated)")
         ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
         Path(png).parent.mkdir(parents=True, exist_ok=True)
         _save(fig, Path(png))
         plt.close(fig)
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def code_version() -> str:
+    """The commit of the code that ran (``git rev-parse``, ``-dirty`` when tracked files differ from it), or the
+    installed package version when this is not a git checkout."""
+    import subprocess
+
+    here = Path(__file__).resolve().parent
+    try:
+        rev = subprocess.run(["git", "-C", str(here), "rev-parse", "--short=12", "HEAD"], capture_output=True,
+                             text=True, timeout=10, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(here), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10, check=True).stdout.strip()
+        return rev + ("-dirty" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            return f"medagentgym {version('medagentgym')}"
+        except PackageNotFoundError:
+            return "unknown"
+
+
+def task_set_hash(instances: Iterable[Any], family_versions: Mapping[str, Any]) -> str:
+    """A fingerprint of what was evaluated: the instance ids, their gold answers and the families' versions.
+
+    Two reports with the same hash ran the same tasks under the same grading, so their numbers compare.
+    """
+    import hashlib
+
+    digest = hashlib.sha256()
+    for inst in sorted(instances, key=lambda i: i.id):
+        digest.update(f"{inst.id}\0{json.dumps(inst.answer, sort_keys=True, default=str)}\0".encode())
+    digest.update(json.dumps(dict(family_versions), sort_keys=True, default=str).encode())
+    return digest.hexdigest()[:16]
 
 
 def label_base_rate(instances: Iterable[Any]) -> float:

@@ -1,19 +1,36 @@
 """``HTTPEnv``: the local ``Env`` interface over the environment server (``env_client.server_app``).
 
 Same methods, same return types: ``reset(task, *, seed, options) -> (Observation, info)``,
-``step(model_text, *, n_tokens) -> StepResult``, ``close()`` (idempotent), ``trajectory``, ``state()``.
+``step(model_text, *, n_tokens, n_prompt_tokens) -> StepResult``, ``close()`` (idempotent), ``trajectory``, ``state()``.
 The server parses the model text, so parse errors, observations and rewards are the ones a local ``Env`` gives.
 Errors come back typed: misuse (``ResetNeeded``, ``InvalidAction``, unknown task) raises the same class as
-locally; a server failure raises :class:`ServerError` naming the endpoint and the server's message.
+locally; a server failure raises :class:`ServerError` naming the endpoint and the server's message, and a
+server that is full or out of free sandbox workers (429 / 503) raises its subclass :class:`ServerBusy`.
+A server started with ``--token`` needs the same token: ``HTTPEnv(url, token=...)`` or the
+``MEDAGENTGYM_ENV_TOKEN`` environment variable (sent as ``Authorization: Bearer``; use it over loopback or TLS).
+A server that hides gold answers (``serve_env.py``'s default) returns verdicts without their reason.
+
+Several servers (sandboxes on CPU nodes, the trainer on GPU nodes): :class:`EnvServers` hands out envs that pick
+a server per episode round-robin among the healthy ones (``GET /health``, re-checked every ``health_every_s``),
+retry a ``/reset`` that fails (unreachable, full, no free worker) on the next server with a short back-off, and
+mark an unreachable server unhealthy until its next check. An episode stays on the server it started on: a
+``/step`` that fails is not replayed elsewhere (the episode lives there), it raises :class:`ServerError`.
 
 Example:
     >>> with HTTPEnv("http://127.0.0.1:8000") as env:
     ...     obs, info = env.reset(instance, seed=0)
     ...     result = env.step('<tool_call>{"name": "submit_answer", "arguments": {"answer": "7"}}</tool_call>')
+    >>> servers = EnvServers(["http://cpu-a:8000", "http://cpu-b:8000"])
+    >>> env = servers.env()                # an HTTPEnv-like env; each reset picks a healthy server
 """
 
 from __future__ import annotations
 
+import itertools
+import os
+import threading
+import time
+from collections.abc import Sequence
 from typing import Any
 
 import httpx
@@ -23,13 +40,20 @@ from env_client.episode import Observation, StepResult
 from env_client.errors import EnvClientError, InvalidAction, ResetNeeded
 from env_client.trajectory import Trajectory
 
-__all__ = ["HTTPEnv", "ServerError"]
+__all__ = ["TOKEN_ENV", "BalancedEnv", "EnvServers", "HTTPEnv", "ServerBusy", "ServerError"]
+
+#: Environment variable holding the bearer token (read by the client and by ``scripts/serve_env.py``).
+TOKEN_ENV = "MEDAGENTGYM_ENV_TOKEN"
 
 _TYPED_ERRORS: dict[str, type[Exception]] = {"ResetNeeded": ResetNeeded, "InvalidAction": InvalidAction}
 
 
 class ServerError(EnvClientError):
     """The environment server failed, is unreachable, or answered something unexpected."""
+
+
+class ServerBusy(ServerError):
+    """The server is at its session cap or has no free sandbox worker (HTTP 429 / 503): retry later."""
 
 
 class HTTPEnv:
@@ -39,21 +63,28 @@ class HTTPEnv:
         base_url: Server root, e.g. ``http://127.0.0.1:8000``.
         timeout_s: Per-request timeout (a step may run code for up to the sandbox's wall limit).
         client: An ``httpx.Client`` to reuse (connection pooling across envs); one is created otherwise.
+        token: Bearer token of a server started with ``--token``; default ``$MEDAGENTGYM_ENV_TOKEN`` (if set).
     """
 
-    def __init__(self, base_url: str, *, timeout_s: float = 300.0, client: httpx.Client | None = None) -> None:
+    def __init__(self, base_url: str, *, timeout_s: float = 300.0, client: httpx.Client | None = None,
+                 token: str | None = None) -> None:
         self.base_url, self.timeout_s = base_url.rstrip("/"), timeout_s
+        token = token if token is not None else os.environ.get(TOKEN_ENV, "").strip()
+        self._headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._own_client = client is None
-        self._http = client or httpx.Client(base_url=self.base_url, timeout=timeout_s)
+        self._http = client or self._new_client()
         self.episode_id: str | None = None
         self._final_state: dict[str, Any] | None = None
+
+    def _new_client(self) -> httpx.Client:
+        return httpx.Client(base_url=self.base_url, timeout=self.timeout_s)
 
     def _call(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
         url = path if self._own_client else self.base_url + path  # a shared client has no base_url
         if self._own_client and self._http.is_closed:  # reopened after close(), like a local Env
-            self._http = httpx.Client(base_url=self.base_url, timeout=self.timeout_s)
+            self._http = self._new_client()
         try:
-            resp = self._http.request(method, url, **kwargs)
+            resp = self._http.request(method, url, headers=self._headers, **kwargs)
         except httpx.HTTPError as exc:
             raise ServerError(f"{method} {self.base_url}{path} failed: {type(exc).__name__}: {exc}") from exc
         if resp.status_code == 200:
@@ -64,6 +95,13 @@ class HTTPEnv:
             raise cls(detail.get("message", ""))
         if resp.status_code == 404:
             raise ResetNeeded(f"{detail}")
+        if isinstance(detail, dict):
+            detail = f"{detail.get('error')}: {detail.get('message')}"
+        if resp.status_code in (429, 503):
+            raise ServerBusy(f"{method} {path} -> HTTP {resp.status_code}: {detail}")
+        if resp.status_code == 401:
+            raise ServerError(f"{method} {path} -> HTTP 401: {detail}; pass HTTPEnv(url, token=...) or set "
+                              f"{TOKEN_ENV}")
         raise ServerError(f"{method} {path} -> HTTP {resp.status_code}: {detail}")
 
     def reset(self, task: Any, *, seed: int | None = None, options: dict[str, Any] | None = None
@@ -85,7 +123,8 @@ class HTTPEnv:
         self.episode_id, self._final_state = data["episode_id"], None
         return Observation.model_validate(data["observation"]), data["info"]
 
-    def step(self, model_text: str | BaseModel | dict[str, Any], *, n_tokens: int | None = None) -> StepResult:
+    def step(self, model_text: str | BaseModel | dict[str, Any], *, n_tokens: int | None = None,
+             n_prompt_tokens: int | None = None) -> StepResult:
         """Advance one turn on the model's text (or a typed action); see ``Env.step``.
 
         Raises:
@@ -100,6 +139,8 @@ class HTTPEnv:
             typed = model_text.model_dump() if isinstance(model_text, BaseModel) else dict(model_text)
             action = {"typed": typed}
         action["n_tokens"] = n_tokens
+        if n_prompt_tokens is not None:
+            action["n_prompt_tokens"] = n_prompt_tokens
         try:
             data = self._call("POST", "/step", json={"episode_id": self.episode_id, "action": action})
         except ServerError as exc:
@@ -140,6 +181,146 @@ class HTTPEnv:
             self._http.close()
 
     def __enter__(self) -> HTTPEnv:  # noqa: PYI034 - typing.Self needs Python 3.11; we support 3.10
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class EnvServers:
+    """Several env servers behind one factory of envs: round-robin over the healthy ones, with retry.
+
+    Args:
+        urls: Server roots (``http(s)://host:port``), each once.
+        token: Bearer token for all of them; default ``$MEDAGENTGYM_ENV_TOKEN``.
+        timeout_s: Per-request timeout of the envs.
+        health_every_s: A server's health is re-checked at most this often (seconds).
+        attempts: ``/reset`` tries per episode, each on the next healthy server.
+        backoff_s: Pause after a failed try, doubled each time (seconds).
+
+    Raises:
+        ValueError: No URL, a repeated one, or one that is not http(s).
+    """
+
+    def __init__(self, urls: Sequence[str], *, token: str | None = None, timeout_s: float = 300.0,
+                 health_every_s: float = 10.0, attempts: int = 4, backoff_s: float = 0.2) -> None:
+        urls = [u.rstrip("/") for u in ([urls] if isinstance(urls, str) else urls)]
+        if not urls or len(set(urls)) != len(urls) or not all(u.startswith(("http://", "https://")) for u in urls):
+            raise ValueError(f"env server URLs must be distinct http(s)://host:port roots, got {urls!r}")
+        self.urls, self.token, self.timeout_s = urls, token, timeout_s
+        self.health_every_s, self.attempts, self.backoff_s = health_every_s, max(1, attempts), backoff_s
+        self._lock = threading.Lock()
+        self._order = itertools.cycle(range(len(urls)))
+        self._checked: dict[str, tuple[float, bool]] = {}  # url -> (monotonic time of the check, healthy)
+        self._client = httpx.Client(timeout=timeout_s, limits=httpx.Limits(max_connections=256))
+        self.episodes: dict[str, int] = dict.fromkeys(urls, 0)  # episodes started per server (for logs and tests)
+
+    def healthy(self, url: str, *, refresh: bool = False) -> bool:
+        """Whether ``url`` answered ``/health`` with ``status: healthy`` at its last check (re-checked when due)."""
+        with self._lock:
+            checked = self._checked.get(url)
+        if checked is not None and not refresh and time.monotonic() - checked[0] < self.health_every_s:
+            return checked[1]
+        try:
+            resp = self._client.get(url + "/health", timeout=min(self.timeout_s, 5.0))
+            ok = resp.status_code == 200 and resp.json().get("status") == "healthy"
+        except (httpx.HTTPError, ValueError):
+            ok = False
+        self.mark(url, ok)
+        return ok
+
+    def mark(self, url: str, healthy: bool) -> None:
+        """Record ``url``'s health now (an env marks a server it could not reach as unhealthy)."""
+        with self._lock:
+            self._checked[url] = (time.monotonic(), healthy)
+
+    def pick(self) -> str:
+        """The next healthy server in round-robin order.
+
+        Raises:
+            ServerError: None of the servers is healthy (naming them).
+        """
+        for _ in range(len(self.urls)):
+            with self._lock:
+                url = self.urls[next(self._order)]
+            if self.healthy(url):
+                return url
+        raise ServerError(f"no healthy env server among {', '.join(self.urls)} (GET /health failed on each); "
+                          f"start scripts/serve_env.py there or fix env.url")
+
+    def env(self) -> BalancedEnv:
+        """A fresh env (the ``Env`` interface) whose episodes run on these servers."""
+        return BalancedEnv(self)
+
+    def close(self) -> None:
+        """Close the health-check connections (envs close their own)."""
+        self._client.close()
+
+
+class BalancedEnv:
+    """An ``Env``-like client whose every ``reset`` starts the episode on a healthy server of :class:`EnvServers`.
+
+    ``step``, ``state``, ``trajectory`` and ``close`` go to the server the episode runs on.
+    """
+
+    def __init__(self, servers: EnvServers) -> None:
+        self.servers = servers
+        self._env: HTTPEnv | None = None
+        self.url: str | None = None
+
+    def reset(self, task: Any, *, seed: int | None = None, options: dict[str, Any] | None = None
+              ) -> tuple[Observation, dict[str, Any]]:
+        """Start an episode on the next healthy server, trying the following ones when a server fails.
+
+        Raises:
+            ServerError: Every try failed (the last error is chained).
+        """
+        self.close()
+        delay, last = self.servers.backoff_s, None
+        for _ in range(self.servers.attempts):
+            url = self.servers.pick()
+            env = HTTPEnv(url, timeout_s=self.servers.timeout_s, token=self.servers.token)
+            try:
+                out = env.reset(task, seed=seed, options=options)
+            except ServerError as exc:  # busy, full or unreachable: the next server may take it
+                env.close()
+                if not isinstance(exc, ServerBusy):
+                    self.servers.mark(url, False)
+                last = exc
+                time.sleep(delay)
+                delay *= 2
+                continue
+            self._env, self.url = env, url
+            with self.servers._lock:
+                self.servers.episodes[url] += 1
+            return out
+        raise ServerError(f"no env server accepted the episode after {self.servers.attempts} tries: {last}") from last
+
+    def _current(self) -> HTTPEnv:
+        if self._env is None:
+            raise ResetNeeded("no episode: call reset(task) before step()")
+        return self._env
+
+    def step(self, model_text: str | BaseModel | dict[str, Any], *, n_tokens: int | None = None,
+             n_prompt_tokens: int | None = None) -> StepResult:
+        """One turn on the episode's server (see :meth:`HTTPEnv.step`)."""
+        return self._current().step(model_text, n_tokens=n_tokens, n_prompt_tokens=n_prompt_tokens)
+
+    def state(self) -> dict[str, Any]:
+        """The episode's state on its server."""
+        return self._current().state()
+
+    @property
+    def trajectory(self) -> Trajectory:
+        """The record of the current (or last closed) episode."""
+        return self._current().trajectory
+
+    def close(self) -> None:
+        """Close the episode on its server (the last trajectory stays readable); idempotent."""
+        if self._env is not None:
+            self._env.close()
+
+    def __enter__(self) -> BalancedEnv:  # noqa: PYI034 - typing.Self needs Python 3.11; we support 3.10
         return self
 
     def __exit__(self, *exc: object) -> None:

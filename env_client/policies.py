@@ -26,9 +26,8 @@ from __future__ import annotations
 
 import json
 import os
-import random
+import re
 import threading
-import time
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -40,12 +39,20 @@ ActionFormat = Literal["tool_call", "json"]
 
 __all__ = [
     "ConstantPolicy", "EmptyPolicy", "HFPolicy", "OpenAIPolicy", "OraclePolicy", "Policy", "PolicyError",
-    "PolicyOutput", "ShotgunPolicy", "TracebackPolicy", "VLLMPolicy", "bind", "make_policy", "render_action",
+    "POLICY_HELP", "PolicyOutput", "ShotgunPolicy", "TracebackPolicy", "VLLMPolicy", "add_policy_arguments",
+    "bind", "describe_policy", "endpoint_hint", "make_policy", "policy_kwargs", "render_action",
+    "weights_fingerprint",
 ]
 
 
 class PolicyError(EnvClientError, RuntimeError):
-    """A policy could not produce a message (bad spec, missing extra, endpoint down after retries)."""
+    """A policy could not produce a message (bad spec, missing extra, endpoint down after retries).
+
+    Attributes:
+        status: The endpoint's HTTP status when an endpoint failed (None otherwise or for connection errors).
+    """
+
+    status: int | None = None
 
 
 @dataclass
@@ -207,9 +214,81 @@ def _plain_messages(messages: list[dict]) -> list[dict]:
     return out
 
 
+_TOOL_BLOCK = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|\Z)", re.DOTALL)
+
+
+def _native_messages(messages: list[dict]) -> list[dict]:
+    """The chat as a function-calling endpoint expects it: an assistant turn's ``<tool_call>`` blocks become
+    ``tool_calls`` (ids ``call_<turn>_<i>``) and the observation after it a ``role: "tool"`` message answering
+    the first call (the env runs one action per turn; further calls are answered as not executed).
+
+    Example:
+        >>> _native_messages([{"role": "assistant", "content": '<tool_call>{"name": "f", "arguments": {}}'
+        ...                    '</tool_call>'}, {"role": "tool", "content": "ok"}])[1]["tool_call_id"]
+        'call_1_0'
+    """
+    out: list[dict] = []
+    pending: list[str] = []  # ids of the last assistant turn's calls, still to be answered
+    turn = 0
+    for m in messages:
+        role = m["role"]
+        if role == "assistant":
+            turn += 1
+            text = m.get("content") or ""
+            calls = []
+            for i, block in enumerate(_TOOL_BLOCK.findall(text)):
+                try:
+                    obj = json.loads(block)
+                    name, args = str(obj["name"]), obj.get("arguments", {})
+                except (ValueError, KeyError, TypeError):
+                    continue  # not a call the endpoint could have made: it stays in the text
+                calls.append({"id": f"call_{turn}_{i}", "type": "function",
+                              "function": {"name": name, "arguments": json.dumps(args, ensure_ascii=False)}})
+            if calls:
+                rest = _TOOL_BLOCK.sub("", text).strip()
+                out.append({"role": "assistant", "content": rest or None, "tool_calls": calls})
+                pending = [c["id"] for c in calls]
+            else:
+                out.append({"role": "assistant", "content": text})
+                pending = []
+        elif role == "tool" and pending:
+            out.append({"role": "tool", "tool_call_id": pending[0], "content": m.get("content") or ""})
+            out += [{"role": "tool", "tool_call_id": cid, "content": "(not executed: one action per turn)"}
+                    for cid in pending[1:]]
+            pending = []
+        elif role == "tool":  # a tool result with no call to answer: plain text, as without native tools
+            out.append({"role": "user", "content": f"<tool_response>\n{m.get('content') or ''}\n</tool_response>"})
+        else:
+            out.append({"role": role, "content": m.get("content") or ""})
+    return out
+
+
+#: Hints shown once with an endpoint's own error, by HTTP status.
+_ENDPOINT_HINTS = {
+    400: "the request was refused: often a prompt longer than the model's context (lower --max-turns or "
+         "--max-tokens) or a parameter the server does not support (check --extra-body)",
+    401: "the key was refused: set OPENAI_API_KEY (or the server's key) for this endpoint",
+    403: "the key may not use this model or endpoint",
+    404: "no such model or URL: check MODEL and BASE_URL in 'openai:MODEL@BASE_URL' (it usually ends in /v1)",
+    413: "the request is too large for the server: lower --max-turns",
+    422: "the server could not process the request: check the model name and --extra-body",
+    429: "rate limited after every retry: lower --concurrency or raise the limit",
+}
+
+
+def endpoint_hint(status: int | None) -> str:
+    """A one-line hint for an endpoint error status (5xx and connection errors: the server is down or busy)."""
+    if status is None:
+        return "the endpoint did not answer: check that the server runs and BASE_URL is right"
+    return _ENDPOINT_HINTS.get(status, "the server failed: check its log" if status >= 500 else "see the message")
+
+
 @dataclass
 class OpenAIPolicy:
     """An OpenAI-compatible chat-completions endpoint.
+
+    Retries, ``Retry-After`` and timeouts are the OpenAI SDK's own (connection errors, timeouts, 408/409/429 and
+    5xx are retried ``max_retries`` times with backoff, honouring the server's ``Retry-After``).
 
     Args:
         model: Model name the endpoint serves.
@@ -218,12 +297,16 @@ class OpenAIPolicy:
         temperature: Sampling temperature (the original harness ignored it; we send it every call).
         max_tokens: Completion cap per turn.
         top_p: Nucleus sampling mass.
-        max_retries: Extra attempts after a transient error (connection, timeout, 429, 5xx).
-        backoff_s: First backoff; attempt ``i`` waits ``backoff_s * 2**i`` (times a jitter in [0.5, 1)).
+        max_retries: Retries after a retryable error (the SDK's policy).
         timeout_s: Per-request timeout.
-        native_tools: Send ``tools=`` to the endpoint (function calling); native tool calls are turned back
-            into ``<tool_call>`` text so the env parses one format. Off by default: the system prompt lists the
-            actions already.
+        native_tools: Send ``tools=`` (function calling) and the history as ``tool_calls`` / ``role: "tool"``
+            messages; the endpoint's tool calls come back as ``<tool_call>`` text, so the env parses one
+            format. Off: the tool schemas are in the system prompt and tool results are user turns.
+        extra_body: Extra JSON fields for every request (e.g. ``{"top_k": 20}`` for vLLM, ``{"reasoning_effort":
+            "low"}``).
+
+    Raises:
+        PolicyError: From :meth:`act` when the endpoint fails for good; ``status`` holds its HTTP status.
     """
 
     model: str
@@ -233,9 +316,9 @@ class OpenAIPolicy:
     max_tokens: int = 2048
     top_p: float = 1.0
     max_retries: int = 4
-    backoff_s: float = 1.0
     timeout_s: float = 120.0
     native_tools: bool = False
+    extra_body: dict[str, Any] | None = None
     _client: Any = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -243,38 +326,45 @@ class OpenAIPolicy:
 
         self._openai = openai
         self._client = openai.OpenAI(base_url=self.base_url, api_key=self._key(), timeout=self.timeout_s,
-                                     max_retries=0)
+                                     max_retries=self.max_retries)
         self._aclients: Any = weakref.WeakKeyDictionary()  # one AsyncOpenAI per event loop (loop-bound sockets)
-        self._transient = (openai.APIConnectionError, openai.APITimeoutError, openai.RateLimitError,
-                           openai.InternalServerError)
 
     def _key(self) -> str:
         return self.api_key or os.environ.get("OPENAI_API_KEY", "EMPTY")
 
+    def sampling(self) -> dict[str, Any]:
+        """What changes the sampled episodes (recorded in evaluation reports and resume keys)."""
+        return {"temperature": self.temperature, "top_p": self.top_p, "max_tokens": self.max_tokens,
+                "native_tools": self.native_tools, "extra_body": self.extra_body or {}}
+
     def _request(self, messages: list[dict], tools: list[dict] | None, seed: int | None) -> dict[str, Any]:
-        kwargs: dict[str, Any] = {"model": self.model, "messages": _plain_messages(messages),
+        native = self.native_tools and bool(tools)
+        kwargs: dict[str, Any] = {"model": self.model,
+                                  "messages": _native_messages(messages) if native else _plain_messages(messages),
                                   "temperature": self.temperature, "max_tokens": self.max_tokens, "top_p": self.top_p}
         if seed is not None:
             kwargs["seed"] = seed
-        if self.native_tools and tools:
+        if native:
             kwargs["tools"] = tools
+        if self.extra_body:
+            kwargs["extra_body"] = self.extra_body
         return kwargs
 
-    def _backoff(self, attempt: int, exc: Exception, jitter: random.Random) -> float:
-        """Seconds to wait before the next attempt; raises once the retries are spent."""
-        if attempt == self.max_retries:
-            raise PolicyError(f"{self.base_url or 'OpenAI'} failed {attempt + 1} times for model "
-                              f"{self.model!r}: {type(exc).__name__}: {exc}") from exc
-        return self.backoff_s * 2**attempt * (0.5 + jitter.random() / 2)
+    def _failure(self, exc: Exception) -> PolicyError:
+        status = getattr(exc, "status_code", None)
+        body = getattr(exc, "message", None) or str(exc)
+        where = self.base_url or "OpenAI"
+        err = PolicyError(f"{where} failed for model {self.model!r}: {type(exc).__name__}"
+                          f"{f' {status}' if status else ''}: {' '.join(str(body).split())[:300]} "
+                          f"(hint: {endpoint_hint(status)})")
+        err.status = status
+        return err
 
     def act(self, messages: list[dict], *, tools: list[dict] | None = None, seed: int | None = None) -> PolicyOutput:
-        kwargs, jitter = self._request(messages, tools, seed), random.Random(seed)
-        for attempt in range(self.max_retries + 1):
-            try:
-                return _output(self._client.chat.completions.create(**kwargs))
-            except self._transient as exc:
-                time.sleep(self._backoff(attempt, exc, jitter))
-        raise AssertionError("unreachable: the last attempt raises")
+        try:
+            return _output(self._client.chat.completions.create(**self._request(messages, tools, seed)))
+        except self._openai.APIError as exc:
+            raise self._failure(exc) from exc
 
     async def aact(self, messages: list[dict], *, tools: list[dict] | None = None, seed: int | None = None
                    ) -> PolicyOutput:
@@ -284,15 +374,11 @@ class OpenAIPolicy:
         loop = asyncio.get_running_loop()
         if loop not in self._aclients:
             self._aclients[loop] = self._openai.AsyncOpenAI(base_url=self.base_url, api_key=self._key(),
-                                                            timeout=self.timeout_s, max_retries=0)
-        client = self._aclients[loop]
-        kwargs, jitter = self._request(messages, tools, seed), random.Random(seed)
-        for attempt in range(self.max_retries + 1):
-            try:
-                return _output(await client.chat.completions.create(**kwargs))
-            except self._transient as exc:
-                await asyncio.sleep(self._backoff(attempt, exc, jitter))
-        raise AssertionError("unreachable: the last attempt raises")
+                                                            timeout=self.timeout_s, max_retries=self.max_retries)
+        try:
+            return _output(await self._aclients[loop].chat.completions.create(**self._request(messages, tools, seed)))
+        except self._openai.APIError as exc:
+            raise self._failure(exc) from exc
 
 
 def _output(resp: Any) -> PolicyOutput:
@@ -330,6 +416,10 @@ class HFPolicy:
         self.model.eval()
         self._lock = threading.Lock()  # torch's global RNG is seeded per call
 
+    def sampling(self) -> dict[str, Any]:
+        """What changes the sampled episodes (recorded in evaluation reports and resume keys)."""
+        return {"temperature": self.temperature, "top_p": self.top_p, "max_new_tokens": self.max_new_tokens}
+
     def act(self, messages: list[dict], *, tools: list[dict] | None = None, seed: int | None = None) -> PolicyOutput:
         from env_client.tokens import generate, render_prompt
 
@@ -365,6 +455,10 @@ class VLLMPolicy:
         self._vllm, self.temperature, self.max_new_tokens, self.top_p = vllm, temperature, max_new_tokens, top_p
         self.engine = vllm.LLM(model=path, **engine_kwargs)
 
+    def sampling(self) -> dict[str, Any]:
+        """What changes the sampled episodes (recorded in evaluation reports and resume keys)."""
+        return {"temperature": self.temperature, "top_p": self.top_p, "max_new_tokens": self.max_new_tokens}
+
     def act(self, messages: list[dict], *, tools: list[dict] | None = None, seed: int | None = None) -> PolicyOutput:
         params = self._vllm.SamplingParams(temperature=self.temperature, top_p=self.top_p,
                                            max_tokens=self.max_new_tokens, seed=seed, logprobs=0)
@@ -380,18 +474,116 @@ class VLLMPolicy:
 _KINDS = ("oracle", "constant", "constant:VALUE", "shotgun", "traceback", "empty", "openai:MODEL@BASE_URL",
           "hf:PATH", "vllm:PATH")
 
+#: The policy grammar, shown by every CLI that takes ``--policy`` (``--help``).
+POLICY_HELP = """\
+policy specs (--policy):
+  oracle                   replays each task's reference solution (scores 100 % on a sound family)
+  constant[:VALUE]         always submits VALUE (default 0): the grader's constant-answer floor
+  shotgun | traceback | empty
+                           grader-audit adversaries (many candidates / a traceback / an empty answer)
+  openai:MODEL@BASE_URL    any OpenAI-compatible endpoint (vLLM, SGLang, a hosted API); the key comes from
+                           OPENAI_API_KEY; without @BASE_URL, OpenAI itself
+  hf:PATH                  a local transformers model folder (CPU works), e.g. a train.py output
+  vllm:PATH                an in-process vLLM engine (GPU; pip install 'medagentgym[gpu]')
+examples:
+  --policy oracle
+  --policy openai:Qwen/Qwen2.5-7B-Instruct@http://127.0.0.1:8000/v1 --temperature 0.7 --max-tokens 1024
+  --policy openai:gpt-4.1-mini --native-tools --extra-body '{"service_tier": "flex"}'
+  --policy hf:runs/sft_tiny --temperature 0 --max-tokens 256
+sampling flags (model policies): --temperature, --top-p, --max-tokens (per turn), --native-tools (OpenAI
+function calling, with tool_calls / role "tool" history), --extra-body JSON (OpenAI-compatible endpoints)."""
+
+
+def add_policy_arguments(parser: Any) -> None:
+    """Add ``--policy`` and the sampling flags to an argparse parser (``--help`` shows :data:`POLICY_HELP`)."""
+    parser.add_argument("--policy", default="oracle", help="policy spec (grammar below); default oracle")
+    parser.add_argument("--temperature", type=float, default=None, help="sampling temperature of model policies")
+    parser.add_argument("--top-p", type=float, default=None, help="nucleus sampling mass of model policies")
+    parser.add_argument("--max-tokens", type=int, default=None, help="completion tokens per turn (model policies)")
+    parser.add_argument("--native-tools", action="store_true",
+                        help="openai: use the endpoint's function calling (tools=, tool_calls history)")
+    parser.add_argument("--extra-body", default=None, metavar="JSON",
+                        help="openai: extra JSON fields for every request, e.g. '{\"top_k\": 20}'")
+    epilog = getattr(parser, "epilog", None)
+    parser.epilog = f"{epilog}\n\n{POLICY_HELP}" if epilog else POLICY_HELP
+
+
+def policy_kwargs(args: Any) -> dict[str, Any]:
+    """The sampling keyword arguments of :func:`make_policy` set on the command line (unset ones left out).
+
+    Raises:
+        PolicyError: ``--extra-body`` is not a JSON object, or a flag does not apply to the policy.
+    """
+    kwargs: dict[str, Any] = {}
+    for name in ("temperature", "top_p", "max_tokens"):
+        if getattr(args, name, None) is not None:
+            kwargs[name] = getattr(args, name)
+    openai_only = {"native_tools": bool(getattr(args, "native_tools", False))}
+    if getattr(args, "extra_body", None):
+        try:
+            body = json.loads(args.extra_body)
+        except ValueError as exc:
+            raise PolicyError(f"--extra-body is not JSON ({exc}); pass an object, e.g. '{{\"top_k\": 20}}'") from None
+        if not isinstance(body, dict):
+            raise PolicyError("--extra-body must be a JSON object, e.g. '{\"top_k\": 20}'")
+        openai_only["extra_body"] = body
+    if any(openai_only.values()):
+        if not str(args.policy).startswith("openai:"):
+            raise PolicyError(f"--native-tools and --extra-body apply to 'openai:MODEL@URL' policies, not "
+                              f"{args.policy!r}")
+        kwargs.update({k: v for k, v in openai_only.items() if v})
+    return kwargs
+
+
+def weights_fingerprint(path: str) -> str:
+    """A fingerprint of the model weights at ``path``: sha256 over the names, sizes and mtimes of its weight
+    files plus the bytes of its small config files, so retrained weights at the same path get a new value.
+    A path that is not a local folder (a hub id) is its own fingerprint."""
+    import hashlib
+    from pathlib import Path
+
+    root = Path(path)
+    if not root.is_dir():
+        return f"id:{path}"
+    digest = hashlib.sha256()
+    for f in sorted(p for p in root.rglob("*") if p.is_file()):
+        rel = f.relative_to(root).as_posix()
+        st = f.stat()
+        if f.suffix in (".json", ".txt", ".model", ".jinja") and st.st_size < (1 << 22):
+            digest.update(f"{rel}\0".encode() + f.read_bytes())
+        elif f.suffix in (".safetensors", ".bin", ".pt", ".pth", ".gguf"):
+            digest.update(f"{rel}\0{st.st_size}\0{st.st_mtime_ns}".encode())
+    return "sha256:" + digest.hexdigest()[:16]
+
+
+def describe_policy(spec: str, policy: Any = None, **kwargs: Any) -> dict[str, Any]:
+    """What identifies a policy's episodes: its spec, its sampling settings and (local models) its weights.
+
+    Args:
+        spec: The policy spec string.
+        policy: The built policy, whose ``sampling()`` is used when it has one.
+        **kwargs: The sampling keyword arguments it was built with (used when ``policy`` has no ``sampling``).
+    """
+    sampling = policy.sampling() if callable(getattr(policy, "sampling", None)) else dict(kwargs)
+    out: dict[str, Any] = {"spec": spec, "sampling": sampling}
+    kind, _, arg = spec.partition(":")
+    if kind in ("hf", "vllm") and arg:
+        out["weights"] = weights_fingerprint(arg)
+    return out
+
 
 def make_policy(spec: str, *, families: dict[str, Any] | Callable[[str], Any] | None = None,
                 fmt: ActionFormat = "tool_call", **kwargs: Any) -> Policy:
-    """Build a policy from a short spec string (what the CLIs take).
+    """Build a policy from a short spec string (what the CLIs take; grammar in :data:`POLICY_HELP`).
 
     Args:
         spec: One of ``oracle``, ``constant``, ``constant:VALUE``, ``shotgun``, ``traceback``, ``empty``,
             ``openai:MODEL@BASE_URL`` (or ``openai:MODEL`` for OpenAI itself), ``hf:PATH``, ``vllm:PATH``.
         families: For ``oracle``: family name -> family object, or a callable returning one.
         fmt: Action text format of the scripted policies.
-        **kwargs: Passed to the model policies (``temperature``, ``max_new_tokens`` (``max_tokens`` for
-            OpenAI), ...); scripted policies ignore them.
+        **kwargs: Passed to the model policies (``temperature``, ``top_p``, ``max_tokens`` (or
+            ``max_new_tokens``: one name per turn cap), ``native_tools``, ``extra_body``); scripted policies
+            ignore them.
 
     Returns:
         The policy.
@@ -413,8 +605,8 @@ def make_policy(spec: str, *, families: dict[str, Any] | Callable[[str], Any] | 
         if "max_new_tokens" in kwargs:  # one name for the per-turn cap across model policies
             kwargs["max_tokens"] = kwargs.pop("max_new_tokens")
         return OpenAIPolicy(model, base_url or None, **kwargs)
-    if kind == "hf" and arg:
-        return HFPolicy(arg, **kwargs)
-    if kind == "vllm" and arg:
-        return VLLMPolicy(arg, **kwargs)
+    if kind in ("hf", "vllm") and arg:
+        if "max_tokens" in kwargs:
+            kwargs["max_new_tokens"] = kwargs.pop("max_tokens")
+        return (HFPolicy if kind == "hf" else VLLMPolicy)(arg, **kwargs)
     raise PolicyError(f"unknown policy spec {spec!r}; use one of: {', '.join(_KINDS)}")

@@ -14,7 +14,9 @@ Backends:
   are awaited directly, so hundreds of API requests can be in flight without a thread each.
 - ``joblib``: loky worker processes; each process builds its own sandbox pool, ``Env`` and policy once and
   reuses them. Needs a picklable :class:`EnvSpec` and a policy spec string (or a picklable policy).
-- ``ray``: one Ray actor per slot, each owning an ``Env`` (``pip install ray==2.60.0``; imported lazily).
+- ``ray``: one Ray actor per slot, each owning an ``Env`` (``pip install ray==2.60.0``; imported lazily). It joins
+  the Ray cluster that exists (``RAY_ADDRESS``, or a head started by ``ray start --head``: ``ray.init(address=
+  "auto")``), so sandboxes run on the cluster's CPU nodes; without one it starts a private local Ray.
 
 Resumable: finished episodes are appended to a :class:`~env_client.trajectory.TrajectoryStore` by the parent
 process only (one writer, one ``write`` per line), so a rerun with the same store skips every finished
@@ -45,9 +47,10 @@ from typing import Any, Literal
 from env_client.errors import EnvClientError
 from env_client.policies import Policy, PolicyError, bind, make_policy
 from env_client.trajectory import Trajectory, TrajectoryStore
+from rewards.oracle import infra_failure
 
-__all__ = ["EnvSpec", "RolloutError", "RolloutResult", "RolloutSummary", "WorkItem", "episode_seed",
-           "plan", "rollout", "run_episode", "summarize"]
+__all__ = ["EnvSpec", "RolloutError", "RolloutResult", "RolloutSummary", "WorkItem", "describe_run", "episode_seed",
+           "join_ray_cluster", "plan", "rollout", "run_episode", "run_key", "summarize"]
 
 Backend = Literal["thread", "async", "joblib", "ray"]
 BACKENDS = ("thread", "async", "joblib", "ray")
@@ -117,6 +120,11 @@ class EnvSpec:
     config: dict[str, Any] | None = None
     sandbox_workers: int | None = None
 
+    def __post_init__(self) -> None:
+        # Absolute before the spec travels to worker processes: Ray actors do not start in the driver's working
+        # directory, so a relative tasks root would point elsewhere there.
+        object.__setattr__(self, "tasks_root", os.path.abspath(self.tasks_root))
+
     def make_pool(self, workers: int) -> Any:
         """Start a sandbox pool with ``sandbox_workers`` (or ``workers``) workers."""
         from sandbox import make_pool
@@ -158,7 +166,7 @@ def run_episode(env: Any, policy: Policy, item: WorkItem, *, policy_name: str | 
     try:
         while True:
             out = p.act(messages, tools=tools, seed=(item.seed + turn) & 0x7FFFFFFF)
-            result = env.step(out.text, n_tokens=out.n_completion_tokens)
+            result = env.step(out.text, n_tokens=out.n_completion_tokens, n_prompt_tokens=out.n_prompt_tokens)
             if result.terminated or result.truncated:
                 break
             messages.append({"role": "assistant", "content": out.text})
@@ -197,6 +205,8 @@ class RolloutSummary:
     exec_p50_ms: float = 0.0
     backend: str = "thread"
     errors: list[str] = field(default_factory=list)
+    #: The failed episodes (not stored; a rerun retries them): task_id, family, category, sample_idx, error.
+    failures: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -229,7 +239,7 @@ def summarize(trajs: list[Trajectory], *, new: list[Trajectory] | None = None, w
             by_task[t.header.task_id] = by_task.get(t.header.task_id, False) or _success(t)
         s.pass_at_k = sum(by_task.values()) / len(by_task)
         s.mean_reward = sum((t.final.reward or 0.0) for t in trajs if t.final) / len(trajs)
-        s.grader_errors = sum(1 for t in trajs if t.final and t.final.verdict and t.final.verdict.get("error"))
+        s.grader_errors = sum(1 for t in trajs if t.final and infra_failure(t.final.verdict))
         s.mean_turns = sum(len(t.steps) for t in trajs) / len(trajs)
         s.total_tokens = sum(t.final.total_tokens for t in trajs if t.final)
         groups: dict[str, list[bool]] = {}
@@ -299,7 +309,8 @@ async def _arun_episode(env: Any, policy: Policy, item: WorkItem, policy_name: s
             seed = (item.seed + turn) & 0x7FFFFFFF
             out = await (aact(messages, tools=tools, seed=seed) if aact else call(p.act, messages, tools=tools,
                                                                                   seed=seed))
-            result = await call(env.step, out.text, n_tokens=out.n_completion_tokens)
+            result = await call(env.step, out.text, n_tokens=out.n_completion_tokens,
+                                n_prompt_tokens=out.n_prompt_tokens)
             if result.terminated or result.truncated:
                 break
             messages.append({"role": "assistant", "content": out.text})
@@ -404,11 +415,34 @@ def _ray_results(items: list[WorkItem], policy: Policy | str, spec: EnvSpec, con
         raise RolloutError("backend 'ray' needs Ray: pip install ray==2.60.0 (or use --backend thread|joblib)"
                            ) from exc
     if not ray.is_initialized():
-        ray.init(num_cpus=concurrency, include_dashboard=False, log_to_driver=False)
+        join_ray_cluster(ray, num_cpus=concurrency)
     actor_cls = ray.remote(num_cpus=1)(_RayWorker)
     actors = ActorPool([actor_cls.remote(spec, policy, policy_name) for _ in range(concurrency)])
     for item, js, err in actors.map_unordered(lambda a, it: a.run.remote(it), items):
         yield item, (Trajectory.model_validate_json(js) if js is not None else PolicyError(err))
+
+
+def join_ray_cluster(ray: Any, *, num_cpus: int) -> str:
+    """Join the Ray cluster that exists (``RAY_ADDRESS``, or a head started with ``ray start --head`` on this
+    machine), else start a private local one with ``num_cpus`` CPUs.
+
+    Joining never passes resources (a running cluster has its own); the actors then run wherever the cluster
+    has free CPUs, e.g. on CPU nodes while the trainer holds the GPU nodes. Each node needs this package
+    installed (the actors import ``env_client`` and ``sandbox``) and the tasks root at the same path.
+
+    Returns:
+        ``"joined <address>"`` or ``"local"``.
+    """
+    address = os.environ.get("RAY_ADDRESS", "").strip() or "auto"
+    try:
+        context = ray.init(address=address, log_to_driver=False)
+    except ConnectionError:
+        if os.environ.get("RAY_ADDRESS", "").strip():
+            raise RolloutError(f"RAY_ADDRESS={address} names no running Ray cluster; start one with "
+                               f"`ray start --head` or unset RAY_ADDRESS for a local one") from None
+        ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
+        return "local"
+    return f"joined {getattr(context, 'address_info', {}).get('gcs_address', address)}"
 
 
 class _RayWorker:
@@ -446,10 +480,72 @@ def _stored(store: TrajectoryStore, instances: list[Any], k: int) -> list[Trajec
     return list(seen.values())
 
 
+def describe_run(policy_spec: str, policy: Any, policy_kwargs: dict[str, Any], *, config: dict[str, Any] | None,
+                 fmt: str, split: str, tasks_root: str | Path, families: Iterable[str]) -> dict[str, Any]:
+    """The ``run_info`` of a CLI run: policy (spec, sampling, weights), episode rules, format, split, and each
+    family's version and data (``manifest.json`` digest): everything besides the task and seed that changes an
+    episode. See :func:`rollout`."""
+    import tasks
+    from env_client.episode import EnvConfig
+    from env_client.policies import describe_policy
+
+    facts = {}
+    for name in sorted(set(families)):
+        manifest = Path(tasks_root) / name / "manifest.json"
+        digest = hashlib.sha256(manifest.read_bytes()).hexdigest()[:16] if manifest.exists() else None
+        facts[name] = {"version": getattr(tasks.make(name, root=tasks_root), "version", None), "manifest": digest}
+    return {"policy": describe_policy(policy_spec, None if isinstance(policy, str) else policy, **policy_kwargs),
+            "env": EnvConfig(**(config or {})).model_dump(), "format": fmt, "split": split, "families": facts}
+
+
+def run_key(run_info: dict[str, Any]) -> str:
+    """The fingerprint of a run's settings (sha256 prefix of its canonical JSON)."""
+    return hashlib.sha256(json.dumps(run_info, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _diff(old: Any, new: Any, prefix: str = "") -> list[str]:
+    """``key: old -> new`` for every leaf that differs between two nested dicts."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        out = []
+        for key in sorted(set(old) | set(new), key=str):
+            out += _diff(old.get(key), new.get(key), f"{prefix}{key}.")
+        return out
+    return [] if old == new else [f"{prefix.rstrip('.')}: {json.dumps(old, default=str)} -> {json.dumps(new, default=str)}"]
+
+
+def _check_run(store: TrajectoryStore, run_info: dict[str, Any]) -> str:
+    """Refuse to resume a store written under other settings; record the settings of a new store.
+
+    Returns:
+        The run key to stamp on new episodes.
+
+    Raises:
+        RolloutError: The store holds episodes of other settings (the message names what differs).
+    """
+    key = run_key(run_info)
+    side = store.path.with_name(store.path.name + ".run.json")
+    keys = {t.header.run_key for t in store.read()}
+    if keys:
+        try:
+            old = json.loads(side.read_text())
+        except (OSError, ValueError):
+            old = None
+        if keys != {key} or old is None:
+            what = "; ".join(_diff(old, run_info)[:6]) if old is not None else "its settings were not recorded"
+            raise RolloutError(f"{store.path} holds episodes of another run ({what}); pass another --out, or "
+                               f"delete {store.path} to start over")
+    if not side.exists() or not keys:
+        tmp = side.with_name(f".{side.name}.tmp{os.getpid()}")
+        tmp.write_text(json.dumps(run_info, indent=2, sort_keys=True, default=str) + "\n")
+        os.replace(tmp, side)
+    return key
+
+
 def rollout(instances: Iterable[Any], policy: Policy | str, env: EnvSpec | Callable[[], Any], *, k: int = 1,
             seed: int = 0, concurrency: int = 1, backend: Backend = "thread",
             store: TrajectoryStore | str | Path | None = None, policy_name: str | None = None,
-            on_error: Literal["raise", "skip"] = "raise", progress: bool = False) -> RolloutResult:
+            on_error: Literal["raise", "skip"] = "raise", progress: bool = False,
+            run_info: dict[str, Any] | None = None) -> RolloutResult:
     """Run ``k`` episodes per instance with ``policy``.
 
     Args:
@@ -467,6 +563,10 @@ def rollout(instances: Iterable[Any], policy: Policy | str, env: EnvSpec | Calla
         on_error: ``raise`` stops at the first failed episode; ``skip`` counts it in ``summary.failed``
             and goes on (it is not stored, so a rerun retries it).
         progress: Show a tqdm bar on stderr.
+        run_info: Everything besides the task that changes an episode (policy spec, weights, sampling, caps,
+            format, family versions; the base ``seed`` is added). With a ``store``, it is recorded beside it
+            (``<store>.run.json``) and stamped on each episode (``header.run_key``); resuming a store written
+            under other settings is refused, so stale episodes are never reused.
 
     Returns:
         :class:`RolloutResult` with the summary and the trajectories of all requested keys (stored and new).
@@ -483,11 +583,14 @@ def rollout(instances: Iterable[Any], policy: Policy | str, env: EnvSpec | Calla
     if isinstance(store, (str, Path)):
         store = TrajectoryStore(store)
     instances = list(instances)
+    key = None
+    if store is not None and run_info is not None:
+        key = _check_run(store, {**run_info, "seed": seed})
     previous = _stored(store, instances, k) if store is not None else []
     items = plan(instances, k=k, seed=seed, skip={t.key for t in previous})
     name = policy_name or (policy if isinstance(policy, str) else type(policy).__name__)
     new: list[Trajectory] = []
-    failures: list[str] = []
+    failures: list[tuple[WorkItem, str]] = []
     t0 = time.perf_counter()
     if items:
         results, cleanup = _results(items, policy, env, concurrency, backend, name)
@@ -502,8 +605,10 @@ def rollout(instances: Iterable[Any], policy: Policy | str, env: EnvSpec | Calla
                     msg = f"{item.instance.id}#{item.sample_idx}: {type(out).__name__}: {out}"
                     if on_error == "raise":
                         raise RolloutError(f"episode {msg}; rerun to resume, or pass on_error='skip'") from out
-                    failures.append(msg)
+                    failures.append((item, msg))
                     continue
+                if key is not None:
+                    out.header.run_key = key
                 if store is not None:
                     store.append(out)
                 new.append(out)
@@ -512,7 +617,10 @@ def rollout(instances: Iterable[Any], policy: Policy | str, env: EnvSpec | Calla
             results.close()
             cleanup()
     summary = summarize(previous + new, new=new, wall_s=time.perf_counter() - t0, backend=backend)
-    summary.failed, summary.errors = len(failures), failures
+    summary.failed, summary.errors = len(failures), [msg for _, msg in failures]
+    summary.failures = [{"task_id": item.instance.id, "family": item.instance.family,
+                         "category": item.instance.category, "sample_idx": item.sample_idx, "error": msg}
+                        for item, msg in failures]
     order = {inst.id: i for i, inst in enumerate(instances)}
     trajs = sorted(previous + new, key=lambda t: (order[t.header.task_id], t.header.sample_idx))
     return RolloutResult(summary, trajs)

@@ -5,6 +5,13 @@ session (sharing one sandbox pool) plus the wire models: ``/reset`` takes a task
 task id) and a seed, ``/step`` takes the model's raw text (the server parses it, so parse errors are the same
 locally and over HTTP), ``/state`` and ``/close`` return the trajectory so far.
 
+Served to clients that may not be trusted, it keeps the gold answers on the server (``hide_gold``, on by
+default): every verdict a client can see (``/step`` info, ``/state``, ``/close``) carries ``correct``, ``score``
+and whether the grader failed, never the grader's reason (``7 != 8`` would give the answer away) nor its error
+text, and an internal error's 500 body names only its class. A session's sandbox worker goes back to the pool as
+soon as its episode ends; waiting for a free worker is bounded (``worker_wait_s``, then 503), and the bearer
+token, body-size and per-client limits of ``sandbox.server`` apply.
+
 Example:
     >>> app = build_app(tasks_root="artifacts/tasks", backend="bwrap", capacity=64)
     >>> with background_server(app) as url:
@@ -26,9 +33,17 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from env_client.actions import Action
 from env_client.episode import Env, EnvConfig, Observation, StepResult
 from env_client.errors import EnvClientError, ResetNeeded
+from sandbox.errors import SandboxBusy
 from tasks.base import Instance, TaskError, UnknownTask
 
-__all__ = ["ResetRequest", "StepAction", "background_server", "build_app"]
+__all__ = ["CLIENT_ERRORS", "MAX_ACTION_CHARS", "ResetRequest", "ServedEnv", "ServerBusy", "StepAction",
+           "background_server", "build_app", "public_verdict"]
+
+#: Longest model reply ``/step`` accepts (characters); a real reply is a few thousand.
+MAX_ACTION_CHARS = 100_000
+HIDDEN = "hidden by the server"
+#: Exceptions that mean the client misused an episode (their messages are safe to show).
+CLIENT_ERRORS = (EnvClientError, TaskError, ValueError)
 
 
 @contextlib.contextmanager
@@ -77,8 +92,9 @@ class ResetRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    task_id: str = Field(description="Instance id, e.g. 'toy_sql/test/0003'.")
-    family: str = Field(description="Family registry name of the instance.")
+    task_id: str = Field(max_length=256, description="Instance id, e.g. 'toy_sql/test/0003'.")
+    family: str = Field(max_length=64, pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$",
+                        description="Family registry name of the instance.")
     split: Literal["train", "test"] = Field(description="Split the instance belongs to.")
     seed: int | None = Field(None, description="Episode seed, recorded in the trajectory.")
     options: dict[str, Any] | None = Field(None, description="{'policy': str, 'sample_idx': int} for the header.")
@@ -89,9 +105,11 @@ class StepAction(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    text: str | None = Field(None, description="The model's raw reply, exactly as generated.")
+    text: str | None = Field(None, max_length=MAX_ACTION_CHARS,
+                             description="The model's raw reply, exactly as generated.")
     typed: Action | None = Field(None, description="A typed action, e.g. {'action': 'terminal', 'cmd': 'ls'}.")
     n_tokens: int | None = Field(None, ge=0, description="Completion tokens of this reply.")
+    n_prompt_tokens: int | None = Field(None, ge=0, description="Prompt tokens the policy was billed for this turn.")
 
     @model_validator(mode="after")
     def _one_of(self) -> StepAction:
@@ -100,21 +118,62 @@ class StepAction(BaseModel):
         return self
 
 
-class _ServedEnv:
-    """Adapts :class:`Env` to the generic server: instance lookup on reset, trajectory in the state."""
+class ServerBusy(RuntimeError):
+    """No sandbox worker became free within the server's wait; the client should retry later (503)."""
 
-    def __init__(self, env: Env, instances: Callable[[str, str], dict[str, Instance]]) -> None:
-        self.env, self._instances = env, instances
+
+def public_verdict(verdict: dict[str, Any] | None) -> dict[str, Any] | None:
+    """What a client may see of a verdict: correctness, score, whether the grader failed; no reason or error text.
+
+    Example:
+        >>> public_verdict({"correct": False, "score": 0.0, "reason": "7 != 8", "error": None})
+        {'correct': False, 'score': 0.0, 'reason': 'hidden by the server', 'error': None}
+    """
+    if verdict is None:
+        return None
+    shown = {"correct": verdict.get("correct"), "score": verdict.get("score"), "reason": HIDDEN,
+             "error": None if verdict.get("error") is None else f"the grader failed ({HIDDEN})"}
+    if "infra" in verdict:  # whether a failure was the infrastructure's: the reward depends on it
+        shown["infra"] = bool(verdict["infra"])
+    return shown
+
+
+class ServedEnv:
+    """One served session: :class:`Env` plus instance lookup on reset, the trajectory in the state, the worker
+    returned when an episode ends, and verdicts made public (``hide_gold``). Any protocol (this module's HTTP
+    endpoints, ``adapters.openenv``'s WebSocket sessions) serves these.
+
+    Args:
+        env: The episode runner.
+        instances: ``instances(family, split) -> {task_id: Instance}`` (cached by the caller).
+        hide_gold: Make every verdict public (see :func:`public_verdict`).
+        splits: Splits a client may reset on.
+    """
+
+    def __init__(self, env: Env, instances: Callable[[str, str], dict[str, Instance]], *, hide_gold: bool,
+                 splits: tuple[str, ...]) -> None:
+        self.env, self.instances, self.hide_gold, self.splits = env, instances, hide_gold, splits
 
     def reset(self, req: ResetRequest) -> tuple[Observation, dict[str, Any]]:
-        found = self._instances(req.family, req.split).get(req.task_id)
+        if req.split not in self.splits:
+            raise UnknownTask(f"split {req.split!r} is not served here (served: {', '.join(self.splits)})")
+        found = self.instances(req.family, req.split).get(req.task_id)
         if found is None:
-            raise UnknownTask(f"task {req.task_id!r} is not in {req.family}/{req.split} on this server; "
+            raise UnknownTask(f"task {req.task_id!r:.80} is not in {req.family}/{req.split} on this server; "
                               "check the id and that the server's tasks root is the one you built")
-        return self.env.reset(found, seed=req.seed, options=req.options)
+        try:
+            return self.env.reset(found, seed=req.seed, options=req.options)
+        except SandboxBusy as exc:
+            raise ServerBusy(f"no sandbox worker became free in time; retry later ({exc})") from exc
 
     def step(self, action: StepAction) -> StepResult:
-        return self.env.step(action.text if action.text is not None else action.typed, n_tokens=action.n_tokens)
+        result = self.env.step(action.text if action.text is not None else action.typed, n_tokens=action.n_tokens,
+                               n_prompt_tokens=action.n_prompt_tokens)
+        if result.terminated or result.truncated:
+            self.env.close()  # the episode is recorded: give its sandbox worker back now, not at /close
+        if self.hide_gold and result.info.get("verdict") is not None:
+            result.info["verdict"] = public_verdict(result.info["verdict"])
+        return result
 
     def state(self) -> dict[str, Any]:
         state = self.env.state()
@@ -122,6 +181,10 @@ class _ServedEnv:
             state["trajectory"] = self.env.trajectory.model_dump(mode="json")
         except ResetNeeded:  # no episode yet
             state["trajectory"] = None
+        if self.hide_gold:
+            for final in (state.get("final"), (state["trajectory"] or {}).get("final")):
+                if final is not None:
+                    final["verdict"] = public_verdict(final.get("verdict"))
         return state
 
     def close(self) -> None:
@@ -130,7 +193,9 @@ class _ServedEnv:
 
 def build_app(tasks_root: str | Path, *, backend: str = "bwrap", workers: int = 4, allow_unisolated: bool = False,
               config: EnvConfig | None = None, capacity: int = 64, idle_timeout_s: float = 600.0,
-              pool: Any = None) -> Any:
+              pool: Any = None, hide_gold: bool = True, tokens: tuple[str, ...] | list[str] = (),
+              max_body_bytes: int = 1 << 20, max_sessions_per_client: int | None = None,
+              worker_wait_s: float | None = 30.0, splits: tuple[str, ...] = ("train", "test")) -> Any:
     """The MedAgentGym env server: ``sandbox.server.create_app`` over ``Env`` sessions sharing one pool.
 
     Args:
@@ -140,18 +205,34 @@ def build_app(tasks_root: str | Path, *, backend: str = "bwrap", workers: int = 
         allow_unisolated: Required for ``backend="local"``.
         config: Episode rules for every session.
         capacity: Open sessions allowed (503 past it).
-        idle_timeout_s: Sessions idle this long are closed by the server.
+        idle_timeout_s: Sessions idle this long are closed by the server (their worker goes back to the pool).
         pool: An already started sandbox pool to use (the caller closes it).
+        hide_gold: Keep grader reasons and error texts (which can quote the gold answer) out of every response.
+        tokens: Accepted bearer tokens (one per client); empty = no authentication.
+        max_body_bytes: Largest request body (413 beyond).
+        max_sessions_per_client: Open sessions per client (429 beyond); ``None`` = ``capacity``.
+        worker_wait_s: Longest wait of a ``/reset`` for a free sandbox worker (then 503); sets the pool's
+            ``acquire_timeout`` (also for a passed ``pool``). ``None`` leaves the pool's own.
+        splits: Splits clients may reset on (e.g. ``("train",)`` keeps the test split's graders unreachable).
 
     Returns:
-        The FastAPI app; its pool (if it started one) closes with the app's lifespan.
+        The FastAPI app; its pool (if it started one) closes with the app's lifespan. ``app.state.
+        served_env_factory`` makes one :class:`ServedEnv` (for another protocol served on the same app).
+
+    Example:
+        >>> app = build_app("artifacts/tasks", tokens=["s3cret-token"], worker_wait_s=10)
     """
     import tasks
     from sandbox import make_pool
     from sandbox.server import create_app
 
+    bad = set(splits) - {"train", "test"}
+    if bad or not splits:
+        raise ValueError(f"splits={splits!r} is invalid: choose from train, test")
     own_pool = pool is None
     pool = pool or make_pool(backend, workers=workers, allow_unisolated=allow_unisolated)
+    if worker_wait_s is not None:
+        pool.acquire_timeout = float(worker_wait_s)  # a /reset waits this long for a worker, then 503
     lock, cache = threading.Lock(), {}
 
     def instances(family: str, split: str) -> dict[str, Instance]:
@@ -161,8 +242,14 @@ def build_app(tasks_root: str | Path, *, backend: str = "bwrap", workers: int = 
                 cache[family, split] = {inst.id: inst for inst in fam.instances(split)}
             return cache[family, split]
 
-    app = create_app(lambda: _ServedEnv(Env(pool, tasks_root=tasks_root, config=config), instances),
-                     StepAction, Observation, reset_model=ResetRequest, capacity=capacity,
-                     idle_timeout_s=idle_timeout_s, client_errors=(EnvClientError, TaskError, ValueError),
-                     title="MedAgentGym environment server", on_shutdown=pool.close if own_pool else None)
+    def factory() -> ServedEnv:
+        return ServedEnv(Env(pool, tasks_root=tasks_root, config=config), instances, hide_gold=hide_gold,
+                          splits=tuple(splits))
+
+    app = create_app(factory, StepAction, Observation, reset_model=ResetRequest, capacity=capacity,
+                     idle_timeout_s=idle_timeout_s, client_errors=CLIENT_ERRORS, busy_errors=(ServerBusy,),
+                     internal_error_detail=not hide_gold, tokens=tokens, max_body_bytes=max_body_bytes,
+                     max_sessions_per_client=max_sessions_per_client, title="MedAgentGym environment server",
+                     on_shutdown=pool.close if own_pool else None)
+    app.state.served_env_factory = factory  # another protocol on the same app serves the same sessions
     return app

@@ -240,7 +240,8 @@ class TokenEpisode:
         completion_ids: Model and environment ids after the prompt (C).
         env_mask: 1 for model ids, 0 for environment ids (C).
         logprobs: Sampling logprob per model id, 0.0 for environment ids (C).
-        reward: The episode's reward (the graded submit; 0.0 when none; None when the grader failed).
+        reward: The episode's reward (the graded submit; 0.0 when none; None when grading failed for an
+            infrastructure reason).
         trajectory: The env's trajectory record of the episode.
         turns: Model turns taken.
         truncated: The episode ended on a budget (env turns or ``max_completion_tokens``) rather than a submit.

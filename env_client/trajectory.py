@@ -50,6 +50,8 @@ class TrajectoryHeader(BaseModel):
     config_hash: str = Field(description="sha256 prefix of the EnvConfig JSON; same hash = same episode rules.")
     config: dict[str, Any] = Field(default_factory=dict, description="The EnvConfig the episode ran under.")
     format: str = Field("tool_call", description="Wire format the prompt asked for ('tool_call' or 'json').")
+    run_key: str | None = Field(None, description="Fingerprint of the run settings that produced it (rollout's "
+                                "run_info: policy, weights, sampling, caps, format, seed, family versions).")
     started_at: str = Field(
         default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
         description="UTC ISO-8601 start time.",
@@ -73,6 +75,7 @@ class StepRecord(BaseModel):
     duration_s: float = Field(0.0, description="Wall seconds the env spent on this step (parse + run + grade).")
     exec_s: float = Field(0.0, description="Seconds spent in user code (ExecResult.duration_s).")
     n_tokens: int | None = Field(None, description="Completion tokens of this turn, as reported by the policy.")
+    n_prompt_tokens: int | None = Field(None, description="Prompt tokens of this turn, as reported by the policy.")
     loop: bool = Field(False, description="True when this step repeated the same action or error loop_window times.")
     llm_debugger: bool = Field(False, description="True when an LLM debugger's advice is part of the observation.")
 
@@ -83,12 +86,14 @@ class FinalRecord(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     verdict: dict[str, Any] | None = Field(None, description="The grader's verdict on the submit; None without one.")
-    reward: float | None = Field(None, description="Oracle reward; None when the grader failed (never a silent 0).")
+    reward: float | None = Field(None, description="Oracle reward; None when grading failed for an infrastructure "
+                                 "reason (never a silent 0); 0 when the submission made the grader fail.")
     terminated: bool = Field(description="True after the graded submit or a fatal error.")
     truncated: bool = Field(description="True when a budget ran out (turns, tokens, wall time, loop).")
     reason: str = Field(description="submitted | max_turns | max_tokens | wall_time | loop | fatal: ... | closed.")
     turns: int = Field(description="Number of model turns taken.")
     total_tokens: int = Field(0, description="Sum of the reported completion tokens.")
+    prompt_tokens: int = Field(0, description="Sum of the reported prompt tokens (what an API bills as input).")
     wall_s: float = Field(description="Seconds from reset to the end.")
 
 

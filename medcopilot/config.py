@@ -24,11 +24,14 @@ import os
 import re
 import types
 import typing
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
+
+from tasks._files import FileFormatError, load_yaml
 
 #: Folder of the bundled recipes (``recipes/`` at the repository root).
 RECIPES_DIR = Path(__file__).resolve().parent.parent / "recipes"
@@ -84,12 +87,34 @@ class ModelConfig:
     lora: LoraSpec | None = None  # new LoRA adapters to train; null = train all weights
     # Weight dtype: "auto" = bfloat16 on a GPU, float32 on CPU (CPU bf16 matmuls are slow and lossy).
     dtype: Literal["auto", "bfloat16", "float16", "float32"] = "auto"
-    # Attention kernel passed to from_pretrained: null = transformers' default (sdpa), or "flash_attention_2".
-    attn_implementation: str | None = None
+    # Attention kernel passed to from_pretrained: "sdpa" (torch's, everywhere; null means the same), "eager", or
+    # "flash_attention_2" (needs the `flash` extra, a CUDA GPU and bf16/fp16 weights); --dry-run refuses any other.
+    attn_implementation: str | None = "sdpa"
 
     def __post_init__(self) -> None:
         _check(bool(self.name_or_path), "model.name_or_path", self.name_or_path,
                "a Hub id such as Qwen/Qwen2.5-7B-Instruct or a local model folder")
+
+
+@dataclass
+class MixtureConfig:
+    """Each family's share of the training rows (:mod:`medcopilot.mixture`); without one, TRL's uniform sampling
+    over rows gives each family its share of the rows."""
+
+    # Relative weight per family (every family of tasks.families, each > 0); shares are weight / sum.
+    weights: dict[str, float] | None = None
+    # Or: shares proportional to rows ** (1 / temperature) (1 = natural sizes, larger = closer to uniform).
+    temperature: float | None = None
+    rows: int | None = None  # rows in one epoch of the resampled data; null = as many as there are
+
+    def __post_init__(self) -> None:
+        _check(self.weights is None or self.temperature is None, "tasks.mixture", "weights and temperature",
+               "one of weights or temperature, not both")
+        _check(self.weights is None or (bool(self.weights) and all(w > 0 for w in self.weights.values())),
+               "tasks.mixture.weights", self.weights, "a positive weight per family, e.g. {mimic_iii: 1.0, eicu: 1.0}")
+        _check(self.temperature is None or self.temperature > 0, "tasks.mixture.temperature", self.temperature,
+               "a positive float such as 2.0")
+        _check(self.rows is None or self.rows >= 1, "tasks.mixture.rows", self.rows, "a positive integer or null")
 
 
 @dataclass
@@ -101,10 +126,19 @@ class TasksConfig:
     split: Literal["train", "test"] = "train"  # instances to train on
     size: Literal["tiny", "default"] = "tiny"  # build size, if the families still have to be built
     limit: int | None = None  # at most this many instances per family (null = all); for smoke runs
+    mixture: MixtureConfig | None = None  # per-family sampling shares; null = uniform over rows
 
     def __post_init__(self) -> None:
         _check(len(self.families) > 0, "tasks.families", self.families, "a non-empty list such as [toy_sql]")
+        _check(len(set(self.families)) == len(self.families), "tasks.families", self.families,
+               "each family once (use tasks.mixture.weights to weight one more)")
         _check(self.limit is None or self.limit >= 1, "tasks.limit", self.limit, "a positive integer or null")
+        weights = self.mixture.weights if self.mixture is not None else None
+        if weights is not None and set(weights) != set(self.families):
+            missing = sorted(set(self.families) - set(weights))
+            extra = sorted(set(weights) - set(self.families))
+            raise RecipeError(f"tasks.mixture.weights must weight exactly tasks.families: missing {missing}, not in "
+                              f"tasks.families {extra}; add or remove those keys")
 
 
 @dataclass
@@ -113,12 +147,26 @@ class EnvConfig:
 
     max_turns: int | None = None  # assistant turns per episode; null = the family's registered default
     sandbox: Literal["bwrap", "docker", "local"] = "bwrap"  # executor backend; "local" has no isolation
-    workers: int = 2  # warm sandbox workers shared by concurrent episodes
-    url: str | None = None  # env server URL (http://host:port) to run episodes remotely; null = in process
+    workers: int = 2  # warm sandbox workers shared by concurrent episodes (in process; per server when remote)
+    # Env servers (scripts/serve_env.py) that run the episodes instead of this process: one URL or a list,
+    # used round-robin with health checks and retry (env_client.http_client.EnvServers); null = in process.
+    # A server started with --token needs MEDAGENTGYM_ENV_TOKEN set to the same token.
+    url: str | list[str] | None = None
 
     def __post_init__(self) -> None:
         _check(self.max_turns is None or self.max_turns >= 1, "env.max_turns", self.max_turns, "an integer >= 1")
         _check(self.workers >= 1, "env.workers", self.workers, "an integer >= 1")
+        for i, url in enumerate(self.urls):
+            _check(url.startswith(("http://", "https://")) and len(url) > 8, f"env.url[{i}]", url,
+                   "an http(s)://host:port URL of scripts/serve_env.py")
+        _check(len(set(self.urls)) == len(self.urls), "env.url", self.url, "each server once")
+
+    @property
+    def urls(self) -> list[str]:
+        """``url`` as a list (empty: episodes run in this process)."""
+        if self.url is None:
+            return []
+        return [self.url] if isinstance(self.url, str) else list(self.url)
 
 
 @dataclass
@@ -153,6 +201,12 @@ class RewardConfig:
     verifier: str | None = None
 
     def __post_init__(self) -> None:
+        from rewards import REWARD_FUNCS
+
+        for name in self.weights:
+            if name not in REWARD_FUNCS:
+                raise RecipeError(f"unknown reward term reward.weights.{name}: {_did_you_mean(str(name), REWARD_FUNCS)}"
+                                  f"known terms: {', '.join(sorted(REWARD_FUNCS))}")
         bad = {k: v for k, v in self.weights.items() if v < 0}
         _check(not bad, "reward.weights", bad, "non-negative weights (0 logs a component without training on it)")
         _check(self.verifier is None or bool(self.verifier.strip()), "reward.verifier", self.verifier,
@@ -255,10 +309,12 @@ class RecipeConfig:
         cls = getattr(importlib.import_module(module or "trl"), cls_name)
         where = f"{module or 'trl'}.{cls.__name__}"
         valid = [f.name for f in dataclasses.fields(cls) if f.init]
-        for key in self.trainer:
+        trainer = _renamed_keys(self.trainer, valid)
+        extra = _renamed_keys(extra, valid)
+        for key in trainer:
             if key not in valid:
                 raise RecipeError(_unknown_key(f"trainer.{key}", key, valid, f"fields of {where}"))
-        kwargs: dict[str, Any] = {**extra, **self.trainer, "output_dir": self.output.dir}
+        kwargs: dict[str, Any] = {**extra, **_typed_trainer(cls, trainer, where), "output_dir": self.output.dir}
         if torch.cuda.is_available():
             kwargs.setdefault("bf16", self.model.dtype in ("auto", "bfloat16"))
             kwargs.setdefault("fp16", self.model.dtype == "float16")
@@ -270,6 +326,54 @@ class RecipeConfig:
         except (ValueError, TypeError) as exc:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise RecipeError(f"{where} rejected the trainer section: {first}") from exc
+
+
+def check_recipe(cfg: RecipeConfig, *, base_model: str | None = None, notes: list[str] | None = None) -> Any:
+    """Everything that can be checked without loading a model: what ``train.py --dry-run`` runs.
+
+    Family names must be registered or declared by a ``family.yaml`` under ``tasks.root``; reward terms were
+    checked when the recipe was built; the ``trainer`` section is built into its config object (TRL's config
+    class, the verifier's ``VerifierConfig``, or PPO's ``PPOArgs`` with its cross-section checks), each value
+    checked against the type its field declares; then :func:`medcopilot.recipe_checks.check_runnable` refuses
+    what cannot run as configured (an attention kernel no extra installs, a vLLM stage without a full model to
+    start from, memory settings that cannot hold one sequence or do not fit the GPU).
+
+    Args:
+        cfg: A recipe from :func:`load_recipe` or :meth:`RecipeConfig.from_dict`.
+        base_model: For a sweep stage whose ``model.name_or_path`` an earlier stage will write: the full model
+            at the root of the chain (its shape and vLLM's starting point).
+        notes: When given, lines describing the mixture and the checks are appended (``--dry-run`` prints them).
+
+    Returns:
+        The trainer's config object.
+
+    Raises:
+        RecipeError: One line naming the bad key or value, the nearest valid one and the fix.
+
+    Example:
+        >>> check_recipe(load_recipe("ppo_tiny", ["trainer.max_steps=2"])).max_steps
+        2
+    """
+    from medcopilot.recipe_checks import check_runnable
+    from tasks.base import UnknownTask
+    from tasks.registry import spec
+
+    for i, name in enumerate(cfg.tasks.families):
+        try:
+            spec(name, root=cfg.tasks.root)
+        except UnknownTask as exc:
+            raise RecipeError(f"tasks.families[{i}]={name!r}: {exc} (families are registered in tasks/registry.py "
+                              f"or declared by {cfg.tasks.root}/<name>/family.yaml)") from None
+    if cfg.method == "ppo":
+        from medcopilot.trainers.ppo import ppo_args
+
+        args = ppo_args(cfg)
+    else:
+        args = cfg.trainer_args()
+    found = check_runnable(cfg, args, base_model=base_model)
+    if notes is not None:
+        notes.extend(found)
+    return args
 
 
 def load_recipe(recipe: str | os.PathLike, overrides: list[str] | tuple[str, ...] = ()) -> RecipeConfig:
@@ -287,9 +391,9 @@ def load_recipe(recipe: str | os.PathLike, overrides: list[str] | tuple[str, ...
     """
     path = resolve_recipe_path(recipe)
     try:
-        data = _yaml_load(path.read_text(encoding="utf-8")) or {}
-    except yaml.YAMLError as exc:
-        raise RecipeError(f"{path} is not valid YAML: {' '.join(str(exc).split())}") from exc
+        data = load_yaml(path, loader=_Loader) or {}
+    except FileFormatError as exc:
+        raise RecipeError(str(exc)) from None
     if not isinstance(data, dict):
         raise RecipeError(f"{path} must be a mapping of sections (method, model, ...), got {type(data).__name__}")
     for item in overrides:
@@ -344,16 +448,70 @@ def apply_override(data: dict[str, Any], item: str) -> None:
 # --- validation -------------------------------------------------------------------------------------------------
 
 
+#: Trainer keys transformers renamed, new name -> old name. Recipes use the new names; the GPU stack's
+#: transformers (5.17, pinned by vLLM 0.31 in constraints-gpu.txt) still has the old ones.
+RENAMED_TRAINER_KEYS = {"activation_checkpointing": "gradient_checkpointing",
+                        "activation_checkpointing_kwargs": "gradient_checkpointing_kwargs"}
+
+
+def _renamed_keys(trainer: dict[str, Any], valid: list[str]) -> dict[str, Any]:
+    """``trainer`` with each renamed key under the name the installed config class declares."""
+    out = dict(trainer)
+    for new, old in RENAMED_TRAINER_KEYS.items():
+        if new in out and new not in valid and old in valid and old not in out:
+            out[old] = out.pop(new)
+    return out
+
+
 def _check(ok: bool, key: str, value: Any, expected: str) -> None:
     if not ok:
         raise RecipeError(f"{key}={value!r} is invalid: expected {expected}")
 
 
+def _did_you_mean(key: str, valid: Iterable[str]) -> str:
+    near = difflib.get_close_matches(key, list(valid), n=1, cutoff=0.5)
+    return f"did you mean {near[0]!r}? " if near else ""
+
+
 def _unknown_key(dotted: str, key: str, valid: list[str], what: str) -> str:
-    near = difflib.get_close_matches(key, valid, n=1, cutoff=0.5)
-    hint = f"did you mean {near[0]!r}? " if near else ""
+    hint = _did_you_mean(key, valid)
     shown = ", ".join(valid) if len(valid) <= 20 else f"the {len(valid)} {what}"
     return f"unknown key {dotted!r}: {hint}valid keys: {shown}"
+
+
+def _typed_trainer(cls: type, trainer: dict[str, Any], where: str) -> dict[str, Any]:
+    """Check each ``trainer`` value against the type ``cls`` declares for it (TRL's dataclasses do not check)."""
+    from pydantic import ConfigDict, TypeAdapter, ValidationError
+
+    try:
+        hints = typing.get_type_hints(cls)
+    except Exception:  # noqa: BLE001 - an unresolvable annotation: leave the checking to the class itself
+        hints = {}
+    checked = {}
+    for key, value in trainer.items():
+        checked[key] = value
+        if key not in hints:
+            continue
+        try:
+            adapter = TypeAdapter(hints[key], config=ConfigDict(arbitrary_types_allowed=True))
+        except Exception:  # noqa: BLE001, S112 - a type pydantic cannot describe: the class checks it itself
+            continue
+        try:
+            checked[key] = adapter.validate_python(value)
+        except ValidationError as exc:
+            why = exc.errors()[0]["msg"]
+            raise RecipeError(f"trainer.{key}={value!r} has the wrong type: {where} expects "
+                              f"{_type_name(hints[key])} ({why}); set e.g. trainer.{key}="
+                              f"{_example(cls, key)}") from None
+    return checked
+
+
+def _example(cls: type, key: str) -> str:
+    default = next((f.default for f in dataclasses.fields(cls) if f.name == key), None)
+    if default is dataclasses.MISSING or default is None:
+        return "<value>"
+    return yaml.safe_dump(getattr(default, "value", default), default_flow_style=True).strip().removesuffix(
+        "...").strip()
 
 
 def _build(cls: type, data: dict[str, Any], prefix: str) -> Any:
@@ -435,5 +593,6 @@ __all__ = [
     "RewardConfig",
     "RolloutConfig",
     "TasksConfig",
+    "check_recipe",
     "load_recipe",
 ]

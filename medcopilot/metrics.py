@@ -15,7 +15,8 @@ Metric names (all in ``[0, 1]`` except where a unit is given):
 - ``env/truncation_rate``: episodes ended by a budget (turns or tokens) rather than a graded submission.
 - ``env/zero_adv_frac``: groups (one task, ``num_generations`` episodes) whose rewards are all equal, so every
   advantage in the group is 0 and the group teaches nothing.
-- ``env/grader_error_rate``: episodes whose grader failed (their reward is None, not 0).
+- ``env/grader_error_rate``: episodes whose grading failed for an infrastructure reason (reward None,
+  not 0; a grader failure the submission caused is a wrong answer, reward 0).
 - ``env/sandbox_latency_s``: mean wall time of one sandbox call (seconds).
 
 Example:
@@ -50,7 +51,7 @@ class EpisodeStats:
         tool_failures: Tool calls that failed: unparseable, not permitted, sandbox error or non-zero exit (count).
         looped: The model repeated an earlier action of the episode verbatim.
         truncated: A budget (turns, tokens) ended the episode before a graded submission.
-        grader_error: The grader failed; the episode's reward is None.
+        grader_error: Grading failed for an infrastructure reason; the episode's reward is None.
         sandbox_calls: Sandbox executions (count).
         sandbox_seconds: Total wall time of those executions (seconds).
         model_tokens: Tokens the model generated (count, env tokens excluded).

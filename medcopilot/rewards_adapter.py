@@ -8,8 +8,10 @@ TRL then weights the components with ``GRPOConfig.reward_weights`` and logs each
 ``None`` (a failed grader) stays ``None``: TRL turns it into NaN and gives that row a zero advantage instead of
 scoring it as a wrong answer.
 
-The same call logs the batch's environment metrics (:func:`medcopilot.metrics.batch_metrics`) through TRL's
-``log_metric`` kwarg, so they land in ``trainer.state.log_history`` at every logging step.
+The same call logs the batch's environment metrics (:func:`medcopilot.metrics.batch_metrics`) and the success
+rate of each family in the batch (``env/success_rate/<family>``, from the dataset's ``family`` column) through
+TRL's ``log_metric`` kwarg, so they land in ``trainer.state.log_history`` (and wandb, and stdout) at every
+logging step.
 
 Example:
     >>> reward = EpisodeReward("correctness", group_size=2)
@@ -24,7 +26,7 @@ from typing import Any
 
 from medcopilot.metrics import EpisodeStats, batch_metrics
 
-__all__ = ["EpisodeReward"]
+__all__ = ["EpisodeReward", "family_success"]
 
 
 class EpisodeReward:
@@ -88,4 +90,22 @@ class EpisodeReward:
             for name, value in batch_metrics(stats, rewards=rewards, group_size=self.group_size,
                                              group_rewards=everyone).items():
                 log_metric(name, value)
+        if self.log_metrics and log_metric is not None and episode_stats is not None and kwargs.get("family"):
+            for name, value in family_success(episode_stats, kwargs["family"]).items():
+                log_metric(name, value)
         return rewards
+
+
+def family_success(episode_stats: Sequence[dict], families: Sequence[str]) -> dict[str, float]:
+    """``env/success_rate/<family>`` for each family with rows in this batch (the dataset's ``family`` column).
+
+    Example:
+        >>> family_success([{"success": True}, {"success": False}, {"success": True}], ["a", "a", "b"])
+        {'env/success_rate/a': 0.5, 'env/success_rate/b': 1.0}
+    """
+    if len(families) != len(episode_stats):
+        raise ValueError(f"{len(families)} family names for {len(episode_stats)} episodes")
+    rows: dict[str, list[bool]] = {}
+    for stat, family in zip(episode_stats, families):
+        rows.setdefault(str(family), []).append(bool(stat.get("success")))
+    return {f"env/success_rate/{family}": sum(v) / len(v) for family, v in sorted(rows.items())}

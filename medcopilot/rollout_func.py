@@ -13,12 +13,13 @@ What TRL 1.16 does with the hook (read from ``GRPOTrainer._generate``; the upstr
 - It rescores ``prompt_ids + completion_ids`` with the training model, so the ids must be exactly what the model
   saw: ``env_client.tokens.token_rollout`` builds them token-in/token-out, never re-tokenizing history.
 
-Episodes of one call run concurrently (one thread each, at most ``concurrency``). Their generation requests are
-gathered turn by turn into one batched call (:class:`TurnBatcher`): ``model.generate`` under
+Episodes of one call run concurrently (one thread each, at most ``concurrency``), each advancing on its own:
+whenever the generator is free, the episodes waiting for a turn share the next batched call (:class:`TurnBatcher`,
+continuous batching) while the others run their code in the sandbox: ``model.generate`` under
 ``trl.models.unwrap_model_for_generation`` on CPU, ``trainer.vllm_generation.generate`` with vLLM (colocate mode,
 or server mode with one training process: each call is one assistant turn, so processes would have to agree on
-the number of turns). A batch is sent when every running episode is waiting, or ``flush_s`` after the first
-request if some are busy in the sandbox, so an episode waiting for a sandbox worker never blocks the others.
+the number of turns). ``batching="lockstep"`` instead waits for every running episode (or ``flush_s``), as
+earlier versions did; ``EnvRolloutFunc.timing`` says how much of the last rollout the generator sat idle.
 
 Example:
     >>> index = PromptIndex.from_instances(instances, render=lambda inst: initial_messages(inst))  # doctest: +SKIP
@@ -28,12 +29,13 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -169,18 +171,36 @@ class TurnBatcher:
 
     Episode threads call :meth:`start` when they begin (after any concurrency limit), :meth:`request`
     (through the ``generate_fn`` of ``token_rollout``) for each turn, and :meth:`done` when they end; the
-    coordinating thread runs :meth:`serve` until all ``n_episodes`` are done. A batch is sent as soon as every
-    started, unfinished episode is waiting, or ``flush_s`` after the first request if some are busy elsewhere
-    (in the sandbox, or waiting for a sandbox worker).
+    coordinating thread runs :meth:`serve` until all ``n_episodes`` are done.
+
+    Two ways to form batches:
+
+    - ``continuous`` (default): whenever the generator is free, the episodes that are waiting go into the next
+      batch after at most ``coalesce_s`` (requests that arrive together still share a call); episodes advance
+      independently, so the generator works while others are in the sandbox (continuous batching, one call at
+      a time).
+    - ``lockstep``: a batch is sent when every started, unfinished episode is waiting, or ``flush_s`` after the
+      first request if some are busy elsewhere (in the sandbox, or waiting for a sandbox worker): fewer, larger
+      batches, and the generator idles while the episodes run their code.
+
+    ``generate_s`` (seconds inside ``batch_generate``), ``wall_s`` (from the first start to the end of
+    :meth:`serve`) and :attr:`idle_share` measure how much of a rollout the generator (the GPU) sat idle.
 
     Args:
         batch_generate: Runs one batch (see :data:`BatchGenerate`).
         n_episodes: Episodes that will call in.
-        flush_s: Longest wait for busy episodes before a partial batch is sent (seconds).
+        flush_s: Lockstep only: longest wait for busy episodes before a partial batch is sent (seconds).
+        batching: ``continuous`` or ``lockstep``.
     """
 
-    def __init__(self, batch_generate: BatchGenerate, n_episodes: int, flush_s: float = 0.25) -> None:
-        self._gen, self._n, self.flush_s = batch_generate, n_episodes, flush_s
+    def __init__(self, batch_generate: BatchGenerate, n_episodes: int, flush_s: float = 0.25,
+                 batching: str = "continuous") -> None:
+        if batching not in ("continuous", "lockstep"):
+            raise ValueError(f"batching={batching!r}: use 'continuous' or 'lockstep'")
+        self._gen, self._n, self.flush_s, self.batching = batch_generate, n_episodes, flush_s, batching
+        self.coalesce_s = 0.01  # continuous: how long the first waiting request waits for company
+        self.generate_s = self.wall_s = 0.0
+        self._t0: float | None = None
         self._cv = threading.Condition()
         self._active = self._finished = 0
         self._pending: dict[int, tuple[list[int], int]] = {}
@@ -194,9 +214,16 @@ class TurnBatcher:
             return self.request(slot, context, seed)
         return fn
 
+    @property
+    def idle_share(self) -> float:
+        """Share of the rollout's wall time with no generation call in flight (0 when nothing ran)."""
+        return max(0.0, 1.0 - self.generate_s / self.wall_s) if self.wall_s > 0 else 0.0
+
     def start(self) -> None:
         """Mark one episode as running (it will request turns until :meth:`done`)."""
         with self._cv:
+            if self._t0 is None:
+                self._t0 = time.monotonic()
             self._active += 1
             self._cv.notify_all()
 
@@ -221,6 +248,7 @@ class TurnBatcher:
 
     def serve(self) -> None:
         """Run batches until every episode is done. Re-raises a generation error after waking the waiters."""
+        window = self.flush_s if self.batching == "lockstep" else min(self.coalesce_s, self.flush_s)
         while True:
             with self._cv:
                 first_seen: float | None = None
@@ -229,7 +257,7 @@ class TurnBatcher:
                         break
                     if self._pending:
                         first_seen = first_seen or time.monotonic()
-                        left = first_seen + self.flush_s - time.monotonic()
+                        left = first_seen + window - time.monotonic()
                         if left <= 0:
                             break
                         self._cv.wait(timeout=left)
@@ -237,9 +265,11 @@ class TurnBatcher:
                         first_seen = None
                         self._cv.wait(timeout=self.flush_s)
                 if self._finished >= self._n:
+                    self.wall_s = time.monotonic() - (self._t0 or time.monotonic())
                     return
                 slots = sorted(self._pending)
                 contexts, seeds = zip(*[self._pending.pop(s) for s in slots])
+            began = time.monotonic()
             try:
                 ids, logprobs = self._gen(list(contexts), list(seeds))
             except BaseException as exc:
@@ -247,6 +277,7 @@ class TurnBatcher:
                     self._error = exc
                     self._cv.notify_all()
                 raise
+            self.generate_s += time.monotonic() - began
             self.calls += 1
             with self._cv:
                 for k, s in enumerate(slots):
@@ -270,6 +301,9 @@ class EnvRolloutFunc:
             :meth:`run`), and turn ``t`` of an episode samples with that seed plus ``t``.
         flush_s: See :class:`TurnBatcher`. Keep ``concurrency <= `` the sandbox pool's workers: an episode holds
             its session from reset to end, so extra episodes wait for a worker and turns batch poorly.
+        batching: ``continuous`` (episodes advance independently; the generator serves whoever waits) or
+            ``lockstep`` (turns wait for one another); see :class:`TurnBatcher`. ``timing`` holds the last
+            call's generator busy time, wall time and idle share.
         policy_name: Recorded in each trajectory header.
         verifier: A learned-verifier scorer (``score(trajectories) -> list[float | None]``, e.g.
             ``medcopilot.verifier.VerifierScorer`` or ``rewards.HTTPVerifier``). When given, every call scores its
@@ -285,14 +319,16 @@ class EnvRolloutFunc:
                  max_completion_tokens: int | None = None, concurrency: int = 16,
                  rewards: dict[str, Callable[..., float | None]] | None = None, seed: int = 0,
                  flush_s: float = 0.25, policy_name: str = "grpo", verifier: Any = None,
-                 weights: dict[str, float] | None = None):
+                 weights: dict[str, float] | None = None, batching: str = "continuous"):
         from rewards import correctness
 
         if max_new_tokens < 1 or concurrency < 1:
             raise ValueError(f"max_new_tokens={max_new_tokens} and concurrency={concurrency} must both be >= 1")
         self.make_env, self.index, self.tokenizer = make_env, index, tokenizer
         self.max_new_tokens, self.max_completion_tokens = max_new_tokens, max_completion_tokens
-        self.concurrency, self.seed, self.flush_s = concurrency, seed, flush_s
+        self.concurrency, self.seed, self.flush_s, self.batching = concurrency, seed, flush_s, batching
+        self.timing: dict[str, float] = {}  # the last call's generate_s, wall_s, idle_share, calls
+        self._vllm_slept_at: int | None = None  # trainer step at which the hook last put vLLM to sleep
         self.policy_name = policy_name
         self.rewards = dict(rewards) if rewards else {"correctness": correctness}
         self.weights = dict(weights) if weights is not None else {name: 1.0 for name in self.rewards}
@@ -353,7 +389,31 @@ class EnvRolloutFunc:
             _, completion_ids, logprobs, _ = vg.generate(prompts=contexts, images=None, num_generations=1)
             return completion_ids, [[lp[0] for lp in seq] for seq in logprobs]
 
-        return self.run(prompts, gen, rank=trainer.accelerator.process_index)
+        with self._vllm_awake(vg, trainer.state.global_step):
+            return self.run(prompts, gen, rank=trainer.accelerator.process_index)
+
+    @contextlib.contextmanager
+    def _vllm_awake(self, vg: Any, step: int) -> Iterator[None]:
+        """Keep a sleep-mode colocated engine awake for one whole rollout round, asleep (level 1) otherwise.
+
+        TRL wakes the engine around every ``generate`` call and sleeps it at level 2 afterwards, which discards the
+        weights and pushes them again from the policy at the next call: once per batch of turns here. Instead the
+        engine wakes once per round and sleeps at level 1 at its end (weights kept in CPU memory, KV cache freed
+        for the update; TRL's weight sync before the next round wakes and overwrites them).
+        """
+        if vg.mode != "colocate" or not vg.enable_sleep_mode:
+            yield
+            return
+        if self._vllm_slept_at == step:  # TRL syncs (and wakes) the weights only when the step moved on
+            vg.llm.wake_up(tags=["weights"])
+        vg.llm.wake_up(tags=["kv_cache"])
+        vg.enable_sleep_mode = False  # TRL's generate() then neither wakes nor sleeps the engine per call
+        try:
+            yield
+        finally:
+            vg.enable_sleep_mode = True
+            vg.llm.sleep(level=1)
+            self._vllm_slept_at = step
 
     # ------------------------------------------------------------------ the rollout itself
     def run(self, prompts: Sequence[Any], batch_generate: BatchGenerate, *, call: int | None = None,
@@ -384,7 +444,7 @@ class EnvRolloutFunc:
             call = self.calls
         seeds = [episode_seed(self.seed, rank, call, row) for row in range(len(instances))]
         episodes: list[TokenEpisode | None] = [None] * len(instances)
-        batcher = TurnBatcher(batch_generate, len(instances), flush_s=self.flush_s)
+        batcher = TurnBatcher(batch_generate, len(instances), flush_s=self.flush_s, batching=self.batching)
         started = threading.Semaphore(self.concurrency)
 
         def one(row: int) -> None:
@@ -408,6 +468,8 @@ class EnvRolloutFunc:
             batcher.serve()
             for f in futures:
                 f.result()  # re-raise an episode's error here, in the trainer's thread
+        self.timing = {"generate_s": batcher.generate_s, "wall_s": batcher.wall_s,
+                       "idle_share": batcher.idle_share, "calls": float(batcher.calls)}
         missing = [row for row, e in enumerate(episodes) if e is None]
         if missing:
             raise RuntimeError(f"episodes of rows {missing} produced no result")

@@ -17,13 +17,19 @@ A sweep file holds exactly one of ``grid`` (with ``recipe``) or ``stages``:
       - {name: grpo, recipe: grpo_tiny}
     output_root: runs/sweeps/pipeline_tiny
 
+A stage starts from the previous stage unless it names another with ``from: <stage name>`` (an earlier one), so
+one file can branch: base -> SFT -> DPO, SFT -> PPO and SFT -> GRPO. With an ``evaluate`` section the base model
+and every stage are evaluated on the per-family test sets after training, and the paper's table (the 8
+in-distribution families plus the ood suite) is written as Markdown, JSON and PNG (:mod:`medcopilot.sweep_eval`).
+
 Stage overrides are applied after the shared ones and after the chain link, so a stage may still set its own
 ``model.name_or_path``. In any override, ``{dir}`` is the run's (or stage's) own output dir and ``{prev}`` the
 previous stage's. SFT and DPO roll out a missing ``rollout.store`` themselves (with ``rollout.policy``) and then
 train on all of it, whatever ``tasks.limit`` says: give each run its own store (``rollout.store={dir}/store.jsonl``)
 when the grid varies the data, e.g. ``tasks.limit`` for a train-time scaling curve.
 
-Every run or stage is validated before the first starts and runs in its own process (memory is freed between
+Every run or stage (of any method: SFT, DPO, GRPO, PPO or the verifier, each checked against its own trainer
+arguments, as ``train.py --dry-run`` does) is validated before the first starts and runs in its own process (memory is freed between
 them), writing to ``<output_root>/<name>``. A run whose ``run_summary.json`` exists (the trainers write it
 atomically, last) is finished and skipped, so an interrupted sweep resumes. The results go to
 ``<output_root>/sweep_results.json`` (atomically); a grid also writes ``<output_root>/sweep_<metric>.png``.
@@ -48,11 +54,12 @@ from typing import Any
 
 import yaml
 
-from medcopilot.config import RECIPES_DIR, RecipeError, load_recipe
+from medcopilot.config import RECIPES_DIR, RecipeError, check_recipe, load_recipe
+from tasks._files import FileFormatError, load_yaml
 
 REPO = RECIPES_DIR.parent
-SWEEP_KEYS = ("recipe", "overrides", "grid", "stages", "metric", "mode", "output_root")
-STAGE_KEYS = ("name", "recipe", "overrides")
+SWEEP_KEYS = ("recipe", "overrides", "grid", "stages", "metric", "mode", "output_root", "evaluate")
+STAGE_KEYS = ("name", "recipe", "overrides", "from")
 SUMMARY = "run_summary.json"
 RESULTS = "sweep_results.json"
 
@@ -70,6 +77,7 @@ class Stage:
     name: str
     recipe: str
     overrides: list[str] = field(default_factory=list)
+    start: str | None = None  # the stage this one starts from (``from:``); None = the previous stage
 
 
 @dataclass
@@ -83,6 +91,7 @@ class Sweep:
     output_root: str = ""
     overrides: list[str] = field(default_factory=list)
     stages: list[Stage] = field(default_factory=list)
+    evaluate: dict[str, Any] | None = None  # the chain's evaluation section (medcopilot.sweep_eval.EvalSpec)
 
 
 @dataclass
@@ -94,6 +103,8 @@ class Run:
     output_dir: Path
     recipe: str = ""
     point: dict[str, Any] = field(default_factory=dict)
+    start: str | None = None  # a chain stage: the stage it starts from (None: the chain's base model)
+    base_model: str | None = None  # a chain stage: the full model at the root of its chain
 
     @property
     def done(self) -> bool:
@@ -112,7 +123,10 @@ def load_sweep(path: str | os.PathLike) -> Sweep:
     if not file.is_file():
         raise RecipeError(f"sweep file {str(file)!r} not found; bundled sweeps: "
                           f"{', '.join(sorted(p.name for p in (RECIPES_DIR / 'sweeps').glob('*.yaml')))}")
-    data = yaml.safe_load(file.read_text(encoding="utf-8")) or {}
+    try:
+        data = load_yaml(file) or {}
+    except FileFormatError as exc:
+        raise RecipeError(str(exc)) from None
     if not isinstance(data, dict):
         raise RecipeError(f"{file}: a sweep file must be a mapping with recipe+grid or stages")
     unknown = sorted(set(data) - set(SWEEP_KEYS))
@@ -126,10 +140,15 @@ def load_sweep(path: str | os.PathLike) -> Sweep:
     common = {"metric": str(data.get("metric", "train_loss")), "mode": data.get("mode", "min"),
               "output_root": str(data.get("output_root") or f"runs/sweeps/{file.stem}"),
               "overrides": [str(o) for o in data.get("overrides") or []]}
+    if "evaluate" in data and "stages" not in data:
+        raise RecipeError(f"{file}: evaluate applies to a chain of stages; remove it or use stages")
     if "stages" in data:
         if "recipe" in data:
             raise RecipeError(f"{file}: a chain names its recipes per stage; remove the top-level recipe")
-        return Sweep(recipe="", grid={}, stages=_parse_stages(file, data["stages"]), **common)
+        evaluate = data.get("evaluate")
+        if evaluate is not None and not isinstance(evaluate, dict):
+            raise RecipeError(f"{file}: evaluate must be a mapping, e.g. evaluate: {{suites: [id, ood]}}")
+        return Sweep(recipe="", grid={}, stages=_parse_stages(file, data["stages"]), evaluate=evaluate, **common)
     grid = data.get("grid") or {}
     if not isinstance(grid, dict) or not grid or not all(isinstance(v, list) and v for v in grid.values()):
         raise RecipeError(f"{file}: grid must map dotted keys to non-empty lists, e.g. "
@@ -151,7 +170,12 @@ def _parse_stages(file: Path, raw: Any) -> list[Stage]:
             raise RecipeError(f"{file}: stage {i + 1}: unknown key(s) {', '.join(bad)}; "
                               f"valid keys: {', '.join(STAGE_KEYS)}")
         name = _file_slug(item.get("name") or f"{i + 1}-{item['recipe']}")
-        stages.append(Stage(name, str(item["recipe"]), [str(o) for o in item.get("overrides") or []]))
+        start = item.get("from")
+        if start is not None and start not in [s.name for s in stages]:
+            raise RecipeError(f"{file}: stage {name!r} starts from {start!r}, which is not an earlier stage; "
+                              f"earlier stages: {', '.join(s.name for s in stages) or 'none'}")
+        stages.append(Stage(name, str(item["recipe"]), [str(o) for o in item.get("overrides") or []],
+                            None if start is None else str(start)))
     names = [s.name for s in stages]
     if len(set(names)) != len(names):
         raise RecipeError(f"{file}: stage names must be unique, got {', '.join(names)}")
@@ -169,15 +193,21 @@ def plan_runs(sweep: Sweep) -> list[Run]:
     root = Path(sweep.output_root)
     runs = []
     if sweep.stages:
-        prev: Path | None = None
-        for stage in sweep.stages:
+        by_name: dict[str, Run] = {}
+        for i, stage in enumerate(sweep.stages):
             out = root / stage.name
+            start = stage.start or (sweep.stages[i - 1].name if i > 0 else None)
+            prev = by_name[start].output_dir if start is not None else None
             if prev is None and any("{prev}" in o for o in [*sweep.overrides, *stage.overrides]):
                 raise RecipeError(f"stage {stage.name!r}: {{prev}} is undefined in the first stage")
             link = [] if prev is None else [f"model.name_or_path={prev}"]
             overrides = _fill([*sweep.overrides, *link, *stage.overrides], out, prev)
-            runs.append(Run(stage.name, [*overrides, f"output.dir={out}"], out, stage.recipe))
-            prev = out
+            run = Run(stage.name, [*overrides, f"output.dir={out}"], out, stage.recipe, start=start)
+            own = load_recipe(run.recipe, run.overrides).model.name_or_path
+            # the chain's root model: what vLLM starts from and what the memory arithmetic sizes
+            run.base_model = by_name[start].base_model if start is not None and own == str(prev) else own
+            runs.append(run)
+            by_name[stage.name] = run
     else:
         keys = list(sweep.grid)
         for values in itertools.product(*(sweep.grid[k] for k in keys)):
@@ -186,9 +216,9 @@ def plan_runs(sweep: Sweep) -> list[Run]:
             out = root / name
             overrides = [*_fill(sweep.overrides, out, None), *point, f"output.dir={out}"]
             runs.append(Run(name, overrides, out, sweep.recipe, dict(zip(keys, values))))
-    for run in runs:
+    for run in runs:  # each run against its own method's arguments (TRL config, VerifierConfig or PPOArgs)
         try:
-            load_recipe(run.recipe, run.overrides).trainer_args()
+            check_recipe(load_recipe(run.recipe, run.overrides), base_model=run.base_model)
         except RecipeError as exc:
             raise RecipeError(f"sweep run {run.name!r}: {exc}") from exc
     return runs
@@ -314,12 +344,14 @@ def subprocess_launch(launcher: str = "") -> Launch:
     return launch
 
 
-def main(argv: list[str] | None = None, *, launch: Launch | None = None) -> int:
+def main(argv: list[str] | None = None, *, launch: Launch | None = None, launch_eval: Any = None) -> int:
     """Parse flags, validate the sweep, run it, print the ranking or the stage table.
 
     Args:
         argv: Command-line arguments (default ``sys.argv[1:]``).
         launch: How to run one train.py invocation (default: a subprocess per run, see ``--launcher``).
+        launch_eval: How to run one ``scripts/evaluate.py`` invocation (``argv -> exit status``; default a
+            subprocess), for a chain with an ``evaluate`` section.
 
     Returns:
         The exit status: 0, 2 for an invalid sweep, or the status of the first run that failed.
@@ -332,14 +364,23 @@ def main(argv: list[str] | None = None, *, launch: Launch | None = None) -> int:
     parser.add_argument("--debug", action="store_true", help="show the traceback on errors")
     args = parser.parse_args(argv)
     try:
-        sweep = load_sweep(args.sweep)
-        sweep.output_root = args.output_root or sweep.output_root
-        runs = plan_runs(sweep)
-    except RecipeError as exc:
+        return _run(args, launch, launch_eval)
+    except KeyboardInterrupt:
+        print("sweep.py: interrupted; finished runs are kept, rerun the same command to resume", file=sys.stderr)
+        return 130
+    except Exception as exc:
         if args.debug:
             raise
-        print(f"sweep.py: error: {exc}", file=sys.stderr)
+        name = "" if isinstance(exc, RecipeError) else f"{type(exc).__name__}: "
+        print(f"sweep.py: error: {name}{' '.join(str(exc).split())} (rerun with --debug for the traceback)",
+              file=sys.stderr)
         return 2
+
+
+def _run(args: argparse.Namespace, launch: Launch | None, launch_eval: Any = None) -> int:
+    sweep = load_sweep(args.sweep)
+    sweep.output_root = args.output_root or sweep.output_root
+    runs = plan_runs(sweep)
     root = Path(sweep.output_root)
     what = f"a chain of {len(runs)} stages" if sweep.stages else f"{len(runs)} runs of recipe {sweep.recipe!r}"
     print(f"[sweep] {what} into {root}", flush=True)
@@ -348,10 +389,11 @@ def main(argv: list[str] | None = None, *, launch: Launch | None = None) -> int:
     launch = launch or subprocess_launch(args.launcher)
     for i, run in enumerate(runs):
         done = run.done
-        stale = sweep.stages and done and i > 0 and _mtime(run) < _mtime(runs[i - 1])
+        parent = next((r for r in runs if r.name == run.start), None) if sweep.stages else None
+        stale = done and parent is not None and parent.done and _mtime(run) < _mtime(parent)
         if stale:
             print(f"sweep.py: error: stage {run.name!r} finished before the stage it starts from "
-                  f"({runs[i - 1].name!r}) was retrained; delete {run.output_dir} and rerun", file=sys.stderr)
+                  f"({parent.name!r}) was retrained; delete {run.output_dir} and rerun", file=sys.stderr)
             return 2
         print(f"[sweep] {run.name}: {run.recipe} {' '.join(run.overrides)}{'  (done, skipped)' if done else ''}",
               flush=True)
@@ -367,6 +409,17 @@ def main(argv: list[str] | None = None, *, launch: Launch | None = None) -> int:
                   f"check its log", file=sys.stderr)
             return 1
         wall_s[run.name] = round(time.monotonic() - started, 1)
+    if sweep.evaluate is not None:
+        from medcopilot.sweep_eval import EvalSpec, evaluate_chain
+
+        spec = EvalSpec.from_dict(sweep.evaluate)
+        if args.dry_run:
+            for line in spec.plan(runs, root):
+                print(f"[sweep] {line}", flush=True)
+            return 0
+        status = evaluate_chain(spec, runs, root, launch_eval=launch_eval)
+        if status != 0:
+            return status
     if args.dry_run:
         return 0
     return _report_chain(sweep, runs, wall_s) if sweep.stages else _report_grid(sweep, runs, wall_s)

@@ -4,7 +4,7 @@ Imports neither ``env_client`` nor ``medcopilot``; trajectories are duck-typed (
 """
 
 from rewards.errors import RewardError
-from rewards.oracle import correctness, oracle_reward
+from rewards.oracle import correctness, infra_failure, oracle_reward
 from rewards.shaping import (
            format_penalty,
            length_cost,
@@ -16,5 +16,5 @@ from rewards.spec import REWARD_FUNCS, RewardResult, RewardSpec, combine
 from rewards.verifier import HTTPVerifier, VerifierScorerProtocol
 
 __all__ = ["REWARD_FUNCS", "HTTPVerifier", "RewardError", "RewardResult", "RewardSpec", "VerifierScorerProtocol",
-           "combine", "correctness", "format_penalty", "length_cost", "loop_penalty", "oracle_reward", "turn_cost",
-           "verifier_score"]
+           "combine", "correctness", "format_penalty", "infra_failure", "length_cost", "loop_penalty", "oracle_reward",
+           "turn_cost", "verifier_score"]

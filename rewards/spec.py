@@ -6,7 +6,9 @@ the weighted total and each component (unweighted) for logging.
 
 - Weight 0 means "log, don't train on it": the term is computed and logged but never enters the total, and a
   None from it never affects the total.
-- A weighted term that returns None (no usable verdict, a failed verifier call, no token counts) is missing.
+- A weighted term that returns None (an infrastructure failure of grading, a failed verifier call, no token
+  counts) is missing. A grading failure the submission caused is not missing: ``correctness`` is 0.0 for it
+  (see ``rewards.oracle`` for the two kinds of grading failure).
   With ``missing="none"`` (the default) the total is then None as well, so the caller must drop or retry the
   sample instead of training on a silently wrong number. With ``missing="skip"`` the missing term is left
   out of the sum and the total is the sum of the present weighted terms (None if all are missing).

@@ -13,28 +13,48 @@ Backends:
     (not root); ``pidns``, ``netns`` (no network at all, not even the host's loopback), ``ipcns``;
     ``ro-root`` (only /usr, /lib*, a few /etc files, the Python prefix, the venv and this package are
     bound, read-only); ``env-scrub`` (the caller's environment never reaches the jail); ``rlimits``
-    (CPU, address space, processes, file size, no core dumps); ``pidns-kill`` (after each call and on
-    timeout every other process of the jail is killed); ``seccomp`` (ptrace, mount, namespaces, bpf,
-    kexec, keyring, module loading, exotic socket families denied); ``no-new-privs``; ``ws-quota``
-    (workspace and /tmp on a size-limited tmpfs).
+    (CPU, address space, processes, file size, open files, no core dumps, no POSIX message queues);
+    ``pidns-kill`` (after each call and on timeout every other process of the jail is killed);
+    ``isolated-path`` (the worker server starts in ``/`` as ``python -I``: nothing the jailed code writes
+    is ever on a privileged process's ``sys.path``); ``seccomp`` (ptrace, mount, namespaces, bpf, kexec,
+    keyring, module loading, io_uring, POSIX message queues, exotic socket families denied; loaded by bwrap
+    before the interpreter starts); ``no-new-privs``; ``caps`` (the server holds only CAP_KILL effective,
+    its bounding set narrowed to KILL/SETUID/SETGID/SETPCAP; zygotes hold none effective; runners drop
+    every capability, the bounding set included, and their uid at fork: see ``sandbox._caps``);
+    ``ipc-limits`` (System V shared memory, message queues and semaphores capped per jail and removed
+    between sessions); ``ws-quota`` (workspace, /tmp and /dev/shm on a size-limited tmpfs).
+    A session sees exactly the data mounts it asked for (plus the pool's own), bound from hard-linked
+    copies in the pool's directory, so the jail's mountinfo never shows the tasks root.
     ``docker``: the same worker inside a container (``sandbox.docker_backend``).
     ``local``: the same worker as a plain process. NO isolation; refused unless ``allow_unisolated=True``.
+
+The channel from the code back to the host is untrusted: the runner that executes the code writes its
+reply on a pipe the code can write to as well. The server reads it without blocking, under the call's
+deadline, skips frames that carry another call's number, kills a runner whose frames are oversized or
+malformed, and passes on only typed fields; the host replaces (and wipes) a worker that wedges, dies or
+answers nonsense, and never reuses a slot dirty. A session can therefore forge the *status* of its own calls
+(exit code, error kind), never anything on the host: graders must trust only data they parse and compare
+on the host side.
 
 What this sandbox does NOT protect against:
     * Kernel exploits: the jail shares the host kernel; seccomp only trims the attack surface.
     * Side channels (timing, cache, Spectre-class) and covert channels between sessions of one pool.
     * Reading the data mounts and the runtime (Python prefix, venv, this package): they are visible by
-      design. Anything placed in a mounted directory is readable by the jailed code, and a mount one
-      session added stays attached to its worker, so later sessions on that worker can read it too.
-    * Memory pressure on the host: the limit is RLIMIT_AS per process, not a cgroup; many processes of a
-      call can together use ``processes x memory_mb``. Disk use is capped only where ``ws-quota`` is active.
+      design. Anything placed in a mounted directory is readable by the jailed code of the sessions that
+      mount it. The jail's mountinfo shows the paths of the runtime (Python prefix, venv) and of the pool's
+      staging directory.
+    * Memory pressure on the host: the limit is RLIMIT_AS per process (plus the IPC caps), not a cgroup;
+      many processes of a call can together use ``processes x memory_mb``. Disk use is capped only where
+      ``ws-quota`` is active.
     * CPU contention: rlimits bound time, not share; a call may use a full core until its limits hit.
-    * Files the jailed code writes to the workspace: they may be symlinks or huge; the host must read them
-      with care (``Session.workspace``).
+    * Files the jailed code writes to the workspace: they may be symlinks, FIFOs, hard links or huge; the
+      host must read them with care (``sandbox.hostio``, ``Session.workspace``).
+    * The status fields of a session's own calls (see above).
     * The ``local`` backend: none of the above layers except rlimits, env scrubbing and process-group
       kills; the code runs with the caller's rights.
     * Without root (``userns`` instead of ``uid-drop``) the user code shares a uid with its worker server,
-      so it can kill its own worker (the pool then replaces it) and RLIMIT_NPROC is shared by all workers.
+      so it can kill its own worker (the pool then replaces it), RLIMIT_NPROC is shared by all workers, the
+      IPC limits are not set (objects are still removed between sessions) and mounts change by restarting.
 """
 
 from __future__ import annotations
@@ -47,7 +67,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .api import ErrorKind, ExecResult, Limits
-from .errors import SandboxError, SandboxUnavailable, SessionClosed, WorkerLost
+from .errors import SandboxBusy, SandboxError, SandboxUnavailable, SessionClosed, WorkerLost
 
 if TYPE_CHECKING:
     from .pool import Pool, Session
@@ -57,6 +77,7 @@ __all__ = [
     "ExecResult",
     "Limits",
     "Pool",
+    "SandboxBusy",
     "SandboxError",
     "SandboxUnavailable",
     "Session",
@@ -83,7 +104,7 @@ def make_pool(backend: str = "bwrap", *, workers: int | None = None, limits: Lim
               data_root: Path | None = None, mounts: dict[str, Path] | None = None,
               allow_unisolated: bool = False, workspace_mb: int = 512,
               preload: tuple[str, ...] = ("numpy", "pandas", "sqlite3"), start_timeout: float = 120.0,
-              **backend_options) -> Pool:
+              acquire_timeout: float = 600.0, sysv_shm_mb: int = 64, **backend_options) -> Pool:
     """Start a pool of warm sandbox workers.
 
     Args:
@@ -96,6 +117,8 @@ def make_pool(backend: str = "bwrap", *, workers: int | None = None, limits: Lim
         workspace_mb: Size of each worker's workspace + /tmp tmpfs (when the host allows mounting).
         preload: Modules each worker imports once, before forking runners.
         start_timeout: Seconds a worker may take to start.
+        acquire_timeout: Seconds ``pool.session()`` waits for a free worker before raising ``SandboxError``.
+        sysv_shm_mb: System V shared memory a jail may hold in all (its IPC namespace's limit).
         **backend_options: Passed to the docker backend's launcher.
 
     Returns:
@@ -129,10 +152,11 @@ def make_pool(backend: str = "bwrap", *, workers: int | None = None, limits: Lim
             from . import docker_backend
         except ImportError as exc:
             raise SandboxUnavailable(f"the docker backend is not available ({exc}): use backend='bwrap'") from None
-        launcher = docker_backend.make_launcher(**backend_options)
+        launcher = docker_backend.make_launcher(**{"ipc_mb": sysv_shm_mb, **backend_options})
     else:
         if backend_options:
             raise ValueError(f"unexpected option(s) {sorted(backend_options)} for backend 'bwrap'")
         launcher = _jail.BwrapLauncher()
     return Pool(launcher, workers=workers or os.cpu_count() or 2, limits=limits, data_root=data_root,
-                mounts=mounts, workspace_mb=workspace_mb, preload=tuple(preload), start_timeout=start_timeout)
+                mounts=mounts, workspace_mb=workspace_mb, preload=tuple(preload), start_timeout=start_timeout,
+                acquire_timeout=acquire_timeout, sysv_shm_mb=sysv_shm_mb)

@@ -7,6 +7,7 @@ environment. ``BwrapLauncher`` builds the bubblewrap jail; ``LocalLauncher`` run
 from __future__ import annotations
 
 import ctypes
+import json
 import os
 import shutil
 import subprocess
@@ -90,6 +91,18 @@ def jail_env(extra_path: str) -> dict[str, str]:
     }
 
 
+def worker_command(python: str, lib_dir: str) -> list[str]:
+    """The command that starts the worker server: an isolated interpreter that imports only from fixed paths.
+
+    ``-I`` keeps the current directory, the script's directory, ``PYTHON*`` variables and the user site off
+    ``sys.path``, so no file the jailed code writes can be imported by the privileged server, its zygotes or
+    a runner before it drops privileges; the ``sandbox`` package's parent is put on the path explicitly.
+    ``-B``: no bytecode writes (the runtime is read-only anyway).
+    """
+    boot = f"import sys; sys.path.insert(0, {lib_dir!r}); from sandbox.worker import main; main()"
+    return [python, "-I", "-B", "-c", boot]
+
+
 def python_paths() -> list[Path]:
     """Directories the jailed interpreter needs: base prefix, venv, site-packages (deduplicated)."""
     found: list[Path] = []
@@ -109,7 +122,7 @@ class LocalLauncher:
     layers = ["rlimits", "pgroup-kill", "env-scrub"]
 
     def argv(self, slot: Slot, preload: str) -> list[str]:
-        return [sys.executable, "-s", "-m", "sandbox.worker", "--data", str(slot.data),
+        return [*worker_command(sys.executable, str(package_parent())), "--data", str(slot.data),
                 "--workspace", str(slot.workspace), "--preload", preload, "--no-seccomp"]
 
     def env(self, slot: Slot) -> dict[str, str]:
@@ -121,9 +134,12 @@ class LocalLauncher:
 class BwrapLauncher:
     """Runs the worker inside bubblewrap: new pid/net/ipc/uts namespaces, read-only runtime, private dirs.
 
-    As root, bwrap runs without a user namespace and grants the worker server only CAP_SETUID, CAP_SETGID
-    and CAP_KILL; runners drop to the slot's unprivileged uid before any user code runs, so the code is
-    really that uid on the host. Not as root, bwrap uses an unprivileged user namespace instead.
+    As root, bwrap runs without a user namespace and grants the worker server only CAP_KILL, CAP_SETUID,
+    CAP_SETGID and CAP_SETPCAP (every other capability dropped, the bounding set narrowed by the server at
+    start: ``sandbox._caps``); runners drop every capability and then the slot's unprivileged uid at fork,
+    before any user code runs, so the code is really that uid on the host. The seccomp filter is loaded by
+    bwrap before the interpreter starts; the server is the namespace's pid 1 (no bwrap reaper in the jail)
+    and starts in ``/`` with an isolated ``sys.path``. Not as root, bwrap uses an unprivileged user namespace.
     """
 
     backend = "bwrap"
@@ -142,7 +158,8 @@ class BwrapLauncher:
                                          f"private ({', '.join(_PRIVATE_DIRS)}); install Python elsewhere")
         self.python = f"{JAIL_VENV}/bin/{Path(sys.executable).name}" if self.venv else sys.executable
         self.layers = ["bwrap", "uid-drop" if self.as_root else "userns", "pidns", "netns", "ipcns",
-                       "ro-root", "env-scrub", "rlimits", "pidns-kill"]
+                       "ro-root", "env-scrub", "rlimits", "pidns-kill", "isolated-path"]
+        self.seccomp_bpf = _export_seccomp()
 
     def _runtime_binds(self) -> list[str]:
         args = ["--ro-bind", "/usr", "/usr"]
@@ -163,15 +180,17 @@ class BwrapLauncher:
         return args
 
     def argv(self, slot: Slot, preload: str) -> list[str]:
-        args = [self.bwrap, "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-net",
+        args = [self.bwrap, "--die-with-parent", "--new-session", "--unshare-pid", "--as-pid-1", "--unshare-net",
                 "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", "--hostname", "sandbox"]
         if self.as_root:
-            args += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_KILL"]
+            args += ["--cap-drop", "ALL"]
+            for cap in ("CAP_KILL", "CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP"):
+                args += ["--cap-add", cap]
         else:
             args += ["--unshare-user", "--disable-userns"]
         args += self._runtime_binds()
         for name in ("passwd", "group"):
-            args += ["--ro-bind", str(slot.root.parent / f"{slot.index}.{name}"), f"/etc/{name}"]
+            args += ["--ro-bind", str(_etc_file(slot, name)), f"/etc/{name}"]
         args += ["--proc", "/proc", "--dev", "/dev", "--bind", str(slot.shm), "/dev/shm", "--tmpfs", "/run",
                  "--bind", str(slot.workspace), JAIL_WORKSPACE, "--bind", str(slot.tmp), JAIL_TMP,
                  "--perms", "0755", "--tmpfs", JAIL_DATA]
@@ -181,8 +200,10 @@ class BwrapLauncher:
             if os.path.exists(host):  # a mount of an earlier session may be gone by now
                 args += ["--ro-bind", str(host), f"{JAIL_DATA}/{name}"]
         args = self._with_parent_dirs(args)
-        args += ["--remount-ro", JAIL_DATA, "--remount-ro", "/", "--chdir", JAIL_WORKSPACE, "--",
-                 self.python, "-s", "-m", "sandbox.worker", "--pidns", "--preload", preload]
+        args += ["--remount-ro", JAIL_DATA, "--remount-ro", "/", "--chdir", "/", "--",
+                 *worker_command(self.python, JAIL_LIB), "--pidns", "--ipcns", "--preload", preload]
+        if self.seccomp_bpf:  # the pool hands it to bwrap (--seccomp): in force before the interpreter starts
+            args.append("--seccomp-preloaded")
         if self.as_root and slot.uid is not None:
             args += ["--uid", str(slot.uid), "--gid", str(slot.uid)]
         return args
@@ -211,11 +232,33 @@ class BwrapLauncher:
             "group": f"root:x:0:\nsandbox:x:{uid}:\n",
         }
         for name, text in files.items():
-            path = slot.root.parent / f"{slot.index}.{name}"
+            path = _etc_file(slot, name)
             tmp = path.with_suffix(".tmp")
             tmp.write_text(text)
             os.chmod(tmp, 0o644)
             os.replace(tmp, path)
+
+
+def _etc_file(slot: Slot, name: str) -> Path:
+    """The host file bound at ``/etc/<name>`` in the slot's jail: inside the slot's own (tmpfs) directory, so
+    the jail's mountinfo shows a path relative to that tmpfs, not the pool's host directory."""
+    return slot.root / f"etc-{name}"
+
+
+def _export_seccomp() -> bytes | None:
+    """The worker's seccomp filter as BPF for ``bwrap --seccomp`` (None without pyseccomp: the worker then
+    reports the layer as off)."""
+    import tempfile
+
+    from .worker import seccomp_filter
+
+    try:
+        with tempfile.TemporaryFile() as fh:
+            seccomp_filter().export_bpf(fh)
+            fh.seek(0)
+            return fh.read()
+    except Exception:  # noqa: BLE001 - reported by the worker as 'seccomp off'
+        return None
 
 
 def mount_tmpfs(path: Path, size_mb: int) -> bool:
@@ -233,13 +276,15 @@ def umount(path: Path) -> None:
     libc.umount2(str(path).encode(), 2)  # MNT_DETACH
 
 
-# Runs in a short-lived helper process (setns needs a single-threaded caller): clone each host path as a
-# detached read-only tree, enter the jail's mount namespace, create the mount point under the read-only
-# /data (made writable only for that moment; it is root-owned 0755, so the jail cannot write to it anyway)
-# and attach the tree there. argv: jail_pid, then name, host path pairs. Linux >= 5.12 (mount_setattr); the
-# numbers of these newer syscalls are the same on every architecture but alpha. Any failure: the caller restarts.
-_ADD_MOUNTS = r"""
-import ctypes, os, sys
+# Runs in a short-lived helper process (setns needs a single-threaded caller). argv: jail_pid, then a JSON
+# object {"detach": [names], "attach": [[name, host path], ...]}. Clones each host path as a detached read-only
+# tree (in the host's namespace), enters the jail's mount namespace, makes the read-only /data writable for that
+# moment (it is root-owned 0755, so the jail cannot write to it anyway), detaches the named mounts and removes
+# their mount points, attaches the new trees, and makes /data read-only again. Linux >= 5.12 (mount_setattr);
+# the numbers of these newer syscalls are the same on every architecture but alpha. Any failure: the caller
+# restarts the worker with the wanted mounts.
+_SYNC_MOUNTS = r"""
+import ctypes, json, os, sys
 libc = ctypes.CDLL(None, use_errno=True)
 OPEN_TREE, MOVE_MOUNT, MOUNT_SETATTR = 428, 429, 442
 AT_FDCWD, AT_EMPTY_PATH, AT_RECURSIVE = -100, 0x1000, 0x8000
@@ -260,9 +305,9 @@ def setattr_(dirfd, path, flags, attr):
     sys_(MOUNT_SETATTR, ctypes.c_int(dirfd), ctypes.c_char_p(path), ctypes.c_uint(flags),
          ctypes.byref(attr), ctypes.c_size_t(ctypes.sizeof(attr)))
 
-pid, pairs = sys.argv[1], list(zip(sys.argv[2::2], sys.argv[3::2]))
+pid, plan = sys.argv[1], json.loads(sys.argv[2])
 trees = []
-for name, host in pairs:
+for name, host in plan["attach"]:
     fd = sys_(OPEN_TREE, ctypes.c_int(AT_FDCWD), ctypes.c_char_p(host.encode()),
               ctypes.c_uint(1 | os.O_CLOEXEC | AT_RECURSIVE))
     setattr_(fd, b"", AT_EMPTY_PATH | AT_RECURSIVE, Attr(RDONLY | NOSUID | NODEV, 0, PRIVATE, 0))
@@ -273,6 +318,11 @@ if libc.setns(ns, 0x00020000) != 0:
 os.chdir("/")
 setattr_(AT_FDCWD, b"/data", 0, Attr(0, RDONLY, 0, 0))
 try:
+    for name in plan["detach"]:
+        target = f"/data/{name}"
+        if libc.umount2(target.encode(), 2) != 0:  # MNT_DETACH
+            raise OSError(ctypes.get_errno(), f"umount {target}")
+        os.rmdir(target) if os.path.isdir(target) and not os.path.islink(target) else os.unlink(target)
     for name, fd, is_dir in trees:
         target = f"/data/{name}"
         if is_dir:
@@ -285,35 +335,87 @@ finally:
     setattr_(AT_FDCWD, b"/data", 0, Attr(RDONLY, 0, 0, 0))
 """
 
+# Runs in a short-lived helper process: enter the jail's IPC namespace and write its System V / POSIX message
+# queue limits (these sysctls are per IPC namespace). argv: jail_pid, then "key=value" pairs under /proc/sys.
+_SET_IPC_LIMITS = r"""
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+ns = os.open(f"/proc/{sys.argv[1]}/ns/ipc", os.O_RDONLY | os.O_CLOEXEC)
+if libc.setns(ns, 0x08000000) != 0:
+    raise OSError(ctypes.get_errno(), "setns")
+for pair in sys.argv[2:]:
+    key, _, value = pair.partition("=")
+    with open(f"/proc/sys/{key}", "w") as fh:
+        fh.write(value)
+"""
 
-def add_bwrap_mounts(bwrap_pid: int, mounts: dict[str, Path], timeout: float = 10.0) -> str | None:
-    """Attach ``mounts`` read-only at ``/data/<name>`` in a running bwrap jail (root only), no restart.
+
+def ipc_limits(shm_mb: int) -> dict[str, str]:
+    """Per-IPC-namespace limits of a jail: at most ``shm_mb`` MiB of System V shared memory in all, a few small
+    message queues and semaphore sets, and no POSIX message queues. None of this memory counts against a
+    process's RLIMIT_AS, and all of it outlives its creator, so it is capped here and removed between sessions."""
+    shm_bytes = int(shm_mb) << 20
+    return {"kernel/shmmax": str(shm_bytes), "kernel/shmall": str(max(1, shm_bytes // 4096)),
+            "kernel/shmmni": "32", "kernel/msgmni": "16", "kernel/msgmnb": "65536", "kernel/msgmax": "8192",
+            "kernel/sem": "32 256 32 16", "fs/mqueue/queues_max": "0",
+            "kernel/shm_rmid_forced": "1"}  # a segment goes with its last user, even without IPC_RMID
+
+
+def _jail_pid(bwrap_pid: int) -> tuple[str | None, str | None]:
+    """The host pid of the process bwrap started (the jail's pid 1), or ``(None, why)``."""
+    try:
+        with open(f"/proc/{bwrap_pid}/task/{bwrap_pid}/children") as fh:
+            children = fh.read().split()
+    except OSError as exc:
+        return None, f"jail of bwrap pid {bwrap_pid} not found: {exc}"
+    if len(children) != 1:
+        return None, f"bwrap pid {bwrap_pid} has {len(children)} children, expected one"
+    return children[0], None
+
+
+def _run_helper(script: str, argv: list[str], timeout: float) -> str | None:
+    try:
+        proc = subprocess.run([sys.executable, "-I", "-S", "-c", script, *argv], capture_output=True, text=True,
+                              timeout=timeout, env={}, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"helper failed: {exc}"
+    if proc.returncode != 0:
+        lines = proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}"]
+        return f"helper failed: {lines[-1]}"
+    return None
+
+
+def set_bwrap_ipc_limits(bwrap_pid: int, limits: dict[str, str], timeout: float = 10.0) -> str | None:
+    """Write ``limits`` (:func:`ipc_limits`) into a running jail's IPC namespace (root only).
+
+    Returns:
+        None on success, else one line saying why.
+    """
+    if os.geteuid() != 0:
+        return "setting a jail's IPC limits needs root"
+    pid, why = _jail_pid(bwrap_pid)
+    if pid is None:
+        return why
+    return _run_helper(_SET_IPC_LIMITS, [pid, *(f"{k}={v}" for k, v in limits.items())], timeout)
+
+
+def sync_bwrap_mounts(bwrap_pid: int, detach: list[str], attach: dict[str, Path],
+                      timeout: float = 10.0) -> str | None:
+    """Make a running bwrap jail's ``/data`` match a session: detach ``detach``, attach ``attach`` read-only.
 
     Args:
-        bwrap_pid: Host pid of the jail's outer bwrap process (its child is the jail's init).
-        mounts: ``{name: host_path}`` with names not yet mounted in that jail.
+        bwrap_pid: Host pid of the jail's outer bwrap process.
+        detach: Names now under ``/data`` that the session must not see.
+        attach: ``{name: host_path}`` with names not mounted in that jail.
         timeout: Seconds the helper may take.
 
     Returns:
         None on success, else one line saying why (the caller then restarts the worker with the mounts).
     """
     if os.geteuid() != 0:
-        return "attaching mounts to a running jail needs root"
-    try:
-        with open(f"/proc/{bwrap_pid}/task/{bwrap_pid}/children") as fh:
-            children = fh.read().split()
-    except OSError as exc:
-        return f"jail of bwrap pid {bwrap_pid} not found: {exc}"
-    if len(children) != 1:
-        return f"bwrap pid {bwrap_pid} has {len(children)} children, expected the jail's init"
-    argv = [sys.executable, "-S", "-c", _ADD_MOUNTS, children[0]]
-    for name, host in mounts.items():
-        argv += [name, str(host)]
-    try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env={}, check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"mount helper failed: {exc}"
-    if proc.returncode != 0:
-        lines = proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}"]
-        return f"mount helper failed: {lines[-1]}"
-    return None
+        return "changing the mounts of a running jail needs root"
+    pid, why = _jail_pid(bwrap_pid)
+    if pid is None:
+        return why
+    plan = {"detach": list(detach), "attach": [[name, str(host)] for name, host in attach.items()]}
+    return _run_helper(_SYNC_MOUNTS, [pid, json.dumps(plan)], timeout)

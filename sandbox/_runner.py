@@ -127,6 +127,7 @@ class Runner:
                     stream.flush()
                 except Exception:
                     pass
+            reply["seq"] = req.get("seq")  # lets the server tell this reply from a stale or forged one
             write_frame(RESP_FD, reply)
             if req.get("once"):
                 os._exit(0)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["SandboxError", "SandboxUnavailable", "SessionClosed", "WorkerLost"]
+__all__ = ["SandboxBusy", "SandboxError", "SandboxUnavailable", "SessionClosed", "WorkerLost"]
 
 
 class SandboxError(RuntimeError):
@@ -19,3 +19,7 @@ class SessionClosed(SandboxError):
 
 class WorkerLost(SandboxError):
     """A worker process died or stopped answering; the pool replaces it."""
+
+
+class SandboxBusy(SandboxError):
+    """No worker became free within the pool's ``acquire_timeout``: retry later (a server answers 503)."""

@@ -32,10 +32,11 @@ from concurrent.futures import Future
 from pathlib import Path
 
 from . import worker as _proto
-from ._jail import JAIL_BRIDGE_DIR, Slot, add_bwrap_mounts, mount_tmpfs, umount
+from ._caps import mask
+from ._jail import JAIL_BRIDGE_DIR, Slot, ipc_limits, mount_tmpfs, set_bwrap_ipc_limits, sync_bwrap_mounts, umount
 from .api import ErrorKind, ExecResult, Limits
 from .bridge import SessionBridges, check_bridges
-from .errors import SandboxError, SandboxUnavailable, SessionClosed, WorkerLost
+from .errors import SandboxBusy, SandboxError, SandboxUnavailable, SessionClosed, WorkerLost
 
 log = logging.getLogger("sandbox")
 _UIDS = itertools.count(60000 + (os.getpid() % 300) * 16)
@@ -128,6 +129,7 @@ class _Worker:
         self.ready = ready
         self.lock = threading.Lock()
         self.dead = False
+        self.roles: dict[int, str] | None = None  # jail pid -> role, as last reported (Pool.process_roles)
         os.set_blocking(proc.stdin.fileno(), False)  # requests are written with a deadline (_send)
 
     def alive(self) -> bool:
@@ -196,6 +198,70 @@ def _process_identity(pid: int) -> str | None:
     return f"{pid}:{start}"
 
 
+_STAGE_COPY_MB = 256
+
+
+def _link_tree(source: Path, target: Path) -> None:
+    """Recreate ``source`` (a file or a directory tree) at ``target`` with hard links; copy when the two are on
+    different filesystems (up to ``_STAGE_COPY_MB`` in all). Symbolic links are recreated as they are.
+
+    Raises:
+        OSError: Neither a link nor a copy was possible (or the copy would be too large).
+    """
+    files = [(source, target)] if not source.is_dir() else []
+    if source.is_dir():
+        target.mkdir(mode=0o755)
+        for root, dirs, names in os.walk(source):
+            rel = Path(root).relative_to(source)
+            for d in dirs:
+                if os.path.islink(os.path.join(root, d)):
+                    os.symlink(os.readlink(os.path.join(root, d)), target / rel / d)
+                else:
+                    (target / rel / d).mkdir(mode=0o755)
+            files += [(Path(root) / n, target / rel / n) for n in names]
+    copied = 0
+    for src, dst in files:
+        if src.is_symlink():
+            os.symlink(os.readlink(src), dst)
+            continue
+        try:
+            os.link(src, dst)
+        except OSError:
+            copied += src.stat().st_size
+            if copied > _STAGE_COPY_MB << 20:
+                raise OSError(f"{source} is on another filesystem and larger than {_STAGE_COPY_MB} MiB") from None
+            shutil.copy2(src, dst)
+
+
+def _namespace_pids(root: int) -> dict[int, int]:
+    """Host pid -> innermost-namespace pid of ``root`` and all its descendants (the same pid without a pid
+    namespace)."""
+    found: dict[int, int] = {}
+    todo = [root]
+    while todo:
+        pid = todo.pop()
+        try:
+            with open(f"/proc/{pid}/status") as fh:
+                nspid = next((line.split()[1:] for line in fh if line.startswith("NSpid:")), [str(pid)])
+            found[pid] = int(nspid[-1])
+            for task in os.listdir(f"/proc/{pid}/task"):
+                with open(f"/proc/{pid}/task/{task}/children") as fh:
+                    todo += [int(c) for c in fh.read().split()]
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+def _pipe_with(data: bytes) -> int:
+    """A pipe already holding ``data`` (< 64 KiB) and closed for writing; returns its read end."""
+    read_end, write_end = os.pipe()
+    try:
+        os.write(write_end, data)
+    finally:
+        os.close(write_end)
+    return read_end
+
+
 def _remove_stale_pools(parent: Path) -> None:
     """Unmount and delete pool directories whose owning process died without closing them (SIGKILL)."""
     for base in parent.glob("sandbox-pool-*"):
@@ -241,22 +307,25 @@ class Pool:
     def __init__(self, launcher, *, workers: int, limits: Limits, data_root: Path | None = None,
                  mounts: dict[str, Path] | None = None, workspace_mb: int = 512,
                  preload: tuple[str, ...] = ("numpy", "pandas", "sqlite3"), start_timeout: float = 120.0,
-                 acquire_timeout: float = 600.0) -> None:
+                 acquire_timeout: float = 600.0, sysv_shm_mb: int = 64) -> None:
         if workers < 1:
             raise ValueError(f"workers={workers} is invalid: use at least 1")
         self.launcher = launcher
         self.backend = launcher.backend
         self.limits = limits
-        self.data_root = Path(data_root).resolve() if data_root else None
-        self.mounts = self._check_mounts(mounts or {})
         self.preload = ",".join(preload)
         self.start_timeout = start_timeout
         self.acquire_timeout = acquire_timeout
         self.workspace_quota_mb = workspace_mb
+        self.sysv_shm_mb = sysv_shm_mb
         self._closed = False
         _remove_stale_pools(Path(tempfile.gettempdir()))
         self._base = Path(tempfile.mkdtemp(prefix="sandbox-pool-"))
         (self._base / "owner").write_text(_process_identity(os.getpid()) or "")
+        self._staged: dict[tuple, Path] = {}
+        self._stage_lock = threading.Lock()
+        self.data_root = Path(data_root).resolve() if data_root else None
+        self.mounts = self._check_mounts(mounts or {})
         self._workers: list[_Worker] = []
         self._mounted: list[Path] = []
         self._idle: queue.Queue[_Worker] = queue.Queue()
@@ -280,6 +349,11 @@ class Pool:
             self.layers.append("no-new-privs")
         if len(self._mounted) == workers:
             self.layers.append("ws-quota")
+        caps = ready.get("caps") or {}
+        if ready.get("caps_bounded") and caps.get("CapEff") == mask(_proto.SERVER_EFFECTIVE):
+            self.layers.append("caps")  # the server holds only CAP_KILL effective, the runners nothing
+        if ready.get("ipc_limits"):
+            self.layers.append("ipc-limits")
         self.jail_uids = [s.uid for s in slots if s.uid is not None]
         log.info("sandbox pool ready: backend=%s workers=%d layers=%s seccomp=%s",
                  self.backend, workers, ",".join(self.layers), ready.get("seccomp"))
@@ -293,16 +367,46 @@ class Pool:
             resolved = Path(path).resolve()
             if not resolved.exists():
                 raise ValueError(f"mount {name!r}: host path {str(path)!r} does not exist")
-            checked[str(name)] = resolved
+            checked[str(name)] = self._stage(resolved)
         return checked
 
     def _wanted_mounts(self, extra: dict[str, Path]) -> dict[str, Path]:
         wanted: dict[str, Path] = {}
         if self.data_root and self.data_root.is_dir():
-            wanted.update({p.name: p.resolve() for p in self.data_root.iterdir() if _MOUNT_NAME.match(p.name)})
+            wanted.update({p.name: self._stage(p.resolve()) for p in self.data_root.iterdir()
+                           if _MOUNT_NAME.match(p.name)})
         wanted.update(self.mounts)
         wanted.update(extra)
         return wanted
+
+    def _stage(self, source: Path) -> Path:
+        """The path a jail binds for host ``source``: a hard-linked copy under the pool's own directory.
+
+        A bind mount shows its source's path within its filesystem in the jail's ``/proc/self/mountinfo``;
+        binding a staged copy shows the pool's directory instead of the tasks root or the user's data
+        layout. Hard links cost no space and share the bytes; where the source is on another filesystem a file
+        tree up to ``_STAGE_COPY_MB`` is copied, and a larger one is bound as it is (its path then shows: logged).
+        The local backend (no jail) binds nothing and uses the source itself.
+        """
+        if self.backend == "local":
+            return source
+        st = source.stat()
+        key = (str(source), st.st_ino, st.st_mtime_ns, st.st_size)
+        with self._stage_lock:
+            staged = self._staged.get(key)
+            if staged is None:
+                target = self._base / "stage" / f"{len(self._staged)}-{source.name}"
+                target.parent.mkdir(mode=0o700, exist_ok=True)
+                try:
+                    _link_tree(source, target)
+                    staged = target
+                except OSError as exc:
+                    shutil.rmtree(target, ignore_errors=True) if target.is_dir() else target.unlink(missing_ok=True)
+                    log.warning("sandbox mount %s is bound from its own path (%s): the jail's mountinfo shows it",
+                                source, exc)
+                    staged = source
+                self._staged[key] = staged
+        return staged
 
     def _prepare_slot(self, slot: Slot) -> Slot:
         slot.root.mkdir(mode=0o755)
@@ -362,12 +466,17 @@ class Pool:
         log_path = self._base / f"w{slot.index}.log"
         argv, pass_fds = self.launcher.argv(slot, self.preload), ()
         if getattr(self.launcher, "args_via_fd", False):
-            # bwrap reads its options from a pipe, so the jail's /proc/1/cmdline shows no host paths
+            # bwrap reads its options from a pipe, so the jail's /proc/1/cmdline shows no host paths; the seccomp
+            # filter (BPF) comes through another pipe and is in force before the jailed interpreter starts.
             cut = argv.index("--")
-            read_end, write_end = os.pipe()
-            os.write(write_end, b"".join(a.encode() + b"\0" for a in argv[1:cut]))
-            os.close(write_end)
-            argv, pass_fds = [argv[0], "--args", str(read_end), *argv[cut:]], (read_end,)
+            options = argv[1:cut]
+            fds = []
+            bpf = getattr(self.launcher, "seccomp_bpf", None)
+            if bpf:
+                fds.append(_pipe_with(bpf))
+                options = [*options, "--seccomp", str(fds[-1])]
+            fds.append(_pipe_with(b"".join(a.encode() + b"\0" for a in options)))
+            argv, pass_fds = [argv[0], "--args", str(fds[-1]), *argv[cut:]], tuple(fds)
         try:
             with open(log_path, "ab") as log_fh:
                 proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log_fh,
@@ -390,14 +499,30 @@ class Pool:
             raise SandboxUnavailable(f"{self.backend} worker failed to start ({tail[0].strip()}; log "
                                      f"{log_path}){fix}")
         worker = _Worker(slot, proc, log_path, ready)
+        if self.backend == "bwrap" and slot.uid is not None:
+            # Before any session: cap System V shared memory, message queues and semaphores in the jail's IPC
+            # namespace (they are outside every per-process limit). No jail runs without these limits.
+            why = set_bwrap_ipc_limits(proc.pid, ipc_limits(self.sysv_shm_mb))
+            if why is not None:
+                worker.kill()
+                raise SandboxUnavailable(f"could not limit the IPC namespace of bwrap worker {slot.index}: {why}")
+            ready["ipc_limits"] = True
         self._workers.append(worker)
         return worker
 
     def _replace(self, worker: _Worker) -> _Worker:
-        """Kill ``worker`` and start a fresh one in the same slot (same directories and uid)."""
+        """Kill ``worker``, wipe its slot and start a fresh one in the same slot (same directories and uid).
+
+        A worker is replaced because it died, wedged or replied nonsense: whatever its session wrote may be
+        crafted for the next process that starts there, so the slot is never reused dirty.
+        """
         worker.kill()
         if worker in self._workers:
             self._workers.remove(worker)
+        if self._closed:
+            raise SessionClosed("the pool is closed: create a new one with make_pool()")
+        for path in (worker.slot.workspace, worker.slot.tmp, worker.slot.shm):
+            _wipe(path, worker.slot.uid)
         log.warning("sandbox worker %d replaced (log: %s)", worker.slot.index, worker.log_path)
         return self._submit_spawn(worker.slot).result()
 
@@ -418,7 +543,7 @@ class Pool:
 
         Raises:
             SessionClosed: The pool is closed.
-            SandboxError: No worker became free within ``acquire_timeout`` seconds.
+            SandboxBusy: No worker became free within ``acquire_timeout`` seconds.
 
         Example:
             >>> with pool.session(mounts={"mimic_iii": Path("/data/mimic_iii")}) as s:
@@ -463,15 +588,17 @@ class Pool:
             raise ValueError(f"bridges are supported by the bwrap and local backends, not {self.backend!r}")
         return check_bridges(bridges)
 
-    def _busy(self) -> SandboxError:
-        return SandboxError(f"no free sandbox worker after {self.acquire_timeout:.0f}s: close finished "
+    def _busy(self) -> SandboxBusy:
+        return SandboxBusy(f"no free sandbox worker after {self.acquire_timeout:.0f}s: close finished "
                             f"sessions or pass a larger workers= to make_pool")
 
     def _open_session(self, worker: _Worker, wanted: dict[str, Path], persistent: bool,
                       limits: Limits | None, bridges: dict[int, Path] | None = None) -> Session:
         try:
-            missing = {k: v for k, v in wanted.items() if not same_source(worker.slot.mounts.get(k), v)}
-            if not worker.alive() or (missing and not self._attach_mounts(worker, missing)):
+            current = worker.slot.mounts
+            missing = {k: v for k, v in wanted.items() if not same_source(current.get(k), v)}
+            extra = [k for k in current if k not in wanted]
+            if not worker.alive() or ((missing or extra) and not self._sync_mounts(worker, extra, missing)):
                 worker.slot.mounts = wanted  # bind mounts are fixed at jail creation: restart with these
                 worker = self._replace(worker)
             return Session(self, worker, persistent, limits or self.limits, bridges or {})
@@ -480,20 +607,21 @@ class Pool:
             self._release(worker, broken=True)
             raise
 
-    def _attach_mounts(self, worker: _Worker, missing: dict[str, Path]) -> bool:
-        """Add the mounts a session wants and the worker lacks to its running jail (root + bwrap), sparing a restart.
+    def _sync_mounts(self, worker: _Worker, extra: list[str], missing: dict[str, Path]) -> bool:
+        """Make the running jail's ``/data`` show exactly the session's mounts (root + bwrap), sparing a restart.
 
-        Only new names are attached (a name bound to another host path needs a restart); the jail keeps its
-        earlier mounts, as a worker started with more mounts than a session asks for always did.
+        A session sees only what it asked for (plus the pool's own mounts): mounts of earlier sessions are
+        detached, since a family may mount per-instance data that other instances must not read.
         """
-        if (self.backend != "bwrap" or worker.slot.uid is None or any(k in worker.slot.mounts for k in missing)
-                or not all(os.path.exists(v) for v in missing.values())):
+        if self.backend != "bwrap" or worker.slot.uid is None or not all(os.path.exists(v) for v in missing.values()):
             return False
-        why = add_bwrap_mounts(worker.proc.pid, missing)
+        detach = [*extra, *(k for k in missing if k in worker.slot.mounts)]
+        why = sync_bwrap_mounts(worker.proc.pid, detach, missing)
         if why is not None:
             log.info("sandbox worker %d restarts for new mounts: %s", worker.slot.index, why)
             return False
-        worker.slot.mounts = {**worker.slot.mounts, **missing}
+        kept = {k: v for k, v in worker.slot.mounts.items() if k not in detach}
+        worker.slot.mounts = {**kept, **missing}
         return True
 
     def _release(self, worker: _Worker, broken: bool = False) -> None:
@@ -508,13 +636,36 @@ class Pool:
                 _wipe(path, worker.slot.uid)
         except (SandboxError, OSError):
             try:
-                for path in (worker.slot.workspace, worker.slot.tmp, worker.slot.shm):
-                    _wipe(path, worker.slot.uid)
                 worker = self._replace(worker)
             except SandboxError as exc:
                 log.error("sandbox worker %d could not be replaced: %s", worker.slot.index, exc)
                 return
         self._idle.put(worker)
+
+    def process_roles(self, timeout: float = 5.0) -> dict[int, str]:
+        """Host pid -> role of every worker's own processes (``server``, ``zygote-<kind>``, ``spare-<kind>``,
+        ``runner``), for audits and leak checks: anything else running under a jail uid is a call's leftover.
+
+        A worker busy with a call is not interrupted: the roles it reported last are used (they do not change
+        during a call). A worker that does not answer is skipped.
+        """
+        roles: dict[int, str] = {}
+        for worker in list(self._workers):
+            if worker.lock.locked() and worker.roles is not None:
+                jail = worker.roles
+            else:
+                try:
+                    reply = worker.request({"op": "ping", "detail": True}, timeout=timeout)
+                except SandboxError:
+                    continue
+                jail = worker.roles = {int(k): v for k, v in (reply.get("roles") or {}).items()}
+            # A container's processes descend from the engine's shim, not from the docker CLI the pool started:
+            # its launcher names the container's first process.
+            root = self.launcher.jail_root(worker.slot) if hasattr(self.launcher, "jail_root") else None
+            for host_pid, jail_pid in _namespace_pids(root or worker.proc.pid).items():
+                if jail_pid in jail:
+                    roles[host_pid] = jail[jail_pid]
+        return roles
 
     def close(self) -> None:
         """Stop every worker and remove the pool's directories. Safe to call twice."""
@@ -595,15 +746,18 @@ class Session:
             start = time.monotonic()
             try:
                 reply = self._worker.request(msg, timeout=limits.wall_s + _GRACE_S)
-            except WorkerLost as exc:
+                return ExecResult.from_dict(reply["result"])
+            except (WorkerLost, KeyError, TypeError, ValueError) as exc:
+                # Dead, wedged, or a reply that does not parse: never reuse that worker or its files.
+                why = exc if isinstance(exc, WorkerLost) else f"worker {self._worker.slot.index} replied " \
+                    f"nonsense ({type(exc).__name__})"
                 self._worker = self._pool._replace(self._worker)
                 self._open()
-                res = ExecResult.sandbox_error(lang, source, f"{exc}; the session continues on a fresh worker "
+                res = ExecResult.sandbox_error(lang, source, f"{why}; the session continues on a fresh worker "
                                                "(variables from earlier calls are gone)",
                                                time.monotonic() - start)
                 res.error_kind = ErrorKind.KILLED
                 return res
-            return ExecResult.from_dict(reply["result"])
 
     def run_python(self, code: str, limits: Limits | None = None) -> ExecResult:
         """Run Python ``code`` (in the session's namespace when persistent).

@@ -6,7 +6,7 @@ what crosses the wire. `env_client.server_app` is the glue that serves MedAgentG
 Endpoints (JSON; sessions are keyed by ``episode_id``):
 
 - ``GET /health``  -> ``{"status": "healthy", "sessions": n, "capacity": c}``
-- ``GET /schema``  -> JSON schemas of the reset request, the action and the observation
+- ``GET /schema``  -> JSON schemas of the reset request, the action, the observation and the state
 - ``POST /reset``  ``{"episode_id"?: str, ...reset fields}`` -> ``{"episode_id", "observation", "info"}``;
   without an ``episode_id`` a new session (and env) is created, 503 when ``capacity`` sessions are open
 - ``POST /step``   ``{"episode_id": str, "action": {...}}`` ->
@@ -16,8 +16,15 @@ Endpoints (JSON; sessions are keyed by ``episode_id``):
 
 Malformed bodies get FastAPI's 422 with field-level errors; an unknown or expired ``episode_id`` gets 404.
 An exception raised by the env is returned as ``{"detail": {"error": <class name>, "message": str}}`` with
-status 409 when its class is in ``client_errors`` (the caller misused the episode) and 500 otherwise.
+status 409 when its class is in ``client_errors`` (the caller misused the episode), 503 (with ``Retry-After``)
+when it is in ``busy_errors`` (e.g. no sandbox worker became free in time) and 500 otherwise; with
+``internal_error_detail=False`` a 500 names only the class (the message goes to the server log).
 A background reaper closes sessions idle for longer than ``idle_timeout_s``; shutdown closes them all.
+
+Abuse limits (see ``sandbox/_server_guard.py``): with ``tokens`` every endpoint but ``/health`` needs
+``Authorization: Bearer <token>`` (401 otherwise; tokens compared in constant time); request bodies over
+``max_body_bytes`` get 413 before they are buffered; a client (its token, else its peer address) may hold at
+most ``max_sessions_per_client`` sessions (429 beyond) and sees only its own sessions (404 for the others').
 
 The served object (``env_factory()``) needs ``reset(request) -> (observation, info)``, ``step(action) ->
 (observation, reward, terminated, truncated, info)`` (tuple or attributes), ``state() -> dict``, ``close()``.
@@ -29,6 +36,7 @@ Example:
 """
 
 # No `from __future__ import annotations`: FastAPI must see the request models built inside create_app.
+import inspect
 import logging
 import threading
 import time
@@ -37,35 +45,43 @@ from collections.abc import Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
-from fastapi import FastAPI, HTTPException, Query
+from fastapi import FastAPI, HTTPException, Query, Request
 from pydantic import BaseModel, ConfigDict, Field, create_model
+
+from sandbox._server_guard import Guard, check_tokens, client_id
 
 __all__ = ["create_app"]
 log = logging.getLogger("sandbox.server")
 
 
 class _Session:
-    def __init__(self, env: Any) -> None:
-        self.env, self.lock, self.last_used = env, threading.Lock(), time.monotonic()
+    def __init__(self, env: Any, owner: str) -> None:
+        self.env, self.owner, self.lock, self.last_used = env, owner, threading.Lock(), time.monotonic()
 
 
 class _Sessions:
-    """Thread-safe session table with a capacity and idle-timeout reaping."""
+    """Thread-safe session table with a capacity, a per-client cap and idle-timeout reaping."""
 
-    def __init__(self, factory: Callable[[], Any], capacity: int, idle_timeout_s: float) -> None:
+    def __init__(self, factory: Callable[[], Any], capacity: int, idle_timeout_s: float,
+                 per_client: int | None = None) -> None:
         self.factory, self.capacity, self.idle_timeout_s = factory, capacity, idle_timeout_s
+        self.per_client = per_client or capacity
         self._table: dict[str, _Session] = {}
         self._lock = threading.Lock()  # guards the table; each session has its own lock for env calls
 
     def __len__(self) -> int:
         return len(self._table)
 
-    def open(self) -> tuple[str, _Session]:
+    def open(self, owner: str = "") -> tuple[str, _Session]:
         with self._lock:
             if len(self._table) >= self.capacity:
                 raise HTTPException(503, f"server at capacity ({self.capacity} open sessions); close finished "
-                                         "episodes with /close or retry later")
-            episode_id, session = uuid.uuid4().hex, _Session(None)
+                                         "episodes with /close or retry later", headers={"Retry-After": "5"})
+            if sum(s.owner == owner for s in self._table.values()) >= self.per_client:
+                raise HTTPException(429, f"this client already holds {self.per_client} open sessions (the "
+                                         "per-client cap); close finished episodes with /close first",
+                                    headers={"Retry-After": "5"})
+            episode_id, session = uuid.uuid4().hex, _Session(None, owner)
             self._table[episode_id] = session  # reserve the slot before the (slow) factory runs
         try:
             session.env = self.factory()
@@ -75,18 +91,19 @@ class _Sessions:
             raise
         return episode_id, session
 
-    def get(self, episode_id: str) -> _Session:
+    def get(self, episode_id: str, owner: str = "") -> _Session:
         session = self._table.get(episode_id)
-        if session is None or session.env is None:
-            raise HTTPException(404, f"unknown or expired episode_id {episode_id!r}; call /reset to start one")
+        if session is None or session.env is None or session.owner != owner:  # another client's: as if unknown
+            raise HTTPException(404, f"unknown or expired episode_id {episode_id!r:.80}; call /reset to start one")
         session.last_used = time.monotonic()
         return session
 
-    def pop(self, episode_id: str) -> _Session:
+    def pop(self, episode_id: str, owner: str = "") -> _Session:
         with self._lock:
-            session = self._table.pop(episode_id, None)
-        if session is None or session.env is None:
-            raise HTTPException(404, f"unknown or expired episode_id {episode_id!r}; nothing to close")
+            session = self._table.get(episode_id)
+            if session is None or session.env is None or session.owner != owner:
+                raise HTTPException(404, f"unknown or expired episode_id {episode_id!r:.80}; nothing to close")
+            del self._table[episode_id]
         return session
 
     def reap(self, now: float | None = None) -> list[str]:
@@ -116,18 +133,36 @@ def _close_quietly(session: _Session) -> None:
                 log.warning("closing a session's env failed: %s: %s", type(exc).__name__, exc)
 
 
-def _call(session: _Session, client_errors: tuple[type[BaseException], ...], fn: Callable[[], Any]) -> Any:
-    with session.lock:
-        try:
-            return fn()
-        except HTTPException:
-            raise
-        except client_errors as exc:
-            raise HTTPException(409, {"error": type(exc).__name__, "message": str(exc)}) from exc
-        except Exception as exc:
-            raise HTTPException(500, {"error": type(exc).__name__, "message": str(exc)}) from exc
-        finally:
-            session.last_used = time.monotonic()
+class _Errors:
+    """How env exceptions become HTTP answers (see the module docstring)."""
+
+    def __init__(self, client: tuple[type[BaseException], ...], busy: tuple[type[BaseException], ...],
+                 detail: bool) -> None:
+        self.client, self.busy, self.detail = client, busy, detail
+
+    def call(self, session: _Session, fn: Callable[[], Any]) -> Any:
+        with session.lock:
+            try:
+                return fn()
+            except HTTPException:
+                raise
+            except self.busy as exc:
+                raise HTTPException(503, {"error": type(exc).__name__, "message": str(exc)},
+                                    headers={"Retry-After": "5"}) from exc
+            except self.client as exc:
+                raise HTTPException(409, {"error": type(exc).__name__, "message": str(exc)}) from exc
+            except Exception as exc:
+                if self.detail:
+                    raise HTTPException(500, {"error": type(exc).__name__, "message": str(exc)}) from exc
+                log.exception("env call failed")  # the message may quote task data: keep it in the server log
+                raise HTTPException(500, {"error": type(exc).__name__, "message": "internal error (details in "
+                                          "the server log)"}) from exc
+            finally:
+                session.last_used = time.monotonic()
+
+
+async def _maybe_await(value: Any) -> Any:
+    return await value if inspect.isawaitable(value) else value
 
 
 def _dump(value: Any) -> Any:
@@ -141,7 +176,10 @@ class _Empty(BaseModel):
 def create_app(env_factory: Callable[[], Any], action_model: type[BaseModel], observation_model: type[BaseModel],
                *, reset_model: type[BaseModel] | None = None, capacity: int = 64, idle_timeout_s: float = 600.0,
                reap_interval_s: float | None = None, client_errors: tuple[type[BaseException], ...] = (),
-               title: str = "environment server", on_shutdown: Callable[[], None] | None = None) -> FastAPI:
+               busy_errors: tuple[type[BaseException], ...] = (), internal_error_detail: bool = True,
+               tokens: tuple[str, ...] | list[str] = (), max_body_bytes: int = 1 << 20,
+               max_sessions_per_client: int | None = None, title: str = "environment server",
+               on_shutdown: Callable[[], None] | None = None) -> FastAPI:
     """Build the FastAPI app serving environments made by ``env_factory``.
 
     Args:
@@ -154,19 +192,27 @@ def create_app(env_factory: Callable[[], Any], action_model: type[BaseModel], ob
         idle_timeout_s: A session unused for this many seconds is closed by the reaper.
         reap_interval_s: How often the reaper runs; defaults to ``min(idle_timeout_s / 4, 30)``.
         client_errors: Exception classes raised by the env that mean misuse (answered 409, not 500).
+        busy_errors: Exception classes that mean "try again later" (answered 503 with ``Retry-After``).
+        internal_error_detail: Put the message of other exceptions in the 500 body (off: class name only).
+        tokens: Accepted bearer tokens; empty = no authentication. Each token is one client for the caps.
+        max_body_bytes: Largest request body (413 beyond, refused before it is buffered).
+        max_sessions_per_client: Open sessions one client may hold (429 beyond); ``None`` = ``capacity``.
         title: Shown in the OpenAPI page.
         on_shutdown: Called once after every session is closed at shutdown (e.g. to stop a sandbox pool).
 
     Returns:
-        The app; the reaper thread starts and stops with the app's lifespan.
+        The app (behind the token and size guard); the reaper thread starts and stops with the app's lifespan.
 
     Raises:
-        ValueError: If ``capacity`` or ``idle_timeout_s`` is not positive.
+        ValueError: If a limit is not positive, or a token is shorter than 8 characters.
     """
-    if capacity < 1 or idle_timeout_s <= 0:
-        raise ValueError(f"capacity must be >= 1 and idle_timeout_s > 0 (got {capacity}, {idle_timeout_s})")
+    if capacity < 1 or idle_timeout_s <= 0 or max_body_bytes < 1 or (max_sessions_per_client or 1) < 1:
+        raise ValueError(f"capacity, max_sessions_per_client and max_body_bytes must be >= 1 and idle_timeout_s "
+                         f"> 0 (got {capacity}, {max_sessions_per_client}, {max_body_bytes}, {idle_timeout_s})")
+    check_tokens(tokens)
     reset_model = reset_model or _Empty
-    sessions = _Sessions(env_factory, capacity, idle_timeout_s)
+    sessions = _Sessions(env_factory, capacity, idle_timeout_s, max_sessions_per_client)
+    errors = _Errors(client_errors, busy_errors, internal_error_detail)
     interval = reap_interval_s or min(idle_timeout_s / 4, 30.0)
     eid = (str, Field(description="Session returned by /reset."))
     ResetRequest = create_model("ResetRequest", __base__=reset_model, episode_id=(
@@ -184,9 +230,15 @@ def create_app(env_factory: Callable[[], Any], action_model: type[BaseModel], ob
                 sessions.reap()
 
         (thread := threading.Thread(target=reaper, name="env-server-reaper", daemon=True)).start()
+        # A lifespan replaces FastAPI's startup/shutdown events, so run the handlers that another protocol mounted
+        # on this app registered (e.g. OpenEnv's session reaper).
+        for handler in _app.router.on_startup:
+            await _maybe_await(handler())
         try:
             yield
         finally:
+            for handler in _app.router.on_shutdown:
+                await _maybe_await(handler())
             stop.set()
             thread.join(timeout=5)
             sessions.close_all()
@@ -194,34 +246,38 @@ def create_app(env_factory: Callable[[], Any], action_model: type[BaseModel], ob
                 on_shutdown()
 
     app = FastAPI(title=title, lifespan=lifespan)
+    app.add_middleware(Guard, tokens=tuple(tokens), max_body_bytes=max_body_bytes,  # checked above, not per call
+                       max_ws_per_client=max_sessions_per_client)
 
     @app.get("/health")
     def health() -> dict[str, Any]:
         return {"status": "healthy", "sessions": len(sessions), "capacity": capacity}
 
     @app.get("/schema")
-    def schema() -> dict[str, Any]:
+    def schema() -> dict[str, Any]:  # the action/observation/state keys are also OpenEnv's /schema contract
         return {"reset": ResetRequest.model_json_schema(), "action": action_model.model_json_schema(),
-                "observation": observation_model.model_json_schema()}
+                "observation": observation_model.model_json_schema(),
+                "state": {"type": "object", "description": "The env's state() mapping (see GET /state)."}}
 
     @app.post("/reset")
-    def reset(request: ResetRequest) -> dict[str, Any]:  # type: ignore[valid-type]
-        episode_id, session = sessions.open() if request.episode_id is None else (
-            request.episode_id, sessions.get(request.episode_id))
+    def reset(request: ResetRequest, http: Request) -> dict[str, Any]:  # type: ignore[valid-type]
+        owner = client_id(http.scope)
+        episode_id, session = sessions.open(owner) if request.episode_id is None else (
+            request.episode_id, sessions.get(request.episode_id, owner))
         fields = reset_model.model_validate(request.model_dump(exclude={"episode_id"}))
         try:
-            observation, info = _call(session, client_errors, lambda: session.env.reset(fields))
+            observation, info = errors.call(session, lambda: session.env.reset(fields))
         except HTTPException:
             if request.episode_id is None:  # a session that never started is not left open
-                _close_quietly(sessions.pop(episode_id))
+                _close_quietly(sessions.pop(episode_id, owner))
             raise
         return {"episode_id": episode_id, "observation": _dump(observation_model.model_validate(_dump(observation))),
                 "info": _dump(info)}
 
     @app.post("/step")
-    def step(request: StepRequest) -> dict[str, Any]:  # type: ignore[valid-type]
-        session = sessions.get(request.episode_id)
-        out = _call(session, client_errors, lambda: session.env.step(request.action))
+    def step(request: StepRequest, http: Request) -> dict[str, Any]:  # type: ignore[valid-type]
+        session = sessions.get(request.episode_id, client_id(http.scope))
+        out = errors.call(session, lambda: session.env.step(request.action))
         obs, reward, terminated, truncated, info = out if isinstance(out, tuple) else (
             out.observation, out.reward, out.terminated, out.truncated, out.info)
         return {"observation": _dump(observation_model.model_validate(_dump(obs))), "reward": reward,
@@ -229,19 +285,20 @@ def create_app(env_factory: Callable[[], Any], action_model: type[BaseModel], ob
                 "done": bool(terminated or truncated), "info": _dump(info)}
 
     @app.get("/state")
-    def state(episode_id: str = Query(description="Session returned by /reset.")) -> dict[str, Any]:
-        return _dump(_call(session := sessions.get(episode_id), client_errors, lambda: session.env.state()))
+    def state(http: Request, episode_id: str = Query(description="Session returned by /reset.")) -> dict[str, Any]:
+        session = sessions.get(episode_id, client_id(http.scope))
+        return _dump(errors.call(session, lambda: session.env.state()))
 
     @app.post("/close")
-    def close(request: CloseRequest) -> dict[str, Any]:  # type: ignore[valid-type]
-        session = sessions.pop(request.episode_id)
+    def close(request: CloseRequest, http: Request) -> dict[str, Any]:  # type: ignore[valid-type]
+        session = sessions.pop(request.episode_id, client_id(http.scope))
 
         def close_then_state() -> Any:  # state after close: it records how the episode ended
             session.env.close()
             return session.env.state()
 
         try:
-            final = _call(session, client_errors, close_then_state)
+            final = errors.call(session, close_then_state)
         except HTTPException:
             _close_quietly(session)  # a failed state() must not leak the env; close() may run twice
             raise

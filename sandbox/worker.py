@@ -14,7 +14,8 @@ of UTF-8 JSON (an object). Frames are strictly request/response, one request in 
   listen on 127.0.0.1:<port> and forward to the Unix socket (``sandbox.bridge``). Reply ``{"ok": true}``.
 * ``{"op": "run", "lang": "python"|"sql"|"shell", "source": str, "database": str, "max_rows": int,
   "limits": {...}}``. Reply ``{"ok": true, "result": <ExecResult.to_dict()>}``.
-* ``{"op": "reset"}`` ends the session (runner and leftovers killed). ``{"op": "ping"}``. Both reply ``{"ok": true}``.
+* ``{"op": "reset"}`` ends the session (runner and leftovers killed). ``{"op": "ping"}``. Both reply ``{"ok": true}``;
+  ``{"op": "ping", "detail": true}`` adds ``"roles": {pid: "server"|"zygote-<kind>"|"spare-<kind>"|"runner"}``.
 * Any failure of the server itself: ``{"ok": false, "error": "one line"}``.
 
 Processes inside: the server (this module) preloads heavy modules once, loads the seccomp filter once, and
@@ -49,6 +50,8 @@ import sys
 import time
 from typing import Any
 
+from sandbox import _caps
+
 _HDR = struct.Struct(">I")
 MAX_FRAME = 256 << 20
 _SPARE_IDLE_S = 0.005  # quiet time after a reply, mid-session, before the spare runner is forked
@@ -63,6 +66,30 @@ def write_frame(fd: int, obj: Any) -> None:
     while view:
         n = os.write(fd, view)
         view = view[n:]
+
+
+def _write_within(fd: int, obj: Any, deadline: float) -> bool:
+    """Write one frame to the pipe ``fd`` before ``deadline`` (monotonic); False when the reader was too slow.
+
+    Raises:
+        OSError: The reader is gone.
+    """
+    data = json.dumps(obj, default=str).encode("utf-8")
+    view = memoryview(_HDR.pack(len(data)) + data)
+    blocking = os.get_blocking(fd)
+    os.set_blocking(fd, False)
+    try:
+        while view:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([], [fd], [], left)[1]:
+                return False
+            try:
+                view = view[os.write(fd, view):]
+            except BlockingIOError:
+                continue
+        return True
+    finally:
+        os.set_blocking(fd, blocking)
 
 
 def _read_exact(fd: int, size: int) -> bytes | None:
@@ -88,6 +115,75 @@ def read_frame(fd: int) -> Any:
     if body is None:
         return None
     return json.loads(body)
+
+
+#: Largest reply frame a runner may send (its exception report with grounding context); more is a lie.
+MAX_REPLY = 4 << 20
+_KINDS = ("ok", "python_error", "syntax_error", "sql_error", "shell_error", "timeout", "memory", "killed",
+          "sandbox_error")
+
+
+class ReplyReader:
+    """Incremental, non-blocking reader of a runner's reply pipe, for the reply to call number ``seq``.
+
+    The user's code can write to that pipe too. Frames carrying another call number (a reply left over from an
+    earlier call, or a forgery) are skipped, so the session's calls cannot be shifted against their replies. The
+    number is random per call; code that digs it out of the runner's own frames can forge the reply of the call
+    it runs in, and only that one, with fields the host then types (:func:`_clean_reply`).
+    """
+
+    def __init__(self, fd: int, seq: int) -> None:
+        self.fd, self.seq, self.buf, self.closed = fd, seq, bytearray(), False
+
+    def feed(self) -> dict | None:
+        """Read what is available. Returns the reply once complete, else None (``closed`` is set at EOF).
+
+        Raises:
+            ValueError: A frame is larger than :data:`MAX_REPLY`, not JSON, or not a JSON object.
+        """
+        while True:
+            try:
+                chunk = os.read(self.fd, 1 << 16)
+            except BlockingIOError:
+                break
+            if not chunk:
+                self.closed = True
+                break
+            self.buf += chunk
+            if len(self.buf) > 2 * (MAX_REPLY + _HDR.size):
+                raise ValueError(f"more than {2 * MAX_REPLY} bytes of replies")
+        while len(self.buf) >= _HDR.size:
+            (size,) = _HDR.unpack(self.buf[:_HDR.size])
+            if size > MAX_REPLY:
+                raise ValueError(f"reply frame of {size} bytes announced")
+            if len(self.buf) < _HDR.size + size:
+                return None
+            reply = json.loads(bytes(self.buf[_HDR.size:_HDR.size + size]))
+            del self.buf[:_HDR.size + size]
+            if not isinstance(reply, dict):
+                raise ValueError("reply is not a JSON object")
+            if reply.get("seq") == self.seq:
+                return reply
+        return None
+
+
+def _clean_reply(reply: dict) -> tuple[int | None, int | None, str, dict | None]:
+    """The typed fields of a runner's reply: whatever the user's code wrote there, the host gets sane types."""
+    def small_int(value: Any) -> int | None:
+        return value if isinstance(value, int) and not isinstance(value, bool) and -(1 << 31) <= value < 1 << 31 \
+            else None
+
+    kind = reply.get("error_kind")
+    kind = kind if kind in _KINDS else "python_error"
+    exc = reply.get("exception")
+    exception = None
+    if isinstance(exc, dict):
+        exception = {"type": str(exc.get("type", ""))[:200], "message": str(exc.get("message", ""))[:4000],
+                     "lineno": small_int(exc.get("lineno")), "traceback": str(exc.get("traceback", ""))[:20000],
+                     "context": exc.get("context") if isinstance(exc.get("context"), dict) else None}
+        if "offset" in exc:
+            exception["offset"] = small_int(exc.get("offset"))
+    return small_int(reply.get("exit_code")), small_int(reply.get("signal")), kind, exception
 
 
 class Capture:
@@ -146,34 +242,63 @@ def _proc_table(skip: set) -> list[tuple[int, int, int, str]]:
     return rows
 
 
-def _lock_down(args: argparse.Namespace) -> tuple[str, bool]:
-    """After the imports of a process that forks runners: seccomp, frozen GC, no-new-privs.
+#: Capabilities of the worker server (see ``sandbox._caps``): it kills a call's leftovers, which run as another
+#: uid, and its children need SETUID/SETGID/SETPCAP to drop every privilege before they serve a session.
+SERVER_PERMITTED = frozenset({_caps.CAP_KILL, _caps.CAP_SETUID, _caps.CAP_SETGID, _caps.CAP_SETPCAP})
+SERVER_EFFECTIVE = frozenset({_caps.CAP_KILL})
+ZYGOTE_PERMITTED = frozenset({_caps.CAP_SETUID, _caps.CAP_SETGID, _caps.CAP_SETPCAP})
+
+
+def _harden(args: argparse.Namespace) -> dict[str, Any]:
+    """First thing the server does, before any import or fork: capabilities, seccomp, no-new-privs, cwd.
+
+    bwrap loads the seccomp filter itself before it starts the interpreter (``--seccomp``) and says so with
+    ``--seccomp-preloaded`` (as does the Docker backend's first stage); otherwise it is loaded here, on top of any
+    filter already in force. Either way it is in force before the preload and before any runner exists.
 
     Returns:
-        ``(seccomp status, no_new_privs in force)``.
+        The facts the ready frame reports: ``seccomp``, ``no_new_privs``, ``caps_bounded``.
     """
-    seccomp = "off: disabled" if args.no_seccomp else _load_seccomp()
-    # Objects of the preloaded modules go to the permanent generation: the garbage collector of a forked
-    # runner then never writes to their pages, so they stay shared instead of being copied on write.
-    gc.freeze()
+    bounded = _caps.restrict(set(SERVER_PERMITTED), set(SERVER_EFFECTIVE))
+    if args.seccomp_preloaded:  # the launcher loaded seccomp_filter() before exec (bwrap --seccomp, docker stage)
+        seccomp = "on" if _seccomp_mode() == 2 else "off: the launcher's filter is not in force"
+    else:
+        seccomp = "off: disabled" if args.no_seccomp else _load_seccomp()
     libc = ctypes.CDLL(None, use_errno=True)
     nnp = libc.prctl(38, 1, 0, 0, 0) == 0 or libc.prctl(39, 0, 0, 0, 0) == 1  # PR_SET/GET_NO_NEW_PRIVS
-    return seccomp, bool(nnp)
+    os.chdir("/")  # never a directory the jailed code can write (it is not on sys.path either: python -I)
+    return {"seccomp": seccomp, "no_new_privs": bool(nnp), "caps_bounded": bounded}
 
 
-def _load_seccomp() -> str:
-    """Install a deny-list seccomp filter (inherited by every runner). Returns "on" or why not."""
+def _seccomp_mode() -> int:
     try:
-        import pyseccomp as sc
-    except Exception as exc:  # the layer is reported as absent; the jail still works
-        return f"off: {type(exc).__name__}: {exc}"
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("Seccomp:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+def seccomp_filter():
+    """The deny-list filter every jailed process runs under (a ``pyseccomp.SyscallFilter``).
+
+    Loaded in-process by :func:`_load_seccomp`, or exported as BPF by the host for bwrap's ``--seccomp``.
+
+    Raises:
+        ImportError: pyseccomp is not installed.
+    """
+    import pyseccomp as sc
+
     f = sc.SyscallFilter(defaction=sc.ALLOW)
     deny = ["ptrace", "mount", "umount2", "unshare", "setns", "pivot_root", "chroot", "kexec_load",
             "kexec_file_load", "bpf", "keyctl", "add_key", "request_key", "perf_event_open", "init_module",
             "finit_module", "delete_module", "reboot", "swapon", "swapoff", "process_vm_readv",
             "process_vm_writev", "userfaultfd", "open_by_handle_at", "name_to_handle_at", "acct",
-            "quotactl", "syslog", "personality", "move_mount", "open_tree", "fsopen", "fsmount",
-            "io_uring_setup", "lookup_dcookie", "vhangup"]
+            "quotactl", "syslog", "personality", "move_mount", "open_tree", "fsopen", "fsmount", "fsconfig",
+            "fspick", "mount_setattr", "io_uring_setup", "io_uring_enter", "io_uring_register",
+            "lookup_dcookie", "vhangup", "kcmp", "pidfd_getfd", "fanotify_init", "mq_open", "iopl", "ioperm"]
     for name in deny:
         try:
             f.add_rule(sc.ERRNO(errno.EPERM), name)
@@ -186,7 +311,15 @@ def _load_seccomp() -> str:
     for flag in (0x10000000, 0x20000000, 0x40000000, 0x00020000, 0x08000000, 0x04000000, 0x02000000):
         f.add_rule(sc.ERRNO(errno.EPERM), "clone", sc.Arg(0, sc.MASKED_EQ, flag, flag))
     f.add_rule(sc.ERRNO(errno.ENOSYS), "clone3")  # its flags live in memory; glibc falls back to clone
-    f.load()
+    return f
+
+
+def _load_seccomp() -> str:
+    """Install :func:`seccomp_filter` in this process (inherited by every child). Returns "on" or why not."""
+    try:
+        seccomp_filter().load()
+    except Exception as exc:  # the layer is reported as absent; the jail still works
+        return f"off: {type(exc).__name__}: {exc}"
     return "on"
 
 
@@ -206,17 +339,26 @@ def spawn_runner(args: argparse.Namespace) -> dict:
 
 
 def _runner_handle(pid: int, req: int, resp: int, out: int, err: int) -> dict:
-    for fd in (out, err):
+    for fd in (resp, out, err):
         fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_NONBLOCK)
     return {"pid": pid, "req": req, "resp": resp, "out": out, "err": err}
 
 
 def become_runner(args: argparse.Namespace, req_r: int, resp_w: int, out_w: int, err_w: int) -> None:
-    """In a freshly forked child: wait for the session's configuration, drop privileges, serve calls."""
+    """In a freshly forked child: drop every privilege at once, wait for the session's configuration, serve.
+
+    The privileges go before anything else: the bounding set, every capability, then the uid for good (a
+    failure exits), so a spare runner waiting for its session holds nothing either.
+    """
     import resource
 
     from sandbox._runner import REQ_FD, Runner
 
+    try:
+        _caps.drop_to_uid(args.uid, args.gid)
+    except OSError as exc:
+        print(f"sandbox.worker: runner could not drop privileges: {exc}", file=sys.stderr)
+        os._exit(71)
     os.setpgid(0, 0)
     devnull = os.open("/dev/null", os.O_RDWR)
     high = [fcntl.fcntl(fd, fcntl.F_DUPFD, 100) for fd in (devnull, out_w, err_w, req_r, resp_w)]
@@ -228,10 +370,6 @@ def become_runner(args: argparse.Namespace, req_r: int, resp_w: int, out_w: int,
     config = read_frame(REQ_FD)  # the spare waits here until a session takes it
     if config is None:
         os._exit(0)
-    if args.uid is not None:
-        os.setgroups([])
-        os.setresgid(args.gid, args.gid, args.gid)
-        os.setresuid(args.uid, args.uid, args.uid)
     lim = config.get("limits") or {}
     mb = 1 << 20
     hard = {
@@ -239,12 +377,17 @@ def become_runner(args: argparse.Namespace, req_r: int, resp_w: int, out_w: int,
         resource.RLIMIT_FSIZE: int(lim.get("file_size_mb", 64)) * mb,
         resource.RLIMIT_NPROC: int(lim.get("processes", 64)),
         resource.RLIMIT_CORE: 0,
+        resource.RLIMIT_MSGQUEUE: 0,  # no POSIX message queues (their memory is outside RLIMIT_AS)
+        resource.RLIMIT_NOFILE: min(4096, resource.getrlimit(resource.RLIMIT_NOFILE)[1]),
     }
     if not config.get("persistent", True):
         hard[resource.RLIMIT_CPU] = int(float(lim.get("cpu_s", 30.0))) + 2
     for res, value in hard.items():
         resource.setrlimit(res, (value, value))
     os.chdir(args.workspace)
+    # Like a notebook kernel, the session's code may import modules it wrote to its workspace. Only this
+    # unprivileged process looks there: the server and the zygotes run with an isolated sys.path (python -I).
+    sys.path.insert(0, args.workspace)
     if config.get("bridges"):
         runner.notes.extend(_start_bridges(config["bridges"]))
     runner.serve(read_frame, write_frame)
@@ -305,21 +448,23 @@ class Zygote:
 
     @staticmethod
     def _serve(kind: str, args: argparse.Namespace, sock: socket.socket) -> None:
-        if kind == "light":  # forked before the server's set-up: do the same set-up here
+        # Seccomp and no-new-privs are inherited from the server; a zygote kills nothing, so CAP_KILL goes.
+        _caps.restrict(set(ZYGOTE_PERMITTED), set())
+        if kind == "light":  # forked before the server's preload: stdlib, sqlite3 and the runner only
             import sqlite3  # noqa: F401  (what SQL sessions need, loaded once)
             import subprocess  # noqa: F401
 
             import sandbox._runner
             import sandbox.grounding  # noqa: F401
-
-            _lock_down(args)
-        else:  # forked from the loaded server (seccomp and no-new-privs inherited)
+        else:  # forked from the loaded server
             for name in ML_PRELOAD:
                 try:
                     __import__(name)
                 except Exception as exc:
                     print(f"sandbox.worker: ml preload of {name} failed: {exc}", file=sys.stderr)
-            gc.freeze()
+        # Objects of the preloaded modules go to the permanent generation: the garbage collector of a forked
+        # runner then never writes to their pages, so they stay shared instead of being copied on write.
+        gc.freeze()
         sock.sendall(b"r")
         while sock.recv(1):
             Zygote._fork_runner(args, sock)
@@ -382,6 +527,54 @@ class Zygote:
                 pass
 
 
+_SYSV = {"shm": "shmctl", "msg": "msgctl", "sem": "semctl"}
+
+
+def _sysv_ids() -> dict[str, list[int]]:
+    """Ids of the System V IPC objects of this IPC namespace, by kind (``/proc/sysvipc``)."""
+    found: dict[str, list[int]] = {}
+    for kind in _SYSV:
+        try:
+            with open(f"/proc/sysvipc/{kind}") as fh:
+                rows = fh.read().splitlines()[1:]
+        except OSError:
+            continue
+        ids = [int(row.split()[1]) for row in rows if len(row.split()) > 1]
+        if ids:
+            found[kind] = ids
+    return found
+
+
+def _remove_sysv_ipc(args: argparse.Namespace) -> None:
+    """Remove every System V shared-memory segment, message queue and semaphore set of this IPC namespace.
+
+    Their memory is outside every per-process limit and they outlive their creator, so a session could leave
+    memory behind or pass data to the next session. Only their creator (the runner uid) or CAP_IPC_OWNER may
+    remove them, so a short-lived child drops to the runner uid first. Every process of the session is already
+    dead, so segments are destroyed at once. Costs nothing when there are none (the usual case).
+
+    Raises:
+        RuntimeError: Objects remain afterwards.
+    """
+    if not _sysv_ids():
+        return
+    pid = os.fork()
+    if pid == 0:
+        try:
+            _caps.drop_to_uid(args.uid, args.gid)
+            libc = ctypes.CDLL(None, use_errno=True)
+            for kind, ids in _sysv_ids().items():
+                call = getattr(libc, _SYSV[kind])
+                for ident in ids:
+                    call(ident, 0, 0, None) if kind == "sem" else call(ident, 0, None)  # IPC_RMID = 0
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+    left = _sysv_ids()
+    if left:
+        raise RuntimeError(f"System V IPC objects remain after cleanup: {left}")
+
+
 class Server:
     """The worker server: one session at a time, one call at a time.
 
@@ -403,6 +596,10 @@ class Server:
         #: Zygotes by kind; None once one died (its kind then forks from this process).
         self.zygotes: dict[str, Zygote | None] = {"light": light} if light else {}
         self.status: dict[int, int] = {}  # wait status of the current runner, once reaped
+        #: Number of the call in flight, drawn at random for each call; the runner echoes it in its reply. Random,
+        #: not counted: the user's code of one call cannot forge the reply of the next (its number is not drawn
+        #: yet), and guessing the current one takes 2**62 tries.
+        self.seq = 0
         #: True while no process of ours but the spare exists: nothing ran since the last full cleanup,
         #: so a session's ``open`` need not scan /proc again.
         self.clean = False
@@ -538,11 +735,21 @@ class Server:
         self._reap()
         op = req.get("op")
         if op == "ping":
-            return {"ok": True}
+            if not req.get("detail"):
+                return {"ok": True}
+            # Who is who in this jail (pids as the jail sees them), for audits and tests.
+            roles = {str(os.getpid()): "server"}
+            roles.update({str(z.pid): f"zygote-{k}" for k, z in self.zygotes.items() if z is not None})
+            roles.update({str(r["pid"]): f"spare-{k}" for k, r in self.spares.items() if r is not None})
+            if self.runner is not None:
+                roles[str(self.runner["pid"])] = "runner"
+            return {"ok": True, "roles": roles}
         if op in ("open", "reset"):
             if not (self.clean and self.runner is None):
                 self.kill_strays(keep=None)
                 self._close_runner()
+                if self.args.ipcns:
+                    _remove_sysv_ipc(self.args)  # raises when objects remain: the host then replaces us
                 self.clean = True
             if op == "open":
                 self.persistent = bool(req.get("persistent", True))
@@ -571,19 +778,25 @@ class Server:
             self.runner = self._take_runner(runner_kind(req.get("lang"), req.get("source")),
                                             wait_s=min(_ZYGOTE_WAIT_S, wall / 2))
         runner = self.runner
-        for fd in (runner["out"], runner["err"]):
-            self._drain(fd, None)  # bytes a killed straggler wrote after the previous call
+        for fd in (runner["resp"], runner["out"], runner["err"]):
+            self._drain(fd, None)  # bytes a killed straggler (or a thread of the session) wrote since the last call
         call = {k: req.get(k) for k in ("lang", "source", "database", "max_rows")}
-        call.update(limits=limits, once=not self.persistent)
+        self.seq = int.from_bytes(os.urandom(8), "big") >> 2
+        call.update(limits=limits, once=not self.persistent, seq=self.seq)
         reply, died, timed_out = None, False, False
         try:
-            write_frame(runner["req"], call)
+            # A runner that does not read (its code holds the GIL in a thread, say) must not wedge the server.
+            timed_out = not _write_within(runner["req"], call, start + wall)
         except OSError:
             died = True
         poller = select.poll()
         for fd in (runner["resp"], runner["out"], runner["err"]):
             poller.register(fd, select.POLLIN)
         sinks = {runner["out"]: out, runner["err"]: err}
+        # The reply pipe is written by the process that runs the user's code, so the user's code can write to it
+        # too: read it without blocking, under the call's deadline, and treat a frame that is too large, not
+        # JSON or not an object as a lie (the runner is killed and the call reported as such).
+        frame = ReplyReader(runner["resp"], self.seq)
         while not died and reply is None:
             remaining = start + wall - time.monotonic()
             if remaining <= 0:
@@ -592,10 +805,13 @@ class Server:
             for fd, _ in poller.poll(remaining * 1000):
                 if fd == runner["resp"]:
                     try:
-                        reply = read_frame(fd)
-                    except (ValueError, OSError):
-                        reply = None
-                    died = reply is None
+                        reply = frame.feed()
+                    except (ValueError, OSError) as exc:
+                        died, lied = True, str(exc)
+                        err.feed(f"\n[sandbox] the call's reply channel was corrupted ({lied}); its process "
+                                 f"was killed\n".encode())
+                    else:
+                        died = reply is None and frame.closed
                 elif not self._drain(fd, sinks[fd], once=True):
                     poller.unregister(fd)
         alive = not (died or timed_out) and self.persistent
@@ -632,8 +848,7 @@ class Server:
         exit_code, sig, exception = None, None, None
         notes = []
         if reply is not None:
-            exit_code, sig = reply.get("exit_code"), reply.get("signal")
-            kind, exception = reply.get("error_kind", "ok"), reply.get("exception")
+            exit_code, sig, kind, exception = _clean_reply(reply)
         elif timed_out:
             kind = "timeout"
             sig = signal.SIGKILL
@@ -718,10 +933,14 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--uid", type=int, default=None, help="uid the runners drop to (needs CAP_SETUID)")
     p.add_argument("--gid", type=int, default=None, help="gid the runners drop to (default: --uid)")
     p.add_argument("--pidns", action="store_true", help="the worker owns its pid namespace: kill all on cleanup")
+    p.add_argument("--ipcns", action="store_true",
+                   help="the worker owns its IPC namespace: remove every System V IPC object between sessions")
     p.add_argument("--data", default="/data", help="where the read-only data mounts are")
     p.add_argument("--workspace", default="/workspace", help="the session's writable working directory")
     p.add_argument("--preload", default="numpy,pandas,sqlite3", help="comma-separated modules to import once")
     p.add_argument("--no-seccomp", action="store_true", help="do not install the seccomp filter")
+    p.add_argument("--seccomp-preloaded", action="store_true",
+                   help="the launcher loaded the seccomp filter before starting us (bwrap --seccomp)")
     args = p.parse_args(argv)
     if args.gid is None:
         args.gid = args.uid
@@ -729,8 +948,13 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Entry point: set up the channel, preload, lock down, then serve until stdin closes."""
+    """Entry point: lock down, set up the channel, preload, then serve until stdin closes."""
     args = _parse(argv)
+    hardening = _harden(args)  # before any import a planted file could shadow, before any fork
+    # python -I keeps the current directory and user site off sys.path; drop such entries anyway, in case a
+    # launcher started us without it: no directory the jailed code can write may ever be on this path.
+    sys.path[:] = [p for p in sys.path if p and os.path.isabs(p) and not p.startswith(
+        (args.workspace, "/tmp", "/dev/shm", "/var/tmp"))]
     chan_in, chan_out = os.dup(0), os.dup(1)
     devnull = os.open("/dev/null", os.O_RDWR)
     os.dup2(devnull, 0)
@@ -753,10 +977,12 @@ def main(argv: list[str] | None = None) -> None:
         import sandbox.grounding  # noqa: F401  (optional; runners use it when user code fails)
     except Exception as exc:
         print(f"sandbox.worker: sandbox.grounding unavailable: {exc}", file=sys.stderr)
-    seccomp, nnp = _lock_down(args)
+    gc.freeze()  # see Zygote._serve
+    caps = _caps.read_status()
     write_frame(chan_out, {"op": "ready", "pid": os.getpid(), "uid": os.getuid(), "runner_uid": args.uid,
-                           "seccomp": seccomp, "no_new_privs": nnp, "preloaded": preloaded,
-                           "python": sys.version.split()[0], "light_zygote": light.pid if light else None})
+                           **hardening, "caps": {k: caps[k] for k in ("CapEff", "CapPrm", "CapBnd", "CapAmb")},
+                           "preloaded": preloaded, "python": sys.version.split()[0],
+                           "light_zygote": light.pid if light else None})
     Server(args, chan_in, chan_out, light).serve()
 
 

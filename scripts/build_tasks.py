@@ -7,6 +7,11 @@
 Writes ``<out>/<family>/`` for each family (data, ``train.jsonl``, ``test.jsonl``, ``manifest.json``) and prints
 a summary; the same seed gives byte-identical files. ``--list`` prints per-family categories, instance counts at
 the default size and versions without writing anything (``--json``: one JSON object on the last line).
+
+A build that drops instances (a reference solution that fails) prints one ``warning:`` line per family on stderr
+with how many and why; the manifest lists each. A family whose build fails, or leaves its train or test split
+empty, makes the command exit 1 with one ``error:`` line (the other families are still built). ``--out`` may be
+relative to the current directory.
 """
 
 from __future__ import annotations
@@ -50,10 +55,19 @@ def family_counts(name: str, root: Path, size: str = "default") -> dict[str, Any
     return {"categories": counts["categories"], "instances": counts["instances"], "version": family.version}
 
 
-def build(names: list[str], out: Path, *, size: str, seed: int, progress: bool = True,
-          jobs: int = 1) -> dict[str, dict[str, Any]]:
-    """Build each family under ``out`` (``jobs`` at a time, in processes); returns ``{name: manifest}``."""
-    return tasks.registry.build_families(names, out, size=size, seed=seed, jobs=jobs, progress=progress)[0]
+def build(names: list[str], out: Path, *, size: str, seed: int, progress: bool = True, jobs: int = 1,
+          keep_going: bool = True) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
+    """Build each family under ``out`` (``jobs`` at a time, in processes).
+
+    Args:
+        keep_going: Record a family that fails (or is left with an empty split) and build the others; False
+            raises the first failure with its traceback (``--debug``).
+
+    Returns:
+        ``({name: manifest}, {name: "ExcType: why"})``: the families built, and those that failed.
+    """
+    return tasks.registry.build_families(names, out, size=size, seed=seed, jobs=jobs, progress=progress,
+                                         skip_errors=keep_going)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -82,8 +96,8 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"{name:16s} v{row['version']:<3d} {row['categories']:4d} categories "
                           f"{row['instances']:7d} instances (default size)")
             return 0
-        manifests = build(names, args.out, size=args.size, seed=args.seed, progress=not args.no_progress,
-                          jobs=args.jobs)
+        manifests, failed = build(names, args.out, size=args.size, seed=args.seed, progress=not args.no_progress,
+                                  jobs=args.jobs, keep_going=not args.debug)
     except (TaskError, OSError, ValueError) as exc:
         if args.debug:
             traceback.print_exc()
@@ -93,6 +107,10 @@ def main(argv: list[str] | None = None) -> int:
         counts = manifest.get("counts", {})
         split_text = ", ".join(f"{split} {n}" for split, n in sorted(counts.items()))
         print(f"{name}: {split_text} ({len(manifest.get('files', {}))} files) -> {args.out / name}")
+    if failed:
+        why = "; ".join(f"{name}: {error.removeprefix('TaskError: ')}" for name, error in failed.items())
+        print(f"error: {len(failed)} of {len(names)} families failed to build: {why}", file=sys.stderr)
+        return 1
     print(f"built {len(manifests)} family(ies) at size={args.size} seed={args.seed} into {args.out}")
     return 0
 

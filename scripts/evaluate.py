@@ -6,19 +6,32 @@
     python scripts/evaluate.py --policy hf:runs/sft/final --families toy_sql -k 8 --verifier runs/verifier_tiny
 
 Rolls the policy out (``k`` samples per task) over the chosen families' ``--split`` instances (``--limit`` per
-family), then writes into ``--out``: ``trajectories.jsonl`` (rerunning with the same ``--out`` and policy
-resumes), ``report.json``, ``report.md`` and the plots ``success_by_family.png``, ``pass_at_k.png`` and
-``errors.png``. Families not yet built under ``--tasks-root`` are built there first at ``--size``.
+family), then writes into ``--out``: ``trajectories.jsonl`` (rerunning the same command resumes),
+``report.json``, ``report.md`` and the plots ``success_by_family.png``, ``pass_at_k.png`` and ``errors.png``.
+Families not yet built under ``--tasks-root`` are built there first at ``--size``.
 
-Suites: ``--suite id`` is every registered family on the test split (in distribution); ``--suite ood`` is the
-held-out families ``env_client.evaluation.OOD_FAMILIES`` (biodsbench, npowerai, ehrshot) on the test split.
+Honest numbers: a rerun reuses stored episodes only when everything that changes an episode is the same (policy
+spec, weights of a local model, sampling flags, turn cap, format, seed, family versions and data); otherwise it
+stops with one line naming the difference (use another ``--out``). Episodes that fail to run (an endpoint error,
+a dead sandbox) count as failures in every rate, are listed apart (``infra_failures``), make the exit status 1,
+and are retried by a rerun; the endpoint's own error is printed once with a hint. Every rate has a 95 %
+interval (Wilson; a bootstrap over tasks when ``-k`` > 1); base rates cover the whole split; the report records
+its provenance (policy and sampling, caps, commit, date, task-set hash) so that ``scripts/leaderboard.py`` ranks
+only runs over the same tasks side by side.
+
+Suites (``tasks.SUITES``, disjoint, as in the MedAgentGym paper): ``--suite id`` is the eight in-distribution
+families (mimic_iii, eicu, treqs, medcalcbench, medagentbench, biocoder, biodsbench, ehrshot), ``--suite ood``
+the four held out of every training recipe (ehr_seqsql, ehrcon, mimic_extract, npowerai); both on the test split.
 ``--scores`` is a JSONL file of ``{"task_id", "sample_idx", "score"}`` from a scorer (the learned verifier)
 for Best@K; ``--verifier FOLDER_OR_URL`` scores the episodes with a trained verifier (a folder of
 ``train.py recipe=verifier_*``, or the URL of ``scripts/serve_verifier.py``) and writes ``scores.jsonl`` beside
-the trajectories; without either, Best@K is N/A. ``--json`` ends stdout with one JSON object: ``policy``, ``episodes``,
-``success_rate``, ``per_family`` (``family -> success rate``), ``pass_at_k``, ``best_at_k``, ``errors``,
-``out``. Policies: ``oracle``, ``constant[:V]``, ``shotgun``, ``traceback``, ``empty``,
-``openai:MODEL@BASE_URL``, ``hf:PATH``, ``vllm:PATH``.
+the trajectories; without either, Best@K is N/A. ``--json`` ends stdout with one JSON object: ``policy``,
+``episodes``, ``success_rate``, ``ci95``, ``per_family`` (``family -> success rate``), ``pass_at_k``,
+``best_at_k``, ``errors``, ``infra_failures``, ``prompt_tokens``, ``completion_tokens``, ``out``.
+
+Reward floors: beside each family's success the report gives the best score one constant answer earns over
+the WHOLE split (not the ``--limit`` subset) under the family's own grader, and its bound (10 %; 50 % for
+yes/no families): ``env_client.evaluation.constant_floor``; the JSON line has it as ``floor``.
 """
 
 from __future__ import annotations
@@ -29,28 +42,36 @@ import os
 import re
 import sys
 import traceback
+from collections import Counter
+from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 import tasks
 from env_client.errors import EnvClientError
 from env_client.evaluation import (
+    ID_FAMILIES,
     OOD_FAMILIES,
     EvalError,
+    code_version,
+    constant_floor,
     evaluate,
     label_base_rate,
+    task_set_hash,
     write_report,
 )
-from env_client.rollout import EnvSpec, rollout
+from env_client.policies import add_policy_arguments, make_policy, policy_kwargs
+from env_client.rollout import EnvSpec, describe_run, rollout, run_key
 from env_client.trajectory import TrajectoryStore
 from sandbox.errors import SandboxError
 from tasks.base import TaskError
 
 
 def choose_families(families: str, suite: str | None, root: Path) -> list[str]:
-    """Family names from ``--suite`` (wins) or ``--families`` (``all`` = every registered family)."""
-    if suite == "ood":
-        return list(OOD_FAMILIES)
-    if suite == "id" or families.strip() == "all":
+    """Family names from ``--suite`` (wins: ``tasks.SUITES``) or ``--families`` (``all`` = every registered family)."""
+    if suite in ("id", "ood"):
+        return list(ID_FAMILIES if suite == "id" else OOD_FAMILIES)
+    if families.strip() == "all":
         return list(tasks.names(root))
     chosen = [f.strip() for f in families.split(",") if f.strip()]
     if not chosen:
@@ -100,12 +121,13 @@ def verifier_scores(spec: str, trajectories: list, path: Path) -> dict[tuple[str
     return {(row["task_id"], row["sample_idx"]): row["score"] for row in rows}
 
 
-def _check_store(store: Path, policy: str) -> None:
-    if store.exists():
-        for traj in TrajectoryStore(store).read():
-            if traj.header.policy != policy:
-                raise EvalError(f"{store} holds episodes of policy {traj.header.policy!r}, not {policy!r}; "
-                                f"pass another --out")
+def _report_failures(failures: list[dict[str, Any]]) -> None:
+    """Print each distinct error once (the endpoint's own message and hint), with how many episodes it hit."""
+    counts = Counter(f["error"].split(": ", 1)[-1] for f in failures)
+    for message, n in counts.most_common(3):
+        print(f"{n} episode(s) failed to run: {message}", file=sys.stderr)
+    if len(counts) > 3:
+        print(f"... and {len(counts) - 3} other error(s); rerun with the same --out to retry them", file=sys.stderr)
 
 
 def run(args: argparse.Namespace) -> dict:
@@ -113,50 +135,60 @@ def run(args: argparse.Namespace) -> dict:
     split = "test" if args.suite else args.split
     names = choose_families(args.families, args.suite, args.tasks_root)
     ensure_built(names, args.tasks_root, args.size, args.seed)
-    instances, base_rates = [], {}
+    instances, base_rates, floors = [], {}, {}
     for name in names:
-        found = tasks.make(name, root=args.tasks_root).instances(split)[:args.limit]
-        if not found:
+        family = tasks.make(name, root=args.tasks_root)
+        whole = family.instances(split)
+        if not whole:
             raise TaskError(f"family {name!r} has no {split!r} instances under {args.tasks_root}; rebuild it")
-        instances.extend(found)
-        base_rates[name] = label_base_rate(found)
+        instances.extend(whole[:args.limit])
+        base_rates[name] = label_base_rate(whole)  # both over the whole split, not the --limit subset
+        floors[name] = constant_floor(family, whole)
     out = args.out or Path("runs/eval") / re.sub(r"[^A-Za-z0-9_.-]+", "_", args.policy)
     store = out / "trajectories.jsonl"
-    _check_store(store, args.policy)
     config = {"format": args.format, **({"max_turns": args.max_turns} if args.max_turns else {})}
     spec = EnvSpec(tasks_root=str(args.tasks_root), backend=args.sandbox, allow_unisolated=args.allow_unisolated,
                    config=config)
-    policy = args.policy
-    if args.temperature is not None or args.format != "tool_call":
-        from env_client.policies import make_policy
-
-        kwargs = {"temperature": args.temperature} if args.temperature is not None else {}
-        policy = make_policy(args.policy, families=spec.families(), fmt=args.format, **kwargs)
+    kwargs = policy_kwargs(args)
+    policy = make_policy(args.policy, families=spec.families(), fmt=args.format, **kwargs)
+    run_info = describe_run(args.policy, policy, kwargs, config=config, fmt=args.format, split=split,
+                            tasks_root=args.tasks_root, families=names)
+    families, env_config = run_info["families"], run_info["env"]
     result = rollout(instances, policy, spec, k=args.k, seed=args.seed, concurrency=args.concurrency,
-                     store=store, policy_name=args.policy, on_error="skip", progress=not args.no_progress)
+                     store=store, policy_name=args.policy, on_error="skip", progress=not args.no_progress,
+                     run_info=run_info)
     scores = read_scores(args.scores) if args.scores else None
     if args.verifier:
         scores = verifier_scores(args.verifier, result.trajectories, out / "scores.jsonl")
-    meta = {"split": split, "suite": args.suite or "custom", "size": args.size, "seed": args.seed,
-            "limit": args.limit, "failed_episodes": result.summary.failed}
-    report = evaluate(result.trajectories, policy=args.policy, scores=scores, base_rates=base_rates, meta=meta)
+    meta = {"policy": run_info["policy"], "split": split, "suite": args.suite or "custom", "size": args.size,
+            "seed": args.seed, "k": args.k, "limit": args.limit, "format": args.format,
+            "env": {k: v for k, v in env_config.items() if k in ("max_turns", "max_total_tokens", "obs_max_chars")},
+            "families": families, "commit": code_version(),
+            "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "task_set": task_set_hash(instances, {n: f["version"] for n, f in families.items()}),
+            "run_key": run_key({**run_info, "seed": args.seed})}
+    report = evaluate(result.trajectories, policy=args.policy, scores=scores, base_rates=base_rates, floors=floors,
+                      meta=meta, failures=result.summary.failures)
     write_report(report, out, plots=not args.no_plots)
-    for err in result.summary.errors[:5]:
-        print(f"episode failed (not evaluated): {err}", file=sys.stderr)
+    if result.summary.failures:
+        _report_failures(result.summary.failures)
     return {"policy": report.policy, "episodes": report.episodes, "success_rate": report.success_rate,
-            "per_family": {f: row["success_rate"] for f, row in report.per_family.items()},
-            "base_rate": base_rates, "pass_at_k": report.pass_at_k, "best_at_k": report.best_at_k,
-            "errors": report.errors, "failed_episodes": result.summary.failed, "out": str(out)}
+            "ci95": report.ci95, "per_family": {f: row["success_rate"] for f, row in report.per_family.items()},
+            "base_rate": base_rates, "floor": floors, "pass_at_k": report.pass_at_k, "best_at_k": report.best_at_k,
+            "errors": report.errors, "failed_episodes": result.summary.failed,
+            "infra_failures": report.infra_failures, "prompt_tokens": report.prompt_tokens,
+            "completion_tokens": report.total_tokens, "out": str(out), "_store": str(store)}
 
 
 def main(argv: list[str] | None = None) -> int:
     """CLI entry point; returns the exit status."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--policy", default="oracle", help="policy spec (see above); default oracle")
+    add_policy_arguments(p)
     p.add_argument("--families", default="all", help="comma-separated family names, or 'all' (default)")
     p.add_argument("--suite", choices=["id", "ood"], default=None,
-                   help="named suite: id = all families, ood = held-out families; both on the test split")
+                   help="named suite (tasks.SUITES): id = the paper's 8 in-distribution families, ood = the 4 held "
+                        "out of training; both on the test split")
     p.add_argument("--split", choices=["train", "test"], default="test", help="split to evaluate (default test)")
     p.add_argument("--size", choices=["tiny", "default"], default="tiny",
                    help="size to build missing families at (default tiny)")
@@ -176,7 +208,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-turns", type=int, default=None, help="episode turn cap (EnvConfig.max_turns)")
     p.add_argument("--format", choices=["tool_call", "json"], default="tool_call",
                    help="action wire format of prompts and scripted policies; default tool_call")
-    p.add_argument("--temperature", type=float, default=None, help="sampling temperature of model policies")
     p.add_argument("--seed", type=int, default=0, help="build seed and base rollout seed; default 0")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     p.add_argument("--json", action="store_true", help="end stdout with the summary as one JSON line")
@@ -188,15 +219,27 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         summary = run(args)
+    except KeyboardInterrupt:
+        out = args.out or Path("runs/eval") / re.sub(r"[^A-Za-z0-9_.-]+", "_", args.policy)
+        store = out / "trajectories.jsonl"
+        saved = len(TrajectoryStore(store)) if store.exists() else 0
+        print(f"\ninterrupted: {saved} episode(s) saved in {store}; rerun the same command to resume", file=sys.stderr)
+        return 130
     except (EnvClientError, TaskError, SandboxError, OSError, ValueError) as exc:
         if args.debug:
             traceback.print_exc()
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    print(f"{summary['policy']}: success {summary['success_rate']:.1%} over {summary['episodes']} episodes; "
-          f"pass@k {summary['pass_at_k']}; report in {summary['out']}")
+    lo, hi = summary["ci95"]
+    infra = f"; {summary['infra_failures']} failed to run (counted as failures)" if summary["infra_failures"] else ""
+    print(f"{summary['policy']}: success {summary['success_rate']:.1%} (95 % CI {lo:.1%}-{hi:.1%}) over "
+          f"{summary['episodes']} episodes{infra}; pass@k {summary['pass_at_k']}; report in {summary['out']}")
     for fam, rate in summary["per_family"].items():
-        print(f"  {fam:<16} {rate:6.1%}  (label base rate {summary['base_rate'].get(fam, 0):.1%})")
+        floor = summary["floor"][fam]
+        flag = " EXCEEDS" if floor["exceeds"] else ""
+        print(f"  {fam:<16} {rate:6.1%}  (label base rate {summary['base_rate'].get(fam, 0):.1%}; constant floor "
+              f"{floor['floor']:.1%} with {str(floor['constant'])[:20]!r}, bound {floor['bound']:.0%}{flag})")
+    summary.pop("_store")
     if args.json:
         print(json.dumps(summary, sort_keys=True))
     return 0 if summary["failed_episodes"] == 0 else 1

@@ -6,8 +6,9 @@
 Appends one JSON line per finished episode to ``--out`` (an ``env_client.TrajectoryStore``) and prints a
 summary table (success rate overall and per family/category, turns, tokens, throughput). Rerunning with the
 same ``--out`` resumes: finished ``(task, sample)`` pairs are skipped, nothing is lost or duplicated, even after
-a kill -9. ``--json`` ends stdout with the summary as one JSON object. Policies: ``oracle``, ``constant[:V]``,
-``shotgun``, ``traceback``, ``empty``, ``openai:MODEL@BASE_URL``, ``hf:PATH``, ``vllm:PATH``.
+a kill -9; a rerun under other settings (policy, weights, sampling, caps, format, seed, family data) is refused
+with one line naming the difference. ``--json`` ends stdout with the summary as one JSON object. Policy grammar:
+``--help``.
 """
 
 from __future__ import annotations
@@ -20,7 +21,9 @@ from pathlib import Path
 
 import tasks
 from env_client.errors import EnvClientError
-from env_client.rollout import BACKENDS, EnvSpec, RolloutSummary, rollout
+from env_client.policies import add_policy_arguments, make_policy, policy_kwargs
+from env_client.rollout import BACKENDS, EnvSpec, RolloutSummary, describe_run, rollout
+from env_client.trajectory import TrajectoryStore
 from sandbox.errors import SandboxError
 from tasks.base import TaskError
 
@@ -70,7 +73,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--families", default="all", help="comma-separated family names, or 'all' built ones (default)")
     p.add_argument("--split", choices=["train", "test"], default="test", help="split to roll out (default test)")
     p.add_argument("--limit", type=int, default=None, help="at most this many instances per family")
-    p.add_argument("--policy", default="oracle", help="policy spec (see above); default oracle")
     p.add_argument("-k", type=int, default=1, help="samples per task (GRPO groups, Pass@K); default 1")
     p.add_argument("--concurrency", type=int, default=4, help="episodes in flight; default 4")
     p.add_argument("--backend", choices=BACKENDS, default="thread", help="concurrency backend; default thread")
@@ -80,7 +82,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-turns", type=int, default=None, help="episode turn cap (EnvConfig.max_turns)")
     p.add_argument("--format", choices=["tool_call", "json"], default="tool_call",
                    help="action wire format of prompts and scripted policies; default tool_call")
-    p.add_argument("--temperature", type=float, default=None, help="sampling temperature of model policies")
     p.add_argument("--out", type=Path, default=None, help="JSONL trajectory store; rerun with it to resume")
     p.add_argument("--seed", type=int, default=0, help="base seed of per-sample seeds; default 0")
     p.add_argument("--on-error", choices=["raise", "skip"], default="raise",
@@ -88,21 +89,27 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", action="store_true", help="end stdout with the summary as one JSON line")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     p.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    add_policy_arguments(p)
     args = p.parse_args(argv)
     try:
         config = {"format": args.format, **({"max_turns": args.max_turns} if args.max_turns else {})}
         spec = EnvSpec(tasks_root=str(args.tasks_root), backend=args.sandbox,
                        allow_unisolated=args.allow_unisolated, config=config)
-        policy = args.policy
-        if args.temperature is not None or args.format != "tool_call":
-            from env_client.policies import make_policy
-
-            kwargs = {"temperature": args.temperature} if args.temperature is not None else {}
+        kwargs = policy_kwargs(args)
+        policy = args.policy  # a spec string travels to the joblib/ray workers; an object only when it must
+        if kwargs or args.format != "tool_call":
             policy = make_policy(args.policy, families=spec.families(), fmt=args.format, **kwargs)
         instances = select_instances(args.tasks_root, args.families, args.split, args.limit)
+        run_info = describe_run(args.policy, policy, kwargs, config=config, fmt=args.format, split=args.split,
+                                tasks_root=args.tasks_root, families={i.family for i in instances})
         result = rollout(instances, policy, spec, k=args.k, seed=args.seed, concurrency=args.concurrency,
                          backend=args.backend, store=args.out, policy_name=args.policy, on_error=args.on_error,
-                         progress=not args.no_progress)
+                         progress=not args.no_progress, run_info=run_info)
+    except KeyboardInterrupt:
+        saved = len(TrajectoryStore(args.out)) if args.out and args.out.exists() else 0
+        where = f"saved in {args.out}; rerun the same command to resume" if args.out else "kept (no --out given)"
+        print(f"\ninterrupted: {saved} episode(s) {where}", file=sys.stderr)
+        return 130
     except (EnvClientError, TaskError, SandboxError, OSError, ValueError) as exc:
         if args.debug:
             traceback.print_exc()

@@ -62,6 +62,10 @@ def main(argv: list[str] | None = None) -> int:
                              **({} if args.verifier.startswith(("http://", "https://")) else {"device": args.device}))
         rows = score_store(scorer, args.trajectories)
         write_score_rows(rows, out)
+    except KeyboardInterrupt:
+        print(f"\ninterrupted: nothing written to {out} (scores are written once all are done); rerun to score",
+              file=sys.stderr)
+        return 130
     except Exception as exc:  # noqa: BLE001 - one line for the user, the traceback with --debug
         if args.debug:
             traceback.print_exc()

@@ -1,23 +1,46 @@
 """Serve MedAgentGym episodes over HTTP (FastAPI + uvicorn) for remote rollouts.
 
     python scripts/serve_env.py --tasks-root artifacts/tasks --host 127.0.0.1 --port 8000 --workers 8
+    MEDAGENTGYM_ENV_TOKEN=$(openssl rand -hex 16) python scripts/serve_env.py --host 0.0.0.0 --splits train
 
 Starts a sandbox pool and the env server (``/health``, ``/schema``, ``/reset``, ``/step``, ``/state``,
 ``/close``; see ``sandbox/server.py``). Writes nothing; logs requests to stderr. Clients use
-``env_client.http_client.HTTPEnv(url)``, which has the local ``Env`` interface. Bind to loopback unless a
-trusted network needs it: the server has no authentication.
+``env_client.http_client.HTTPEnv(url)``, which has the local ``Env`` interface. With ``--openenv`` the same
+server also speaks OpenEnv's protocol (WebSocket sessions at ``/ws``; ``adapters/openenv.py``), so
+``openenv.GenericEnvClient(base_url=url)`` works as it is.
+
+Abuse limits, all on by default: gold answers and grader reasons never reach a client (``--show-gold`` turns
+that off for a trusted debugging session); bodies over ``--max-body-bytes`` get 413; one client (its token, else
+its address) holds at most ``--max-sessions-per-client`` sessions (429 beyond); a ``/reset`` waits at most
+``--worker-wait`` seconds for a sandbox worker (503 beyond); a session idle for ``--idle-timeout`` seconds is
+closed and its worker freed. ``--token`` (repeatable: one per client) or ``MEDAGENTGYM_ENV_TOKEN`` requires
+``Authorization: Bearer <token>`` on every endpoint but ``/health``; binding beyond loopback without a token is
+refused. Tokens travel in clear text: over a network, put the server behind TLS.
 """
 
 from __future__ import annotations
 
 import argparse
+import ipaddress
+import os
 import sys
 import traceback
 from pathlib import Path
 
+from env_client.http_client import TOKEN_ENV
 
-def main(argv: list[str] | None = None) -> int:
-    """CLI entry point; returns the exit status."""
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """The command line (see the module docstring)."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--tasks-root", type=Path, default=Path("artifacts/tasks"),
@@ -29,13 +52,37 @@ def main(argv: list[str] | None = None) -> int:
                    help="sandbox backend; default bwrap ('local' is unisolated)")
     p.add_argument("--allow-unisolated", action="store_true", help="permit --sandbox local")
     p.add_argument("--capacity", type=int, default=64, help="open sessions allowed (503 beyond); default 64")
-    p.add_argument("--idle-timeout", type=float, default=600.0,
-                   help="seconds after which an unused session is closed; default 600")
+    p.add_argument("--max-sessions-per-client", type=int, default=32,
+                   help="open sessions one client may hold (429 beyond); default 32")
+    p.add_argument("--idle-timeout", type=float, default=120.0,
+                   help="seconds after which an unused session is closed and its worker freed; default 120")
+    p.add_argument("--worker-wait", type=float, default=10.0,
+                   help="seconds a /reset waits for a free sandbox worker before answering 503; default 10")
+    p.add_argument("--max-body-bytes", type=int, default=1 << 20,
+                   help="largest request body accepted (413 beyond); default 1048576")
+    p.add_argument("--token", action="append", default=[],
+                   help=f"bearer token clients must send (repeat for one token per client); default ${TOKEN_ENV}")
+    p.add_argument("--splits", default="train,test",
+                   help="splits clients may reset on, e.g. 'train' keeps test graders unreachable; default both")
+    p.add_argument("--show-gold", action="store_true",
+                   help="return grader reasons and error texts to clients (they can quote gold answers)")
+    p.add_argument("--openenv", action="store_true",
+                   help="also speak OpenEnv's protocol (/ws sessions, /metadata) for openenv-core clients; "
+                        "needs pip install '.[openenv]'")
     p.add_argument("--max-turns", type=int, default=None, help="episode turn cap (EnvConfig.max_turns)")
     p.add_argument("--log-level", default="info", help="uvicorn log level; default info")
     p.add_argument("--debug", action="store_true", help="show tracebacks on errors")
-    args = p.parse_args(argv)
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI entry point; returns the exit status."""
+    args = parse_args(argv)
     try:
+        tokens = args.token or [t for t in [os.environ.get(TOKEN_ENV, "").strip()] if t]
+        if not tokens and not _loopback(args.host):
+            raise ValueError(f"--host {args.host} is reachable from other machines and no token is set: pass "
+                             f"--token (or set {TOKEN_ENV}), or bind to 127.0.0.1")
         if not args.tasks_root.is_dir():
             raise FileNotFoundError(f"tasks root {args.tasks_root} does not exist; build it with "
                                     f"`python scripts/build_tasks.py --out {args.tasks_root}`")
@@ -45,10 +92,20 @@ def main(argv: list[str] | None = None) -> int:
         from env_client.server_app import build_app
 
         config = EnvConfig(**({"max_turns": args.max_turns} if args.max_turns else {}))
-        app = build_app(args.tasks_root, backend=args.sandbox, workers=args.workers,
-                        allow_unisolated=args.allow_unisolated, config=config, capacity=args.capacity,
-                        idle_timeout_s=args.idle_timeout)
-        uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
+        splits = tuple(s.strip() for s in args.splits.split(",") if s.strip())
+        options = {"backend": args.sandbox, "workers": args.workers, "allow_unisolated": args.allow_unisolated,
+                   "config": config, "capacity": args.capacity, "idle_timeout_s": args.idle_timeout,
+                   "hide_gold": not args.show_gold, "tokens": tokens, "max_body_bytes": args.max_body_bytes,
+                   "max_sessions_per_client": args.max_sessions_per_client, "worker_wait_s": args.worker_wait,
+                   "splits": splits}
+        if args.openenv:
+            from adapters.openenv import build_openenv_app
+
+            app = build_openenv_app(args.tasks_root, split="train" if "train" in splits else splits[0], **options)
+        else:
+            app = build_app(args.tasks_root, **options)
+        uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level,
+                    timeout_keep_alive=5, ws_max_size=args.max_body_bytes)
     except Exception as exc:  # noqa: BLE001 - one line for the user, the traceback with --debug
         if args.debug:
             traceback.print_exc()

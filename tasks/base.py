@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 Split = Literal["train", "test"]
 Size = Literal["tiny", "default"]
@@ -46,6 +46,10 @@ class Instance(BaseModel):
     metadata: dict[str, Any] = Field(default_factory=dict, description="Free-form facts (slots, tolerance, ...).")
 
 
+#: Longest verdict reason or error kept (characters).
+_MAX_REASON = 2000
+
+
 class Verdict(BaseModel):
     """The oracle's single judgement of one submission."""
 
@@ -54,7 +58,21 @@ class Verdict(BaseModel):
     correct: bool = Field(description="True only for a fully correct submission.")
     score: float = Field(description="In [0, 1]; equals float(correct) unless the family defines partial credit.")
     reason: str = Field("", description="Short human-readable explanation (shown in logs, not to the agent).")
-    error: str | None = Field(None, description="Set when the grader itself failed; such verdicts are counted.")
+    error: str | None = Field(None, description="Set when grading failed; kept for the logs. Whose failure it was "
+                              "is `infra`: an agent-caused failure is a wrong answer, an infrastructure one is None.")
+    infra: bool = Field(False, description="True when the failure is the infrastructure's, not the submission's "
+                        "(sandbox died, the grader's own deadline, our broken gold): the reward is then None.")
+
+    @field_validator("reason", "error")
+    @classmethod
+    def _printable(cls, text: str | None) -> str | None:
+        # Reasons quote what the agent's code printed or raised: a lone surrogate (legal in a Python str, e.g. from
+        # a JSON "\ud800" escape) would make the trajectory unserialisable and crash the rollout, so replace it;
+        # and keep an agent-sized message from bloating every stored episode.
+        if text is None:
+            return None
+        text = text.encode("utf-8", "replace").decode("utf-8")
+        return text if len(text) <= _MAX_REASON else text[:_MAX_REASON] + f"... [{len(text) - _MAX_REASON} chars cut]"
 
 
 class GradeContext(BaseModel):
@@ -62,7 +80,8 @@ class GradeContext(BaseModel):
 
     model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
 
-    workspace: Path | None = Field(None, description="Host path of the episode's workspace (files the agent wrote).")
+    workspace: Path | None = Field(None, description="Host path of the episode's workspace (files the agent wrote); "
+                                   "read them only with sandbox.hostio.read_workspace_file, never by name.")
     session: Any = Field(None, description="A sandbox session for hidden tests (run_python/run_sql/run_shell).")
     family_dir: Path | None = Field(None, description="The family's built directory (hidden labels live here).")
 
@@ -92,7 +111,8 @@ class TaskFamily(Protocol):
         ...
 
     def grade(self, instance: Instance, submission: str, ctx: GradeContext | None = None) -> Verdict:
-        """Grade exactly one submission. Never raises for a wrong answer; raises or sets ``error`` if broken."""
+        """Grade exactly one submission. Never raises for a wrong answer (however malformed); raises
+        ``InfraError``/``GraderError`` or returns ``Verdict(error=..., infra=True)`` when grading itself broke."""
         ...
 
 
@@ -117,7 +137,19 @@ class NotBuilt(TaskError):
 
 
 class GraderError(TaskError):
-    """The grader itself is broken (bad gold, unknown answer type); never raised for a wrong submission."""
+    """The grader itself is broken (bad gold, unknown answer type); never raised for a wrong submission.
+
+    Counted as an infrastructure failure (reward None), like :class:`InfraError`.
+    """
+
+
+class InfraError(TaskError):
+    """Grading could not run for a reason that is not the submission's: the sandbox is gone, a server is down,
+    the grader's own deadline passed. The episode's verdict is then ``infra=True`` and its reward None.
+
+    Raise it only for failures an agent cannot cause; anything an agent can trigger (a malformed file, a value
+    that makes a parser raise) must end as a wrong answer instead.
+    """
 
 
 @runtime_checkable

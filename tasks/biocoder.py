@@ -9,8 +9,9 @@ Description:
     (``tasks/bio/kinds_seq.py``, ``tasks/bio/kinds_io.py``). Each task has a module context with the marker
     ``<<insert solution here>>`` (indented inside a class for the class-method kind). An instance is a task
     plus one seeded draw of hidden argument lists; the gold results are computed by EXECUTING the reference
-    function at build time. ``import_records`` turns original BioCoder records (idx, problem, solution,
-    context, signature, code) into instances graded on the program's stdout.
+    function at build time. Original BioCoder records (idx, problem, solution, context, signature, code) are
+    imported by ``scripts/import_tasks.py --family biocoder`` (tasks/importers/biocoder.py) as instances graded
+    on the program's stdout.
 
 Example instance:
     question: "This is in python\\nReturn the reverse complement of the DNA sequence `seq` ...
@@ -25,11 +26,14 @@ Allowed actions:
 Grading:
     The submission (one surrounding Markdown fence is removed) is dedented, re-indented to the marker's
     column and spliced into the context; the program runs in the episode's sandbox session in a fresh
-    namespace (a family-owned one-worker bwrap pool when the grader gets no session), the hidden harness
-    calls the target on every hidden argument list, and every canonical result must equal the gold (numbers
-    within 1e-6; tuples and lists are the same; sets and dicts compare order-free). A syntax error, an
-    exception, a missing function, a timeout (10 s) or any wrong result is wrong. Stdout is ignored, except
-    for imported records, whose whole stdout must equal the gold stdout captured offline.
+    namespace (a family-owned one-worker bwrap pool, one process per run, when the grader gets no session),
+    the hidden harness calls the target on every hidden argument list and reports the canonical results as
+    data. The hidden INPUTS enter the jail; the expected outputs never do: the host compares the reported
+    results with the gold it keeps, and every one must be equal (numbers within 1e-6; tuples and lists are the
+    same; sets and dicts compare order-free). A syntax error, an exception, a missing function, a timeout
+    (10 s), any wrong result, or a result line that is missing, duplicated (the program printed its own) or
+    malformed is wrong (reward 0, never an error). Stdout is ignored, except for imported records, whose
+    whole stdout must equal the gold stdout captured offline (also compared on the host).
 
 Episode end:
     The graded submit (terminated) or a budget (truncated). Default 10 turns.
@@ -42,15 +46,12 @@ Arguments:
 
 Version history:
     1: first version (45 kinds x 4 variants, hidden tests executed in the sandbox).
+    2: the result line is parsed strictly on the host (one line; missing, duplicated or malformed is a wrong
+       answer, not a grader error); the offline fallback pool runs each graded program in a fresh process.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-import subprocess
-import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -70,7 +71,13 @@ from tasks.base import (
 from tasks.bio import biocoder_build as bb
 from tasks.bio import kinds_io, kinds_seq
 from tasks.bio.kinds_base import Kind
-from tasks.bio.runner import FallbackPool, new_nonce, precheck, run_graded, strip_fence
+from tasks.bio.runner import (
+    FallbackPool,
+    new_nonce,
+    precheck,
+    run_graded,
+    strip_fence,
+)
 
 KINDS: tuple[Kind, ...] = tuple(kinds_seq.KINDS + kinds_io.KINDS)
 _SIZES: dict[str, dict[str, Any]] = {"tiny": {"variants": (0, 3), "draws": 1}, "default": {"variants": None, "draws": 6}}
@@ -90,7 +97,7 @@ class BioCoder:
     """The biocoder family (see the module docstring for the spec card)."""
 
     name = "biocoder"
-    version = 1
+    version = 2
     actions = frozenset({"code_execution", "terminal", "debugging", "submit_answer"})
 
     def __init__(self, root: Path | str, grader_backend: str = "bwrap") -> None:
@@ -198,92 +205,71 @@ class BioCoder:
             status, _, stdout = run_graded(session, source, nonce, wall_s=_WALL_S)
             if status != "ok":
                 return Verdict(correct=False, score=0.0, reason=f"program failed: {status}")
-            ok = stdout.rstrip() == meta["expected_stdout"].rstrip()
+            ok = stdout.rstrip() == meta["expected_stdout"].rstrip()  # the gold stdout never enters the jail
             return Verdict(correct=ok, score=float(ok), reason="stdout matches" if ok else "stdout differs")
         source = bb.program(meta["module"], code, meta["target"], meta["tests"], nonce)
         status, payload, _ = run_graded(session, source, nonce, wall_s=_WALL_S, module_name=bb.GRADED_MODULE)
         if status != "ok" or payload is None:
             return Verdict(correct=False, score=0.0, reason=f"program failed: {status}")
-        if not payload.get("defined"):
-            return Verdict(correct=False, score=0.0, reason=f"function {meta['target']} is not defined")
-        got, want = payload.get("results", []), meta["expected"]
-        failed = sum(not bb.same(g, w) for g, w in zip(got, want, strict=False)) + abs(len(got) - len(want))
-        ok = failed == 0
-        return Verdict(correct=ok, score=float(ok), reason="all hidden tests pass" if ok else
-                       f"{failed} of {len(want)} hidden tests fail")
+        return _compare(payload, meta["expected"], meta["target"])
+
+
+def _compare(payload: Any, want: list[Any], target: str) -> Verdict:
+    """Compare the results the jail reported with the gold kept on the host; any malformed payload is wrong.
+
+    The payload is untrusted (the submission ran in the same process as the harness and may have replaced it),
+    so its shape is checked here and nothing in it can make this raise.
+    """
+    if not isinstance(payload, dict) or not isinstance(payload.get("defined"), bool):
+        return Verdict(correct=False, score=0.0, reason="malformed result payload (forged?)")
+    if not payload["defined"]:
+        return Verdict(correct=False, score=0.0, reason=f"function {target} is not defined")
+    got = payload.get("results")
+    if not isinstance(got, list) or len(got) != len(want):
+        return Verdict(correct=False, score=0.0, reason=f"expected {len(want)} hidden-test results, got "
+                       f"{len(got) if isinstance(got, list) else type(got).__name__} (forged?)")
+    try:
+        failed = sum(not (isinstance(g, list) and bb.same(g, w)) for g, w in zip(got, want))
+    except RecursionError:
+        return Verdict(correct=False, score=0.0, reason="results nested too deeply to compare")
+    ok = failed == 0
+    return Verdict(correct=ok, score=float(ok), reason="all hidden tests pass" if ok else
+                   f"{failed} of {len(want)} hidden tests fail")
 
 
 # -------------------------------------------------------------------------------------------------------------
-# Importer for original BioCoder records (idx, problem, solution, context, signature, code).
+# The importer of original BioCoder records lives in tasks/importers/biocoder.py (scripts/import_tasks.py).
 # -------------------------------------------------------------------------------------------------------------
-_RECORD_FIELDS = ("idx", "problem", "solution", "context", "signature", "code")
 
 
-def _run_local(code: str, timeout: float) -> tuple[bool, str]:
-    """Run trusted record code in a fresh isolated interpreter (cwd = a temp dir); ``(ok, stdout)``."""
-    with tempfile.TemporaryDirectory() as tmp:
-        try:
-            proc = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True,
-                                  timeout=timeout, cwd=tmp, check=False)
-        except subprocess.TimeoutExpired:
-            return False, ""
-    return proc.returncode == 0, proc.stdout
+def import_records(path: Path | str, *, split: Split = "test", session: Any = None) -> tuple[list[Instance], list[str]]:
+    """The earlier API over :mod:`tasks.importers.biocoder`: ``(instances, dropped)`` for one JSONL file.
 
-
-def import_records(path: Path | str, *, split: Split = "test", session: Any = None,
-                   timeout: float = 20.0) -> tuple[list[Instance], list[str]]:
-    """Turn a BioCoder JSONL file into instances whose gold is the reference program's stdout.
-
-    Each record's ``code`` (context + reference) is run twice (in ``session`` when given, else in a fresh local
-    interpreter): records that fail, print nothing, or print different output on the two runs are dropped
-    (nondeterministic or missing dependencies). Stdout only, never stderr.
-
-    Args:
-        path: JSONL with the fields idx, problem, solution, context, signature, code.
-        split: Split of the produced instances.
-        session: Optional sandbox session to run the reference programs in.
-        timeout: Seconds per run.
-
-    Returns:
-        ``(instances, dropped)``: ``dropped`` lists ``"<idx>: <why>"``.
+    Kept for existing callers; new code uses ``scripts/import_tasks.py --family biocoder`` (per-record report).
+    Reference programs run in ``session`` (a sandbox session) or a one-worker bwrap pool.
 
     Raises:
-        TaskError: A line is not JSON or lacks a field (names the line).
+        TaskError: A line is not JSON or lacks a field (names the line), as before.
     """
+    from tasks.importers.biocoder import _instance, check_record
+    from tasks.importers.records import read_records
+
+    pool = None if session is not None else FallbackPool("bwrap")
     out: list[Instance] = []
     dropped: list[str] = []
-    for lineno, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise TaskError(f"{path}:{lineno}: not JSON ({exc.msg}); one BioCoder record per line") from exc
-        missing = [f for f in _RECORD_FIELDS if f not in rec]
-        if missing:
-            raise TaskError(f"{path}:{lineno}: BioCoder record lacks {missing}; expected fields {list(_RECORD_FIELDS)}")
-        if bb.MARKER not in rec["context"]:
-            dropped.append(f"{rec['idx']}: context has no marker")
-            continue
-        program = bb.splice(rec["context"], rec["solution"])
-        runs = []
-        for _ in range(2):
-            if session is not None:
-                status, _, stdout = run_graded(session, program, new_nonce(), wall_s=timeout)
-                runs.append((status == "ok", stdout))
+    try:
+        for lineno, rec, error in read_records(path):
+            if rec is None:
+                raise TaskError(f"{path}:{lineno}: {error}; one BioCoder record per line")
+            reason, detail, context = check_record(rec, session if session is not None else pool.session())
+            if reason == "missing_field":
+                raise TaskError(f"{path}:{lineno}: {detail}")
+            if reason:  # a missing package is where the old API ran the program and saw it fail
+                label = "reference fails to import" if reason == "needs_packages" else reason.replace("_", " ")
+                dropped.append(f"{rec.get('idx')}: {label}: {detail}")
             else:
-                runs.append(_run_local(program, timeout))
-        if not all(ok for ok, _ in runs) or not runs[0][1].strip() or runs[0][1] != runs[1][1]:
-            why = "reference fails" if not all(ok for ok, _ in runs) else "no output or nondeterministic output"
-            dropped.append(f"{rec['idx']}: {why}")
-            continue
-        fn = rec["signature"].split("def ", 1)[-1].split("(", 1)[0].strip()
-        question = f"{rec['problem']}\n\nSignature: {rec['signature']}\n\n{_INSTRUCTIONS}"
-        digest = hashlib.sha256(rec["idx"].encode()).hexdigest()[:12]
-        out.append(Instance(
-            id=f"biocoder/{split}/rec-{digest}", family="biocoder", category="imported", split=split,
-            question=question, context=f"Module context (your function replaces the marker):\n\n{rec['context']}",
-            answer=rec["solution"], answer_type="text", solution=rec["solution"], solution_lang="python",
-            metadata={"mode": "stdout", "idx": rec["idx"], "target": fn, "module": rec["context"],
-                      "expected_stdout": runs[0][1]}))
+                out.append(_instance(rec, context, detail, split))
+    finally:
+        if pool is not None:
+            pool.close()
     return out, dropped

@@ -7,8 +7,8 @@ Description:
     ``tasks/bio/cbioportal.py``) and 28 analysis kinds (``tasks/bio/ds_kinds.py``): cohort counts, subtype
     counts, mutation frequencies, top-N mutated genes, variant classes, TMB t-tests, Kaplan-Meier medians,
     log-rank tests, Cox hazard ratios, chi-square and Fisher tests, CNA and SV summaries, treatment
-    exposure, and three plots (KM curves, bar chart, histogram) checked by file type and figure properties.
-    Each kind names its output variables; the asserted values come from EXECUTING the reference code on
+    exposure, and three plots (KM curves, bar chart, histogram) checked by file type, labels and the plotted
+    data. Each kind names its output variables; the gold values come from EXECUTING the reference code on
     the built data. ``import_records`` turns original BioDSBench records (queries, dataframes, test_cases,
     reference_answer, code_histories, study_ids, ...) into instances over a copy of their tables.
 
@@ -17,19 +17,26 @@ Example instance:
                median OS of each group in `median_os_mut` and `median_os_wt`."
     context:  the tables (path, DataFrame name, shape, head())
     answer:   the reference code            answer_type: "text"       category: "km_median_os_by_gene"
-    metadata: {"asserts": "assert abs(float(median_os_mut) - 9.87) <= ...", "study": "egc_synth_2020", ...}
+    metadata: {"values": {"median_os_mut": 9.87, ...}, "extract": {"median_os_mut": "float(median_os_mut)"},
+               "study": "egc_synth_2020", ...}
 
 Allowed actions:
     code_execution, terminal, debugging, submit_answer (the analysis code).
 
 Grading:
-    In the episode's sandbox session (or a family-owned one-worker bwrap pool when the grader gets no
-    session), in a fresh namespace and an empty working directory: the record's earlier cells (imported
-    records only), then the submitted code, then the hidden asserts, as ONE program. Correct only if the
-    program finishes and every assert passes (floats within 1e-6 relative; ints, strings, lists and dicts
-    exactly). Any exception, a missing variable, a wrong value or a timeout (120 s) is wrong. For built
-    instances the asserted variables are also read back as JSON and compared on the host, so shadowed
-    builtins or objects with a lenient ``__eq__`` cannot pass the checks (imported records: asserts only).
+    The submission runs in the episode's sandbox session (or a family-owned one-worker bwrap pool, one process
+    per run, when the grader gets no session), in a fresh namespace and an empty working directory; the
+    record's earlier cells (imported records only) run first. No hidden check and no gold value ever enters
+    that jail: what leaves it is DATA, one tagged result line holding the requested variables (converted to
+    plain JSON by fixed expressions) and, for plot kinds, what the figure ``fig`` draws (axis labels, every
+    line's x/y data and draw style, every bar) plus the magic bytes of the saved file. The host compares:
+    floats within 1e-6 relative, ints, strings, lists and dicts exactly; plot labels exactly; plotted
+    Kaplan-Meier curves against the reference survival functions (lifelines, computed at build time;
+    evaluated as step functions), bar heights and histogram bins against the reference (see
+    ``tasks/bio/plots.py``). Any exception, a missing variable, a wrong value, a timeout (120 s), or a result
+    line that is missing, duplicated or malformed is wrong (reward 0, never an error). Imported records' own
+    assert lines hold the gold, so they run in a second, grader-only jail over the submission's variables
+    carried as JSON (``tasks/bio/values.py``); values the transfer cannot carry (e.g. figures) fail them.
 
 Episode end:
     The graded submit (terminated) or a budget (truncated). Default 10 turns.
@@ -38,19 +45,23 @@ Arguments:
     ``tasks.make("biodsbench", root=DIR, grader_backend="bwrap")``; ``build(out_dir, size, seed)`` writes
     ``<out_dir>/biodsbench/{studies/<study>/*.csv, train.jsonl, test.jsonl, manifest.json}``, byte-identical
     per seed. tiny: one study, the first parameter set of each kind (28 instances); default: four studies x
-    75 tasks (300 instances). An instance is in test when (study + kind + parameter index) % 4 == 0.
+    75 tasks (300 instances). An instance is in test when (study + kind + parameter index) % 4 == 0 (tiny: % 2,
+    so its test split holds 14 instances).
 
 Version history:
     1: first version (4 studies, 28 kinds, asserts executed after the agent's code).
+    2: no gold in the jail: values are compared on the host only; plot checks compare the plotted data with
+       the reference (KM curves, bar heights, histogram bins); imported records' asserts run in a separate
+       grader-only jail; a malformed or forged result line is a wrong answer. tiny builds put every second
+       instance in test (14, was 7: one instance's own program then held 14 % of the split, over the 10 %
+       constant-answer floor bound).
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import os
-import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -59,6 +70,7 @@ from typing import Any
 
 from tasks.base import (
     GradeContext,
+    GraderError,
     Instance,
     Size,
     Split,
@@ -72,6 +84,7 @@ from tasks.base import (
 from tasks.bio.biocoder_build import same
 from tasks.bio.cbioportal import STUDIES, Study, write_study
 from tasks.bio.ds_kinds import _READ, KINDS, DSKind
+from tasks.bio.plots import check_plot, extraction_source
 from tasks.bio.runner import (
     PAYLOAD_VAR,
     FallbackPool,
@@ -80,10 +93,14 @@ from tasks.bio.runner import (
     run_graded,
     strip_fence,
 )
+from tasks.bio.values import decoder_source, encoder_source
 
 MOUNT = "biodsbench"
 DATA_DIR = "studies"
-_SIZES: dict[str, dict[str, Any]] = {"tiny": {"studies": 1, "params": 1}, "default": {"studies": len(STUDIES), "params": None}}
+#: ``test_every``: every n-th instance goes to test. tiny uses 2 so its test split (14) is large enough that one
+#: constant answer cannot reach the 10 % reward-floor bound by holding a single instance's answer.
+_SIZES: dict[str, dict[str, Any]] = {"tiny": {"studies": 1, "params": 1, "test_every": 2},
+                                     "default": {"studies": len(STUDIES), "params": None, "test_every": 4}}
 _WALL_S = 120.0
 _REL_TOL = 1e-6
 _TABLE_OF = {"pat": ("data_clinical_patient.csv", "patients"), "smp": ("data_clinical_sample.csv", "samples"),
@@ -110,49 +127,18 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _num(name: str, value: float) -> str:
-    return f"assert abs(float({name}) - {value!r}) <= {_REL_TOL} * max(1.0, abs({value!r})), {name!r}\n"
-
-
-def assert_lines(name: str, value: Any) -> str:
-    """Hidden assert lines checking variable ``name`` against the executed reference ``value``.
-
-    Raises:
-        TaskError: A value that cannot be asserted (non-finite number, unsupported type).
-    """
-    value = _plain(value)
-    if isinstance(value, float) and not math.isfinite(value):
-        raise TaskError(f"{name} is not finite ({value})")
-    if isinstance(value, bool):
-        return f"assert bool({name}) is {value}, {name!r}\n"
-    if isinstance(value, int):
-        return f"assert int({name}) == {value!r}, {name!r}\n"
-    if isinstance(value, float):
-        return _num(name, value)
-    if isinstance(value, str):
-        return f"assert str({name}) == {value!r}, {name!r}\n"
-    if isinstance(value, list) and all(isinstance(v, (str, int)) for v in value):
-        return f"assert [v if isinstance(v, str) else int(v) for v in list({name})] == {value!r}, {name!r}\n"
-    if isinstance(value, list) and all(isinstance(v, (int, float)) for v in value):
-        return (f"assert len(list({name})) == {len(value)}, {name!r}\n" +
-                "".join(_num(f"list({name})[{i}]", float(v)) for i, v in enumerate(value)))
-    if isinstance(value, dict):
-        keys = sorted(str(k) for k in value)
-        out = f"assert sorted(str(k) for k in dict({name})) == {keys!r}, {name!r}\n"
-        for k, v in sorted(value.items(), key=lambda kv: str(kv[0])):
-            item = f"{{str(k): v for k, v in dict({name}).items()}}[{str(k)!r}]"
-            out += assert_lines(item, v).replace(f", {item!r}\n", f", {name!r}\n")
-        return out
-    raise TaskError(f"{name}: cannot assert a value of type {type(value).__name__}")
-
-
 def extract_expr(name: str, value: Any) -> str:
     """An expression turning variable ``name`` into plain JSON data shaped like the gold ``value``.
 
     The extracted values travel back as JSON and are compared on the host, so nothing the submitted code does
     inside the sandbox (shadowed builtins, str subclasses with a lenient ``__eq__``) can make them match.
+
+    Raises:
+        TaskError: A gold value that cannot be compared (non-finite number, unsupported type).
     """
     value = _plain(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        raise TaskError(f"{name} is not finite ({value})")
     if isinstance(value, bool):
         return f"bool({name})"
     if isinstance(value, (int, float, str)):
@@ -167,18 +153,19 @@ def extract_expr(name: str, value: Any) -> str:
     raise TaskError(f"{name}: cannot extract a value of type {type(value).__name__}")
 
 
-def _run_reference(code: str, checks: str, outputs: tuple[str, ...], cwd: Path) -> dict[str, Any]:
-    """Execute trusted reference code (+ its fixed checks) in a fresh namespace; return the outputs."""
+def _run_reference(code: str, plot_gold: str, outputs: tuple[str, ...], cwd: Path
+                   ) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """Execute trusted reference code in a fresh namespace; return its outputs and its plot's reference data."""
     ns: dict[str, Any] = {"__name__": "__main__"}
     here = os.getcwd()
     try:
         os.chdir(cwd)
-        exec(compile(code + "\n" + checks, "<reference>", "exec"), ns)  # noqa: S102 - our reference, build time
+        exec(compile(code + "\n" + plot_gold, "<reference>", "exec"), ns)  # noqa: S102 - our reference, build time
     finally:
         os.chdir(here)
         if "matplotlib.pyplot" in sys.modules:
             sys.modules["matplotlib.pyplot"].close("all")
-    return {name: ns[name] for name in outputs}
+    return {name: ns[name] for name in outputs}, ns.get("plot_gold") if plot_gold else None
 
 
 def _head(path: Path, name: str) -> str:
@@ -197,13 +184,15 @@ class BioDSBench:
     """The biodsbench family (see the module docstring for the spec card)."""
 
     name = "biodsbench"
-    version = 1
+    version = 2
     actions = frozenset({"code_execution", "terminal", "debugging", "submit_answer"})
 
     def __init__(self, root: Path | str, grader_backend: str = "bwrap") -> None:
-        """Bind to the built directory ``root``; ``grader_backend`` is used only when grading without a session."""
+        """Bind to ``root``; ``grader_backend`` runs submissions graded without a session, and imported records'
+        asserts (always in a grader-only jail)."""
         self.root = Path(root)
         self._fallback = FallbackPool(grader_backend)
+        self._checker = FallbackPool(grader_backend)  # imported records' asserts: never runs agent code
 
     @property
     def categories(self) -> list[str]:
@@ -240,7 +229,7 @@ class BioDSBench:
                 heads = {key: _head(data_dir / study.study_id / f, var) for key, (f, var) in _TABLE_OF.items()}
                 for k_index, kind in enumerate(KINDS):
                     for p_index, params in enumerate(kind.params(study)[: conf["params"]]):
-                        split: Split = "test" if (s_index + p_index + k_index) % 4 == 0 else "train"
+                        split: Split = "test" if (s_index + p_index + k_index) % conf["test_every"] == 0 else "train"
                         try:
                             inst = self._instance(kind, study, params, heads, data_dir, Path(scratch), split,
                                                   len(splits[split]))
@@ -264,12 +253,16 @@ class BioDSBench:
         reads = "".join(_READ[t] for t in kind.tables)
         code = kind.imports + reads + kind.code
         cwd = Path(tempfile.mkdtemp(dir=scratch))
-        outputs = _run_reference(fill(code, str(data_dir / study.study_id)),
-                                 fill(kind.checks, str(data_dir / study.study_id)), kind.outputs, cwd)
-        exprs = dict(kind.exprs)
-        asserts = "".join(assert_lines(exprs.get(name, name), value) for name, value in outputs.items())
-        asserts += fill(kind.checks, jail_root)
-        extract = {name: extract_expr(exprs.get(name, name), value) for name, value in outputs.items()}
+        outputs, plot_gold = _run_reference(fill(code, str(data_dir / study.study_id)), fill(kind.plot_gold, ""),
+                                            kind.outputs, cwd)
+        extract = {name: extract_expr(name, value) for name, value in outputs.items()}
+        plot = None
+        if kind.plot is not None:
+            labels = {key: Template(text).substitute(values) for key, text in kind.plot.labels}
+            plot = {"file": Template(kind.plot.file).substitute(values), "file_type": kind.plot.file_type,
+                    "labels": labels, "gold": plot_gold}
+            if not (cwd / plot["file"]).is_file():
+                raise TaskError(f"{kind.id}: the reference did not write {plot['file']}")
         question = (f"Study {study.study_id} ({study.title}); tables in {jail_root}/.\n"
                     f"{Template(kind.question).substitute(values)}\n\n{_INSTRUCTIONS}")
         tables = "\n\n".join(f"{jail_root}/{_TABLE_OF[t][0]}\n{heads[t]}" for t in kind.tables)
@@ -278,11 +271,9 @@ class BioDSBench:
             id=f"{self.name}/{split}/{index:05d}", family=self.name, category=kind.id, split=split,
             question=question, context=f"Tables:\n\n{tables}", answer=solution, answer_type="text",
             solution=solution, solution_lang="python", data={MOUNT: DATA_DIR},
-            metadata={"study": study.study_id, "params": params, "asserts": asserts,
-                      "outputs": [name for name in kind.outputs if name not in exprs],
-                      "required": [n for n in kind.outputs if n not in exprs] + (["fig"] if "fig" in kind.checks else []),
-                      "prelude": "", "extract": extract,
-                      "values": json.loads(json.dumps(_plain(outputs), default=str))},
+            metadata={"study": study.study_id, "params": params, "outputs": list(kind.outputs),
+                      "required": list(kind.outputs) + (["fig"] if plot else []), "prelude": "", "extract": extract,
+                      "values": json.loads(json.dumps(_plain(outputs), default=str)), "plot": plot},
         )
 
     def instances(self, split: Split) -> list[Instance]:
@@ -294,112 +285,124 @@ class BioDSBench:
         return run_then_submit("python", instance.solution, instance.solution)
 
     def grade(self, instance: Instance, submission: str, ctx: GradeContext | None = None) -> Verdict:
-        """Run prelude + submitted code + hidden asserts as one program in a fresh namespace; all must pass."""
+        """Run prelude + submitted code in the jail; compare the data it reports with the gold on the host."""
         code = strip_fence(submission or "")
         if not code.strip():
-            return Verdict(correct=False, score=0.0, reason="empty submission")
-        hopeless = precheck(code, instance.metadata.get("required", []))
-        if hopeless:
-            return Verdict(correct=False, score=0.0, reason=f"checks fail: {hopeless}")
-        if ctx is not None and ctx.session is not None:
-            session = ctx.session
-        else:
-            session = self._fallback.session({k: self.root / v for k, v in instance.data.items()})
-        nonce = new_nonce()
+            return _wrong("empty submission")
         meta = instance.metadata
-        extract = ", ".join(f"{name!r}: {expr}" for name, expr in meta.get("extract", {}).items())
-        program = (f"{meta.get('prelude', '')}\n{code}\n\n# hidden checks\n{meta['asserts']}\n"
-                   f"{PAYLOAD_VAR.format(nonce=nonce)} = {{'passed': True, 'values': {{{extract}}}}}\n")
+        if "checks" not in meta and "plot" not in meta:  # v1 instances kept their gold in jail-side asserts
+            raise GraderError(f"{instance.id} was built by biodsbench v1; rebuild the family (scripts/build_tasks.py)")
+        hopeless = precheck(code, meta.get("required", []))
+        if hopeless:
+            return _wrong(f"checks fail: {hopeless}")
+        mounts = {k: self.root / v for k, v in instance.data.items()}
+        session = ctx.session if ctx is not None and ctx.session is not None else self._fallback.session(mounts)
+        nonce = new_nonce()
+        program = f"{meta.get('prelude', '')}\n{code}\n\n# read back (data only)\n{_harness(meta, nonce)}"
         status, payload, _ = run_graded(session, program, nonce, wall_s=_WALL_S)
-        if status != "ok" or not isinstance(payload, dict) or payload.get("passed") is not True:
-            return Verdict(correct=False, score=0.0, reason=f"checks fail: {status}")
-        wrong = [k for k, v in meta.get("values", {}).items() if k in meta.get("extract", {}) and
-                 not same(payload.get("values", {}).get(k), v, _REL_TOL)]
-        if wrong:  # the in-sandbox asserts passed but the values read back differ: the checks were subverted
-            return Verdict(correct=False, score=0.0, reason=f"values differ on the host: {wrong}")
+        if status != "ok" or not isinstance(payload, dict):
+            return _wrong(f"checks fail: {status}")
+        if "checks" in meta:  # an imported record: its own asserts, in a jail no agent code has run in
+            return self._run_checks(meta, payload.get("names"), mounts)
+        why = _compare_values(meta, payload.get("values"))
+        if why is None and meta.get("plot"):
+            plot = meta["plot"]
+            why = check_plot(plot, plot["gold"], payload.get("figure"), payload.get("file_head"))
+        return _wrong(f"checks fail: {why}") if why else Verdict(correct=True, score=1.0, reason="all checks pass")
+
+    def close(self) -> None:
+        """Stop the family's own grading pools (idempotent; they also stop at exit)."""
+        self._fallback.close()
+        self._checker.close()
+
+    def _run_checks(self, meta: dict[str, Any], names: Any, mounts: dict[str, Path]) -> Verdict:
+        """Imported record: rebuild the variables from JSON in a grader-only one-shot jail and run its asserts."""
+        if not isinstance(names, dict) or not all(isinstance(k, str) for k in names):
+            return _wrong("checks fail: malformed variables payload (forged?)")
+        nonce = new_nonce()
+        program = (f"{decoder_source()}\nimport json as _json\n"
+                   f"globals().update({{k: mg_decode(v) for k, v in _json.loads({json.dumps(names)!r}).items()}})\n"
+                   f"{meta['checks']}\n{PAYLOAD_VAR.format(nonce=nonce)} = {{'passed': True}}\n")
+        status, payload, _ = run_graded(self._checker.session(mounts), program, nonce, wall_s=_WALL_S)
+        if status != "ok" or payload != {"passed": True}:
+            return _wrong(f"checks fail: {status}")
         return Verdict(correct=True, score=1.0, reason="all checks pass")
 
 
+def _wrong(reason: str) -> Verdict:
+    return Verdict(correct=False, score=0.0, reason=reason)
+
+
+def _harness(meta: dict[str, Any], nonce: str) -> str:
+    """Jail-side code after the submission: assign the payload of DATA the host checks (no gold in it)."""
+    var = PAYLOAD_VAR.format(nonce=nonce)
+    if "checks" in meta:
+        return (f"{encoder_source()}\n{var} = {{'names': {{__n: mg_encode(globals()[__n]) for __n in "
+                f"{meta['check_names']!r} if __n in globals()}}}}\n")
+    extract = ", ".join(f"{name!r}: {expr}" for name, expr in meta.get("extract", {}).items())
+    plot = meta.get("plot")
+    if not plot:
+        return f"{var} = {{'values': {{{extract}}}}}\n"
+    return (f"{extraction_source()}\n{var} = {{'values': {{{extract}}}, 'figure': mg_figure(fig), "
+            f"'file_head': mg_file_head({plot['file']!r})}}\n")
+
+
+def _compare_values(meta: dict[str, Any], got: Any) -> str | None:
+    """Why the reported variables differ from the gold kept on the host (None when all match)."""
+    gold = meta.get("values", {})
+    if not isinstance(got, dict):
+        return "malformed values payload (forged?)"
+    try:
+        wrong = [name for name, want in gold.items() if name not in got or not same(got[name], want, _REL_TOL)]
+    except RecursionError:
+        return "values nested too deeply to compare"
+    return f"wrong value of {', '.join(wrong)}" if wrong else None
+
+
 # -------------------------------------------------------------------------------------------------------------
-# Importer for original BioDSBench records.
+# The importer of original BioDSBench records lives in tasks/importers/biodsbench.py (scripts/import_tasks.py).
 # -------------------------------------------------------------------------------------------------------------
-_RECORD_FIELDS = ("queries", "dataframes", "test_cases", "reference_answer", "study_ids", "question_ids")
-WORKDIR = "/workdir/"
-
-
-def _as_list(text: Any) -> list[str]:
-    """``code_histories``/``test_cases`` arrive as a list or its string form."""
-    if isinstance(text, list):
-        return [str(t) for t in text]
-    text = str(text or "").strip()
-    if not text or text == "[]":
-        return []
-    with contextlib.suppress(ValueError, SyntaxError):
-        import ast
-
-        value = ast.literal_eval(text)
-        if isinstance(value, list):
-            return [str(t) for t in value]
-    return [text]
 
 
 def import_records(path: Path | str, data_root: Path | str, family_dir: Path | str, *, split: Split = "test",
-                   session: Any = None) -> tuple[list[Instance], list[str]]:
-    """Turn BioDSBench records into instances; each study's tables are copied under ``<family_dir>/imported/``.
+                   session: Any = None, grader_backend: str = "bwrap") -> tuple[list[Instance], list[str]]:
+    """The earlier API over :mod:`tasks.importers.biodsbench`: ``(instances, dropped)`` for one JSONL file.
 
-    ``/workdir/`` paths in the records become ``/data/workdir/``; the study folder is mounted as ``workdir``.
-    When ``session`` is given (a sandbox session whose ``/data/workdir`` is the study's copied folder, e.g.
-    one per study), each record's earlier cells + reference + test cases are run and failing records dropped.
-
-    Args:
-        path: JSONL of records (fields queries, dataframes, test_cases, reference_answer, study_ids,
-            question_ids; optional code_histories, cot_instructions).
-        data_root: Folder holding ``<study_id>/<table>.csv`` for every study referenced.
-        family_dir: The built family directory (the tables are copied to ``imported/<study_id>``).
-        split: Split of the produced instances.
-        session: Optional callable ``study_id -> session`` (or one session) used to verify the references.
-
-    Returns:
-        ``(instances, dropped)``.
+    Kept for existing callers; new code uses ``scripts/import_tasks.py --family biodsbench --data DIR``. Each
+    study's tables are copied under ``<family_dir>/imported/``; with ``session`` (one session, or a callable
+    ``study_id -> session`` whose ``/data/workdir`` is that study's copy) failing references are dropped. The
+    records' asserts run in a grader-only jail of ``grader_backend`` (never in the session).
 
     Raises:
-        TaskError: A malformed line or a study without a data folder (names what to provide).
+        TaskError: A malformed line, or a study without its tables (names what to provide), as before.
     """
+    from tasks.importers.biodsbench import record_instance
+    from tasks.importers.records import read_records
+
     out: list[Instance] = []
     dropped: list[str] = []
-    for lineno, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise TaskError(f"{path}:{lineno}: not JSON ({exc.msg}); one BioDSBench record per line") from exc
-        missing = [f for f in _RECORD_FIELDS if f not in rec]
-        if missing:
-            raise TaskError(f"{path}:{lineno}: BioDSBench record lacks {missing}; expected {list(_RECORD_FIELDS)}")
-        study = str(rec["study_ids"])
-        src = Path(data_root) / study
-        if not src.is_dir():
-            raise TaskError(f"{path}:{lineno}: no data folder {src} for study {study}; put its tables there")
-        dest = Path(family_dir) / "imported" / study
-        if not dest.is_dir():
-            shutil.copytree(src, dest)
-        fix = (lambda text: str(text).replace(WORKDIR, "/data/workdir/"))
-        prelude = "\n".join(fix(c) for c in _as_list(rec.get("code_histories")))
-        asserts = "\n".join(fix(t) for t in _as_list(rec["test_cases"])) + "\n"
-        inst = Instance(
-            id=f"biodsbench/{split}/rec-{study}-{rec['question_ids']}", family="biodsbench", category="imported",
-            split=split, question=f"{fix(rec['queries'])}\n\n{_INSTRUCTIONS}",
-            context=f"Tables:\n\n{fix(rec['dataframes'])}" + (f"\n\nEarlier notebook cells (run before your code):\n{prelude}" if prelude else ""),
-            answer=fix(rec["reference_answer"]), answer_type="text", solution=fix(rec["reference_answer"]),
-            solution_lang="python", data={"workdir": f"imported/{study}"},
-            metadata={"study": study, "question_id": rec["question_ids"], "prelude": prelude, "asserts": asserts},
-        )
-        if session is not None:
-            sess = session(study) if callable(session) else session
-            verdict = BioDSBench(root=family_dir).grade(inst, inst.solution or "", GradeContext(session=sess))
-            if not verdict.correct:
-                dropped.append(f"{study}/{rec['question_ids']}: reference fails its tests ({verdict.reason})")
-                continue
-        out.append(inst)
+    checker = BioDSBench(root=family_dir, grader_backend=grader_backend) if session is not None else None
+    try:
+        for lineno, rec, error in read_records(path):
+            if rec is None:
+                raise TaskError(f"{path}:{lineno}: {error}; one BioDSBench record per line")
+            try:
+                inst = record_instance(rec, Path(data_root), Path(family_dir), split=split)
+            except ValueError as exc:
+                reason, _, detail = str(exc).partition(": ")
+                if reason == "bad_tests":
+                    dropped.append(f"{rec.get('study_ids')}/{rec.get('question_ids')}: {detail}")
+                    continue
+                raise TaskError(f"{path}:{lineno}: {detail}") from None
+            if checker is not None:
+                sess = session(inst.metadata["study"]) if callable(session) else session
+                verdict = checker.grade(inst, inst.solution or "", GradeContext(session=sess))
+                if not verdict.correct:
+                    dropped.append(f"{inst.metadata['study']}/{inst.metadata['question_id']}: reference fails its "
+                                   f"tests ({verdict.reason})")
+                    continue
+            out.append(inst)
+    finally:
+        if checker is not None:
+            checker.close()
     return out, dropped

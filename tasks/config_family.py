@@ -30,9 +30,9 @@ import shutil
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from tasks._files import FileFormatError, load_yaml
 from tasks.base import (
     ALL_ACTIONS,
     FAMILY_YAML,
@@ -113,10 +113,10 @@ def read_family_yaml(path: Path) -> FamilyDecl:
         TaskError: Unreadable YAML or an invalid field (names the file and the field).
     """
     try:
-        raw = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        raw = load_yaml(path)
         return FamilyDecl.model_validate(raw if raw is not None else {})
-    except yaml.YAMLError as exc:
-        raise TaskError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from exc
+    except FileFormatError as exc:
+        raise TaskError(str(exc)) from None
     except ValidationError as exc:
         raise TaskError(f"{path}: {_first_error(exc)}") from exc
 

@@ -38,6 +38,7 @@ Arguments:
 
 Version history:
     1: first version (25 chain templates, prior answers shown, strict grading of the last step).
+    2: the MIMIC-III database draws from the public EHRSQL vocabularies (same chains, new values).
 """
 
 from __future__ import annotations
@@ -230,7 +231,7 @@ class EHRSeqSQL:
     """The ehr_seqsql family (see the module docstring for the spec card)."""
 
     name = "ehr_seqsql"
-    version = 1
+    version = 2
     actions = SQL_ACTIONS
     per_category: ClassVar[dict[str, int]] = {"tiny": 4, "default": 260}
 

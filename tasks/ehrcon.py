@@ -40,6 +40,7 @@ Arguments:
 
 Version history:
     1: first version (rendered notes, recorded injections, executed reference check, balanced labels).
+    2: the MIMIC-III database draws from the public EHRSQL vocabularies (same notes and checks, new values).
 """
 
 from __future__ import annotations
@@ -121,7 +122,7 @@ class EHRCon:
     """The ehrcon family (see the module docstring for the spec card)."""
 
     name = "ehrcon"
-    version = 1
+    version = 2
     actions = ACTIONS
 
     def __init__(self, root: Path | str | None = None) -> None:

@@ -3,13 +3,16 @@
 Description:
     The 15 EHRSHOT tasks (operational outcomes guo_los/guo_readmission/guo_icu, five anticipated lab results
     lab_* with 4 severity classes, six new diagnoses new_*, and 14 CheXpert findings as a 14-bit integer; names,
-    meanings and label types from EHRSHOT, tasks/data/ehrshot/tasks.json). The family's public data is mounted at
-    /data/ehrshot and each instance names its cohort folder /data/ehrshot/<cohort>/: CLMBR-like dense patient embeddings (64 float32 dims, ``.npy``) with labels for the training
-    patients and ids only for the test patients. Labels come from a hidden model of the latent patient state
-    plus noise, so they are learnable from the embeddings. Few-shot instances follow EHRSHOT's setting: only k
-    labelled training examples per class (per finding for chexpert) are given, k in {all, 128, 32, 8}; a
-    few-shot draw on which the reference model does not beat chance by 0.03 is redrawn (up to 5 times). The test
-    labels live under ``hidden/`` in the built directory, which is never mounted. All data are synthetic.
+    meanings and label types from EHRSHOT, tasks/data/ehrshot/tasks.json). Each instance mounts ONLY its own
+    cohort folder at /data/ehrshot/: CLMBR-like dense patient embeddings (64 float32 dims, ``.npy``) with
+    labels for its (k-shot) training patients and ids only for the test patients. Instances of one task share
+    patients (the k-shot draws are subsets of the "all" cohort), so a k-shot instance must not see the other
+    cohorts' folders: they hold the full label set of its training patients. Labels come from a hidden model
+    of the latent patient state plus noise, so they are learnable from the embeddings. Few-shot instances
+    follow EHRSHOT's setting: only k labelled training examples per class (per finding for chexpert) are given,
+    k in {all, 128, 32, 8}; a few-shot draw on which the reference model does not beat chance by 0.03 is
+    redrawn (up to 5 times). The test labels live under ``hidden/`` in the built directory, which is never
+    mounted. All data are synthetic.
 
 Example instance:
     question: "EHRSHOT task guo_los (operational outcomes): predict whether the hospital visit lasts at least 7
@@ -22,11 +25,13 @@ Allowed actions:
 
 Grading:
     Outside the sandbox, after the agent submits the text ``predictions.csv``: the file in the episode
-    workspace must be a CSV with columns ``id`` (or ``patient_id``) and ``prediction`` and exactly one row per
-    test id (missing, duplicate or unknown ids score 0; the original scored only the ids the agent chose to
-    predict). Metric: AUROC of the predicted probability (boolean tasks); balanced accuracy of the predicted
-    class 0-3 (lab tasks; plain accuracy, the original's metric, lets a constant "normal" earn the majority
-    share, so it is only reported); macro-F1 over the 14 findings decoded from the predicted integer (chexpert).
+    workspace is read through ``sandbox.hostio`` (never by name: a symlink, FIFO, hard link, directory or a
+    file over 20 MB is a wrong answer) and must be a CSV with columns ``id`` (or ``patient_id``) and
+    ``prediction`` and exactly one row per test id (missing, duplicate, unknown or non-integral ids such as
+    ``1e999`` score 0; the original scored only the ids the agent chose to predict). Metric: AUROC of the
+    predicted probability (boolean tasks); balanced accuracy of the predicted class 0-3 (lab tasks; plain
+    accuracy, the original's metric, lets a constant "normal" earn the majority share, so it is only
+    reported); macro-F1 over the 14 findings decoded from the predicted integer (chexpert).
     ``Verdict.score`` = the share of the reference model's lift over chance that the submission recovers,
     clip((metric - chance) / (reference - chance), 0, 1), where chance is the best constant predictor (AUROC 0.5,
     balanced accuracy 1/classes, macro-F1 of predicting every finding) and the reference is the scikit-learn
@@ -44,6 +49,8 @@ Arguments:
 
 Version history:
     1: first version (15 tasks, hidden labels, full-coverage scoring, normalised partial credit).
+    2: each instance mounts only its own cohort folder (a k-shot instance could read the full labels of its
+       training patients); predictions read through ``sandbox.hostio``; malformed ids are wrong answers.
 """
 
 from __future__ import annotations
@@ -57,6 +64,7 @@ from typing import Any
 
 import numpy as np
 
+from sandbox.hostio import UnsafeWorkspaceFile, read_workspace_file
 from tasks.base import (
     GradeContext,
     GraderError,
@@ -231,37 +239,43 @@ def _macro_f1(truth: np.ndarray, pred: np.ndarray) -> tuple[float, float]:
     return float(f1[present].mean()), float((2 * prev / (1 + prev))[present].mean())
 
 
-def _read_predictions(path: Path, label_type: str) -> tuple[dict[int, float] | None, str]:
-    """Parse the predictions CSV; ``(None, why)`` for a malformed file."""
-    if path.is_symlink() or not path.is_file():
-        return None, f"no regular file {path.name} in the workspace; write it there before submitting"
-    if path.stat().st_size > _MAX_FILE_BYTES:
-        return None, f"{path.name} is larger than {_MAX_FILE_BYTES >> 20} MB"
-    rows = list(csv.reader(path.read_text(encoding="utf-8", errors="replace").splitlines()))
+def _read_predictions(workspace: Path, label_type: str) -> tuple[dict[int, float] | None, str]:
+    """Read and parse ``<workspace>/predictions.csv`` (through ``sandbox.hostio``); ``(None, why)`` when malformed."""
+    try:
+        data = read_workspace_file(workspace, PREDICTIONS, max_bytes=_MAX_FILE_BYTES)
+    except UnsafeWorkspaceFile as exc:
+        return None, str(exc)
+    try:
+        rows = list(csv.reader(data.decode("utf-8", errors="replace").splitlines()))
+    except csv.Error as exc:
+        return None, f"{PREDICTIONS} is not a readable CSV ({exc})"
     header = [h.strip().lower() for h in rows[0]] if rows else []
     id_col = "id" if "id" in header else "patient_id" if "patient_id" in header else None
     if id_col is None or "prediction" not in header:
-        return None, f"{path.name} needs a header with columns id (or patient_id) and prediction, got {header[:4]}"
+        return None, f"{PREDICTIONS} needs a header with columns id (or patient_id) and prediction, got {header[:4]}"
     i, j = header.index(id_col), header.index("prediction")
     out: dict[int, float] = {}
     for n, row in enumerate(rows[1:], start=2):
         try:
-            key, value = int(float(row[i])), float(row[j])
+            key, value = float(row[i]), float(row[j])
         except (ValueError, IndexError):
-            return None, f"{path.name} line {n}: id and prediction must be numbers, got {row[:3]}"
+            return None, f"{PREDICTIONS} line {n}: id and prediction must be numbers, got {[c[:20] for c in row[:3]]}"
+        if not math.isfinite(key) or key != int(key):
+            return None, f"{PREDICTIONS} line {n}: id {row[i][:20]!r} is not an integer patient id"
         if not math.isfinite(value):
-            return None, f"{path.name} line {n}: prediction {row[j]!r} is not finite"
+            return None, f"{PREDICTIONS} line {n}: prediction {row[j][:20]!r} is not finite"
         if label_type != "boolean" and value != int(value):
-            return None, f"{path.name} line {n}: prediction {row[j]!r} must be an integer for this task"
-        if key in out:
-            return None, f"{path.name}: id {key} appears twice"
-        out[key] = value
+            return None, f"{PREDICTIONS} line {n}: prediction {row[j][:20]!r} must be an integer for this task"
+        if int(key) in out:
+            return None, f"{PREDICTIONS}: id {int(key)} appears twice"
+        out[int(key)] = value
     return out, ""
 
 
-def score_predictions(label_type: str, path: Path, truth: dict[int, int]) -> tuple[float | None, float, str]:
-    """``(metric, chance, reason)`` of a predictions file against the hidden labels; metric None when invalid."""
-    predicted, why = _read_predictions(path, label_type)
+def score_predictions(label_type: str, workspace: Path, truth: dict[int, int]) -> tuple[float | None, float, str]:
+    """``(metric, chance, reason)`` of ``<workspace>/predictions.csv`` against the hidden labels; metric None when
+    the file is invalid (the reason says why)."""
+    predicted, why = _read_predictions(workspace, label_type)
     if predicted is None:
         return None, 0.0, why
     missing, extra = set(truth) - set(predicted), set(predicted) - set(truth)
@@ -306,7 +320,7 @@ class EHRShot:
     """The ehrshot family (see the module docstring for the spec card)."""
 
     name = "ehrshot"
-    version = 1
+    version = 2
     #: Grading reads predictions.csv from the episode workspace, so contract checks replay in a real sandbox.
     needs_sandbox = True
     actions = frozenset({"code_execution", "terminal", "debugging", "submit_answer"})
@@ -388,7 +402,7 @@ class EHRShot:
         with tempfile.TemporaryDirectory() as tmp:  # EXECUTE the reference solution on the host copy of the mount
             out = Path(tmp) / PREDICTIONS
             run_reference(solution_code(label_type, str(family_dir / "data" / key), str(out)))
-            metric, chance, why = score_predictions(label_type, out, _read_truth(family_dir / "hidden" / key /
+            metric, chance, why = score_predictions(label_type, Path(tmp), _read_truth(family_dir / "hidden" / key /
                                                                                  "test_labels.csv"))
         if metric is None:
             raise TaskError(f"ehrshot {key}: the reference predictions are invalid ({why})")
@@ -399,20 +413,22 @@ class EHRShot:
                  f"{'finding' if label_type == 'multilabel' else 'class'} are given")
         question = (
             f"EHRSHOT task {task['name']} ({task['group']}): predict {task['description']}. Train a model on the "
-            f"patient embeddings and labels in /data/{MOUNT}/{key}/ ({shots}), predict every test patient, and write "
+            f"patient embeddings and labels in /data/{MOUNT}/ ({shots}), predict every test patient, and write "
             f"{PREDICTIONS} in your working directory with columns id,prediction: one row per id in test_ids.csv, "
             f"prediction = {_PREDICTION[label_type]}. Then submit the text {PREDICTIONS}. Metric: "
             f"{_METRIC[label_type]}.")
         context = (
-            f"Files in /data/{MOUNT}/{key}/ (read-only): train_embeddings.npy (float32, one {DIMS}-dim CLMBR-style "
+            f"Files in /data/{MOUNT}/ (read-only): train_embeddings.npy (float32, one {DIMS}-dim CLMBR-style "
             "embedding per row), train_labels.csv (patient_id,label; row i labels row i of train_embeddings.npy), "
             "test_embeddings.npy, test_ids.csv (patient_id; row i is row i of test_embeddings.npy). Test labels "
             "are hidden; the file is scored after you submit. numpy, pandas, scipy and scikit-learn are available.")
         return Instance(
             id=f"{self.name}/{split}/{index:04d}", family=self.name, category=task["name"], split=split,
             question=question, context=context, answer=PREDICTIONS, answer_type="text",
-            solution=solution_code(label_type, f"/data/{MOUNT}/{key}"), solution_lang="python",
-            data={MOUNT: "data"},  # one mount for the whole family: a new mount would restart a sandbox worker
+            solution=solution_code(label_type, f"/data/{MOUNT}"), solution_lang="python",
+            # Only this cohort, under the family's one mount name: a worker that served another cohort restarts
+            # with this one instead of keeping both (a new NAME would stay attached for later sessions).
+            data={MOUNT: f"data/{key}"},
             metadata={"cohort": key, "label_type": label_type, "k": k, "hidden_labels": f"hidden/{key}/test_labels.csv",
                       "metric": _METRIC[label_type], "reference_metric": metric, "chance": chance,
                       "correct_threshold": chance + CORRECT_SHARE * (metric - chance),
@@ -445,7 +461,7 @@ class EHRShot:
                 if step.get("action") != "code_execution" or code != instance.solution:
                     raise TaskError(f"{instance.id}: replay runs only the reference program, not {code!r:.60}")
                 run_reference(solution_code(instance.metadata["label_type"],
-                                            str(self.root / instance.data[MOUNT] / instance.metadata["cohort"]),
+                                            str(self.root / instance.data[MOUNT]),
                                             str(Path(ws) / PREDICTIONS)))
             ctx = GradeContext(workspace=Path(ws), family_dir=self.root)
             return self.grade(instance, steps[-1]["params"]["answer"], ctx).score
@@ -454,7 +470,8 @@ class EHRShot:
         """Score ``predictions.csv`` from the episode workspace against the hidden labels (see the spec card).
 
         Raises:
-            GraderError: No workspace in ``ctx`` (the file cannot be read), or the hidden labels are missing.
+            GraderError: No workspace in ``ctx`` (the file cannot be read), the hidden labels are missing, or the
+                instance comes from a v1 build (rebuild). All are infrastructure failures (reward None).
         """
         text = (submission or "").strip()
         if not text or looks_like_error(text) or text not in _ACCEPTED_SUBMISSIONS:
@@ -463,11 +480,13 @@ class EHRShot:
         if ctx is None or ctx.workspace is None:
             raise GraderError("ehrshot grades predictions.csv in the episode workspace; pass "
                               "GradeContext(workspace=<host path of the workspace>)")
+        if instance.data.get(MOUNT) == "data":  # v1 mounted every cohort: its episodes could read other labels
+            raise GraderError(f"{instance.id} was built by ehrshot v1 (whole data folder mounted); rebuild the family")
         labels = Path(ctx.family_dir or self.root) / instance.metadata["hidden_labels"]
         if not labels.is_file():
             raise GraderError(f"hidden labels of {instance.id} are missing ({labels}); rebuild the family")
         meta = instance.metadata
-        metric, chance, why = score_predictions(meta["label_type"], Path(ctx.workspace) / PREDICTIONS,
+        metric, chance, why = score_predictions(meta["label_type"], Path(ctx.workspace),
                                                 _read_truth(labels))
         if metric is None:
             return Verdict(correct=False, score=0.0, reason=why)

@@ -6,8 +6,10 @@ Description:
     of patients (``uniquepid`` like ``013-55516``), events are offsets from unit admission turned into times,
     and the database is written in EHRSQL's 10-table eICU schema and conventions (lower-case values, times in
     2100-2105, current time ``2105-12-31 23:59:00``, path-derived diagnosis/treatment names, vitals as columns of
-    ``vitalperiodic``, a cost table). Templates in ``tasks/data/eicu/templates.yaml``; each (template, time/visit
-    filter) pair is a category. Gold answers come from EXECUTING the gold SQL on the built database.
+    ``vitalperiodic``, a cost table), with the public EHRSQL eICU vocabularies (``tasks/data/ehr_vocab``).
+    Templates in ``tasks/data/eicu/templates.yaml`` (retrieval, counts, time windows, top-N, event-after-event);
+    each (template, time/visit filter) pair is a category. Gold answers come from EXECUTING the gold SQL on the
+    built database.
 
 Example instance:
     (tiny build, seed 0)
@@ -31,10 +33,18 @@ Arguments:
     ``tasks.make("eicu", root=DIR)``; ``build(out_dir, size="tiny"|"default", seed=0)`` writes
     ``<out_dir>/eicu/{eicu.db, train.jsonl, test.jsonl, manifest.json}``, byte-identical per seed.
     tiny: 30 patients, up to 3 instances per category; default: 1,000 patients, up to 150 per category.
+    ``public_questions=[FILES]`` (EHRSQL / MedAgentGym / MIMICSQL question files) adds the patients they name,
+    with the events and time windows their questions ask about (``tasks.ehr_synth.plant``).
     40 % of each category goes to test. The instance mounts only the database.
 
 Version history:
     1: first version (EHRSQL eICU schema, strict graders, explicit submit).
+    2: the hospital draws from the public EHRSQL eICU vocabularies (drug names, diagnosis / treatment names,
+       intake-output labels and paths incl. ``%input%``, culture sites); question mix moved toward EHRSQL's
+       (relative windows, top-N, event-after-event, longer wording); no answer fills more than a third of a
+       category; ``build(..., public_questions=FILES)`` adds the patients public question files name.
+       Test instances are chosen per category to spread answers, and no answer holds more than 8 % of a split
+       (``templating.MAX_ANSWER_SHARE``), so no constant answer nears the 10 % floor bound.
 """
 
 from __future__ import annotations
@@ -58,7 +68,7 @@ class EICU(EHRSQLFamily):
     """The eicu family (see the module docstring for the spec card)."""
 
     name = "eicu"
-    version = 1
+    version = 2
     db_file = DB_FILE
     per_category: ClassVar[dict[str, int]] = {"tiny": 3, "default": 150}
     context_text = (

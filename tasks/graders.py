@@ -50,6 +50,9 @@ DEFAULT_REL_TOL = 1e-4
 DEFAULT_ABS_TOL = 1e-6
 #: A scalar answer longer than this is not "one answer".
 MAX_SCALAR_CHARS = 300
+#: A set or list answer with more distinct elements than ``4 x gold + 50`` is refused before the pairwise
+#: (tolerance-aware) comparison, which is quadratic: 20,000 elements would hold the grader for minutes.
+MAX_EXTRA_ELEMENTS = 50
 
 _NUMBER_RE = re.compile(r"(?<![\w.])[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:[eE][-+]?\d+)?(?![\w])|(?<![\w.])[-+]?\.\d+(?![\w])")
 _ERROR_RE = re.compile(
@@ -149,7 +152,7 @@ def grade_integer(gold: Any, submission: Any, **_: Any) -> Verdict:
     value, why = _one_number(text)
     if value is None:
         return _wrong(why)
-    if value != int(value):
+    if not math.isfinite(value) or value != int(value):
         return _wrong(f"{value:g} is not an integer")
     if int(value) == int(gold_value):
         return _ok(f"{int(value)} matches")
@@ -315,9 +318,17 @@ def _elements_equal(a: Any, b: Any, rel_tol: float, abs_tol: float) -> bool:
     return a == b
 
 
+def _exact_key(value: Any) -> Any:
+    """A hashable key equal only for identical canonical elements (a bool never equals the number 1)."""
+    if isinstance(value, tuple):
+        return ("t", tuple(_exact_key(v) for v in value))
+    return (type(value).__name__, value)
+
+
 def _collection_inputs(gold: Any, submission: Any) -> tuple[list[Any] | None, list[Any], Verdict | None]:
     if not isinstance(gold, (list, tuple)):
         raise GraderError(f"gold {gold!r} is not a list")
+    want = [_norm_element(v) for v in gold]
     if isinstance(submission, (list, tuple)):
         items = list(submission)
     else:
@@ -325,7 +336,16 @@ def _collection_inputs(gold: Any, submission: Any) -> tuple[list[Any] | None, li
         if bad:
             return None, [], bad
         items = _parse_collection(text)
-    return [_norm_element(v) for v in items], [_norm_element(v) for v in gold], None
+    try:
+        got = [_norm_element(v) for v in items]
+        distinct = len({_exact_key(v): None for v in got})
+    except RecursionError:
+        return None, [], _wrong("submission is nested too deeply to be a list of answers")
+    limit = 4 * len(want) + MAX_EXTRA_ELEMENTS
+    if distinct > limit:
+        return None, [], _wrong(f"{distinct} distinct elements submitted, {len(want)} expected (at most {limit} "
+                                "are compared)")
+    return got, want, None
 
 
 def grade_set(

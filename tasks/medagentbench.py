@@ -42,12 +42,21 @@ Arguments:
     recorded for the episode and NOT forwarded; the external server must hold the built patients
     (``export_bundle(path)`` writes them as a transaction Bundle to load). ``build(out_dir, size, seed)``
     writes ``<out_dir>/medagentbench/{fhir/resources.json, train.jsonl, test.jsonl, manifest.json}``;
-    tiny: 12 patients; default: 240 patients (10 instances each, plus "not found" look-ups); 20 % of the
-    patients go to test. Episodes: ``ep = fam.open_episode(instance)``; ``pool.session(..., bridges=ep.bridges)``;
+    tiny: 12 patients; default: 240 patients (10 instances each, plus "not found" look-ups, minus the
+    do-nothing cases beyond 8 % of a split); 20 % of the patients go to test. Episodes: ``ep = fam.open_episode(instance)``; ``pool.session(..., bridges=ep.bridges)``;
     ``ep.close()`` after grading.
 
 Version history:
     1: first version (10 task types, 22 branch categories, per-episode server, bridge networking).
+    2: do-nothing cases rebalanced: instances whose gold is "answer [-1], order nothing" (no magnesium,
+       glucose or potassium value where one is asked for) were ~20 % of a build, so a silent ``[-1]`` scored
+       ~20 % (a 2026 audit of MedAgentBench found the same "silent finish" ceiling, 41.7 %, and rebuilt the
+       benchmark at 8.9 %). Now at most 8 % of a split is such an instance (taken round-robin over the task
+       types, so every branch still occurs); the others are not kept. The "Patient not found" look-ups are
+       spread over both splits (all of them fell in test, where "Patient not found" scored 10.5 %).
+    3: malformed POST bodies and answer values (non-object codes, non-list codings, huge numbers, impossible
+       instants) are wrong answers with a reason instead of grader crashes; a missing FHIR bridge is an
+       infrastructure failure (``Verdict.infra``).
 """
 
 from __future__ import annotations
@@ -56,6 +65,7 @@ import ast
 import contextlib
 import datetime as dt
 import io
+import itertools
 import json
 import random
 import re
@@ -78,7 +88,7 @@ from tasks.base import (
     write_instances,
     write_manifest,
 )
-from tasks.fhir.patients import generate_patients
+from tasks.fhir.patients import generate_patients, profiles
 from tasks.fhir.reference import TEXTS, context_of, instruction, solution_code
 from tasks.fhir.server import EpisodeServer, FhirServer, open_episode_server
 from tasks.fhir.store import BaseData, FhirStore
@@ -89,6 +99,9 @@ RESOURCES = "fhir/resources.json"
 _SIZES = {"tiny": 12, "default": 240}
 _TEST_EVERY = 5
 _NOT_FOUND_EVERY = 5
+#: The most a split's do-nothing instances (answer [-1], no order) may make up: about a fifth of the drawn
+#: instances are such, which let a silent "[-1]" score ~20 %; the rest of them are not kept.
+IDLE_SHARE = 0.08
 TASKS = tuple(TEXTS)
 CATEGORIES = ("task1_found", "task1_not_found", "task2_age", "task3_record_bp", "task4_recent", "task4_none",
               "task5_none", "task5_normal", "task5_severe", "task5_moderate", "task5_mild", "task6_recent",
@@ -120,24 +133,27 @@ def _same_minute(value: Any, gold: Any) -> bool:
     got, want = _instant(value), _instant(gold)
     if got is None or want is None:
         return False
-    return got.astimezone(dt.timezone.utc).replace(second=0, microsecond=0) == want.replace(second=0, microsecond=0)
+    try:
+        got = got.astimezone(dt.timezone.utc)
+    except OverflowError:  # e.g. year 1 with a positive offset
+        return False
+    return got.replace(second=0, microsecond=0) == want.replace(second=0, microsecond=0)
 
 
 def _number(value: Any) -> float | None:
-    if isinstance(value, bool):
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
         return None
-    if isinstance(value, (int, float)):
-        return float(value)
     try:
-        return float(str(value).strip())
-    except ValueError:
+        return float(value.strip() if isinstance(value, str) else value)
+    except (ValueError, OverflowError):  # OverflowError: an int too large for a float
         return None
 
 
 def _codings(concept: Any) -> set[tuple[str, str]]:
-    if not isinstance(concept, dict):
+    coding = concept.get("coding") if isinstance(concept, dict) else None
+    if not isinstance(coding, list):
         return set()
-    return {(str(c.get("system", "")), str(c.get("code", ""))) for c in concept.get("coding") or [] if isinstance(c, dict)}
+    return {(str(c.get("system", "")), str(c.get("code", ""))) for c in coding if isinstance(c, dict)}
 
 
 def _category_ok(resource: dict[str, Any]) -> bool:
@@ -166,9 +182,19 @@ def _quantity_ok(got: Any, want: dict[str, Any], tol: float, units: set[str]) ->
 
 
 def check_post(task: str, got: Any, gold: dict[str, Any]) -> str | None:
-    """Why the POSTed ``got`` does not satisfy the reference order ``gold`` (None when it does)."""
+    """Why the POSTed ``got`` does not satisfy the reference order ``gold`` (None when it does).
+
+    ``got`` is whatever the agent POSTed: any shape of JSON is a reason, never an exception.
+    """
     if not isinstance(got, dict):
         return "a POST body is not a JSON object"
+    try:
+        return _post_problem(task, got, gold)
+    except (TypeError, AttributeError, ValueError, KeyError, IndexError, OverflowError, RecursionError) as exc:
+        return f"a POSTed {gold['resourceType']} is malformed ({type(exc).__name__})"
+
+
+def _post_problem(task: str, got: dict[str, Any], gold: dict[str, Any]) -> str | None:
     rtype = gold["resourceType"]
     if got.get("resourceType") != rtype:
         return f"expected a {rtype}, got {got.get('resourceType')!r}"
@@ -186,7 +212,8 @@ def check_post(task: str, got: Any, gold: dict[str, Any]) -> str | None:
     if wanted and not wanted <= _codings(got.get(concept)):
         return f"{rtype}: {concept} must include {sorted(wanted)}"
     if rtype == "Observation":
-        if not _category_ok(got) or _norm((got.get("code") or {}).get("text", "")) != "bp":
+        code = got.get("code") if isinstance(got.get("code"), dict) else {}
+        if not _category_ok(got) or _norm(code.get("text", "")) != "bp":
             return "Observation: needs the vital-signs category and code.text 'BP'"
         if _norm(got.get("valueString", "")) != _norm(gold["valueString"]):
             return f"Observation: valueString must be {gold['valueString']!r}"
@@ -260,7 +287,7 @@ class MedAgentBench:
     """The medagentbench family (see the module docstring for the spec card)."""
 
     name = "medagentbench"
-    version = 1
+    version = 3
     actions = frozenset(ALL_ACTIONS)
 
     def __init__(self, root: Path | str, fhir_base_url: str | None = None) -> None:
@@ -277,9 +304,14 @@ class MedAgentBench:
         return list(CATEGORIES)
 
     def counts(self, size: Size = "default") -> dict[str, int]:
-        """Instance counts for ``size`` without building."""
+        """Instance counts for ``size`` without building (exact for seed 0: the lab profiles fix the branches)."""
         n = _SIZES[size]
-        return {"categories": len(CATEGORIES), "instances": n * len(TASKS) + len(range(0, n, _NOT_FOUND_EVERY))}
+        drawn = []
+        for index, profile in enumerate(profiles(n, 0)):
+            split = "test" if index % _TEST_EVERY == 0 else "train"
+            drawn += [(split, task, idle) for task, idle in zip(TASKS, _idle_flags(profile))]
+            drawn += [(split, "task1", False)] * _not_found(index)
+        return {"categories": len(CATEGORIES), "instances": len(_rebalance(drawn))}
 
     # -- build ---------------------------------------------------------------------------------------
     def build(self, out_dir: Path | str, *, size: Size = "tiny", seed: int = 0) -> dict[str, Any]:
@@ -302,16 +334,17 @@ class MedAgentBench:
         rng = random.Random(f"medagentbench:{seed}")
         patients = [r for r in resources if r["resourceType"] == "Patient"]
         base = BaseData(resources)
-        splits: dict[str, list[Instance]] = {"train": [], "test": []}
+        drawn: list[tuple[Split, str, dict[str, str], dict[str, Any]]] = []
         with FhirServer(FhirStore(base), port=0) as server:
             for index, patient in enumerate(patients):
                 split: Split = "test" if index % _TEST_EVERY == 0 else "train"
                 for task, slots in self._slots(rng, patient, patients, index):
-                    server.swap(FhirStore(base))  # each reference run starts from a fresh state
-                    gold = _execute(solution_code(task, slots, base=server.url))
-                    gold["POST"] = [{k: v for k, v in p.items() if k not in ("id", "meta")}
-                                    for p in server.store.created]
-                    splits[split].append(self._instance(task, slots, gold, split, len(splits[split])))
+                    drawn.append((split, task, slots, reference_gold(server, base, task, slots)))
+        keep = _rebalance([(split, task, is_idle(gold)) for split, task, _, gold in drawn])
+        splits: dict[str, list[Instance]] = {"train": [], "test": []}
+        for k, (split, task, slots, gold) in enumerate(drawn):
+            if k in keep:
+                splits[split].append(self._instance(task, slots, gold, split, len(splits[split])))
         return splits
 
     @staticmethod
@@ -329,7 +362,7 @@ class MedAgentBench:
                 slots["sbar"] = ("SBAR - Situation: {}. Background: {}. Assessment: {}. Recommendation: {}."
                                  .format(*(rng.choice(part) for part in _SBAR)))
             out.append((task, slots))
-        if index % _NOT_FOUND_EVERY == 0:  # a name that exists, with a birth date no such patient has
+        if _not_found(index):  # a name that exists, with a birth date no such patient has
             other = patients[(index + 1) % len(patients)]
             shifted = dt.date.fromisoformat(other["birthDate"]) + dt.timedelta(days=rng.randint(1, 400))
             out.append(("task1", {"given": other["name"][0]["given"][0], "family": other["name"][0]["family"],
@@ -416,8 +449,9 @@ class MedAgentBench:
         if answers is None:
             return _wrong(why)
         episode, missing = self._episode_of(ctx)
-        if missing:
-            return Verdict(correct=False, score=0.0, reason="no FHIR server for this episode", error=missing)
+        if missing:  # the harness did not wire the episode: not the submission's fault
+            return Verdict(correct=False, score=0.0, reason="no FHIR server for this episode", error=missing,
+                           infra=True)
         task, gold = instance.metadata["task"], json.loads(instance.answer)
         if len(answers) != len(gold["GET"]):
             return _wrong(f"expected {len(gold['GET'])} answer value(s), got {len(answers)}")
@@ -434,6 +468,53 @@ class MedAgentBench:
                 if problem:
                     return _wrong(problem)
         return Verdict(correct=True, score=1.0, reason="answers and orders match the reference")
+
+
+def _not_found(index: int) -> bool:
+    """Whether patient ``index`` also gets a "not found" look-up: one in _NOT_FOUND_EVERY in each split (test
+    patients are those with index % _TEST_EVERY == 0, so a plain index % 5 rule put every look-up in test)."""
+    return (index // _TEST_EVERY) % _NOT_FOUND_EVERY == index % _TEST_EVERY % _NOT_FOUND_EVERY
+
+
+def is_idle(gold: dict[str, Any]) -> bool:
+    """Whether doing nothing is right: the answer is ``[-1]`` (no value) and no order is due."""
+    return gold["GET"] == [-1] and not gold["POST"]
+
+
+def reference_gold(server: FhirServer, base: BaseData, task: str, slots: dict[str, str]) -> dict[str, Any]:
+    """Run the reference program of ``task`` against a fresh state of ``base`` served by ``server``.
+
+    Returns:
+        ``{"GET": answers, "POST": the resources it created (without server ids)}``.
+    """
+    server.swap(FhirStore(base))  # each reference run starts from a fresh state
+    gold = _execute(solution_code(task, slots, base=server.url))
+    gold["POST"] = [{k: v for k, v in p.items() if k not in ("id", "meta")} for p in server.store.created]
+    return gold
+
+
+def _rebalance(drawn: list[tuple[str, str, bool]]) -> set[int]:
+    """Indices of the drawn ``(split, task, idle)`` instances to keep: every non-idle one, and per split at most
+    :data:`IDLE_SHARE` of idle ones, taken round-robin over the task types in draw order (so each kind stays)."""
+    keep = {k for k, (_, _, idle) in enumerate(drawn) if not idle}
+    for split in ("train", "test"):
+        others = sum(1 for s, _, idle in drawn if s == split and not idle)
+        allowed = int(IDLE_SHARE * others / (1 - IDLE_SHARE))
+        queues: dict[str, list[int]] = {}
+        for k, (s, task, idle) in enumerate(drawn):
+            if s == split and idle:
+                queues.setdefault(task, []).append(k)
+        chosen = [k for group in itertools.zip_longest(*queues.values()) for k in group if k is not None]
+        keep.update(chosen[:allowed])
+    return keep
+
+
+def _idle_flags(profile: dict[str, str]) -> list[bool]:
+    """Whether each of one patient's ten instances (task order) has a do-nothing gold, from its lab profile."""
+    mg_none = profile["MG"] in ("none", "stale")
+    flags = {"task4": mg_none, "task5": mg_none, "task6": profile["GLU"] in ("none", "stale"),
+             "task7": profile["GLU"] == "none", "task9": profile["K"] == "none"}
+    return [flags.get(task, False) for task in TASKS]
 
 
 def _wrong(reason: str) -> Verdict:

@@ -8,9 +8,10 @@ Description:
     reference snippet (``calculate(<id>, <entities>)``, tasks/medcalc) on the sampled entities. Unlike the
     original harness, the note and the calculator's method summary are shown to the agent. Real MedCalc-Bench
     rows can be imported (:func:`import_rows`) and checked against these calculators (:func:`check_rows`, or
-    ``python -m tasks.medcalcbench ROWS.jsonl``); the check defaults to the ``medcalc-bench`` convention, which
-    reproduces the 9 calculators where the benchmark's own code departs from the published rules
-    (tasks/medcalc/bench.py). Synthetic gold always follows the published rules.
+    ``python -m tasks.medcalcbench ROWS.jsonl``, which prints per-calculator within-bounds rates under both
+    conventions); the check defaults to the ``medcalc-bench`` convention, which reproduces the benchmark's 2024
+    gold-generating code, every departure from the published rules listed in ``tasks.medcalc.bench.QUIRKS`` (all
+    1,047 public test rows within bounds). Synthetic gold always follows the published rules.
 
 Example instance:
     question: "What is the patient's CHA2DS2-VASc Score? Submit exactly one integer."
@@ -70,10 +71,10 @@ from tasks.graders import grade as strict_grade
 from tasks.graders import looks_like_error
 from tasks.medcalc import CALCULATORS, Calculator, bounds, calculate, get_calculator
 from tasks.medcalc.notes import render_note
-from tasks.medcalc.registry import DATE, DECIMAL, INTEGER, WEEKS_DAYS
+from tasks.medcalc.registry import CONVENTIONS, DATE, DECIMAL, INTEGER, WEEKS_DAYS
 from tasks.medcalc.specs import sample_entities
 
-__all__ = ["MedCalcBench", "calculate", "check_rows", "import_rows", "load_rows", "parse_gold"]
+__all__ = ["MedCalcBench", "calculate", "check_rows", "fidelity_table", "import_rows", "load_rows", "parse_gold"]
 
 _SIZES: dict[str, dict[str, int]] = {"tiny": {"train": 2, "test": 1}, "default": {"train": 320, "test": 80}}
 _ANSWER_TYPE = {DECIMAL: "number", INTEGER: "integer", DATE: "date", WEEKS_DAYS: "list"}
@@ -388,31 +389,42 @@ def _within(kind: str, ours: Any, gold: Any, lower: float, upper: float) -> bool
     return ours == gold
 
 
+def _calculator_key(row: dict[str, Any]) -> int | str:
+    try:
+        return get_calculator(row.get("Calculator ID", "")).id
+    except ValueError:
+        return str(row.get("Calculator ID", "?"))
+
+
 def check_rows(rows: list[dict[str, Any]], *, convention: str = "medcalc-bench") -> dict[str, Any]:
     """Run each row's Relevant Entities through our calculators and compare with its gold / [Lower, Upper].
 
     Args:
         rows: MedCalc-Bench rows (see :func:`import_rows`).
-        convention: ``"medcalc-bench"`` (default: reproduce the benchmark code's departures from the published
-            rules for 9 calculators, see ``tasks.medcalc.bench``) or ``"published"``.
+        convention: ``"medcalc-bench"`` (default: the benchmark's 2024 gold-generating code, every departure from
+            the published rules reproduced, see ``tasks.medcalc.bench.QUIRKS``) or ``"published"``.
 
     Returns:
         ``{"rows", "within", "share", "convention", "errors", "per_calculator": {id: {"rows", "within"}},
         "mismatches"}``; ``mismatches`` lists ``{"row", "calculator_id", "ours", "gold", "lower", "upper"}`` and
         ``errors`` lists ``{"row", "error"}`` for rows our calculators could not use (counted as outside).
+
+    Example:
+        >>> check_rows(load_rows("test_data.csv"))["share"]  # doctest: +SKIP
+        1.0
     """
     report: dict[str, Any] = {"rows": len(rows), "within": 0, "convention": convention, "errors": [],
                               "mismatches": [], "per_calculator": {}}
     for position, row in enumerate(rows):
         number = row.get("Row Number", position + 1)
+        tally = report["per_calculator"].setdefault(_calculator_key(row), {"rows": 0, "within": 0})
+        tally["rows"] += 1
         try:
             calc, entities, gold, lower, upper = _row_parts(row)
             ours = calculate(calc.id, entities, convention=convention)
         except (ValueError, KeyError, TypeError, ZeroDivisionError) as exc:
             report["errors"].append({"row": number, "error": f"{type(exc).__name__}: {exc}"})
             continue
-        tally = report["per_calculator"].setdefault(calc.id, {"rows": 0, "within": 0})
-        tally["rows"] += 1
         if _within(calc.kind, ours, gold, lower, upper):
             tally["within"] += 1
             report["within"] += 1
@@ -423,17 +435,49 @@ def check_rows(rows: list[dict[str, Any]], *, convention: str = "medcalc-bench")
     return report
 
 
+def fidelity_table(reports: list[dict[str, Any]]) -> str:
+    """Per-calculator within-bounds counts of several :func:`check_rows` reports side by side, then the totals.
+
+    Example:
+        >>> rows = load_rows("test_data.csv")  # doctest: +SKIP
+        >>> print(fidelity_table([check_rows(rows, convention=c) for c in CONVENTIONS]))  # doctest: +SKIP
+    """
+    def cell(tally: dict[str, int]) -> str:
+        share = tally["within"] / tally["rows"] if tally["rows"] else 0.0
+        return f"{tally['within']:>4}/{tally['rows']:<4} {share:>6.1%}"
+
+    ids = sorted({key for r in reports for key in r["per_calculator"]}, key=lambda k: (isinstance(k, str), k))
+    lines = [f"{'id':>3}  {'calculator':<52}" + "".join(f"  {r['convention']:>17}" for r in reports)]
+    for key in ids:
+        name = CALCULATORS[key].name if key in CALCULATORS else "(unknown calculator)"
+        lines.append(f"{key!s:>3}  {name[:52]:<52}" + "".join(
+            f"  {cell(r['per_calculator'].get(key, {'rows': 0, 'within': 0})):>17}" for r in reports))
+    lines.append(f"{'':>3}  {'all rows':<52}" + "".join(f"  {cell(r):>17}" for r in reports))
+    full = [f"{sum(t['within'] == t['rows'] for t in r['per_calculator'].values())}/{len(r['per_calculator'])}"
+            for r in reports]
+    lines.append(f"{'':>3}  {'calculators fully within':<52}" + "".join(f"  {n:>17}" for n in full))
+    return "\n".join(lines)
+
+
 if __name__ == "__main__":
     import argparse
 
-    parser = argparse.ArgumentParser(description="Check MedCalc-Bench rows against tasks.medcalc's calculators.")
-    parser.add_argument("rows", help="a MedCalc-Bench .jsonl or .csv file (e.g. test_tasks.jsonl)")
+    parser = argparse.ArgumentParser(description="Check MedCalc-Bench rows against tasks.medcalc's calculators: "
+                                                 "per-calculator within-bounds rates under each convention.")
+    parser.add_argument("rows", help="a MedCalc-Bench .jsonl or .csv file (e.g. test_data.csv, test_tasks.jsonl)")
     parser.add_argument("--show", type=int, default=10, help="how many mismatches/errors to print (default 10)")
-    parser.add_argument("--convention", default="medcalc-bench", choices=["medcalc-bench", "published"],
-                        help="reproduce the benchmark code's departures (default) or use the published rules")
+    parser.add_argument("--convention", default="both", choices=["both", *CONVENTIONS],
+                        help="both conventions side by side (default), or only one")
     args = parser.parse_args()
-    result = check_rows(load_rows(args.rows), convention=args.convention)
-    print(f"{result['within']}/{result['rows']} rows within [Lower, Upper] ({result['share']:.1%}); "
-          f"{len(result['errors'])} errors")
-    for item in (result["mismatches"] + result["errors"])[: args.show]:
+    try:
+        loaded = load_rows(args.rows)
+    except (OSError, ValueError) as exc:
+        raise SystemExit(f"error: {exc}") from None
+    chosen = list(CONVENTIONS) if args.convention == "both" else [args.convention]
+    results = [check_rows(loaded, convention=c) for c in chosen]
+    print(fidelity_table(results))
+    last = results[-1]
+    print(f"{last['convention']}: {last['within']}/{last['rows']} rows within [Lower, Upper] ({last['share']:.1%}); "
+          f"{len(last['errors'])} errors")
+    for item in (last["mismatches"] + last["errors"])[: args.show]:
         print(json.dumps(item, ensure_ascii=False, default=str))

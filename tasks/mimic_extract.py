@@ -12,6 +12,10 @@ Description:
     split (features and labels mounted read-only) and writes ``predictions.csv`` (``id,prediction``) for every
     test id into its workspace. Test labels live under ``<family_dir>/hidden/``, which is never mounted; the
     score is computed outside the sandbox. Each (cohort, task) is one instance; each task is one category.
+    No leaks by construction: every stay contributes exactly 24 hourly rows to the stay tasks and at most one
+    window, always at the same hours (input 18-23, prediction 30-33), to the window tasks, so row counts say
+    nothing about the length of stay; and an instance mounts only its own half of the cohort (stay tasks see
+    ``mortality_los/``, window tasks ``vasopressor_ventilation/``), so the two can never be joined.
 
 Example instance:
     question: "Task mort_icu: predict whether each ICU stay ends in death in the ICU ... write
@@ -25,7 +29,8 @@ Allowed actions:
 
 Grading:
     On submit (any non-empty text that is not a traceback), ``<workspace>/predictions.csv`` is read on the host
-    (a regular file, at most 20 MB, header exactly ``id,prediction``). It must cover the test ids exactly: a
+    through ``sandbox.hostio`` (never by name: a symlink, FIFO, hard link, directory or a file over 20 MB is a
+    wrong answer with the reason; header exactly ``id,prediction``). It must cover the test ids exactly: a
     missing, extra or duplicate id, or an unparsable prediction, scores 0 with the reason. Metric: AUROC of the
     predicted probabilities (stay tasks) or macro-F1 of the predicted classes (window tasks). ``correct`` when
     the metric reaches ``metadata["threshold"]`` = max(reference - margin, chance + 0.05) (margin 0.03 AUROC,
@@ -38,12 +43,15 @@ Episode end:
 
 Arguments:
     ``tasks.make("mimic_extract", root=DIR)``; ``build(out_dir, size="tiny"|"default", seed=0)`` writes
-    ``<out_dir>/mimic_extract/{cohort_<k>/..., hidden/cohort_<k>/..., train.jsonl, test.jsonl, manifest.json}``.
-    tiny: 2 cohorts of 240 stays (1 train, 1 test instance set); default: 5 cohorts of 1,000 stays (3 train,
-    2 test). 70 % of each cohort's subjects are its train split. Byte-identical per seed.
+    ``<out_dir>/mimic_extract/{cohort_<k>/{stay,window}/..., hidden/cohort_<k>/..., train.jsonl, test.jsonl,
+    manifest.json}``. tiny: 2 cohorts of 600 stays (1 train, 1 test instance set); default: 5 cohorts of
+    1,500 stays (3 train, 2 test). 70 % of each cohort's subjects are its train split. Byte-identical per seed.
 
 Version history:
     1: first version (hidden labels, full id coverage, AUROC / macro-F1, reference logistic regression).
+    2: leaks closed: one window per stay at fixed hours (sliding windows gave away the length of stay and the
+       next window's state), per-task-type mounts; predictions.csv read through ``sandbox.hostio``; larger
+       cohorts (600 / 1,500 stays) for the fewer windows.
 """
 
 from __future__ import annotations
@@ -60,8 +68,10 @@ import numpy as np
 import pandas as pd
 from sklearn.metrics import f1_score, roc_auc_score
 
+from sandbox.hostio import UnsafeWorkspaceFile, read_workspace_file
 from tasks.base import (
     GradeContext,
+    InfraError,
     Instance,
     Size,
     Split,
@@ -90,7 +100,9 @@ PREDICTIONS = "predictions.csv"
 MAX_PREDICTION_BYTES = 20 << 20
 MOUNT = "mimic_extract"
 #: (stays per cohort, cohorts for the train instances, cohorts for the test instances) by size.
-SIZES: dict[str, tuple[int, int, int]] = {"tiny": (240, 1, 1), "default": (1000, 3, 2)}
+SIZES: dict[str, tuple[int, int, int]] = {"tiny": (600, 1, 1), "default": (1500, 3, 2)}
+#: The mounted half of a cohort per task type (a stay-task instance never sees windows, and vice versa).
+HALF = {"stay": "mortality_los", "window": "vasopressor_ventilation"}
 TRAIN_FRACTION = 0.7
 MARGIN = {"auroc": 0.03, "macro_f1": 0.05}
 #: The threshold is at least this far above the best constant prediction.
@@ -103,18 +115,30 @@ _DESCRIBE = {
     "vasopressor": "the vasopressor class of each window",
     "ventilation": "the mechanical ventilation class of each window",
 }
-CONTEXT = (
-    f"Data (read-only) under /data/{MOUNT}/. mortality_los/: X_lab_{{train,test}}.csv (one row per subject_id, "
-    "hadm_id, icustay_id, hours_in for the first 24 ICU hours; per variable the columns '<variable>__count', "
-    "'<variable>__mean', '<variable>__std' (MIMIC-Extract's (variable, agg) MultiIndex, flattened; imputed)), "
-    "X_static_{train,test}.csv (keys, gender_F/M, age_1-4, ethnicity_*, first_careunit_* one-hots, intime hour), "
-    "train_labels.csv (subject_id, mort_icu, mort_hosp, los_3, los_7). vasopressor_ventilation/: "
-    "X_windows_{train,test}.csv (one row per window id and hours_in 0-5 of its 6 h input slice, same feature "
-    "columns), X_windows_static_{train,test}.csv (id + static columns), train_window_labels.csv (id, vasopressor, "
-    "ventilation; classes CONTROL, ON_INTERVENTION, ONSET, WEAN for the 4 h window after a 6 h gap). Test labels "
-    f"are not available. Write /workspace/{PREDICTIONS} with columns id,prediction covering EVERY test id exactly "
-    "once, then submit_answer 'done'."
-)
+CONTEXT = {
+    "stay": (
+        f"Data (read-only) under /data/{MOUNT}/mortality_los/: X_lab_{{train,test}}.csv (one row per subject_id, "
+        "hadm_id, icustay_id, hours_in for the first 24 ICU hours; per variable the columns '<variable>__count', "
+        "'<variable>__mean', '<variable>__std' (MIMIC-Extract's (variable, agg) MultiIndex, flattened; imputed)), "
+        "X_static_{train,test}.csv (keys, gender_F/M, age_1-4, ethnicity_*, first_careunit_* one-hots, intime "
+        "hour), train_labels.csv (subject_id, mort_icu, mort_hosp, los_3, los_7). Test labels are not available. "
+        f"Write /workspace/{PREDICTIONS} with columns id,prediction covering EVERY test id exactly once, then "
+        "submit_answer 'done'."),
+    "window": (
+        f"Data (read-only) under /data/{MOUNT}/vasopressor_ventilation/: X_windows_{{train,test}}.csv (one row per "
+        "window id and hours_in 0-5 of its 6 h input slice, the last 6 h of the stay's first 24 h; per variable "
+        "the columns '<variable>__count', '<variable>__mean', '<variable>__std' (MIMIC-Extract's (variable, agg) "
+        "MultiIndex, flattened; imputed)), X_windows_static_{train,test}.csv (id + gender_F/M, age_1-4, "
+        "ethnicity_*, first_careunit_* one-hots, intime hour), train_window_labels.csv (id, vasopressor, "
+        "ventilation; classes CONTROL, ON_INTERVENTION, ONSET, WEAN for the 4 h window after a 6 h gap). One "
+        f"window per stay. Test labels are not available. Write /workspace/{PREDICTIONS} with columns "
+        "id,prediction covering EVERY test id exactly once, then submit_answer 'done'."),
+}
+
+
+def task_type(task: str) -> str:
+    """``"stay"`` for the four stay tasks, ``"window"`` for the two window tasks."""
+    return "stay" if task in STAY_TASKS else "window"
 
 
 def solution_code(data: str, task: str, out: str) -> str:
@@ -129,7 +153,8 @@ def _csv(df: pd.DataFrame) -> bytes:
 
 
 def write_cohort(cohort_dir: Path, hidden_dir: Path, n: int, seed: int) -> dict[str, int]:
-    """Write one cohort's mounted files and its hidden test labels; returns row counts."""
+    """Write one cohort's mounted files (``stay/mortality_los/``, ``window/vasopressor_ventilation/``: mounted
+    apart) and its hidden test labels; returns row counts."""
     c = draw_cohort(n, seed)
     rng = np.random.default_rng([seed, 5])
     subjects = c["static"]["subject_id"].to_numpy()
@@ -138,27 +163,28 @@ def write_cohort(cohort_dir: Path, hidden_dir: Path, n: int, seed: int) -> dict[
     windows.insert(0, "id", [f"w{k:06d}" for k in range(len(windows))])  # opaque: no link between windows
     hourly = c["hourly"]
     static = c["static"].drop(columns=["gender", "ethnicity", "first_careunit"])
+    stay_dir, window_dir = cohort_dir / "stay" / HALF["stay"], cohort_dir / "window" / HALF["window"]
     feats = [col for col in hourly.columns if "__" in col]
     files: dict[Path, pd.DataFrame] = {}
     for split in ("train", "test"):
         is_split = hourly["subject_id"].isin(train_ids) == (split == "train")
         stay_lab = hourly[is_split & (hourly["hours_in"] < 24)]
-        files[cohort_dir / "mortality_los" / f"X_lab_{split}.csv"] = stay_lab
-        files[cohort_dir / "mortality_los" / f"X_static_{split}.csv"] = static[
+        files[stay_dir / f"X_lab_{split}.csv"] = stay_lab
+        files[stay_dir / f"X_static_{split}.csv"] = static[
             static["subject_id"].isin(train_ids) == (split == "train")]
         win = windows[windows["subject_id"].isin(train_ids) == (split == "train")]
         slices = win[["id", "subject_id", "start"]].merge(hourly[["subject_id", "hours_in"] + feats], on="subject_id")
         slices = slices[(slices["hours_in"] >= slices["start"]) & (slices["hours_in"] < slices["start"] + INPUT_H)]
         slices = slices.assign(hours_in=slices["hours_in"] - slices["start"]).sort_values(["id", "hours_in"])
-        files[cohort_dir / "vasopressor_ventilation" / f"X_windows_{split}.csv"] = slices[["id", "hours_in"] + feats]
-        files[cohort_dir / "vasopressor_ventilation" / f"X_windows_static_{split}.csv"] = (
+        files[window_dir / f"X_windows_{split}.csv"] = slices[["id", "hours_in"] + feats]
+        files[window_dir / f"X_windows_static_{split}.csv"] = (
             win[["id", "subject_id"]].merge(static.drop(columns=KEYS[1:]), on="subject_id").drop(columns="subject_id"))
         outcomes = c["outcomes"][c["outcomes"]["subject_id"].isin(train_ids) == (split == "train")]
         labels = outcomes[["subject_id", *STAY_TASKS]]
         wlabels = win[["id", *WINDOW_TASKS]].sort_values("id")
         if split == "train":
-            files[cohort_dir / "mortality_los" / "train_labels.csv"] = labels
-            files[cohort_dir / "vasopressor_ventilation" / "train_window_labels.csv"] = wlabels
+            files[stay_dir / "train_labels.csv"] = labels
+            files[window_dir / "train_window_labels.csv"] = wlabels
         else:
             files[hidden_dir / "test_labels.csv"] = labels
             files[hidden_dir / "test_window_labels.csv"] = wlabels
@@ -175,23 +201,26 @@ def load_hidden_labels(hidden_dir: Path, task: str) -> pd.Series:
     return s.astype(int) if stay else s
 
 
-def read_predictions(path: Path) -> tuple[pd.Series | None, str]:
-    """``predictions.csv`` as a string-indexed Series, or (None, why) when absent or malformed."""
-    if not path.exists() and not path.is_symlink():
-        return None, f"no {PREDICTIONS} in the workspace; write it, then submit"
-    if path.is_symlink() or not path.is_file():
-        return None, f"{PREDICTIONS} must be a regular file"
-    if path.stat().st_size > MAX_PREDICTION_BYTES:
-        return None, f"{PREDICTIONS} is larger than {MAX_PREDICTION_BYTES >> 20} MB"
+def parse_predictions(data: bytes) -> tuple[pd.Series | None, str]:
+    """The bytes of ``predictions.csv`` as a string-indexed Series, or (None, why) when malformed."""
     try:
-        df = pd.read_csv(io.BytesIO(path.read_bytes()), dtype=str, keep_default_na=False)
+        df = pd.read_csv(io.BytesIO(data), dtype=str, keep_default_na=False)
     except (ValueError, UnicodeDecodeError) as exc:
         return None, f"{PREDICTIONS} is not a readable CSV ({str(exc).splitlines()[0][:80]})"
     if list(df.columns) != ["id", "prediction"]:
-        return None, f"{PREDICTIONS} header must be exactly id,prediction, got {list(df.columns)[:4]}"
+        return None, f"{PREDICTIONS} header must be exactly id,prediction, got {[c[:30] for c in df.columns[:4]]}"
     if df["id"].duplicated().any():
-        return None, f"{PREDICTIONS} repeats id {df['id'][df['id'].duplicated()].iloc[0]!r}"
+        return None, f"{PREDICTIONS} repeats id {df['id'][df['id'].duplicated()].iloc[0][:40]!r}"
     return df.set_index("id")["prediction"], ""
+
+
+def read_predictions(workspace: Path) -> tuple[pd.Series | None, str]:
+    """``<workspace>/predictions.csv`` read through ``sandbox.hostio`` (never by name), then parsed."""
+    try:
+        data = read_workspace_file(workspace, PREDICTIONS, max_bytes=MAX_PREDICTION_BYTES)
+    except UnsafeWorkspaceFile as exc:
+        return None, str(exc)
+    return parse_predictions(data)
 
 
 def evaluate(task: str, gold: pd.Series, pred: pd.Series) -> tuple[float | None, str]:
@@ -301,10 +330,10 @@ class MimicExtract:
         """One (cohort, task) instance; runs the reference model on the host to record its metric."""
         hidden = family_dir / "hidden" / cohort
         gold = load_hidden_labels(hidden, task)
-        with tempfile.TemporaryDirectory() as tmp:  # the same bytes an agent's file would have
-            out = Path(tmp) / PREDICTIONS
-            reference_predictions(str(family_dir / cohort), task).to_csv(out, index=False)
-            pred, why = read_predictions(out)
+        kind_dir = family_dir / cohort / task_type(task)
+        with tempfile.TemporaryDirectory() as tmp:  # the same bytes an agent's file would have, read the same way
+            reference_predictions(str(kind_dir), task).to_csv(Path(tmp) / PREDICTIONS, index=False)
+            pred, why = read_predictions(Path(tmp))
         metric, kind = evaluate(task, gold, pred) if pred is not None else (None, why)
         if metric is None:
             raise TaskError(f"{self.name}: the reference model's predictions for {cohort}/{task} fail: {kind}")
@@ -323,9 +352,9 @@ class MimicExtract:
                     f". Scored by {'AUROC' if stay else 'macro-F1'} on hidden labels. Then submit_answer 'done'.")
         return Instance(
             id=f"{self.name}/{split}/{index:06d}", family=self.name, category=task, split=split, question=question,
-            context=CONTEXT, answer="done", answer_type="text",
+            context=CONTEXT[task_type(task)], answer="done", answer_type="text",
             solution=solution_code(f"/data/{MOUNT}", task, f"/workspace/{PREDICTIONS}"),
-            solution_lang="python", data={MOUNT: cohort},
+            solution_lang="python", data={MOUNT: f"{cohort}/{task_type(task)}"},
             metadata={"task": task, "cohort": cohort, "metric": kind, "reference_metric": round(metric, 6),
                       "chance": round(base, 6), "threshold": threshold, "n_test": len(gold),
                       "hidden_labels": f"hidden/{cohort}"},
@@ -345,15 +374,21 @@ class MimicExtract:
         if not text or looks_like_error(text):
             return Verdict(correct=False, score=0.0, reason="empty or error submission")
         if ctx is None or ctx.workspace is None:
-            return Verdict(correct=False, score=0.0, reason=f"no workspace: nothing wrote {PREDICTIONS}")
+            raise InfraError(f"{self.name} grades {PREDICTIONS} in the episode workspace; pass "
+                             "GradeContext(workspace=<host path of the workspace>)")
         family_dir = Path(ctx.family_dir) if ctx.family_dir is not None else self.root
         if family_dir is None:
-            raise TaskError(f"{self.name}: grading needs the built family directory (GradeContext.family_dir)")
+            raise InfraError(f"{self.name}: grading needs the built family directory (GradeContext.family_dir)")
         task, meta = instance.metadata["task"], instance.metadata
-        pred, why = read_predictions(Path(ctx.workspace) / PREDICTIONS)
+        if not instance.data.get(MOUNT, "").endswith(f"/{task_type(task)}"):  # v1 mounted the whole cohort
+            raise InfraError(f"{instance.id} was built by mimic_extract v1 (leaky mounts); rebuild the family")
+        pred, why = read_predictions(Path(ctx.workspace))
         if pred is None:
             return Verdict(correct=False, score=0.0, reason=why)
-        gold = load_hidden_labels(family_dir / meta["hidden_labels"], task)
+        try:
+            gold = load_hidden_labels(family_dir / meta["hidden_labels"], task)
+        except OSError as exc:
+            raise InfraError(f"hidden labels of {instance.id} cannot be read ({exc}); rebuild the family") from exc
         metric, kind = evaluate(task, gold, pred)
         if metric is None:
             return Verdict(correct=False, score=0.0, reason=kind)

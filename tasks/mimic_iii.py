@@ -4,10 +4,13 @@ Description:
     A seeded synthetic hospital (``tasks.ehr_synth``; no credentialed data) is written as EHRSQL's 17-table
     MIMIC-III SQLite database with EHRSQL's conventions (lower-cased values, times shifted into 2100-2105,
     a fixed current time ``2105-12-31 23:59:00``, 10 % of patients still in hospital, the nine vital-sign
-    items, a COST table). Questions come from templates in ``tasks/data/mimic_iii/templates.yaml`` covering the
-    EHRSQL space: retrieval, counting, aggregation, first/last, current stay, relative and absolute time windows,
-    comparisons and multi-hop joins. Each (template, time/visit filter) pair is a category. Every gold answer
-    is obtained by EXECUTING the gold SQL on the built database (read-only), never written by hand.
+    items, a COST table); drugs, labs, items, ICD titles and categories include every value the public EHRSQL
+    questions compare against (``tasks/data/ehr_vocab``). Questions come from templates in
+    ``tasks/data/mimic_iii/templates.yaml`` covering the EHRSQL space: retrieval, counting, aggregation,
+    first/last, current stay, relative and absolute time windows ("since 3 years ago", "last month"), top-N
+    rankings, event-after-event questions (within 2 days / the same month / the same visit), comparisons and
+    multi-hop joins. Each (template, time/visit filter) pair is a category. Every gold answer is obtained by
+    EXECUTING the gold SQL on the built database (read-only), never written by hand.
 
 Example instance:
     (tiny build, seed 0)
@@ -32,10 +35,18 @@ Arguments:
     ``tasks.make("mimic_iii", root=DIR)``; ``build(out_dir, size="tiny"|"default", seed=0)`` writes
     ``<out_dir>/mimic_iii/{mimic_iii.db, train.jsonl, test.jsonl, manifest.json}``, byte-identical per seed.
     tiny: 30 patients, up to 3 instances per category; default: 1,000 patients, up to 150 per category.
+    ``public_questions=[FILES]`` (EHRSQL / MedAgentGym / MIMICSQL question files) adds the patients they name,
+    with the events and time windows their questions ask about (``tasks.ehr_synth.plant``).
     40 % of each category goes to test. The instance mounts only the database (never the instance files).
 
 Version history:
     1: first version (EHRSQL MIMIC-III schema, strict graders, explicit submit).
+    2: the hospital draws from the public EHRSQL/MIMICSQL vocabularies (tasks/data/ehr_vocab); question mix moved
+       toward EHRSQL's ("since N years/months ago" and "last month" windows on every timed template, top-N and
+       event-after-event templates, longer wording); no answer fills more than a third of a category;
+       ``build(..., public_questions=FILES)`` adds the patients public question files name.
+       Test instances are chosen per category to spread answers, and no answer holds more than 8 % of a split
+       (``templating.MAX_ANSWER_SHARE``), so no constant answer nears the 10 % floor bound.
 """
 
 from __future__ import annotations
@@ -58,7 +69,7 @@ class MimicIII(EHRSQLFamily):
     """The mimic_iii family (see the module docstring for the spec card)."""
 
     name = "mimic_iii"
-    version = 1
+    version = 2
     db_file = DB_FILE
     per_category: ClassVar[dict[str, int]] = {"tiny": 3, "default": 150}
     context_text = (

@@ -9,10 +9,11 @@ Description:
     asks for the number of events. Categories are the 19 (design, target) pairs, e.g. ``two_sample_t.size``.
     Every question states its conventions (sidedness and alpha, the power method, "per group" or "in total",
     "round up to the next integer"). The gold answer is obtained by EXECUTING the instance's reference snippet
-    (statsmodels ``TTestPower``, ``TTestIndPower``, ``FTestAnovaPower``, ``GofChisquarePower``,
+    (scipy's noncentral t for the t tests, statsmodels ``FTestAnovaPower``, ``GofChisquarePower``,
     ``NormalIndPower``, or the closed form for Cox; tasks/power/snippets.py), never written by hand. Unlike the
-    original data set, no group shares one constant answer and each design follows one convention. Records in
-    N-PowerAI's own JSONL format can be imported (:func:`tasks.power.importer.import_records`).
+    original data set, no group shares one constant answer and each design follows one convention. N-PowerAI's
+    public records (MedAgentGym's ``npowerai`` JSONL) are imported by ``scripts/import_tasks.py --family
+    npowerai``: their answers are recomputed from the raw quantities each question states (tasks/power/importer.py).
 
 Example instance:
     question: "A trial randomises adults with prediabetes to one of two diets and compares fasting glucose at 6
@@ -21,7 +22,7 @@ Example instance:
                with equal group sizes (noncentral t). How many patients are required per group for 80 % power?
                Report the smallest integer group size that reaches the target power (round up ...)."
     answer:   125          answer_type: "integer"        category: "two_sample_t.size"
-    solution: "from statsmodels.stats.power import TTestIndPower ... answer = n"
+    solution: "from scipy.stats import nct ... def power_at(n): ... answer = n"
 
 Allowed actions:
     code_execution (python), terminal, debugging, submit_answer. There is no database, so no request_info.
@@ -45,6 +46,9 @@ Arguments:
 
 Version history:
     1: first version (9 designs, 19 categories, executed statsmodels/closed-form gold, importer).
+    2: t-test power computed with scipy's noncentral t in the snippets: statsmodels' TTestPower/TTestIndPower
+       return NaN for large effects with the pinned SciPy (the far tail underflows), which ended the size search
+       at its starting guess and dropped power items; the importer recomputes answers from raw quantities.
 """
 
 from __future__ import annotations
@@ -120,7 +124,7 @@ class NPowerAI:
     """The npowerai family (see the module docstring for the spec card)."""
 
     name = "npowerai"
-    version = 1
+    version = 2
     actions = frozenset({"code_execution", "terminal", "debugging", "submit_answer"})
 
     def __init__(self, root: Path | str) -> None:

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -153,14 +155,76 @@ def make(name: str, *, root: Path | str = DEFAULT_ROOT, **kwargs: Any) -> Any:
     """
     family_spec = spec(name, root=root)
     cls = family_class(name, root=root)
-    family = cls(root=Path(root) / name, **{**family_spec.defaults, **kwargs})
+    # Bound to an absolute directory: builds and graders run reference code from other working directories and
+    # hand paths to the sandbox and to subprocesses, where a relative root would point elsewhere (or nowhere).
+    family = cls(root=Path(os.path.abspath(root)) / name, **{**family_spec.defaults, **kwargs})
     if getattr(family, "name", None) != name:
         raise TaskError(f"family class {family_spec.entry_point!r} reports name {family.name!r}, registered as {name!r}")
     return family
 
 
-def _build_one(name: str, root: Path, size: str, seed: int) -> dict[str, Any]:
-    return make(name, root=root).build(root, size=size, seed=seed)
+def _build_one(name: str, root: Path, size: str, seed: int) -> tuple[dict[str, Any], dict[str, int]]:
+    """Build one family; returns its manifest and the instances each of its splits really holds."""
+    family = make(name, root=root)
+    manifest = family.build(root, size=size, seed=seed)
+    splits = list(manifest.get("counts") or ("train", "test"))
+    return manifest, {split: len(family.instances(split)) for split in splits}
+
+
+def _drop_reasons(manifest: dict[str, Any]) -> list[str]:
+    """One reason per instance the build dropped, from the manifest's ``dropped*`` entries.
+
+    Families list drops as ``"<id>: <why>"`` strings (the id may hold colons, the reason starts after the first
+    ``": "``) or count them (``dropped_unverified: 3``), in which case the key names the reason.
+    """
+    reasons: list[str] = []
+    for key, value in sorted(manifest.items()):
+        if not key.startswith("dropped"):
+            continue
+        if isinstance(value, list):
+            reasons += [str(v).split(": ", 1)[1] if ": " in str(v) else "no reason recorded" for v in value]
+        elif isinstance(value, int) and not isinstance(value, bool):
+            reasons += [key.removeprefix("dropped").strip("_").replace("_", " ") or "no reason recorded"] * value
+    return reasons
+
+
+def _common_reasons(reasons: list[str], top: int = 2, width: int = 160) -> str:
+    """The ``top`` most frequent reasons as one line, ``"<n>x <reason>; ..."``, each cut at ``width`` chars."""
+    from collections import Counter
+
+    counts = Counter(" ".join(reason.split()) for reason in reasons)  # one line, whatever the exception said
+    text = "; ".join(f"{n}x {r[:width]}" + ("..." if len(r) > width else "") for r, n in counts.most_common(top))
+    return text + (f"; {len(counts) - top} other reason(s)" if len(counts) > top else "")
+
+
+def build_report(name: str, root: Path | str, manifest: dict[str, Any],
+                 kept: dict[str, int]) -> tuple[str | None, str | None]:
+    """Judge one finished build: ``(warning, error)``, each one line or None.
+
+    The warning (prefixed ``warning: <name>:``) says how many instances the build dropped and why, most common
+    reasons first; the error says which split was left empty. Both name the manifest, which lists every drop.
+
+    Args:
+        name: The family.
+        root: The tasks root it was built under.
+        manifest: What ``build`` returned.
+        kept: ``split -> instances`` actually loadable after the build.
+
+    Example:
+        >>> build_report("toy_sql", "artifacts/tasks", {"dropped": []}, {"train": 22, "test": 22})
+        (None, None)
+    """
+    reasons = _drop_reasons(manifest)
+    where = Path(root) / name / "manifest.json"
+    total = sum(kept.values()) + len(reasons)
+    warning = (f"warning: {name}: the build dropped {len(reasons)} of {total} instances: "
+               f"{_common_reasons(reasons)} (see {where})") if reasons else None
+    empty = [split for split, n in kept.items() if n == 0]
+    error = None
+    if empty:
+        why = f"{len(reasons)} dropped, most often {_common_reasons(reasons, top=1)}" if reasons else "none dropped"
+        error = f"the build left the {' and '.join(repr(s) for s in empty)} split(s) empty ({why}); see {where}"
+    return warning, error
 
 
 def build_families(names: list[str], root: Path | str, *, size: str, seed: int = 0, jobs: int = 1,
@@ -168,6 +232,9 @@ def build_families(names: list[str], root: Path | str, *, size: str, seed: int =
     """Build each family under ``root`` (``jobs`` families at a time, in separate processes).
 
     Families are independent and each writes only ``<root>/<name>/``, so the output does not depend on ``jobs``.
+    A relative ``root`` is taken from the current directory once, here: families then work with absolute paths
+    (their reference code may run elsewhere). A build that drops instances prints one warning line per family
+    on stderr (how many, and the most common reasons); a build that leaves a split empty is an error.
 
     Args:
         names: Family names.
@@ -181,13 +248,22 @@ def build_families(names: list[str], root: Path | str, *, size: str, seed: int =
     Returns:
         ``({name: manifest}, {name: "ExcType: message"})`` in the order of ``names``; the second is empty unless
         ``skip_errors``.
+
+    Raises:
+        TaskError: Without ``skip_errors``: a build left a split empty (one line naming every such family, raised
+            after all builds finished). Any exception a family's build raises is re-raised as is.
+
+    Example:
+        >>> manifests, _ = build_families(["toy_sql"], "artifacts/tasks", size="tiny")
+        >>> manifests["toy_sql"]["counts"]
+        {'test': 22, 'train': 22}
     """
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
     from tqdm import tqdm
 
-    root = Path(root)
-    results: dict[str, dict | BaseException] = {}
+    root = Path(os.path.abspath(root))
+    results: dict[str, tuple[dict, dict] | BaseException] = {}
     bar = tqdm(total=len(names), desc="build", unit="family", disable=not progress)
 
     def record(name: str, get: Any) -> None:
@@ -211,8 +287,22 @@ def build_families(names: list[str], root: Path | str, *, size: str, seed: int =
                     record(futures[future], future.result)
     finally:
         bar.close()
-    manifests = {n: results[n] for n in names if not isinstance(results[n], BaseException)}
-    errors = {n: f"{type(r).__name__}: {r}" for n in names if isinstance(r := results[n], BaseException)}
+    manifests: dict[str, dict] = {}
+    errors: dict[str, str] = {}
+    for name in names:
+        got = results[name]
+        if isinstance(got, BaseException):
+            errors[name] = f"{type(got).__name__}: {got}"
+            continue
+        warning, error = build_report(name, root, *got)
+        if warning:
+            print(warning, file=sys.stderr, flush=True)
+        if error:
+            errors[name] = f"TaskError: {error}"
+        else:
+            manifests[name] = got[0]
+    if errors and not skip_errors:  # only empty splits get here: other failures were raised as they happened
+        raise TaskError("; ".join(f"{n}: {e.removeprefix('TaskError: ')}" for n, e in errors.items()))
     return manifests, errors
 
 
@@ -232,8 +322,18 @@ _SHOTGUN = " ".join(str(i) for i in range(1000)) + " yes no true false 2020-01-0
 _BASE_CANDIDATES = 20
 
 
-def _scores(family: Any, items: list[Any], answer_of: Any, play: Any) -> float:
-    return sum(play(family, inst, answer_of(inst)) for inst in items) / len(items)
+def _scores(family: Any, items: list[Any], policies: dict[str, Any], play: Any) -> dict[str, float]:
+    """Mean score of each policy (``name -> instance -> steps``) over ``items``.
+
+    Instance-major: every policy plays one instance before the next, so a sandboxed play keeps its worker's
+    mounts (a family whose instances mount different folders, e.g. ehrshot, restarts a worker per instance,
+    not per play).
+    """
+    totals = dict.fromkeys(policies, 0.0)
+    for inst in items:
+        for name, steps_of in policies.items():
+            totals[name] += play(family, inst, steps_of(inst))
+    return {name: total / len(items) for name, total in totals.items()}
 
 
 def check_family(name: str, *, size: str = "tiny", seed: int = 0, root: Path | str | None = None,
@@ -243,7 +343,9 @@ def check_family(name: str, *, size: str = "tiny", seed: int = 0, root: Path | s
     Checks: the same seed builds byte-identical files; instances load, have unique ids, known categories, and
     survive pickle/JSON round trips; the reference solution scores 1 on every instance; empty, traceback and
     shotgun submissions score 0; constant answers score at most the base rate (the best score one of the
-    20 most common gold labels gets as a constant answer, under the family's own grader).
+    20 most common gold labels gets as a constant answer, under the family's own grader); and over each WHOLE
+    split, no constant answer scores above the reward-floor bound (``tasks.floors.constant_floor``: 10 %, or
+    50 % for yes/no families).
 
     Args:
         name: A registered (or config-declared under ``root``) family.
@@ -261,6 +363,7 @@ def check_family(name: str, *, size: str = "tiny", seed: int = 0, root: Path | s
     import tempfile
 
     from tasks.base import ALL_ACTIONS, GradeContext, Instance
+    from tasks.floors import constant_floor
     from tasks.graders import render_answer
 
     def direct(family: Any, inst: Any, steps: list[dict[str, Any]]) -> float:
@@ -287,10 +390,16 @@ def check_family(name: str, *, size: str = "tiny", seed: int = 0, root: Path | s
         if not set(family.actions) <= ALL_ACTIONS or "submit_answer" not in family.actions:
             problems.append(f"actions {sorted(family.actions)} must be a subset of ALL_ACTIONS with submit_answer")
         for split in ("train", "test"):
-            items = family.instances(split)[:limit] if limit else family.instances(split)
+            whole = family.instances(split)
+            items = whole[:limit] if limit else whole
             report[split] = {"instances": len(items)}
             if not items:
                 continue
+            floor = constant_floor(family, whole)  # the whole split: a reward floor is a property of the split
+            report[split]["floor"] = floor["floor"]
+            if floor["exceeds"]:
+                problems.append(f"{split}: the constant answer {str(floor['constant'])[:20]!r} scores "
+                                f"{floor['floor']:.1%} over the whole split, above the {floor['bound']:.0%} bound")
             ids = [i.id for i in items]
             if len(set(ids)) != len(ids) or any(i.family != name or i.split != split for i in items):
                 problems.append(f"{split}: ids must be unique, family/split fields must match")
@@ -299,23 +408,27 @@ def check_family(name: str, *, size: str = "tiny", seed: int = 0, root: Path | s
             if any(pickle.loads(pickle.dumps(i)) != i or Instance.model_validate_json(i.model_dump_json()) != i
                    for i in items):
                 problems.append(f"{split}: instances must round-trip through pickle and JSON")
-            oracle = _scores(family, items, family.reference_solution, play)
             rendered = [render_answer(i.answer_type, i.answer) for i in items]
             # The label base rate is the best any single gold label scores under the family's own grader:
             # with a tolerance band, one constant can match several nearby labels (e.g. MedCalc's ±5 %).
-            base = max(rendered.count(r) for r in set(rendered)) / len(items)
             common = sorted(set(rendered), key=lambda r: (-rendered.count(r), r))[:_BASE_CANDIDATES]
-            base = max([base] + [_scores(family, items, lambda _i, c=c: [_submit(c)], play) for c in common])
-            report[split].update(oracle=oracle, base_rate=base)
-            if oracle != 1.0:
-                problems.append(f"{split}: reference solutions score {oracle:.3f}, not 1")
-            for label, text in (("empty", ""), ("traceback", _TRACEBACK), ("shotgun", _SHOTGUN)):
-                score = _scores(family, items, lambda _i, t=text: [_submit(t)], play)
-                report[split][label] = score
-                if score != 0:
-                    problems.append(f"{split}: a {label} submission scores {score:.3f}, not 0")
-            for constant in sorted({"0", "1", "yes", "no", max(set(rendered), key=rendered.count)}):
-                score = _scores(family, items, lambda _i, c=constant: [_submit(c)], play)
+            constants = sorted({"0", "1", "yes", "no", max(set(rendered), key=rendered.count)} | set(common))
+            fixed = {"empty": "", "traceback": _TRACEBACK, "shotgun": _SHOTGUN}
+            policies = {"oracle": family.reference_solution,
+                        **{label: (lambda _i, t=text: [_submit(t)]) for label, text in fixed.items()},
+                        **{f"constant:{c}": (lambda _i, c=c: [_submit(c)]) for c in constants}}
+            scores = _scores(family, items, policies, play)
+            base = max([max(rendered.count(r) for r in set(rendered)) / len(items)]
+                       + [scores[f"constant:{c}"] for c in common])
+            report[split].update(oracle=scores["oracle"], base_rate=base)
+            if scores["oracle"] != 1.0:
+                problems.append(f"{split}: reference solutions score {scores['oracle']:.3f}, not 1")
+            for label in fixed:
+                report[split][label] = scores[label]
+                if scores[label] != 0:
+                    problems.append(f"{split}: a {label} submission scores {scores[label]:.3f}, not 0")
+            for constant in constants:
+                score = scores[f"constant:{constant}"]
                 if score > base + 1e-9:
                     problems.append(f"{split}: constant {constant[:20]!r} scores {score:.3f} > base rate {base:.3f}")
     if problems:

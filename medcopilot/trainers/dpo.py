@@ -21,6 +21,7 @@ from typing import Any
 
 from medcopilot.config import RecipeConfig
 from medcopilot.data import dpo_pairs, to_dataset
+from medcopilot.mixture import mixed_rows
 from medcopilot.modeling import load_model, load_tokenizer, lora_config, resume_checkpoint, trainable_parameter_count
 from medcopilot.trainers._common import episodes_for, finish_run
 
@@ -42,7 +43,8 @@ def build_trainer(cfg: RecipeConfig) -> tuple[Any, int]:
     from trl import DPOTrainer
 
     # Data first (fail fast on a bad store): shared history + one divergent assistant turn per pair.
-    rows = dpo_pairs(episodes_for(cfg), max_pairs_per_task=MAX_PAIRS_PER_TASK)
+    rows = mixed_rows(cfg.tasks, episodes_for(cfg), lambda eps: dpo_pairs(eps, max_pairs_per_task=MAX_PAIRS_PER_TASK),
+                      seed=int(cfg.trainer.get("seed", 0)), tag="dpo")
     dataset = to_dataset(rows, what="dpo").remove_columns(["task_id"])
     # Model (an SFT adapter folder is merged into its base here).
     tokenizer = load_tokenizer(cfg.model.name_or_path)

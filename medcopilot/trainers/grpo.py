@@ -38,10 +38,12 @@ import time
 from typing import Any
 
 from medcopilot.config import RecipeConfig, RecipeError
+from medcopilot.mixture import apply_mixture
 from medcopilot.rewards_adapter import EpisodeReward
 from medcopilot.rollout_func import EnvRolloutFunc, PromptIndex, check_generation_layout
 
-__all__ = ["build_index", "make_env_factory", "make_verifier", "reward_components", "run"]
+__all__ = ["build_index", "make_env_factory", "make_verifier", "reward_components", "run", "vllm_start",
+           "vllm_started"]
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +108,15 @@ def build_index(cfg: RecipeConfig) -> PromptIndex:
 
 
 def make_env_factory(cfg: RecipeConfig, pool: Any) -> Any:
-    """A zero-argument callable returning a fresh ``env_client.Env`` on the shared sandbox ``pool``."""
+    """A zero-argument callable returning a fresh env: an ``env_client.Env`` on the shared sandbox ``pool``, or,
+    with ``env.url``, an env whose episodes run on those servers (round-robin, health-checked; ``pool`` unused).
+
+    Remote servers apply their own episode rules (``scripts/serve_env.py --max-turns``), not ``env.max_turns``.
+    """
+    if cfg.env.urls:
+        from env_client.http_client import EnvServers
+
+        return EnvServers(cfg.env.urls).env
     from env_client import Env, EnvConfig
 
     env_config = EnvConfig() if cfg.env.max_turns is None else EnvConfig(max_turns=cfg.env.max_turns)
@@ -115,6 +125,35 @@ def make_env_factory(cfg: RecipeConfig, pool: Any) -> Any:
         return Env(pool, tasks_root=cfg.tasks.root, config=env_config)
 
     return make_env
+
+
+def vllm_start(model: Any, cfg: RecipeConfig) -> str | None:
+    """Point TRL's vLLM engine at a model it can load; returns what to restore afterwards (None: nothing).
+
+    A chained stage starts from an earlier stage's adapter-only folder (merged into its base on load, so
+    ``model.name_or_path`` names the folder); vLLM cannot load that. TRL starts its engine from
+    ``model.name_or_path``, so it is set to the full model at the root of the chain for the trainer's construction
+    (:func:`medcopilot.recipe_checks.vllm_base_model`); TRL then pushes the merged weights into the engine before
+    the first generation, as it does every step.
+    """
+    from medcopilot.recipe_checks import vllm_base_model
+
+    own = getattr(model, "name_or_path", cfg.model.name_or_path)
+    base = vllm_base_model(own)
+    if base == own:
+        return None
+    log.info("vLLM starts from %s; the merged weights of %s are pushed into it before the first generation", base, own)
+    model.name_or_path = base
+    return own
+
+
+def vllm_started(trainer: Any, model: Any, own: str | None) -> None:
+    """Undo :func:`vllm_start` once TRL's engine exists, so new adapters record their real base (the folder)."""
+    if own is None:
+        return
+    model.name_or_path = own
+    for config in (getattr(trainer.model, "peft_config", None) or {}).values():
+        config.base_model_name_or_path = own  # PEFT read the base's name during the trainer's construction
 
 
 def _trainer_args(cfg: RecipeConfig) -> Any:
@@ -170,11 +209,11 @@ def run(cfg: RecipeConfig) -> dict[str, Any]:
     # ---- env: dataset of opening chats, a sandbox pool, one Env per episode
     args = _trainer_args(cfg)
     index = build_index(cfg)
-    dataset = Dataset.from_list(index.rows)
-    pool = sandbox.make_pool(cfg.env.sandbox, workers=cfg.env.workers,
-                             allow_unisolated=cfg.env.sandbox == "local")
-    layers = list(getattr(pool, "layers", []))
-    if cfg.rollout.concurrency > cfg.env.workers:
+    dataset = Dataset.from_list(apply_mixture(cfg.tasks, index.rows, seed=args.seed, tag="grpo"))
+    pool = None if cfg.env.urls else sandbox.make_pool(cfg.env.sandbox, workers=cfg.env.workers,
+                                                       allow_unisolated=cfg.env.sandbox == "local")
+    layers = [f"env servers {', '.join(cfg.env.urls)}"] if pool is None else list(getattr(pool, "layers", []))
+    if pool is not None and cfg.rollout.concurrency > cfg.env.workers:
         log.warning("rollout.concurrency=%d > env.workers=%d: an episode holds a sandbox session from reset to end, "
                     "so episodes will wait for workers and turns batch poorly; set env.workers >= rollout.concurrency",
                     cfg.rollout.concurrency, cfg.env.workers)
@@ -189,12 +228,14 @@ def run(cfg: RecipeConfig) -> dict[str, Any]:
                     for i, name in enumerate(components)]
 
     # ---- trainer
+    started_from = vllm_start(model, cfg) if args.use_vllm else None
     try:
         trainer = GRPOTrainer(model=model, reward_funcs=reward_funcs, args=args, train_dataset=dataset,
                               processing_class=tokenizer, rollout_func=rollout,
                               peft_config=lora_config(cfg.model.lora))
         if not args.use_vllm:
             check_generation_layout(trainer.accelerator)  # before any step: ZeRO-3 / FSDP ranks would hang
+        vllm_started(trainer, model, started_from)
         trainable, total = trainable_parameter_count(trainer.model)
         resumed_from = resume_checkpoint(cfg.trainer, cfg.output.dir)
         print(f"[grpo] {len(index.rows)} tasks x {args.num_generations} generations; sandbox {cfg.env.sandbox} "
@@ -204,7 +245,8 @@ def run(cfg: RecipeConfig) -> dict[str, Any]:
         # ---- train
         output = trainer.train(resume_from_checkpoint=resumed_from)
     finally:
-        pool.close()
+        if pool is not None:
+            pool.close()
 
     # ---- save
     return finish_run(trainer, cfg, output, resumed_from=resumed_from, n_rows=len(index.rows),

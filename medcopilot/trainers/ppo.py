@@ -13,8 +13,8 @@ Reads top to bottom: model → env → trainer → train → save. The math (GAE
   (``rollout.k`` per task) with exact token ids, sampling logprobs and the environment mask.
 - **Reward**: the weighted sum of the ``reward.weights`` components (``verifier_score`` from the learned
   verifier of ``reward.verifier``, as for GRPO). An episode whose trained component is None
-  (a grader failure) is dropped from the update (all its tokens masked) and counted in ``episodes_dropped``;
-  it is never scored as 0.
+  (an infrastructure failure of grading; one the submission caused scores 0) is dropped from the update (all
+  its tokens masked) and counted in ``episodes_dropped``; it is never scored as 0.
 - **Step**: roll out with the current policy (``model.generate``, ``rollout.temperature``, top-p 1, top-k 0);
   rescore the episodes under the current policy at the same temperature (old logprobs and values) and under the
   reference; per-token rewards, GAE over assistant tokens, whitening; ``trainer.ppo_epochs`` passes of
@@ -164,8 +164,11 @@ class PPOTrainer:
         if self.needs_ref and ref_model is None and not self.is_peft:
             raise ValueError("kl_coef > 0 needs a reference: pass ref_model= (a frozen copy) or a PeftModel")
         disable_dropout(model)
-        if args.activation_checkpointing:
-            model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        if args.activation_checkpointing:  # transformers < 5.18 (the GPU set's 5.17) calls it gradient_checkpointing
+            if hasattr(model, "activation_checkpointing_enable"):
+                model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+            else:
+                model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         module = PolicyWithValue(model, model.config.hidden_size).train()  # train mode: checkpointing is active
         groups = [{"params": [p for p in model.parameters() if p.requires_grad], "lr": args.learning_rate},
                   {"params": list(module.value_head.parameters()),
@@ -475,6 +478,7 @@ def run(cfg: RecipeConfig) -> dict[str, Any]:
     from accelerate.utils import set_seed
 
     import sandbox
+    from medcopilot.mixture import apply_mixture
     from medcopilot.modeling import resume_checkpoint, trainable_parameter_count
     from medcopilot.rollout_func import EnvRolloutFunc
     from medcopilot.trainers._common import finish_run, rl_summary
@@ -502,9 +506,10 @@ def run(cfg: RecipeConfig) -> dict[str, Any]:
 
     # ---- env: task prompts, a sandbox pool, one Env per episode
     index = build_index(cfg)
-    pool = sandbox.make_pool(cfg.env.sandbox, workers=cfg.env.workers, allow_unisolated=cfg.env.sandbox == "local")
-    layers = list(getattr(pool, "layers", []))
-    if cfg.rollout.concurrency > cfg.env.workers:
+    pool = None if cfg.env.urls else sandbox.make_pool(cfg.env.sandbox, workers=cfg.env.workers,
+                                                       allow_unisolated=cfg.env.sandbox == "local")
+    layers = [f"env servers {', '.join(cfg.env.urls)}"] if pool is None else list(getattr(pool, "layers", []))
+    if pool is not None and cfg.rollout.concurrency > cfg.env.workers:
         log.warning("rollout.concurrency=%d > env.workers=%d: an episode holds a sandbox session from reset to end, "
                     "so episodes will wait for workers; set env.workers >= rollout.concurrency",
                     cfg.rollout.concurrency, cfg.env.workers)
@@ -517,7 +522,9 @@ def run(cfg: RecipeConfig) -> dict[str, Any]:
     # ---- trainer, train
     try:
         trainer = PPOTrainer(model=model, tokenizer=tokenizer, rollout=rollout,
-                             prompts=[row["prompt"] for row in index.rows], args=args, output_dir=cfg.output.dir,
+                             prompts=[row["prompt"] for row in apply_mixture(cfg.tasks, index.rows, seed=args.seed,
+                                                                             tag="ppo")],
+                             args=args, output_dir=cfg.output.dir,
                              reward_weights=cfg.reward.weights, temperature=cfg.rollout.temperature,
                              group_size=cfg.rollout.k, ref_model=ref_model, accelerator=accelerator,
                              tracker_config=cfg.to_dict())
@@ -533,7 +540,8 @@ def run(cfg: RecipeConfig) -> dict[str, Any]:
                   f"resuming from {resumed_from or 'scratch'}", flush=True)
         output = trainer.train()
     finally:
-        pool.close()
+        if pool is not None:
+            pool.close()
 
     # ---- save
     return finish_run(trainer, cfg, output, resumed_from=resumed_from, n_rows=len(index.rows),

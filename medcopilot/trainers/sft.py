@@ -22,6 +22,7 @@ from typing import Any
 
 from medcopilot.config import RecipeConfig, RecipeError
 from medcopilot.data import sft_rows, to_dataset
+from medcopilot.mixture import mixed_rows
 from medcopilot.modeling import load_model, load_tokenizer, lora_config, resume_checkpoint, trainable_parameter_count
 from medcopilot.trainers._common import episodes_for, finish_run
 
@@ -41,7 +42,7 @@ def build_trainer(cfg: RecipeConfig) -> tuple[Any, int]:
 
     # Data first: a store with nothing to train on should fail before minutes of loading a large model.
     # Successful episodes only; every row ends on an assistant turn.
-    rows = sft_rows(episodes_for(cfg))
+    rows = mixed_rows(cfg.tasks, episodes_for(cfg), sft_rows, seed=int(cfg.trainer.get("seed", 0)), tag="sft")
     dataset = to_dataset(rows, what="sft")
     # Model.
     tokenizer = load_tokenizer(cfg.model.name_or_path)

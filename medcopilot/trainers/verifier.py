@@ -165,7 +165,7 @@ def build_trainer(cfg: RecipeConfig) -> tuple[BCETrainer, dict[str, Any]]:
         from peft import get_peft_model
 
         model = get_peft_model(model, dataclasses.replace(lora_config(cfg.model.lora), task_type="SEQ_CLS"))
-    if args.gradient_checkpointing or args.activation_checkpointing:
+    if getattr(args, "gradient_checkpointing", False) or getattr(args, "activation_checkpointing", False):
         model.config.use_cache = False
     trainer = BCETrainer(model=model, args=args, train_dataset=train_ds, eval_dataset=eval_ds,
                          processing_class=tokenizer, data_collator=collate(tokenizer.pad_token_id),

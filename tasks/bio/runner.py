@@ -1,14 +1,21 @@
 """Run a graded program inside a sandbox session, in a fresh namespace, and read back a JSON payload.
 
-The code families (biocoder, biodsbench) grade by executing the agent's code plus a hidden harness. The
-program runs inside the episode's sandbox session (``GradeContext.session``), but not in the agent's
-persistent namespace: a small wrapper ``exec``s it in a new ``__main__`` dict, in a fresh temporary working
-directory, with stdout captured. The harness stores its findings in a variable whose name contains a nonce
-drawn at grade time; the wrapper prints that variable as one JSON line tagged with the nonce, so nothing the
-agent prints can be mistaken for the verdict.
+The code families (biocoder, biodsbench) grade by executing the agent's code inside the episode's sandbox
+session (``GradeContext.session``), not in the agent's persistent namespace: a small wrapper ``exec``s the
+program in a new ``__main__`` dict, in a fresh temporary working directory, with stdout captured, and prints one
+line ``@@<nonce>@@{status}@@<nonce>@@{payload}``.
+
+What crosses the jail boundary is DATA only, and nothing in the jail is trusted: the agent's code runs in the
+same process as the wrapper, so it can read the nonce and print (or suppress) any line it likes. Hence:
+
+* gold values and hidden assertions never enter the jail; the payload carries the program's outputs
+  (function results, variables, plotted data) and the host compares them with gold it keeps;
+* the host parses exactly one tagged line; a missing, duplicated or malformed line is a wrong answer with a
+  reason (:func:`parse_tagged`), never an exception (a crash would be a free pass; see ``rewards.oracle``).
 
 When a grader gets no session (``tasks.check_family``'s direct play, offline scoring), the family opens its
-own one-worker bwrap pool with the family's data mounts (:class:`FallbackPool`).
+own one-worker sandbox pool with the family's data mounts (:class:`FallbackPool`); its sessions are not
+persistent, so nothing one graded program leaves behind reaches the next.
 """
 
 from __future__ import annotations
@@ -89,9 +96,38 @@ def new_nonce() -> str:
     return secrets.token_hex(8)
 
 
+#: Longest payload line the host parses (the sandbox call's output cap is 1 MiB).
+MAX_PAYLOAD_CHARS = 1 << 20
+
+
+def parse_tagged(stdout: str, tag: str) -> tuple[str, Any, str]:
+    """The ``(status, payload, program_stdout)`` of the ONE line starting with ``tag``; never raises.
+
+    Returns:
+        ``status`` is the wrapper's status (``"ok"`` or ``"<Exception>: message"``) or why the output cannot be
+        trusted: no tagged line, more than one (the program printed its own), or a malformed one. ``payload`` is
+        None unless the line parsed.
+    """
+    lines = [line for line in (stdout or "").splitlines() if line.startswith(tag)]
+    if len(lines) != 1:
+        why = "no result line (the program did not finish)" if not lines else (
+            f"{len(lines)} result lines: the program printed its own (forged)")
+        return why, None, ""
+    parts = lines[0][len(tag):].split(tag)
+    if len(parts) != 2 or len(lines[0]) > MAX_PAYLOAD_CHARS:
+        return "malformed result line (forged or truncated)", None, ""
+    try:
+        head, payload = json.loads(parts[0]), json.loads(parts[1])
+    except (ValueError, RecursionError):
+        return "malformed result line: not JSON", None, ""
+    if not isinstance(head, dict) or not isinstance(head.get("status"), str) or not isinstance(head.get("stdout"), str):
+        return "malformed result line: bad status record", None, ""
+    return head["status"][:400], payload, head["stdout"]
+
+
 def run_graded(session: Any, program: str, nonce: str, *, wall_s: float = 30.0,
                module_name: str = "__main__") -> tuple[str, Any, str]:
-    """Execute ``program`` in a fresh namespace inside ``session``; return ``(status, payload)``.
+    """Execute ``program`` in a fresh namespace inside ``session``; return ``(status, payload, stdout)``.
 
     Args:
         session: A sandbox session (``run_python(code, limits=...)``).
@@ -101,22 +137,24 @@ def run_graded(session: Any, program: str, nonce: str, *, wall_s: float = 30.0,
         module_name: ``__name__`` of the namespace (``"__main__"`` runs a ``__main__`` guard).
 
     Returns:
-        ``(status, payload, stdout)``: ``status`` is ``"ok"`` or ``"<ExceptionType>: message"`` (or a sandbox
-        failure); ``payload`` is the decoded variable (None when never assigned or the run died); ``stdout`` is
-        what the program printed (its last 20,000 characters).
+        ``(status, payload, stdout)``: ``status`` is ``"ok"`` or why not (``"<ExceptionType>: message"``, a
+        sandbox failure, a missing or forged result line); ``payload`` is the decoded variable (None when never
+        assigned, or the output is not trustworthy); ``stdout`` is what the program printed (its last 20,000
+        characters). The payload is untrusted data: validate it before use.
+
+    Raises:
+        sandbox.SandboxError: The session itself failed (closed, no worker): an infrastructure failure.
     """
     from sandbox import Limits
 
     tag = f"@@{nonce}@@"
     code = _WRAPPER % (repr(program), repr(PAYLOAD_VAR.format(nonce=nonce)), repr(tag), repr(module_name))
     result = session.run_python(code, limits=Limits(wall_s=wall_s, cpu_s=wall_s, output_bytes=1 << 20))
-    for line in reversed((result.stdout or "").splitlines()):
-        if line.startswith(tag):
-            _, head, body = line.split(tag, 2)
-            facts = json.loads(head)
-            return facts["status"], json.loads(body), facts["stdout"]
-    tail = (result.stderr or "").strip().splitlines()[-1:] or [str(getattr(result, "error_kind", "no output"))]
-    return f"run failed: {tail[0][:200]}", None, ""
+    status, payload, stdout = parse_tagged(result.stdout or "", tag)
+    if status.startswith("no result line"):
+        tail = (result.stderr or "").strip().splitlines()[-1:] or [str(getattr(result, "error_kind", "no output"))]
+        return f"run failed: {tail[0][:200]}", None, ""
+    return status, payload, stdout
 
 
 def indent_for(code: str, indent: str) -> str:
@@ -133,7 +171,7 @@ class FallbackPool:
     """
 
     def __init__(self, backend: str = "bwrap") -> None:
-        self.backend = backend
+        self.backend = backend  # sessions are one-shot (persistent=False): no graded program sees another's state
         self._pool: Any = None
         self._session: Any = None
         self._mounts: dict[str, Path] | None = None
@@ -155,7 +193,7 @@ class FallbackPool:
             atexit.register(self.close)
         if self._session is not None:
             self._session.close()
-        self._session = self._pool.session(mounts=mounts, persistent=True)
+        self._session = self._pool.session(mounts=mounts, persistent=False)
         self._mounts = mounts
         return self._session
 

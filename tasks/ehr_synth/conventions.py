@@ -24,7 +24,7 @@ TIME_FMT = "%Y-%m-%d %H:%M:%S"
 
 
 def patient_shifts(first_start: pd.Series, last_start: pd.Series, last_end: pd.Series,
-                   rng: np.random.Generator) -> pd.Series:
+                   rng: np.random.Generator, pinned: frozenset = frozenset()) -> pd.Series:
     """Time shift (``Timedelta``) per patient id.
 
     Args:
@@ -32,6 +32,8 @@ def patient_shifts(first_start: pd.Series, last_start: pd.Series, last_end: pd.S
         last_start: Per patient, the last stay's start time.
         last_end: Per patient, the last stay's end time (NaT if unknown).
         rng: Seeded generator (draw order = index order).
+        pinned: Patients already drawn in EHRSQL's calendar (planned from question files): shift 0, and they
+            are not counted when the 10 % current patients are chosen.
 
     Returns:
         Shift per patient. "Current" patients (exactly 10 %, at least one) are placed so the current time falls inside their last
@@ -40,11 +42,15 @@ def patient_shifts(first_start: pd.Series, last_start: pd.Series, last_end: pd.S
     """
     n = len(first_start)
     current = np.zeros(n, dtype=bool)
-    current[rng.permutation(n)[: max(1, round(CURRENT_SHARE * n))]] = True
+    free = n - sum(pid in pinned for pid in first_start.index)
+    current[rng.permutation(n)[: max(1, round(CURRENT_SHARE * free))]] = True
     years = rng.choice(SHIFT_YEARS, size=n, p=SHIFT_WEIGHTS)
     frac = rng.uniform(0.15, 0.85, size=n)
     out = []
     for k, pid in enumerate(first_start.index):
+        if pid in pinned:
+            out.append(pd.Timedelta(0))
+            continue
         start, end, last = first_start[pid], last_end[pid], last_start[pid]
         if current[k] and not pd.isna(end) and end > last:
             anchor = last + (end - last) * frac[k]
@@ -117,11 +123,25 @@ def price_table(keys: Iterable, mean: float, rng: np.random.Generator) -> dict:
     return {k: round(float(p), 2) for k, p in zip(uniq, values)}
 
 
-def permute_jointly(df: pd.DataFrame, columns: list[str], rng: np.random.Generator) -> pd.DataFrame:
-    """EHRSQL's de-identification: permute the value columns together across rows (row keys stay)."""
+def permute_jointly(df: pd.DataFrame, columns: list[str], rng: np.random.Generator,
+                    pinned: frozenset = frozenset(), key: str = "SUBJECT_ID") -> pd.DataFrame:
+    """EHRSQL's de-identification: permute the value columns together across rows (row keys stay).
+
+    Rows whose ``key`` is in ``pinned`` (planned patients, whose values their questions name) stay in place;
+    the others are permuted among themselves.
+    """
     if len(df) < 2:
         return df
     df = df.copy()
-    order = rng.permutation(len(df))
-    df[columns] = df[columns].iloc[order].to_numpy()
+    keep = df[key].isin(pinned) if pinned else None
+    if keep is None or not keep.any():
+        order = rng.permutation(len(df))
+        df[columns] = df[columns].iloc[order].to_numpy()
+        return df
+    free = np.flatnonzero(~keep.to_numpy())
+    moved = df[columns].iloc[free].iloc[rng.permutation(len(free))].to_numpy()
+    for k, col in enumerate(columns):
+        values = df[col].to_numpy(dtype=object).copy()
+        values[free] = moved[:, k]
+        df[col] = pd.Series(values, index=df.index).infer_objects()
     return df

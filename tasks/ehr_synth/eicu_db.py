@@ -54,7 +54,9 @@ def _anchor_stays(pat: pd.DataFrame, rng: np.random.Generator) -> pd.DataFrame:
     first_year = pat.groupby("uniquepid")["hospitaldischargeyear"].transform("min")
     pids = sorted(pat["uniquepid"].unique())
     base = dict(zip(pids, rng.choice(cv.SHIFT_YEARS, size=len(pids), p=cv.SHIFT_WEIGHTS)))
-    chosen = set(rng.permutation(len(pids))[: max(1, round(cv.CURRENT_SHARE * len(pids)))].tolist())
+    planned = pat["pinned_admittime"].notna() if "pinned_admittime" in pat else pd.Series(False, index=pat.index)
+    n_free = pat.loc[~planned, "uniquepid"].nunique()
+    chosen = set(rng.permutation(len(pids))[: max(1, round(cv.CURRENT_SHARE * n_free))].tolist())
     current = {pid: k in chosen for k, pid in enumerate(pids)}
     day = rng.integers(0, 330, size=len(pat))
     frac = rng.uniform(0.15, 0.85, size=len(pat))
@@ -64,6 +66,9 @@ def _anchor_stays(pat: pd.DataFrame, rng: np.random.Generator) -> pd.DataFrame:
     last_stay = pd.Series([i in last_rows for i in pat.index], index=pat.index)
     admits = []
     for k, r in enumerate(pat.itertuples(index=False)):
+        if planned.iloc[k]:  # a planned patient: its times are EHRSQL's already
+            admits.append(pd.Timestamp(pat["pinned_admittime"].iloc[k]))
+            continue
         if current[r.uniquepid] and last_stay.iloc[k]:
             # the current time falls inside the unit stay, so both the unit and the hospital stay are open
             unit_admit = cv.CURRENT_TS - pd.Timedelta(minutes=int(frac[k] * r.unitdischargeoffset))
@@ -124,6 +129,7 @@ def eicu_tables(raw: dict[str, pd.DataFrame], seed: int = 0) -> dict[str, pd.Dat
     rng = np.random.default_rng([seed, 5])
     pat = _anchor_stays(raw["patient"], rng)
     unit_in = pat.set_index("patientunitstayid")["unitadmittime"]
+    pinned = frozenset(pat.loc[pat["pinned_admittime"].notna(), "patientunitstayid"]) if "pinned_admittime" in pat else frozenset()
     out: dict[str, pd.DataFrame] = {}
     for table, (offset, time_col, values) in _EVENTS.items():
         df = raw[table]
@@ -143,7 +149,7 @@ def eicu_tables(raw: dict[str, pd.DataFrame], seed: int = 0) -> dict[str, pd.Dat
         text = [c for c, typ in EICU[table] if typ.startswith("VARCHAR")]
         df = cv.lower_text(df, text).reset_index(drop=True)
         if values:
-            df = cv.permute_jointly(df, values, rng)
+            df = cv.permute_jointly(df, values, rng, pinned, key="patientunitstayid")
         df[f"{table}id"] = np.arange(len(df))
         out[table] = df
     pat = cv.lower_text(pat, [c for c, typ in EICU["patient"] if typ.startswith("VARCHAR")])

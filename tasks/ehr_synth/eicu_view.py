@@ -17,70 +17,9 @@ import pandas as pd
 
 from tasks.ehr_synth import vocab_items as v
 from tasks.ehr_synth.hospital import RawHospital
+from tasks.ehr_synth.vocab import merged
 
-_DX_PATHS = {
-    "4019": "cardiovascular|vascular disorders|hypertension", "4280": "cardiovascular|ventricular disorders|congestive heart failure",
-    "42731": "cardiovascular|arrhythmias|atrial fibrillation|with rapid ventricular response",
-    "51881": "pulmonary|respiratory failure|acute respiratory failure",
-    "51884": "pulmonary|respiratory failure|acute respiratory failure|due to obstructive lung disease",
-    "5849": "renal|disorder of kidney|acute renal failure", "0389": "infectious diseases|systemic/other infections|sepsis",
-    "99592": "infectious diseases|systemic/other infections|sepsis|severe", "78552": "cardiovascular|shock / hypotension|septic shock",
-    "486": "pulmonary|pulmonary infections|pneumonia", "25000": "endocrine|glucose metabolism|diabetes mellitus",
-    "2724": "endocrine|lipid metabolism|hyperlipidemia", "2859": "hematology|red blood cell disorders|anemia",
-    "2851": "hematology|red blood cell disorders|anemia|acute blood loss anemia",
-    "28529": "hematology|red blood cell disorders|anemia|anemia of critical illness",
-    "2762": "renal|disorder of acid base|metabolic acidosis", "2768": "endocrine|electrolyte imbalance|hypokalemia",
-    "2767": "endocrine|electrolyte imbalance|hyperkalemia", "2761": "endocrine|electrolyte imbalance|hyponatremia",
-    "5990": "infectious diseases|genitourinary infections|urinary tract infection", "496": "pulmonary|disorders of the airways|copd",
-    "41401": "cardiovascular|chest pain / ash|coronary artery disease|known",
-    "41071": "cardiovascular|chest pain / ash|acute coronary syndrome|non-st elevation",
-    "2875": "hematology|platelet disorders|thrombocytopenia", "2449": "endocrine|thyroid|hypothyroidism",
-    "5789": "gastrointestinal|gi bleeding / pud|gi bleeding", "431": "neurologic|disorders of vasculature|stroke|hemorrhagic stroke",
-    "43411": "neurologic|disorders of vasculature|stroke|ischemic stroke", "2930": "neurologic|altered mental status / pain|delirium",
-    "5070": "pulmonary|pulmonary infections|aspiration pneumonia", "4589": "cardiovascular|shock / hypotension|hypotension",
-    "41519": "pulmonary|pulmonary vascular disorders|pulmonary embolism", "5119": "pulmonary|pleural disorders|pleural effusion",
-    "5715": "gastrointestinal|hepatic disease|cirrhosis of liver", "5856": "renal|disorder of kidney|esrd (end stage renal disease)",
-    "5859": "renal|disorder of kidney|chronic kidney disease", "79902": "pulmonary|respiratory failure|hypoxemia",
-    "27651": "endocrine|fluids and electrolytes|dehydration", "30500": "toxicology|drug abuse|ethanol overdose",
-}
-_PX_PATHS = {
-    "9671": "pulmonary|ventilation and oxygenation|mechanical ventilation",
-    "9672": "pulmonary|ventilation and oxygenation|mechanical ventilation",
-    "9604": "pulmonary|ventilation and oxygenation|mechanical ventilation",
-    "9390": "pulmonary|ventilation and oxygenation|non-invasive ventilation",
-    "9904": "hematology|red blood cell disorders|blood product administration|packed red blood cells",
-    "9905": "hematology|coagulation and platelets|blood product administration|platelet concentrate",
-    "3995": "renal|dialysis|hemodialysis", "3893": "cardiovascular|vascular surgery|central venous catheter placement",
-    "3897": "cardiovascular|vascular surgery|central venous catheter placement",
-    "3891": "cardiovascular|invasive hemodynamic monitoring|arterial line placement",
-    "8703": "neurologic|procedures / diagnostics|head ct scan", "8741": "pulmonary|radiologic procedures / bronchoscopy|ct scan",
-    "966": "endocrine|nutrition|enteral feeds", "9915": "endocrine|nutrition|parenteral feeds/tpn",
-    "3491": "pulmonary|radiologic procedures / bronchoscopy|thoracentesis",
-    "3322": "pulmonary|radiologic procedures / bronchoscopy|bronchoscopy", "8872": "cardiovascular|diagnostic studies|echocardiography",
-}
-_DRUG_TREATMENTS = {
-    "Vancomycin": "infectious diseases|medications|therapeutic antibacterials|vancomycin",
-    "Piperacillin-Tazobactam Na": "infectious diseases|medications|therapeutic antibacterials|penicillins",
-    "CeftriaXONE": "infectious diseases|medications|therapeutic antibacterials|cephalosporin",
-    "CefazoLIN": "infectious diseases|medications|therapeutic antibacterials|cephalosporin",
-    "Levofloxacin": "infectious diseases|medications|therapeutic antibacterials|quinolone",
-    "Heparin": "cardiovascular|vascular disorders|vte prophylaxis|conventional heparin therapy",
-    "Enoxaparin Sodium": "cardiovascular|vascular disorders|vte prophylaxis|low molecular weight heparin",
-    "Pantoprazole": "gastrointestinal|medications|stress ulcer prophylaxis|pantoprazole",
-    "Famotidine": "gastrointestinal|medications|stress ulcer prophylaxis|famotidine",
-    "Insulin": "endocrine|glucose metabolism|insulin", "Propofol": "neurologic|pain / agitation / altered mentation|sedative agent|propofol",
-    "Fentanyl Citrate": "neurologic|pain / agitation / altered mentation|analgesics|narcotic analgesic",
-    "Morphine Sulfate": "neurologic|pain / agitation / altered mentation|analgesics|narcotic analgesic",
-    "NORepinephrine": "cardiovascular|shock|vasopressors|norepinephrine > 0.1 micrograms/kg/min",
-    "Potassium Chloride": "renal|electrolyte correction|electrolyte administration|potassium",
-    "Magnesium Sulfate": "renal|electrolyte correction|electrolyte administration|magnesium",
-    "Albuterol 0.083% Neb Soln": "pulmonary|medications|bronchodilator",
-    "Methylprednisolone Na Succ": "endocrine|glucocorticoids|glucocorticoid administration|methylprednisolone",
-    "Labetalol": "cardiovascular|hypertension|antihypertensive drug|labetalol",
-    "Acetaminophen": "neurologic|pain / agitation / altered mentation|analgesics|non-narcotic analgesic",
-    "Ondansetron": "gastrointestinal|medications|antiemetic|serotonin antagonist",
-    "Furosemide": "renal|electrolyte correction|diuretic|loop diuretic",
-}
+V = merged()
 
 
 def _icd_dotted(code: str) -> str:
@@ -120,6 +59,7 @@ def _patients(raw: RawHospital, rng: random.Random) -> pd.DataFrame:
     chart = t["CHARTEVENTS"]
     first = chart[chart["ITEMID"].isin((762, 920))].drop_duplicates(["ICUSTAY_ID", "ITEMID"]).set_index(["ICUSTAY_ID", "ITEMID"])["VALUENUM"]
     pids = {s: f"{rng.randint(0, 35):03d}-{rng.randint(1000, 99999)}" for s in sorted(pat.index)}
+    pids.update(raw.uniquepids)
     hospital = {s: rng.choice((63, 73, 110, 122, 148, 167, 176, 188, 199, 243, 264, 420, 449)) for s in sorted(pat.index)}
     rows = []
     for s in t["ICUSTAYS"].itertuples(index=False):
@@ -137,10 +77,12 @@ def _patients(raw: RawHospital, rng: random.Random) -> pd.DataFrame:
             "unittype": v.EICU_UNITTYPE[s.FIRST_CAREUNIT], "admissionheight": first.get((s.ICUSTAY_ID, 920)),
             "admissionweight": weight, "dischargeweight": None if weight is None else round(weight + rng.uniform(-3, 2), 1),
             "hospitaladmittime24": admit.strftime("%H:%M:%S"), "hospitaladmitoffset": _offset(admit, intime),
-            "hospitaladmitsource": v.EICU_ADMIT_SOURCE.get(a["ADMISSION_LOCATION"], "other").title(),
+            "hospitaladmitsource": V.eicu_admit_source.get(a["ADMISSION_LOCATION"], "other").title(),
             "hospitaldischargeyear": disch.year, "hospitaldischargetime24": disch.strftime("%H:%M:%S"),
             "hospitaldischargeoffset": _offset(disch, intime), "hospitaldischargestatus": "Expired" if expired else "Alive",
             "unitadmittime24": intime.strftime("%H:%M:%S"), "unitdischargeoffset": _offset(s.OUTTIME, intime),
+            # planned patients keep their hospital admission time (already in EHRSQL's calendar); eICU has no such column
+            "pinned_admittime": admit if s.SUBJECT_ID in raw.pinned else None,
         })
     return pd.DataFrame(rows)
 
@@ -156,22 +98,22 @@ def _events(raw: RawHospital, rng: random.Random) -> dict[str, pd.DataFrame]:
     for r in t["DIAGNOSES_ICD"].itertuples(index=False):
         for icu, intime in [(i, it) for it, i in by_hadm.get(r.HADM_ID, [])][:1]:
             los = _offset(stays.loc[icu, "OUTTIME"], intime)
-            path = _DX_PATHS.get(r.ICD9_CODE, "general|other diagnoses|" + short.get(r.ICD9_CODE, r.ICD9_CODE).lower())
+            path = V.dx_paths.get(r.ICD9_CODE, "general|other diagnoses|" + short.get(r.ICD9_CODE, r.ICD9_CODE).lower())
             out["diagnosis"].append({"patientunitstayid": icu, "diagnosisoffset": rng.randint(0, max(1, los)),
                                      "diagnosisstring": path, "icd9code": _icd_dotted(r.ICD9_CODE)})
     for r in t["PROCEDURES_ICD"].itertuples(index=False):
         for icu, intime in [(i, it) for it, i in by_hadm.get(r.HADM_ID, [])][:1]:
             los = _offset(stays.loc[icu, "OUTTIME"], intime)
-            path = _PX_PATHS.get(r.ICD9_CODE, "surgery|procedures|" + pshort.get(r.ICD9_CODE, r.ICD9_CODE).lower())
+            path = V.px_paths.get(r.ICD9_CODE, "surgery|procedures|" + pshort.get(r.ICD9_CODE, r.ICD9_CODE).lower())
             out["treatment"].append({"patientunitstayid": icu, "treatmentoffset": rng.randint(0, max(1, los)),
                                      "treatmentstring": path})
-    eicu_lab = {lab[0]: lab[11] for lab in v.LABS}
+    eicu_lab = {lab[0]: lab[11] for lab in V.labs}
     for r in t["LABEVENTS"].dropna(subset=["HADM_ID", "VALUENUM"]).itertuples(index=False):
         hit = _assign(by_hadm, r.HADM_ID, r.CHARTTIME)
         if hit:
             out["lab"].append({"patientunitstayid": hit[0], "labresultoffset": _offset(r.CHARTTIME, hit[1]),
                                "labname": eicu_lab[r.ITEMID], "labresult": r.VALUENUM})
-    drugs = {d[0]: d for d in v.DRUGS}
+    drugs = {d[0]: d for d in V.drugs}
     canonical = {var: name for name, vs in v.DRUG_CASE_VARIANTS.items() for var in vs}
     for r in t["PRESCRIPTIONS"].itertuples(index=False):
         start = pd.Timestamp(r.STARTDATE) + pd.Timedelta(minutes=rng.randint(0, 1439))
@@ -185,9 +127,9 @@ def _events(raw: RawHospital, rng: random.Random) -> dict[str, pd.DataFrame]:
             "patientunitstayid": hit[0], "drugorderoffset": _offset(start, hit[1]) - 5, "drugstartoffset": _offset(start, hit[1]),
             "drugordercancelled": "Yes" if rng.random() < 0.03 else "No", "drugname": d[7].upper() if rng.random() < 0.7 else d[7],
             "dosage": d[8], "routeadmin": d[9].upper() if rng.random() < 0.5 else d[9], "drugstopoffset": stop})
-        if name in _DRUG_TREATMENTS and rng.random() < 0.5:
+        if name in v.DRUG_TREATMENTS and rng.random() < 0.5:
             out["treatment"].append({"patientunitstayid": hit[0], "treatmentoffset": _offset(start, hit[1]) + 30,
-                                     "treatmentstring": _DRUG_TREATMENTS[name]})
+                                     "treatmentstring": v.DRUG_TREATMENTS[name]})
     _io_micro_vitals(raw, by_hadm, rng, out)
     for s in t["ICUSTAYS"].itertuples(index=False):
         for name, drug in raw.allergies[raw.allergies["SUBJECT_ID"] == s.SUBJECT_ID][["ALLERGYNAME", "DRUGNAME"]].itertuples(index=False):
@@ -198,8 +140,8 @@ def _events(raw: RawHospital, rng: random.Random) -> dict[str, pd.DataFrame]:
 
 def _io_micro_vitals(raw: RawHospital, by_hadm, rng: random.Random, out: dict[str, list[dict]]) -> None:
     t = raw.tables
-    ins = {i[0]: i for i in v.INPUT_ITEMS}
-    outs = {o[0]: o for o in v.OUTPUT_ITEMS}
+    ins = {i[0]: i for i in V.input_items}
+    outs = {o[0]: o for o in V.output_items}
     for table, items, col, kind in (("INPUTEVENTS_CV", ins, "AMOUNT", "intake"), ("OUTPUTEVENTS", outs, "VALUE", "output")):
         for r in t[table].dropna(subset=[col]).itertuples(index=False):
             item = items.get(r.ITEMID)
@@ -216,7 +158,7 @@ def _io_micro_vitals(raw: RawHospital, by_hadm, rng: random.Random, out: dict[st
                     "patientunitstayid": r.ICUSTAY_ID, "intakeoutputoffset": _offset(r.CHARTTIME, _intime(by_hadm, r)),
                     "cellpath": f"flowsheet|flowsheet cell labels|i&o|{kind} (ml)", "celllabel": kind.title(),
                     "cellvaluenumeric": getattr(r, col)})
-    sites = {s[0]: s[2] for s in v.SPECIMENS}
+    sites = {s[0]: s[2] for s in V.specimens}
     orgs = {o[0]: o[2] for o in v.ORGANISMS}
     for r in t["MICROBIOLOGYEVENTS"].itertuples(index=False):
         when = r.CHARTTIME if not pd.isna(r.CHARTTIME) else r.CHARTDATE

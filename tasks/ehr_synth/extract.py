@@ -6,9 +6,12 @@ as MIMIC-Extract does: ``count``, ``mean``, ``std`` per variable (forward-filled
 value; ``std`` 0 where fewer than two measurements). Outcomes follow logistic models of the severity (and
 age), so a model trained on the first 24 hours can learn them: ICU and hospital mortality, ICU stay longer
 than 3 and 7 days. Vasopressors and ventilation are hourly on/off Markov chains whose switching hazards
-depend on ``u_t``; while on, they shift the blood pressure / respiratory rate and saturation. Windows of
-6 h input, 6 h gap and 4 h prediction are labelled CONTROL, ON_INTERVENTION, ONSET or WEAN (switch inside
-the gap: discarded), as in the MIMIC-Extract baselines. Nothing here is real patient data.
+depend on ``u_t``; while on, they shift the blood pressure / respiratory rate and saturation. Each stay has
+ONE window at a fixed place: 6 h input (hours 18-23, the end of the first 24 h), 6 h gap, 4 h prediction,
+labelled CONTROL, ON_INTERVENTION, ONSET or WEAN (a switch inside the gap, or a stay that ends before the
+prediction window: no window), as in the MIMIC-Extract baselines. One window per stay at a fixed hour means
+the windows say nothing about the length of stay (sliding windows over the whole stay did: their number per
+stay is the length of stay). Nothing here is real patient data.
 """
 
 from __future__ import annotations
@@ -34,6 +37,8 @@ ETHNICITIES = ("AMERICAN INDIAN", "ASIAN", "BLACK", "HISPANIC", "OTHER", "WHITE"
 CAREUNITS = ("CCU", "CSRU", "MICU", "SICU", "TSICU")
 MAX_HOURS = 96
 INPUT_H, GAP_H, PRED_H = 6, 6, 4
+#: First input hour of every stay's one window: the input is the last 6 h of the first 24 h.
+WINDOW_START = 24 - INPUT_H
 KEYS = ["subject_id", "hadm_id", "icustay_id"]
 
 
@@ -98,7 +103,8 @@ def draw_cohort(n: int, seed: int) -> dict[str, pd.DataFrame]:
     Returns:
         ``static`` (keys, gender, age, ethnicity, first care unit, intime hour, one-hot columns),
         ``outcomes`` (keys + the four stay tasks), ``hourly`` (keys, ``hours_in`` and flattened features for
-        every hour of the stay, at most 96), ``windows`` (``subject_id``, ``start`` and the two window classes).
+        every hour of the stay, at most 96), ``windows`` (``subject_id``, ``start`` = :data:`WINDOW_START` and the
+        two window classes; at most one per stay).
     """
     rng = np.random.default_rng([seed, 77])
     subject = np.sort(rng.choice(np.arange(10000, 99999), size=n, replace=False))
@@ -144,10 +150,11 @@ def draw_cohort(n: int, seed: int) -> dict[str, pd.DataFrame]:
     rows = []
     span = INPUT_H + GAP_H + PRED_H
     for i in range(n):
-        for start in range(0, hours[i] - span + 1, span):
-            labels = [_window_class(vaso[i], start), _window_class(vent[i], start)]
-            if None not in labels:
-                rows.append((int(subject[i]), start, labels[0], labels[1]))
+        if hours[i] < WINDOW_START + span:  # the stay ends before the prediction window
+            continue
+        labels = [_window_class(vaso[i], WINDOW_START), _window_class(vent[i], WINDOW_START)]
+        if None not in labels:
+            rows.append((int(subject[i]), WINDOW_START, labels[0], labels[1]))
     windows = pd.DataFrame(rows, columns=["subject_id", "start", "vasopressor", "ventilation"])
     return {"static": static, "outcomes": outcomes, "hourly": hourly, "windows": windows}
 

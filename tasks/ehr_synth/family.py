@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -27,7 +27,12 @@ from tasks.base import (
     write_manifest,
 )
 from tasks.ehr_synth.hospital import SIZES, RawHospital, cached_draw
-from tasks.ehr_synth.templating import Instantiator, categories, load_templates, make_instances
+from tasks.ehr_synth.templating import (
+    Instantiator,
+    categories,
+    load_templates,
+    make_instances,
+)
 from tasks.graders import grade, render_answer
 
 DATA_DIR = Path(__file__).resolve().parent.parent / "data"
@@ -86,7 +91,8 @@ class EHRSQLFamily:
         if size not in self.per_category:
             raise TaskError(f"size {size!r} is not one of {sorted(self.per_category)}; use 'tiny' or 'default'")
 
-    def build(self, out_dir: Path | str, *, size: Size = "tiny", seed: int = 0) -> dict[str, Any]:
+    def build(self, out_dir: Path | str, *, size: Size = "tiny", seed: int = 0,
+              public_questions: Sequence[Path | str] | None = None) -> dict[str, Any]:
         """Write ``<out_dir>/<name>/``: the SQLite database, train/test instances and a manifest.
 
         Args:
@@ -94,6 +100,8 @@ class EHRSQLFamily:
             size: ``"tiny"`` (30 patients, a few instances per category) or ``"default"`` (1,000 patients).
             seed: Seeds the synthetic hospital, the database conventions and the slot draws; the same seed gives
                 byte-identical files.
+            public_questions: Public EHRSQL / MedAgentGym / MIMICSQL question files: the patients they name are
+                added with histories their questions can be asked about (``tasks.ehr_synth.plant``).
 
         Returns:
             The manifest (counts per split and category, table sizes, seed, size, version, sha256 per file).
@@ -102,7 +110,7 @@ class EHRSQLFamily:
         started = time.perf_counter()
         family_dir = Path(out_dir) / self.name
         family_dir.mkdir(parents=True, exist_ok=True)
-        raw = cached_draw(SIZES[size], seed)
+        raw = cached_draw(SIZES[size], seed, tuple(str(Path(p)) for p in public_questions or ()))
         tables = type(self).write_database(raw, family_dir / self.db_file, seed)
         inst = Instantiator(family_dir / self.db_file, self._filters, self._templates, family=self.name, seed=seed)
         try:

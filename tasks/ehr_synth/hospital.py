@@ -13,45 +13,61 @@ chart times, input rows in non-ml units, cultures without a chart time, stays lo
 
 The same frames feed every builder (``mimic_iii_db``, ``treqs_db``, ``eicu_view``), and the importers read
 real CSVs into exactly this shape, so synthetic and real data share one code path.
+
+Items come from ``vocab.merged()``: the hand-made core plus every value the public EHRSQL / MIMICSQL questions
+compare against (``tasks/data/ehr_vocab``), so those questions find their drugs, labs, items, codes and categories
+(3 % of patients are newborns; some normal labs carry MIMIC's ``delta`` flag). ``draw_hospital(..., plan=...)``
+adds the patients public question files name (``plant``).
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import functools
+import itertools
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 
-from tasks.ehr_synth import vocab_icd as icd
 from tasks.ehr_synth import vocab_items as v
+from tasks.ehr_synth.plant import Plan, draw_planned, plan_from_files
+from tasks.ehr_synth.vocab import merged
 
 #: Patients per size.
 SIZES: dict[str, int] = {"tiny": 30, "default": 1000}
 
 _MIN = dt.timedelta(minutes=1)
-_LAB_RATE = np.array([lab[-1] for lab in v.LABS])
+V = merged()
+_LAB_RATE = np.array([lab[-1] for lab in V.labs])
+#: Share of patients who are newborns (admission type NEWBORN, age 0: MIMICSQL keeps them, EHRSQL's age filter drops them).
+NEWBORN_SHARE = 0.03
+#: Share of lab rows that are not abnormal but flagged ``delta`` (a large change from the previous value).
+DELTA_SHARE = 0.04
 
 
 @dataclass
 class RawHospital:
-    """Raw MIMIC-III-shaped tables (``tables[stem]``) plus patient allergies (not a MIMIC table; eICU view only)."""
+    """Raw MIMIC-III-shaped tables (``tables[stem]``) plus patient allergies (not a MIMIC table; eICU view only).
+
+    Patients planned from public question files (``plant``) are ``pinned``: drawn in EHRSQL's calendar already, so
+    the builders neither shift their times nor shuffle their values; ``uniquepids`` / ``names`` give the eICU id
+    and MIMICSQL name their questions use.
+    """
 
     tables: dict[str, pd.DataFrame]
     allergies: pd.DataFrame
+    pinned: frozenset[int] = frozenset()
+    uniquepids: dict[int, str] = field(default_factory=dict)
+    names: dict[int, str] = field(default_factory=dict)
 
 
-def _unique(entries: tuple[tuple, ...]) -> list[tuple]:
-    seen: dict[str, tuple] = {}
-    for entry in entries:
-        seen.setdefault(entry[0], entry)
-    return list(seen.values())
-
-
-DIAGNOSES = _unique(icd.DIAGNOSES)
-PROCEDURES = _unique(icd.PROCEDURES)
+DIAGNOSES = list(V.diagnoses)
+PROCEDURES = list(V.procedures)
+_DRUG_CUM = list(itertools.accumulate(d[6] for d in V.drugs))
+_INPUT_CUM = list(itertools.accumulate(i[4] for i in V.input_items))
+_OUTPUT_CUM = list(itertools.accumulate(o[4] for o in V.output_items))
 
 
 def _wchoice(rng: random.Random, pairs: tuple[tuple, ...]):
@@ -84,18 +100,22 @@ class _Drawer:
         gender = "M" if rng.random() < 0.56 else "F"
         first_admit = dt.datetime(rng.randint(2100, 2195), rng.randint(1, 12), rng.randint(1, 28),
                                   rng.randint(0, 23), rng.randint(0, 59))
-        if rng.random() < 0.05:
+        newborn = rng.random() < NEWBORN_SHARE
+        if newborn:
+            age_days = 0
+        elif rng.random() < 0.05:
             age_days = int((300 + rng.uniform(0.1, 0.9)) * 365.25)  # MIMIC's shifted > 89 year olds
         else:
             age_days = int(min(88.9, max(18.2, rng.gauss(64, 15))) * 365.25)
         dob = (first_admit - dt.timedelta(days=age_days)).replace(hour=0, minute=0)
-        n_adm = rng.choices([1, 2, 3, 4, 5], weights=[66, 19, 8, 4, 3])[0]
+        n_adm = 1 if newborn else rng.choices([1, 2, 3, 4, 5], weights=[66, 19, 8, 4, 3])[0]
         admit = first_admit
-        dies = rng.random() < 0.22
+        dies = rng.random() < (0.01 if newborn else 0.22)
         last_disch = None
         for k in range(n_adm):
             last = k == n_adm - 1
-            last_disch = self.admission(subject_id, admit, dies_here=last and dies and rng.random() < 0.5)
+            last_disch = self.admission(subject_id, admit, dies_here=last and dies and rng.random() < 0.5,
+                                        newborn=newborn)
             admit = _minute(last_disch + dt.timedelta(days=rng.uniform(20, 700), minutes=rng.randint(0, 1440)))
         dod = None
         if dies:
@@ -108,20 +128,25 @@ class _Drawer:
             name, drug, _w = rng.choices(v.ALLERGIES, weights=[a[2] for a in v.ALLERGIES])[0]
             self.rows["ALLERGIES"].append((subject_id, name, drug))
 
-    def admission(self, subject_id: int, admit: dt.datetime, *, dies_here: bool) -> dt.datetime:
+    def admission(self, subject_id: int, admit: dt.datetime, *, dies_here: bool, newborn: bool = False,
+                  disch: dt.datetime | None = None, icu_unit: str | None = None) -> dt.datetime:
+        """Draw one admission and its events; ``disch`` / ``icu_unit`` (one ICU stay over the whole admission,
+        ``""`` = any unit) are set for planned patients."""
         rng = self.rng
         hadm = self.next_hadm
         self.next_hadm += rng.randint(1, 40)
-        los_days = min(45.0, max(0.6, rng.lognormvariate(1.75, 0.65)))
-        disch = _minute(admit + dt.timedelta(days=los_days))
-        adm_type = _wchoice(rng, v.ADMISSION_TYPES)
-        location = "PHYS REFERRAL/NORMAL DELI" if adm_type == "ELECTIVE" else _wchoice(rng, v.ADMISSION_LOCATIONS)
-        disch_loc = "DEAD/EXPIRED" if dies_here else _wchoice(rng, v.DISCHARGE_LOCATIONS)
+        if disch is None:
+            los_days = min(45.0, max(0.6, rng.lognormvariate(1.75, 0.65)))
+            disch = _minute(admit + dt.timedelta(days=los_days))
+        adm_type = "NEWBORN" if newborn else _wchoice(rng, v.ADMISSION_TYPES)
+        location = ("PHYS REFERRAL/NORMAL DELI" if adm_type in ("ELECTIVE", "NEWBORN")
+                    else _wchoice(rng, V.admission_locations))
+        disch_loc = "DEAD/EXPIRED" if dies_here else _wchoice(rng, V.discharge_locations)
         self.rows["ADMISSIONS"].append((
             len(self.rows["ADMISSIONS"]), subject_id, hadm, admit, disch, disch if dies_here else None, adm_type,
-            location, disch_loc, _wchoice(rng, v.INSURANCE), _wchoice(rng, v.LANGUAGES), _wchoice(rng, v.RELIGIONS),
-            _wchoice(rng, v.MARITAL), _wchoice(rng, v.ETHNICITIES), rng.choice(v.ADMIT_DIAGNOSES), int(dies_here)))
-        stays = self.icu_stays(subject_id, hadm, admit, disch)
+            location, disch_loc, _wchoice(rng, V.insurance), _wchoice(rng, V.languages), _wchoice(rng, V.religions),
+            _wchoice(rng, V.marital), _wchoice(rng, V.ethnicities), rng.choice(V.admit_diagnoses), int(dies_here)))
+        stays = [] if newborn else self.icu_stays(subject_id, hadm, admit, disch, whole=icu_unit)
         self.transfers(subject_id, hadm, admit, disch, stays)
         self.codes(subject_id, hadm, bool(stays))
         self.prescriptions(subject_id, hadm, admit, disch)
@@ -132,12 +157,13 @@ class _Drawer:
             self.io(subject_id, hadm, stay)
         return disch
 
-    def icu_stays(self, subject_id: int, hadm: int, admit: dt.datetime, disch: dt.datetime) -> list[tuple]:
+    def icu_stays(self, subject_id: int, hadm: int, admit: dt.datetime, disch: dt.datetime,
+                  whole: str | None = None) -> list[tuple]:
         rng = self.rng
-        if rng.random() > 0.8:
+        if whole is None and rng.random() > 0.8:
             return []
         stays = []
-        n = 2 if rng.random() < 0.1 and (disch - admit).days >= 6 else 1
+        n = 2 if whole is None and rng.random() < 0.1 and (disch - admit).days >= 6 else 1
         span = (disch - admit) / n
         for k in range(n):
             lo = admit + span * k
@@ -145,6 +171,9 @@ class _Drawer:
             outtime = _minute(min(disch - 10 * _MIN, intime + dt.timedelta(hours=rng.uniform(12, 24 * 6))))
             outtime = max(intime + dt.timedelta(hours=4), outtime)
             unit = rng.choices(list(v.CAREUNIT_WEIGHTS), weights=list(v.CAREUNIT_WEIGHTS.values()))[0]
+            if whole is not None:  # a planned patient: the stay spans the admission, in the unit asked about
+                intime, outtime = _minute(admit + 20 * _MIN), _minute(disch - 20 * _MIN)
+                unit = whole or unit
             last_unit = unit if rng.random() < 0.9 else rng.choice(list(v.CAREUNITS))
             ward, last_ward = rng.choice(v.CAREUNITS[unit]), rng.choice(v.CAREUNITS[last_unit])
             icu = self.next_icu
@@ -203,7 +232,7 @@ class _Drawer:
         rows = self.rows["PRESCRIPTIONS"]
         days = max(1, (disch.date() - admit.date()).days)
         for _ in range(rng.randint(4, 10 + 2 * min(days, 10))):
-            name, dtype, form, dose, unit, route = rng.choices(v.DRUGS, weights=[d[6] for d in v.DRUGS])[0][:6]
+            name, dtype, form, dose, unit, route = rng.choices(V.drugs, cum_weights=_DRUG_CUM)[0][:6]
             start = dt.datetime.combine(admit.date() + dt.timedelta(days=rng.randint(0, days)), dt.time())
             end = start + dt.timedelta(days=rng.randint(1, 6))
             if rng.random() < 0.12 and name in v.DRUG_CASE_VARIANTS:
@@ -222,19 +251,19 @@ class _Drawer:
         rng, gen = self.rng, self.np
         rows = self.rows["LABEVENTS"]
         days = max(1, int((disch - admit).total_seconds() // 86400) + 1)
-        shift = gen.normal(0, 0.5, size=len(v.LABS))
+        shift = gen.normal(0, 0.5, size=len(V.labs))
         for day in range(days):
             base = admit + dt.timedelta(days=day)
             for draw_no in range(2 if rng.random() < 0.3 else 1):
                 t = _minute(base + dt.timedelta(hours=rng.uniform(0.2, 20)))
                 if t >= disch:
                     continue
-                keep = gen.random(len(v.LABS)) < _LAB_RATE * (0.4 if draw_no == 0 else 0.15)
-                z = shift + gen.normal(0, 0.8, size=len(v.LABS))
+                keep = gen.random(len(V.labs)) < _LAB_RATE * (0.4 if draw_no == 0 else 0.15)
+                z = shift + gen.normal(0, 0.8, size=len(V.labs))
                 for k in np.flatnonzero(keep):
-                    itemid, label, _f, _c, _l, unit, mean, sd, low, high, dec, _e, _p = v.LABS[k]
+                    itemid, label, _f, _c, _l, unit, mean, sd, low, high, dec, _e, _p = V.labs[k]
                     value = round(float(min(high, max(low, mean + sd * z[k]))), dec)
-                    flag = "abnormal" if abs(value - mean) > 1.3 * sd else None
+                    flag = "abnormal" if abs(value - mean) > 1.3 * sd else ("delta" if rng.random() < DELTA_SHARE else None)
                     uom = None if unit == "" or (label in v.LAB_UNIT_SOMETIMES_MISSING and rng.random() < 0.3) else unit
                     if rng.random() < 0.004:
                         rows.append((len(rows), subject_id, hadm, itemid, t, "HEMOLYZED", None, uom, None))
@@ -242,7 +271,7 @@ class _Drawer:
                     text = f"{value:.{dec}f}" if dec else str(int(value))
                     rows.append((len(rows), subject_id, hadm, itemid, t, text, value, uom, flag))
         if rng.random() < 0.2:  # outpatient labs: no HADM_ID, dropped by the EHRSQL builder
-            lab = rng.choice(v.LABS)
+            lab = rng.choice(V.labs)
             rows.append((len(rows), subject_id, None, lab[0], admit - dt.timedelta(days=rng.randint(3, 60)),
                          str(lab[6]), float(lab[6]), lab[5] or None, None))
 
@@ -251,8 +280,8 @@ class _Drawer:
         rows = self.rows["MICROBIOLOGYEVENTS"]
         for _ in range(rng.choices([0, 1, 2, 3, 4], weights=[35, 30, 18, 10, 7])[0]):
             t = _minute(admit + (disch - admit) * rng.random())
-            spec = _wchoice(rng, tuple((s[0], s[1]) for s in v.SPECIMENS))
-            spec_id = 70000 + [s[0] for s in v.SPECIMENS].index(spec)
+            spec = _wchoice(rng, tuple((s[0], s[1]) for s in V.specimens))
+            spec_id = 70000 + [s[0] for s in V.specimens].index(spec)
             org = _wchoice(rng, tuple((o[0], o[1]) for o in v.ORGANISMS))
             org_id = None if org is None else 80000 + [o[0] for o in v.ORGANISMS].index(org)
             charttime = None if rng.random() < 0.1 else t
@@ -298,11 +327,11 @@ class _Drawer:
         h = rng.uniform(0.2, 2.0)
         while h < hours:
             t = _minute(intime + dt.timedelta(hours=h))
-            item = rng.choices(v.INPUT_ITEMS, weights=[i[4] for i in v.INPUT_ITEMS])[0]
+            item = rng.choices(V.input_items, cum_weights=_INPUT_CUM)[0]
             amount = round(max(1.0, rng.gauss(item[2], item[3])), 1 if item[2] < 20 else 0)
             uom = "ml" if rng.random() > 0.05 else rng.choice(("mg", "units"))
             ins.append((len(ins), subject_id, hadm, icu, t, item[0], amount, uom))
-            out = rng.choices(v.OUTPUT_ITEMS, weights=[o[4] for o in v.OUTPUT_ITEMS])[0]
+            out = rng.choices(V.output_items, cum_weights=_OUTPUT_CUM)[0]
             value = None if rng.random() < 0.01 else round(max(0.0, rng.gauss(out[2], out[3])), 0)
             outs.append((len(outs), subject_id, hadm, icu, t + dt.timedelta(minutes=rng.randint(0, 50)), out[0],
                          value, "ml"))
@@ -338,14 +367,14 @@ def _dictionaries() -> dict[str, pd.DataFrame]:
                         columns=["ROW_ID", "ICD9_CODE", "SHORT_TITLE", "LONG_TITLE"])
     d_px = pd.DataFrame([(i, c, s, l) for i, (c, s, l, _w) in enumerate(PROCEDURES)],
                         columns=["ROW_ID", "ICD9_CODE", "SHORT_TITLE", "LONG_TITLE"])
-    d_lab = pd.DataFrame([(i, lab[0], lab[1], lab[2], lab[3], lab[4]) for i, lab in enumerate(v.LABS)],
+    d_lab = pd.DataFrame([(i, lab[0], lab[1], lab[2], lab[3], lab[4]) for i, lab in enumerate(V.labs)],
                          columns=["ROW_ID", "ITEMID", "LABEL", "FLUID", "CATEGORY", "LOINC_CODE"])
     items = [(it[0], it[1], "chartevents", it[2]) for it in v.VITALS]
     items += [(v.ADMIT_WEIGHT[0], v.ADMIT_WEIGHT[1], "chartevents", "kg"), (v.ADMIT_HEIGHT[0], v.ADMIT_HEIGHT[1], "chartevents", "cm")]
     items += [(it[0], it[1], "chartevents", it[2]) for it in v.OTHER_CHART_ITEMS]
-    items += [(it[0], it[1], "inputevents_cv", "ml") for it in v.INPUT_ITEMS]
-    items += [(it[0], it[1], "outputevents", "ml") for it in v.OUTPUT_ITEMS]
-    items += [(70000 + k, s[0], "microbiologyevents", None) for k, s in enumerate(v.SPECIMENS)]
+    items += [(it[0], it[1], "inputevents_cv", "ml") for it in V.input_items]
+    items += [(it[0], it[1], "outputevents", "ml") for it in V.output_items]
+    items += [(70000 + k, s[0], "microbiologyevents", None) for k, s in enumerate(V.specimens)]
     items += [(80000 + k, o[0], "microbiologyevents", None) for k, o in enumerate(v.ORGANISMS) if o[0]]
     items += [(227457, "Platelet Count", "datetimeevents", None)]
     d_items = pd.DataFrame([(i, *row[:3], "carevue", row[3]) for i, row in enumerate(items)],
@@ -353,12 +382,14 @@ def _dictionaries() -> dict[str, pd.DataFrame]:
     return {"D_ICD_DIAGNOSES": d_dx, "D_ICD_PROCEDURES": d_px, "D_LABITEMS": d_lab, "D_ITEMS": d_items}
 
 
-def draw_hospital(n_patients: int, seed: int = 0) -> RawHospital:
+def draw_hospital(n_patients: int, seed: int = 0, plan: Plan | None = None) -> RawHospital:
     """Draw one synthetic hospital.
 
     Args:
         n_patients: Number of patients (``SIZES["tiny"]`` = 30 for tests, ``SIZES["default"]`` = 1,000).
         seed: Seed of every random draw; the same seed gives identical frames.
+        plan: Patients planned from public question files (``plant.plan_from_files``), drawn after the
+            ``n_patients`` random ones (whose ids then avoid the planned ids).
 
     Returns:
         The raw tables (MIMIC-III CSV shape) and the allergy list.
@@ -371,19 +402,29 @@ def draw_hospital(n_patients: int, seed: int = 0) -> RawHospital:
     if n_patients < 1:
         raise ValueError(f"n_patients={n_patients} must be >= 1; use e.g. SIZES['tiny'] (30)")
     drawer = _Drawer(seed)
-    ids = drawer.rng.sample(range(100, 99999), n_patients)
+    if plan is None:
+        ids = drawer.rng.sample(range(100, 99999), n_patients)
+    else:
+        taken = plan.subject_ids()
+        ids = [i for i in drawer.rng.sample(range(100, 99999), n_patients + len(taken)) if i not in taken][:n_patients]
     for subject_id in ids:
         drawer.patient(subject_id)
+    planted = draw_planned(drawer, plan, set(ids)) if plan is not None else ({}, {}, frozenset())
     tables = {name: pd.DataFrame(drawer.rows[name], columns=list(cols)) for name, cols in _COLUMNS.items()}
     tables.update(_dictionaries())
     allergies = pd.DataFrame(drawer.rows["ALLERGIES"], columns=["SUBJECT_ID", "ALLERGYNAME", "DRUGNAME"])
-    return RawHospital(tables=tables, allergies=allergies)
+    return RawHospital(tables=tables, allergies=allergies, uniquepids=planted[0], names=planted[1], pinned=planted[2])
 
 
 @functools.lru_cache(maxsize=2)
-def cached_draw(n_patients: int, seed: int = 0) -> RawHospital:
+def cached_draw(n_patients: int, seed: int = 0, public_questions: tuple[str, ...] = (),
+                anonymous: bool = True) -> RawHospital:
     """:func:`draw_hospital`, memoised per process (the three families of one build share one draw).
+
+    ``public_questions`` (question file paths) plans the patients they name, and with ``anonymous`` one more per
+    question that names none (``plant.plan_from_files``).
 
     Callers must not mutate the returned frames (the builders copy before changing anything).
     """
-    return draw_hospital(n_patients, seed)
+    plan = plan_from_files(public_questions, anonymous=anonymous) if public_questions else None
+    return draw_hospital(n_patients, seed, plan)

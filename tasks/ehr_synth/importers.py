@@ -7,7 +7,9 @@
   ``intakeOutput.csv``, ``vitalPeriodic.csv``, ...).
 * :func:`ehrsql_instances` and :func:`mimicsql_instances` turn the public question files (EHRSQL JSON,
   MIMICSQL JSON lines or MedAgentGym ``treqs`` rows) into instances over whatever database is given: each gold
-  query is post-processed like EHRSQL's evaluator and EXECUTED; the answer is what it returns.
+  query is post-processed like EHRSQL's evaluator and EXECUTED; the answer is what it returns. They keep the
+  given slot values; ``scripts/import_tasks.py`` (``tasks.importers.ehrsql``) also re-instantiates values the
+  database lacks and writes a built family.
 
 Nothing here downloads data; paths point at files the user already has.
 """
@@ -240,11 +242,13 @@ def ehrsql_instances(question_file: Path | str, db_path: Path | str, *, family: 
 
 
 def mimicsql_instances(question_file: Path | str, db_path: Path | str, *, family: str = "treqs") -> tuple[list[Instance], dict[str, int]]:
-    """MIMICSQL records (``question_refine``/``sql``) or MedAgentGym ``treqs`` rows (``question``/``query``) -> instances."""
+    """MIMICSQL records (``question_refine``/``sql``) or MedAgentGym ``treqs`` rows (``question``/``query``) -> instances.
+
+    The SQL is lower-cased as MedAgentGym did (the MIMICSQL database stores lower-case values)."""
     records = _load_records(Path(question_file))
     for rec in records:
         rec.setdefault("question", rec.get("question_refine"))
         rec.setdefault("query", rec.get("sql"))
         rec.setdefault("category", "mimicsql")
     return _instances(records, Path(db_path), family=family, question_key="question", sql_key="query",
-                      category_key="category", rewrite=lambda q: q, default_split="test")
+                      category_key="category", rewrite=str.lower, default_split="test")

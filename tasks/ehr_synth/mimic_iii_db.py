@@ -107,7 +107,7 @@ def mimic_tables(raw: RawHospital, seed: int = 0) -> dict[str, pd.DataFrame]:
     adm = _cohort(raw)
     grouped = adm.sort_values("ADMITTIME").groupby("SUBJECT_ID", sort=True)
     shifts = cv.patient_shifts(grouped["ADMITTIME"].min(), grouped["ADMITTIME"].max(),
-                               grouped.apply(lambda g: g["DISCHTIME"].iloc[-1], include_groups=False), rng)
+                               grouped.apply(lambda g: g["DISCHTIME"].iloc[-1], include_groups=False), rng, raw.pinned)
     subjects = set(shifts.index)
 
     def shifted(df: pd.DataFrame, cols: list[str]) -> pd.DataFrame:
@@ -130,30 +130,30 @@ def mimic_tables(raw: RawHospital, seed: int = 0) -> dict[str, pd.DataFrame]:
     for table, at in (("DIAGNOSES_ICD", admit_at), ("PROCEDURES_ICD", disch_at)):
         df = t[table][t[table]["HADM_ID"].isin(hadms)].copy()
         df["CHARTTIME"] = df["HADM_ID"].map(at)
-        out[table] = cv.permute_jointly(_keep_events(df, hadms, "CHARTTIME"), ["ICD9_CODE"], rng)
+        out[table] = cv.permute_jointly(_keep_events(df, hadms, "CHARTTIME"), ["ICD9_CODE"], rng, raw.pinned)
     labs = t["LABEVENTS"].dropna(subset=["HADM_ID", "VALUENUM", "VALUEUOM"])
     labs = labs[labs["ITEMID"].isin(set(out["D_LABITEMS"]["ITEMID"]))]
     labs = _keep_events(shifted(labs, ["CHARTTIME"]), hadms, "CHARTTIME")
-    out["LABEVENTS"] = cv.permute_jointly(labs, ["ITEMID", "VALUENUM", "VALUEUOM"], rng)
+    out["LABEVENTS"] = cv.permute_jointly(labs, ["ITEMID", "VALUENUM", "VALUEUOM"], rng, raw.pinned)
     rx = _keep_events(shifted(_prescriptions(t["PRESCRIPTIONS"]), ["STARTDATE", "ENDDATE"]), hadms, "STARTDATE")
-    out["PRESCRIPTIONS"] = cv.permute_jointly(rx, ["DRUG", "DOSE_VAL_RX", "DOSE_UNIT_RX", "ROUTE"], rng)
+    out["PRESCRIPTIONS"] = cv.permute_jointly(rx, ["DRUG", "DOSE_VAL_RX", "DOSE_UNIT_RX", "ROUTE"], rng, raw.pinned)
     chart = t["CHARTEVENTS"][t["CHARTEVENTS"]["ITEMID"].isin(VITAL_ITEMIDS)]
     chart = _keep_events(shifted(chart, ["CHARTTIME"]), hadms, "CHARTTIME")
     chart = chart.dropna(subset=["SUBJECT_ID", "HADM_ID", "ICUSTAY_ID", "ITEMID", "CHARTTIME", "VALUENUM", "VALUEUOM"])
-    out["CHARTEVENTS"] = cv.permute_jointly(chart, ["ITEMID", "VALUENUM", "VALUEUOM"], rng)
+    out["CHARTEVENTS"] = cv.permute_jointly(chart, ["ITEMID", "VALUENUM", "VALUEUOM"], rng, raw.pinned)
     item_ids = set(out["D_ITEMS"]["ITEMID"])
     ins = t["INPUTEVENTS_CV"]
     ins = ins[(ins["AMOUNTUOM"].str.lower() == "ml") & ins["ITEMID"].isin(item_ids)]
     out["INPUTEVENTS_CV"] = cv.permute_jointly(_keep_events(shifted(ins, ["CHARTTIME"]), hadms, "CHARTTIME"),
-                                               ["ITEMID", "AMOUNT"], rng)
+                                               ["ITEMID", "AMOUNT"], rng, raw.pinned)
     outs = t["OUTPUTEVENTS"]
     outs = outs[(outs["VALUEUOM"].str.lower() == "ml") & outs["ITEMID"].isin(item_ids)]
     out["OUTPUTEVENTS"] = cv.permute_jointly(_keep_events(shifted(outs, ["CHARTTIME"]), hadms, "CHARTTIME"),
-                                             ["ITEMID", "VALUE"], rng)
+                                             ["ITEMID", "VALUE"], rng, raw.pinned)
     micro = t["MICROBIOLOGYEVENTS"].copy()
     micro["CHARTTIME"] = micro["CHARTTIME"].where(micro["CHARTTIME"].notna(), micro["CHARTDATE"])
     micro = _keep_events(shifted(micro, ["CHARTTIME"]), hadms, "CHARTTIME")
-    out["MICROBIOLOGYEVENTS"] = cv.permute_jointly(micro, ["SPEC_TYPE_DESC", "ORG_NAME"], rng)
+    out["MICROBIOLOGYEVENTS"] = cv.permute_jointly(micro, ["SPEC_TYPE_DESC", "ORG_NAME"], rng, raw.pinned)
     out["ICUSTAYS"] = _keep_events(shifted(t["ICUSTAYS"], ["INTIME", "OUTTIME"]), hadms, "INTIME")
     tr = t["TRANSFERS"].rename(columns={"CURR_CAREUNIT": "CAREUNIT", "CURR_WARDID": "WARDID"})
     out["TRANSFERS"] = _keep_events(shifted(tr, ["INTIME", "OUTTIME"]), hadms, "INTIME")

@@ -7,7 +7,8 @@ SQL condition, and an optional anchor rule) and ``templates``. A template names:
 * ``id``, ``type`` (a ``tasks.graders`` answer type), ``q`` (question with ``{slot}`` and ``{time}``),
   ``sql`` (gold SQL with the same slots; string slots are escaped for SQL; ``{time}`` takes the filter's SQL);
 * ``pool``: SQL whose rows are candidate slot values (column names = slot names; an optional column ``t`` is the
-  time anchor from which ``{year}``, ``{month}``, ``{ndays}``, ``{nyears}`` are derived);
+  time anchor from which ``{year}``, ``{month}``, ``{day}``, ``{ndays}``, ``{nyears}``, ``{nyears_since}`` and
+  ``{nmonths_since}`` are derived);
 * ``tcol`` / ``hcol``: the time column and the admission-id column the filters apply to;
 * ``variants``: filter ids; each (template, variant) pair is one category (``<id>.<variant>``);
 * optional ``type``-specific ``max_items`` (largest set kept) and ``cap`` (instances per category, for gold SQL
@@ -15,7 +16,9 @@ SQL condition, and an optional anchor rule) and ``templates``. A template names:
 
 Slot draws come from the pool with a per-category seeded RNG; the gold SQL runs on ONE read-only connection;
 instances whose result is empty, NULL, a bare 0 or 1 for numeric answers, ambiguous (several rows for a
-scalar) or too long (sets over ``max_items``) are dropped; boolean categories are kept balanced.
+scalar) or too long (sets over ``max_items``) are dropped; boolean categories are kept balanced, no other
+answer fills more than a third of its category, and no answer fills more than :data:`MAX_ANSWER_SHARE` of a split
+(:func:`cap_answer_share`), so one constant answer, such as a count of 2 or "yes", scores little anywhere.
 """
 
 from __future__ import annotations
@@ -117,8 +120,10 @@ def _time_slots(t: str | None, rng: random.Random) -> dict[str, Any]:
     s = str(t)  # 'YYYY-MM-DD HH:MM:SS' (sliced by hand: strptime dominated the build's Python time)
     when = dt.datetime(int(s[0:4]), int(s[5:7]), int(s[8:10]), int(s[11:13] or 0), int(s[14:16] or 0))
     days = (_NOW_DT - when).days
+    # "since N years / months ago" must reach back past the anchor: calendar months are at least 28 days
     return {"year": when.strftime("%Y"), "month": when.strftime("%Y-%m"), "day": when.strftime("%Y-%m-%d"),
-            "ndays": days + rng.randint(1, 60), "nyears": max(1, days // 365)}
+            "ndays": days + rng.randint(1, 60), "nyears": max(1, days // 365), "nyears_since": days // 365 + 1,
+            "nmonths_since": days // 28 + 1}
 
 
 def render(template: Template, flt: Filter, slots: dict[str, Any]) -> tuple[str, str]:
@@ -216,21 +221,85 @@ class Instantiator:
             if template.type == "boolean":
                 if by_answer.get(answer, 0) > by_answer.get(not answer, 0) + 1:
                     continue
-                by_answer[answer] = by_answer.get(answer, 0) + 1
+            elif by_answer.get(str(answer), 0) >= max(1, n // 3):
+                continue  # one answer (a small count such as 2) may not fill a category: constant answers stay weak
+            key = answer if template.type == "boolean" else str(answer)
+            by_answer[key] = by_answer.get(key, 0) + 1
             out.append((slots, question, sql, answer))
         return out
 
 
+#: The largest share of a split one rendered answer may hold (the reward floor of a constant answer stays
+#: under the 10 % every non-binary family is held to, with a margin for answers the grader treats as equal).
+MAX_ANSWER_SHARE = 0.08
+
+
+def cap_answer_share(items: list[Instance], max_share: float = MAX_ANSWER_SHARE) -> list[Instance]:
+    """``items`` without the instances that let one answer exceed ``max_share`` of them.
+
+    Excess instances of an over-common answer are dropped from the categories that hold most of it, latest
+    first, never a category's last instance (a category with nothing left would vanish). Deterministic.
+
+    Example:
+        >>> counts = Counter(render_answer(i.answer_type, i.answer) for i in cap_answer_share(items))
+        >>> max(counts.values()) <= 0.08 * sum(counts.values())  # unless only last-of-category ones remain
+    """
+    from collections import Counter
+
+    from tasks.graders import render_answer
+
+    keep = list(items)
+    rendered = [render_answer(i.answer_type, i.answer) for i in keep]
+    blocked: set[str] = set()  # answers that cannot drop further without emptying a category
+    while True:
+        counts = Counter(r for r in rendered if r not in blocked)
+        if not counts:
+            return keep
+        answer, n = counts.most_common(1)[0]
+        limit = int(max_share * len(keep))
+        if n <= max(limit, 1):
+            return keep
+        excess = -(-(n - max_share * len(keep)) // (1 - max_share))  # dropping shrinks the split too
+        per_cat = Counter(i.category for i in keep)
+        dropped = 0
+        for k in range(len(keep) - 1, -1, -1):
+            if dropped >= excess:
+                break
+            if rendered[k] == answer and per_cat[keep[k].category] > 1:
+                per_cat[keep[k].category] -= 1
+                del keep[k], rendered[k]
+                dropped += 1
+        if dropped == 0:
+            blocked.add(answer)
+
+
 def make_instances(inst: Instantiator, *, per_category: int, test_fraction: float, context: str,
                    data: dict[str, str], db_name: str) -> dict[Split, list[Instance]]:
-    """All instances of a family, split per category (first ``test_fraction`` of each category -> test)."""
+    """All instances of a family, ``test_fraction`` of each category to test.
+
+    Which of a category's instances go to test is chosen to spread answers: each pick is the one whose answer the
+    test split holds least so far (ties: the earliest drawn), so a count of 2 does not pile up in a small test
+    split. Then each split is capped so that no answer exceeds :data:`MAX_ANSWER_SHARE` of it
+    (:func:`cap_answer_share`).
+    """
+    from collections import Counter
+
+    from tasks.graders import render_answer
+
     splits: dict[Split, list[Instance]] = {"train": [], "test": []}
+    in_test: Counter = Counter()
     for template in inst.templates:
         for variant in template.variants:
             items = inst.category(template, variant, per_category)
             n_test = round(len(items) * test_fraction) if len(items) > 1 else 0
+            rendered = [render_answer(template.type, answer) for *_, answer in items]
+            chosen: set[int] = set()
+            for _ in range(n_test):
+                pick = min((k for k in range(len(items)) if k not in chosen), key=lambda k: (in_test[rendered[k]], k))
+                chosen.add(pick)
+                in_test[rendered[pick]] += 1
             for k, (slots, question, sql, answer) in enumerate(items):
-                split: Split = "test" if k < n_test else "train"
+                split: Split = "test" if k in chosen else "train"
                 splits[split].append(Instance(
                     id=f"{inst.family}/{split}/{len(splits[split]):06d}", family=inst.family,
                     category=f"{template.id}.{variant}", split=split, question=question, context=context,
@@ -238,4 +307,7 @@ def make_instances(inst: Instantiator, *, per_category: int, test_fraction: floa
                     metadata={"slots": {k2: v for k2, v in slots.items()}, "template": template.id, "variant": variant,
                               "sql_database": db_name, "grading": dict(template.grading)},
                 ))
+    for split, items in splits.items():
+        splits[split] = [item.model_copy(update={"id": f"{inst.family}/{split}/{k:06d}"})
+                         for k, item in enumerate(cap_answer_share(items))]
     return splits

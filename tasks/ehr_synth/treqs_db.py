@@ -5,8 +5,10 @@ one row per admission, with a synthetic NAME per patient, AGE = ADMITYEAR - DOB_
 300-year shift, become 89 + age - 300), DAYS_STAY in whole days, EXPIRE_FLAG from PATIENTS; DIAGNOSES and
 PROCEDURES = the *_ICD rows inner-joined with their dictionary; PRESCRIPTIONS with DRUG_DOSE = dose value and
 unit glued; LAB = lab rows that have an admission, a value and a unit, joined with D_LABITEMS, VALUE_UNIT glued.
-Values keep MIMIC's case and MIMIC's own shifted dates (no EHRSQL time shift); every column is text except
-DOD_YEAR (a float year, NULL when the patient is alive).
+Values are lower-cased, as in MedAgentGym's MIMICSQL (its gold SQL compares lower-case literals such as
+``gender = 'f'``, ``admission_type = 'newborn'``), procedure codes lose their leading zeros (the MIMICSQL builder
+read them as numbers: ``'93'`` for 0093); dates stay in MIMIC's own shifted calendar (no EHRSQL time shift);
+every column is text except DOD_YEAR (a float year, NULL when the patient is alive).
 """
 
 from __future__ import annotations
@@ -49,7 +51,8 @@ def _demographic(raw: RawHospital, seed: int) -> list[tuple]:
         if age > 89:
             age = 89 + age - 300
         rows.append((
-            str(rec.SUBJECT_ID), str(rec.HADM_ID), patient_name(rec.SUBJECT_ID, seed), _text(rec.MARITAL_STATUS),
+            str(rec.SUBJECT_ID), str(rec.HADM_ID), raw.names.get(rec.SUBJECT_ID) or patient_name(rec.SUBJECT_ID, seed),
+            _text(rec.MARITAL_STATUS),
             str(age), fmt_time(dob), p["GENDER"], _text(rec.LANGUAGE), _text(rec.RELIGION), rec.ADMISSION_TYPE,
             str((disch - admit).days), rec.INSURANCE, rec.ETHNICITY, str(int(p["EXPIRE_FLAG"])), rec.ADMISSION_LOCATION,
             rec.DISCHARGE_LOCATION, rec.DIAGNOSIS, fmt_time(dod), str(dob.year), None if dod is None else float(dod.year),
@@ -85,15 +88,21 @@ def _labs(raw: RawHospital) -> list[tuple]:
              f"{r.VALUE}{r.VALUEUOM}", r.LABEL, r.FLUID, r.CATEGORY) for r in merged.itertuples(index=False)]
 
 
+def _lower(rows: list[tuple]) -> list[tuple]:
+    return [tuple(x.lower() if isinstance(x, str) else x for x in row) for row in rows]
+
+
 def treqs_rows(raw: RawHospital, seed: int = 0) -> dict[str, list[tuple]]:
-    """The five MIMICSQL tables as row tuples in :data:`schemas.TREQS` column order."""
+    """The five MIMICSQL tables as row tuples in :data:`schemas.TREQS` column order (text lower-cased)."""
     t = raw.tables
+    procedures = [(s, h, str(int(code)) if str(code).isdigit() else code, short, long_)
+                  for s, h, code, short, long_ in _coded(t["PROCEDURES_ICD"], t["D_ICD_PROCEDURES"])]
     return {
-        "DEMOGRAPHIC": _demographic(raw, seed),
-        "DIAGNOSES": _coded(t["DIAGNOSES_ICD"], t["D_ICD_DIAGNOSES"]),
-        "PROCEDURES": _coded(t["PROCEDURES_ICD"], t["D_ICD_PROCEDURES"]),
-        "PRESCRIPTIONS": _prescriptions(raw),
-        "LAB": _labs(raw),
+        "DEMOGRAPHIC": _lower(_demographic(raw, seed)),
+        "DIAGNOSES": _lower(_coded(t["DIAGNOSES_ICD"], t["D_ICD_DIAGNOSES"])),
+        "PROCEDURES": _lower(procedures),
+        "PRESCRIPTIONS": _lower(_prescriptions(raw)),
+        "LAB": _lower(_labs(raw)),
     }
 
 

@@ -1,27 +1,22 @@
-"""The ``medcalc-bench`` convention: where MedCalc-Bench's reference code departs from the published rules.
+"""The ``medcalc-bench`` convention: MedCalc-Bench's gold answers as its 2024 code produced them.
 
-MedCalc-Bench's gold answers were produced by its own calculator code. For a few calculators that code
-departs from the published criteria (some departures are choices, some are plain bugs). To compare our
-calculators with the benchmark's public rows (``tasks.medcalcbench.check_rows``) we reproduce those departures
-here, one function per calculator, each listing exactly what differs. Synthetic instances never use this
-module: their gold follows the published rules (``convention="published"``, the default).
+MedCalc-Bench's public test rows (1,047; its June 2024 release, also carried by MedAgentGym) were answered by the
+benchmark's own calculator code as it stood in 2024, not by the published rules and not by the code the benchmark
+ships today. That code departs from the published rules in places (some choices, mostly bugs). To check our
+calculators against those rows (``tasks.medcalcbench.check_rows``) this convention reproduces each departure. Our
+synthetic instances never use it: their gold follows the published rules (``convention="published"``, the default).
 
-Departures reproduced (read from the benchmark's public ``calculator_implementations``):
+Two layers:
 
-* 13 Estimated Due Date: a cycle shorter than 28 days ADDS ``28 - cycle`` days (published: subtracts).
-* 15 Child-Pugh: bilirubin of exactly 2 mg/dL scores 0 and 3 mg/dL scores 3; albumin of 2.8 g/dL scores 3.
-* 18 HEART: known atherosclerotic disease is counted as one more risk factor (published: scores 2 on its own);
-  TIA history is not used.
-* 23 MELD Na: MELD(i) is rounded to an integer (published: to the tenth) before × 10; the answer is an integer.
-* 27 Glasgow-Blatchford: hemoglobin 13 g/dL in men scores 1, 12 g/dL in men and 10 g/dL in women score 0, BUN of
-  exactly 70 mg/dL scores 0.
-* 28 APACHE II: GCS is added as is (published: 15 − GCS); low MAP, HR, RR, pH, Na, K and Hct score 0; high
-  creatinine scores only with acute or chronic renal failure; chronic health gives 2 (elective) or 5
-  (emergency) and 0 otherwise; age 45 and 75 score 0; the WBC count per mm³ is compared with the ×10³ limits.
-* 36 Caprini: BMI > 25 gives 2 points (published: 1); previous DVT and previous PE give 3 points each.
-* 43 SOFA: PaO2/FiO2 uses FiO2 in percent; the cardiovascular item gives 2 points by default; creatinine and
-  urine output are ignored when both are given.
-* 51 SIRS: the heart-rate criterion always counts; the WBC count is first converted to cells per m³.
+* every calculator reads its entities through :class:`~tasks.medcalc.bench_units.BenchEntities` (the 2024 unit
+  converter, rounding after each step, with the molar masses each calculator passed: :data:`BENCH_MASSES`);
+* calculators whose logic differs get their own function here (:data:`BENCH_VARIANTS`; the scores live in
+  ``tasks.medcalc.bench_scores``). The others run the published function on the 2024 numbers.
+
+:data:`QUIRKS` is the one table of every departure: calculator, what the 2024 code did, which convention carries it
+and the public test rows (``Row Number``) whose gold shows it (rows where the published rule falls outside the row's
+bounds and the quirk brings it inside). It was built by reading the benchmark's history (``calculator_implementations``
+as of June 2024, and the ``Ground Truth Explanation`` of each row, which narrates the code's steps).
 """
 
 from __future__ import annotations
@@ -29,44 +24,196 @@ from __future__ import annotations
 import datetime as dt
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
-from tasks.medcalc import scores_icu
+from tasks.medcalc import bench_scores as bs
+from tasks.medcalc import equations as eq
+from tasks.medcalc.bench_units import BenchEntities, round_2024
 from tasks.medcalc.dates import _lmp, format_date
-from tasks.medcalc.equations import mean_arterial_pressure
-from tasks.medcalc.scores import _choice, band
-from tasks.medcalc.units import Entities
+from tasks.medcalc.units import Entities, convert
 
-__all__ = ["BENCH_VARIANTS"]
+__all__ = ["BENCH_MASSES", "BENCH_VARIANTS", "QUIRKS", "Quirk", "bench_entities"]
 
 
-def due_date(e: Entities) -> str:
-    """LMP + 280 days + |cycle length − 28| days (the benchmark adds the gap for short cycles too)."""
-    cycle = round(e.num("cycle length"))
-    return format_date(_lmp(e) + dt.timedelta(days=280 + abs(cycle - 28)))
+@dataclass(frozen=True)
+class Quirk:
+    """One departure of the 2024 gold-generating code from the published rule.
+
+    Attributes:
+        name: Short stable id (``"gcs.verbal_twice"``); the test fixture rows name the quirk they show.
+        calculators: Benchmark calculator ids (2-69) it affects; empty for the unit converter all of them share.
+        behaviour: What the 2024 code did (and, where useful, what the published rule says).
+        convention: ``"medcalc-bench"`` (only the bench convention reproduces it) or ``"both"`` (a gap in the
+            published rule that both conventions fill the same way).
+        rows: Public test rows (``Row Number``) whose gold shows it; empty when no row's answer depends on it.
+    """
+
+    name: str
+    calculators: tuple[int, ...]
+    behaviour: str
+    convention: str
+    rows: tuple[int, ...] = ()
 
 
-def heart(e: Entities) -> int:
-    """HEART with atherosclerotic disease counted as one of seven risk factors (0 → 0, 1–2 → 1, ≥ 3 → 2)."""
-    score = _choice(e, "Suspicion History", {"slightly suspicious": 0, "moderately suspicious": 1,
-                                             "highly suspicious": 2}, "slightly suspicious")
-    score += _choice(e, "Electrocardiogram Test", {"normal": 0, "non-specific repolarization disturbance": 1,
-                                                   "significant st deviation": 2}, "normal")
-    age = e.num("age", "years")
-    score += 2 if age >= 65 else 1 if age >= 45 else 0
-    factors = sum(e.flag(k) for k in (
-        "Hypertension history", "hypercholesterolemia", "Diabetes mellitus criteria for CCI rule", "obesity",
-        "smoking", "parent or sibling with Cardiovascular disease before age 65", "atherosclerotic disease"))
-    score += 2 if factors >= 3 else 1 if factors >= 1 else 0
-    score += _choice(e, "Initial troponin", {
-        "less than or equal to normal limit": 0,
-        "between the normal limit or up to three times the normal limit": 1,
-        "greater than three times normal limit": 2}, "less than or equal to normal limit")
-    return score
+_B, _BOTH = "medcalc-bench", "both"
+
+#: Every departure of the 2024 code. Row ids are ``Row Number`` values of the public test set (June 2024 release,
+#: 1,047 rows).
+QUIRKS: tuple[Quirk, ...] = (
+    # ---- the shared unit converter (every calculator)
+    Quirk("units.rounding", (),
+          "Concentrations convert step by step, rounding after each step (3 decimals above 0.001, else 3 "
+          "significant digits): 80.4 µmol/L creatinine -> 8.04e-05 mol -> 0.009 g -> 0.9 mg/dL; 2.26 mmol/L "
+          "calcium -> 0.002 mol -> 8.0 mg/dL; 4.75 mmol/L cholesterol -> 0.005 mol -> 193.3 mg/dL",
+          _B, (23, 114, 117, 513, 521)),
+    Quirk("units.celsisus", (),
+          "Any temperature unit other than the exact string 'degrees celsius' is read as Fahrenheit, so the rows' "
+          "'degrees celsisus' becomes (T - 32) x 5/9 (38.3 -> 3.5 °C)",
+          _B, (829, 831, 868, 869, 870, 871, *range(874, 888))),
+    Quirk("units.age", (), "Age in months is floored to whole years (weeks // 52, days 0); a compound age keeps its "
+          "first part only", _B),
+    Quirk("units.weight_height", (), "Weight in lbs x 0.453592, in g / 1000; heights converted with rounded results "
+          "(cm / 100 -> m, cm x 0.393701 -> in, m x 39.3701 -> in)", _B),
+    Quirk("units.molar_mass", (15, 27, 44), "Each calculator passes its own molar mass: bilirubin 548.66 g/mol in Child-Pugh "
+          "(584.66 elsewhere), BUN 28.08 in Glasgow-Blatchford, cholesterol 386.654 in LDL", _B),
+    # ---- equations
+    Quirk("cg.weights", (2,), "BMI, IBW and ABW rounded to 3 decimals; 'normal' BMI is 18.5-24.9 inclusive, so a BMI "
+          "of 24.95 uses the adjusted weight", _B),
+    Quirk("ckd.kappa", (3,), "A man with creatinine <= 0.9 mg/dL is divided by kappa 0.7 (published 0.9)", _B,
+          (23, 25)),
+    Quirk("qtc.rr", (11, 56, 57, 58), "QTc Bazett, Fridericia, Framingham, Hodges: RR = 60/HR rounded to 3 "
+          "decimals first; Hodges recomputes the rate as 60/RR", _B),
+    Quirk("due.short_cycle", (13,), "A cycle shorter than 28 days ADDS 28 - cycle days (published: subtracts)", _B,
+          (928, 929, 930, 931, 932, 935, 936, 937, 938, 940, 943, 944, 945, 946, 947)),
+    Quirk("meld.integer", (23,), "MELD(i) rounded to an integer (published: to the tenth) before x 10; dialysis moves "
+          "creatinine to 4 only when it is between 1 and 4 mg/dL", _B, (340, 341, 342, 343)),
+    Quirk("steroid.potency", (24,), "Potencies relative to dexamethasone rounded to 2 decimals (33.33, 26.67, 6.67, "
+          "5.33) and their ratio to 3 decimals", _B),
+    Quirk("framingham.mmol", (46,), "Cholesterol converted to mmol/L and fed to the coefficients made for mg/dL", _B,
+          (552, 553, 557, 559, 560, 563, 564, 566)),
+    Quirk("framingham.fraction", (46,), "Linear predictor rounded to 1 decimal; the answer is the risk as a fraction "
+          "(not %) rounded to 1 decimal, so most rows are 0", _B, tuple(range(552, 568))),
+    # ---- scores
+    Quirk("cp.case", (15,), "Ascites and encephalopathy matched case-sensitively: the rows' 'absent', 'slight', "
+          "'moderate' and 'Grade 0' score 0 (a missing one scores 1)", _B,
+          (200, 201, 202, 203, 204, 205, 206, 208, 209, 210, 212, 213, 214, 216, 217, 218)),
+    Quirk("cp.edges", (15,), "Bilirubin of exactly 2 mg/dL scores 0; albumin of exactly 2.8 g/dL scores 3", _B,
+          (209, 214)),
+    Quirk("rcri.cerebrovascular", (17,), "The cerebrovascular-disease criterion is never counted (the code read a key "
+          "the rows never fill)", _B, (240, 241, 242, 243, 245, 246, 249, 250, 251, 253, 255, 256, 259)),
+    Quirk("heart.atherosclerotic", (18,), "Atherosclerotic disease is one of seven risk factors (published: 2 points "
+          "on its own); TIA history unused", _B),
+    Quirk("centor.whole_years", (20,), "Ages compared as whole numbers: 3-14 -> +1, >= 45 -> -1, so 14.5 years "
+          "scores 0", _B),
+    Quirk("gcs.verbal_twice", (21,), "The verbal response is added twice: eye + 2 x verbal + motor", _B,
+          tuple(range(848, 868))),
+    Quirk("gcs.not_testable", (21,), "'not testable' is scored as intact: eye 4, verbal 4 (the 2024 table) and motor 6 "
+          "(the 2024 code had no motor entry and failed)", _BOTH),
+    Quirk("gbs.hgb_edges", (27,), "Hemoglobin bands closed at the top: men 12 < Hgb <= 13 -> 1 (13 -> 1, 12 -> 0), "
+          "women 10 < Hgb <= 12 -> 1 (12 -> 1, 10 -> 0); BUN of exactly 70 mg/dL scores 0", _B, (389, 390, 399)),
+    Quirk("apache.gcs", (28,), "The Glasgow Coma Score is added as is (published: 15 - GCS)", _B,
+          tuple(range(868, 888))),
+    Quirk("apache.wbc", (28,), "The WBC count per µL is compared with the x10³/µL limits (any count >= 40 scores 4)",
+          _B, tuple(range(868, 888))),
+    Quirk("apache.low_values", (28,), "Low MAP, heart rate, respiratory rate, pH, sodium, potassium and hematocrit "
+          "score 0", _B, (870, 873, 875, 878, 881, 883)),
+    Quirk("apache.creatinine", (28,), "Creatinine >= 1.5 scores only with acute or chronic renal failure (a 'Not "
+          "mentinoed' string counts as chronic); ARF gives 4/6/8, CRF 2/3/4", _B, (877, 882, 884, 886)),
+    Quirk("apache.chronic_health", (28,), "Chronic health: 2 for exactly 'Elective', 5 for exactly 'Emergency', 0 for "
+          "anything else ('Nonoperative', missing)", _B, (870, 872, 875, 883, 886)),
+    Quirk("apache.edges", (28,), "Values between the 2024 bands score 0: ages of exactly 45 and 75, A-a gradients "
+          "between 349 and 350, PaO2 between 60 and 61", _B),
+    Quirk("psi.fever_pao2", (29,), "Fever means > 39.9 °C (published >= 40); PaO2 scores only with the exact unit "
+          "'mm Hg' (< 60) or 'kPa' (< 8)", _B),
+    Quirk("cci.liver", (32,), "Liver disease graded case-sensitively: the rows' 'Mild', 'Moderate to Severe', 'Severe' "
+          "count 1", _B, (431, 433, 436, 437, 440, 443, 445, 446)),
+    Quirk("cci.tumour", (32,), "Solid tumour graded case-sensitively: 'Localized' and 'Metastatic' count 1, and so "
+          "does True (published 2)", _B, (428, 430, 431, 432, 434, 437, 440, 443, 446)),
+    Quirk("cci.diabetes", (32,), "Diabetes graded case-sensitively: the rows' 'None or diet-controlled', 'None or "
+          "Diet-controlled', 'Uncomplicated' and 'End-organ damage' all count 1 (published 0, 0, 1, 2)", _B,
+          (427, 430, 431, 432, 433, 435, 436, 437, 439, 440, 442, 443, 445)),
+    Quirk("caprini.flags", (36,), "The yes/no risk factors are narrated but their points never added", _B,
+          tuple(range(908, 928))),
+    Quirk("caprini.bmi", (36,), "The BMI item is never reached (published: BMI > 25 scores 1)", _B,
+          (908, 911, 912, 914, 915, 917, 919, 920, 921, 923, 925, 927)),
+    Quirk("caprini.age_gaps", (36,), "Ages of 40.5, 60.5 and 74.5 fall between the bands and score 0", _B),
+    Quirk("sofa.fio2", (43,), "PaO2/FiO2 uses FiO2 in percent (a ratio 100x too small)", _B,
+          (888, 892, 895, 896, 897, 898, 901, 903, 904, 906, 907)),
+    Quirk("sofa.cardiovascular", (43,), "Cardiovascular: 1 only for MAP < 70 without dobutamine, epinephrine or "
+          "norepinephrine; otherwise 2 when dopamine <= 5 (no drugs at all gives 2), else 3", _B,
+          (888, *range(890, 908))),
+    Quirk("sofa.renal", (43,), "Renal item ignored when both creatinine and urine output are given; urine < 200 mL/day "
+          "scores 3 (published 4)", _B, (*range(891, 900), *range(901, 908))),
+    Quirk("curb.truncation", (45,), "Respiratory rate and blood pressures truncated to integers before the "
+          "comparisons (DBP 60.5 -> 60 <= 60)", _B),
+    Quirk("sirs.heart_rate", (51,), "The heart-rate criterion always counts (both branches add 1)", _B,
+          (592, 593, 596, 598, 599, 606, 607)),
+    Quirk("sirs.wbc", (51,), "The WBC count is scaled to cells per m³ (x 10⁹ from per µL), so it always exceeds "
+          "12,000", _B, (588, 589, 590, 591, 594, 596, 597, 599, 602)),
+)
+
+#: Per-calculator molar masses / valences passed to the 2024 converter where they differ from BENCH_ANALYTES.
+BENCH_MASSES: dict[int, dict[str, tuple[float | None, int | None]]] = {
+    15: {"bilirubin": (548.66, None)},
+    27: {"bun": (28.08, None)},
+    44: {"cholesterol": (386.654, None)},
+}
 
 
-def meld_na(e: Entities) -> int:
-    """MELD Na with MELD(i) rounded to an integer before × 10, capped at 40, answer rounded."""
+def bench_entities(calculator_id: int, raw: dict[str, Any] | Entities) -> BenchEntities:
+    """The 2024-converter view of ``raw`` for one calculator (its own molar masses applied)."""
+    data = raw.raw if isinstance(raw, Entities) else raw
+    return BenchEntities(data, masses=BENCH_MASSES.get(calculator_id))
+
+
+# ------------------------------------------------------------------------------------------------ equations
+
+
+def cockcroft_gault(e: BenchEntities) -> float:
+    """CrCl with BMI, IBW and ABW rounded to 3 decimals and 'normal' BMI meaning 18.5-24.9 inclusive."""
+    weight = e.num("weight", "kg")
+    bmi = round_2024(weight / e.num("height", "m") ** 2)
+    ibw = round_2024(eq.ideal_body_weight(e))
+    if bmi < 18.5:
+        used = weight
+    elif bmi <= 24.9:
+        used = min(ibw, weight)
+    else:
+        used = round_2024(ibw + 0.4 * (weight - ibw))
+    sex_factor = 1 if e.raw_value("sex") == "Male" else 0.85
+    return (140 - e.num("age", "years")) * used * sex_factor / (e.num("creatinine", "mg/dL") * 72)
+
+
+def ckd_epi(e: BenchEntities) -> float:
+    """2021 CKD-EPI, but a man with creatinine <= 0.9 mg/dL is divided by 0.7 (published: 0.9)."""
+    creat, female = e.num("creatinine", "mg/dL"), e.raw_value("sex") == "Female"
+    if female:
+        kappa, alpha = 0.7, (-0.241 if creat <= 0.7 else -1.2)
+    else:
+        kappa, alpha = (0.7, -0.302) if creat <= 0.9 else (0.9, -1.2)
+    return 142 * (creat / kappa) ** alpha * 0.9938 ** e.num("age", "years") * (1.012 if female else 1)
+
+
+def _qtc_rounded_rr(formula: str) -> Callable[[BenchEntities], float]:
+    """A QTc calculator that first rounds RR = 60/HR to 3 decimals and takes the rate back as 60/RR (the 2024
+    Hodges code did; the other formulas ignore the rate)."""
+    def qtc(e: BenchEntities) -> float:
+        rr = round_2024(60 / e.first("Heart Rate or Pulse"))
+        return eq.QTC_FORMULAS[formula](e.first("QT interval"), 60 / rr, rr)
+
+    qtc.__name__ = f"qtc_{formula}"
+    return qtc
+
+
+def due_date(e: BenchEntities) -> str:
+    """LMP + 280 days + |cycle length - 28| days (a short cycle also moves the date later)."""
+    cycle = e.num("cycle length")
+    return format_date(_lmp(e) + dt.timedelta(weeks=40, days=abs(cycle - 28)))
+
+
+def meld_na(e: BenchEntities) -> int:
+    """MELD Na with MELD(i) rounded to an integer before x 10; dialysis counts only for 1 <= Cr <= 4."""
     creat = e.num("creatinine", "mg/dL")
     if creat < 1.0:
         creat = 1.0
@@ -75,160 +222,46 @@ def meld_na(e: Entities) -> int:
         creat = 4.0
     bili = max(e.num("Bilirubin", "mg/dL"), 1.0)
     inr = max(e.num("international normalized ratio"), 1.0)
-    sodium = min(max(e.num("Sodium", "mmol/L"), 125.0), 137.0)
-    meld_i = 0.957 * math.log(creat) + 0.378 * math.log(bili) + 1.120 * math.log(inr) + 0.643
-    meld_10 = round(round(meld_i) * 10)
+    sodium = min(max(e.num("Sodium", "mEq/L"), 125.0), 137.0)
+    meld_10 = round(round(0.957 * math.log(creat) + 0.378 * math.log(bili) + 1.120 * math.log(inr) + 0.643) * 10)
     if meld_10 <= 11:
         return meld_10
     return min(round(meld_10 + 1.32 * (137 - sodium) - 0.033 * meld_10 * (137 - sodium)), 40)
 
 
-def _apache_creatinine(creat: float, acute: bool, chronic: bool) -> int:
-    if creat >= 3.5 and acute:
-        return 8
-    if 2.0 <= creat < 3.5 and acute:
-        return 6
-    if creat >= 3.5 and chronic:
-        return 4
-    if 2.0 <= creat < 3.5 and chronic:
-        return 3
-    if 1.5 <= creat < 2.0 and acute:
-        return 4
-    if 1.5 <= creat < 2.0 and chronic:
-        return 2
-    return 2 if creat < 0.6 else 0
+def framingham(e: BenchEntities) -> float:
+    """Hard-CHD Cox model fed cholesterol in mmol/L (the coefficients expect mg/dL); the linear predictor is
+    rounded to 1 decimal and the risk, a fraction (not %), rounded to 1 decimal."""
+    male = e.raw_value("sex") == "Male"
+    lin = eq.framingham_linear(
+        male=male, age=e.num("age", "years"), tc=e.num("Total cholesterol", "mmol/L"),
+        hdl=e.num("high-density lipoprotein cholesterol", "mmol/L"), sbp=e.first("Systolic Blood Pressure"),
+        treated=e.flag("Blood pressure being treated with medicines"), smoker=e.flag("Smoker"))
+    return round(1 - eq.FRAMINGHAM_BASELINE[male] ** math.exp(round(lin, 1)), 1)
 
 
-def _apache_age(age: float) -> int:
-    if 45 < age <= 54:
-        return 2
-    if 55 <= age <= 64:
-        return 3
-    if 65 <= age <= 74:
-        return 5
-    return 6 if age > 75 else 0
+#: Potency multipliers relative to dexamethasone, as the 2024 steroid converter tabulated them.
+_STEROID_POTENCY = {"Betamethasone IV": 1, "Cortisone PO": 33.33, "Dexamethasone IV": 1, "Dexamethasone PO": 1,
+                    "Hydrocortisone IV": 26.67, "Hydrocortisone PO": 26.67, "MethylPrednisoLONE IV": 5.33,
+                    "MethylPrednisoLONE PO": 5.33, "PrednisoLONE PO": 6.67, "PredniSONE PO": 6.67,
+                    "Triamcinolone IV": 5.33}
 
 
-def _apache_oxygen(e: Entities) -> int:
-    if e.num("FiO₂", "%") >= 50:
-        grad = e.num("A-a gradient")
-        return 4 if grad > 499 else 3 if grad >= 350 else 2 if grad >= 200 else 0
-    pao2 = e.num("Partial pressure of oxygen (PaO₂) for Apache II", "mmHg")
-    return 0 if pao2 > 70 else 1 if 61 <= pao2 <= 70 else 3 if 55 <= pao2 <= 60 else 4 if pao2 < 55 else 0
+def steroid_conversion(e: BenchEntities) -> float:
+    """Input dose x (target multiplier / input multiplier), the ratio rounded to 3 decimals."""
+    drug, dose, unit = e.require("input steroid")
+    target = e.require("target steroid")
+    for name in (drug, target):
+        if name not in _STEROID_POTENCY:
+            raise ValueError(f"unknown steroid {name!r}; use one of {', '.join(_STEROID_POTENCY)}")
+    dose_mg = float(dose) if unit == "mg" else convert(float(dose), unit, "mg")
+    return dose_mg * round_2024(_STEROID_POTENCY[target] / _STEROID_POTENCY[drug])
 
 
-def apache_ii(e: Entities) -> int:
-    """APACHE II as computed by the benchmark's code (see the module docstring)."""
-    score = 0
-    if e.flag("History of severe organ failure or immunocompromise"):
-        score += {"elective": 2, "emergency": 5}.get(e.text("Surgery Type", "none"), 0)
-    score += _apache_age(e.num("age", "years")) + _apache_oxygen(e)
-    score += band(e.num("Temperature", "C"), [(41, 4), (39, 3), (38.5, 1), (36, 0), (34, 1), (32, 2), (30, 3)], 4)
-    map_value = mean_arterial_pressure(e)
-    score += 4 if map_value > 159 else 3 if map_value > 129 else 2 if map_value > 109 else 0
-    score += band(e.num("Heart Rate or Pulse", "bpm"), [(180, 4), (140, 3), (110, 2)], 0)
-    score += band(e.num("respiratory rate", "bpm"), [(50, 4), (35, 3), (25, 1)], 0)
-    score += band(e.num("pH"), [(7.7, 4), (7.6, 3), (7.5, 1)], 0)
-    score += band(e.num("Sodium", "mmol/L"), [(180, 4), (160, 3), (155, 2), (150, 1)], 0)
-    score += band(e.num("Potassium", "mmol/L"), [(7, 4), (6, 3), (5.5, 1)], 0)
-    # The benchmark reads the raw value, so a string such as 'Not mentinoed' counts as chronic renal failure.
-    score += _apache_creatinine(e.num("creatinine", "mg/dL"), e.flag("Acute renal failure"),
-                                bool(e.get("Chronic Renal Failure", False)))
-    score += band(e.num("Hematocrit", "%"), [(60, 4), (50, 2), (46, 1)], 0)
-    score += band(e.num("White blood cell count", "uL"), [(40, 4), (20, 2), (15, 1)], 0)
-    return score + round(e.num("Glasgow Coma Score"))
-
-
-def caprini(e: Entities) -> int:
-    """Caprini with BMI > 25 worth 2 and previous DVT and previous PE worth 3 each."""
-    score = scores_icu.caprini(e)
-    bmi = e.opt_num("Body Mass Index (BMI)", "kg/m2")
-    score += 1 if bmi is not None and bmi > 25 else 0
-    both = e.flag("Previously documented Deep Vein Thrombosis") and e.flag("Previously Documented Pulmonary Embolism")
-    return score + (3 if both else 0)
-
-
-def _sofa_respiration(e: Entities) -> int:
-    ratio = e.num("Partial pressure of oxygen (PaO₂) for Apache II", "mmHg") / e.num("FiO₂", "%")
-    vent, cpap = e.flag("On mechanical ventilation"), e.flag("Continous positive airway pressure")
-    if 300 <= ratio < 400:
-        return 1
-    if 200 <= ratio < 300 or (ratio <= 199 and not vent and not cpap):
-        return 2
-    if 100 <= ratio < 199 and (vent or cpap):
-        return 3
-    return 4 if ratio < 100 and vent else 0
-
-
-def _sofa_cardiovascular(e: Entities) -> int:
-    dop, dob, epi, norepi = (e.opt_num(k, "ug/kg/min") or 0.0
-                             for k in ("DOPamine", "DOBUTamine", "EPINEPHrine", "norEPINEPHrine"))
-    if (e.has("Systolic Blood Pressure") and e.has("Diastolic Blood Pressure") and mean_arterial_pressure(e) < 70
-            and not (dob or epi or norepi)):
-        return 1
-    if dop <= 5 or dob:
-        return 2
-    return 3  # dopamine > 5: epinephrine/norepinephrine default to 0 <= 0.1, so the 4-point branch is never reached
-
-
-def sofa(e: Entities) -> int:
-    """SOFA as computed by the benchmark's code (see the module docstring)."""
-    score = _sofa_respiration(e) + _sofa_cardiovascular(e)
-    gcs = e.num("Glasgow Coma Score") if e.has("Glasgow Coma Score") else 15
-    score += band(gcs, [(15, 0), (13, 1), (10, 2), (6, 3)], 4)
-    score += band(e.num("Bilirubin", "mg/dL"), [(12, 4), (6, 3), (2, 2), (1.2, 1)], 0)
-    score += band(e.num("Platelet count", "uL"), [(150000, 0), (100000, 1), (50000, 2), (20000, 3)], 4)
-    has_creat, has_urine = e.has("creatinine"), e.has("Urine Output")
-    if not has_creat and has_urine:
-        score += 3 if e.num("Urine Output", "mL/day") < 500 else 0
-    elif has_creat and not has_urine:
-        score += band(e.num("creatinine", "mg/dL"), [(5, 4), (3.5, 3), (2, 2), (1.2, 1)], 0)
-    return score
-
-
-def sirs(e: Entities) -> int:
-    """SIRS as computed by the benchmark's code: HR always counts; WBC compared as cells per m³."""
-    temp = e.num("Temperature", "C")
-    score = (temp > 38 or temp < 36) + 1
-    wbc = e.num("White blood cell count", "m3")
-    score += wbc > 12000 or wbc < 4000
-    paco2 = e.opt_num("PaCO₂", "mmHg")
-    rr = e.opt_num("respiratory rate", "bpm")
-    return int(score + ((rr is not None and rr > 20) or (paco2 is not None and paco2 < 32)))
-
-
-def child_pugh(e: Entities) -> int:
-    """Child-Pugh with the benchmark's edges: bilirubin exactly 2 scores 0 and ≥ 3 scores 3; albumin ≤ 2.8 scores 3."""
-    bili = e.num("Bilirubin", "mg/dL")
-    score = 1 if bili < 2 else 2 if 2 < bili < 3 else 3 if bili >= 3 else 0
-    alb = e.num("Albumin", "g/dL")
-    score += 1 if alb > 3.5 else 2 if alb > 2.8 else 3
-    inr = e.num("international normalized ratio")
-    score += 1 if inr < 1.7 else 2 if inr <= 2.3 else 3
-    score += _choice(e, "Ascites", {"absent": 1, "none": 1, "slight": 2, "mild": 2, "moderate": 3, "severe": 3},
-                     "absent")
-    score += _choice(e, "Encephalopathy", {"no encephalopathy": 1, "grade 0": 1, "none": 1, "grade 1-2": 2,
-                                           "grade 3-4": 3}, "no encephalopathy")
-    return score
-
-
-def glasgow_blatchford(e: Entities) -> int:
-    """GBS with the benchmark's edges: men 12 < Hgb ≤ 13 → 1 and Hgb = 12 → 0; women Hgb = 10 → 0; BUN = 70 → 0."""
-    bun = e.num("Blood Urea Nitrogen (BUN)", "mg/dL")
-    score = 2 if 18.2 <= bun < 22.4 else 3 if 22.4 <= bun < 28 else 4 if 28 <= bun < 70 else 6 if bun > 70 else 0
-    hgb = e.num("Hemoglobin", "g/dL")
-    if e.text("sex") == "male":
-        score += 1 if 12 < hgb <= 13 else 3 if 10 <= hgb < 12 else 6 if hgb < 10 else 0
-    else:
-        score += 1 if 10 < hgb <= 12 else 6 if hgb < 10 else 0
-    score += band(e.num("Systolic Blood Pressure", "mmHg"), [(110, 0), (100, 1), (90, 2)], 3)
-    score += e.num("Heart Rate or Pulse", "bpm") >= 100
-    score += e.flag("Melena present") + 2 * e.flag("Recent syncope")
-    return int(score + 2 * e.flag("Hepatic disease history") + 2 * e.flag("Cardiac failure present"))
-
-
-#: Calculator id -> the benchmark-convention function (others are identical in both conventions).
-BENCH_VARIANTS: dict[int, Callable[[Entities], Any]] = {
-    13: due_date, 15: child_pugh, 18: heart, 23: meld_na, 27: glasgow_blatchford, 28: apache_ii, 36: caprini,
-    43: sofa, 51: sirs,
+#: Calculator id -> the benchmark-convention function (the others run their published function on BenchEntities).
+BENCH_VARIANTS: dict[int, Callable[[BenchEntities], Any]] = {
+    2: cockcroft_gault, 3: ckd_epi, 13: due_date, 23: meld_na, 24: steroid_conversion, 46: framingham,
+    11: _qtc_rounded_rr("bazett"), 56: _qtc_rounded_rr("fridericia"), 57: _qtc_rounded_rr("framingham"),
+    58: _qtc_rounded_rr("hodges"),
+    **bs.BENCH_SCORE_VARIANTS,
 }

@@ -8,6 +8,7 @@ comment of each function names the formula. Rounding happens once, in the regist
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 from tasks.medcalc.units import Entities, convert
 
@@ -224,31 +225,36 @@ def meld_na(e: Entities) -> float:
     return float(min(round(meld), 40))
 
 
-def framingham_hard_chd(e: Entities) -> float:
-    """10-year risk (%) of hard CHD, ATP III Framingham Cox model (MDCalc form).
+#: 10-year baseline survival of the hard-CHD model, by sex (male: True).
+FRAMINGHAM_BASELINE = {True: 0.9402, False: 0.98767}
+
+
+def framingham_linear(*, male: bool, age: float, tc: float, hdl: float, sbp: float, treated: bool,
+                      smoker: bool) -> float:
+    """The ATP III hard-CHD linear predictor (TC and HDL in mg/dL, SBP in mmHg).
 
     The age term paired with smoking uses age capped at 70 (men) or 78 (women).
     """
-    age = e.num("age", "years")
-    ln_age = math.log(age)
-    ln_tc = math.log(e.num("Total cholesterol", "mg/dL"))
-    ln_hdl = math.log(e.num("high-density lipoprotein cholesterol", "mg/dL"))
-    ln_sbp = math.log(e.num("Systolic Blood Pressure", "mmHg"))
-    treated = 1.0 if e.flag("Blood pressure being treated with medicines") else 0.0
-    smoker = 1.0 if e.flag("Smoker") else 0.0
-    if _is_male(e):
-        ln_age_smoke = math.log(min(age, 70.0))
-        lin = (52.00961 * ln_age + 20.014077 * ln_tc - 0.905964 * ln_hdl + 1.305784 * ln_sbp
-               + 0.241549 * treated + 12.096316 * smoker - 4.605038 * ln_age * ln_tc
-               - 2.84367 * ln_age_smoke * smoker - 2.93323 * ln_age * ln_age - 172.300168)
-        risk = 1.0 - 0.9402 ** math.exp(lin)
-    else:
-        ln_age_smoke = math.log(min(age, 78.0))
-        lin = (31.764001 * ln_age + 22.465206 * ln_tc - 1.187731 * ln_hdl + 2.552905 * ln_sbp
-               + 0.420251 * treated + 13.07543 * smoker - 5.060998 * ln_age * ln_tc
-               - 2.996945 * ln_age_smoke * smoker - 146.5933061)
-        risk = 1.0 - 0.98767 ** math.exp(lin)
-    return risk * 100.0
+    ln_age, ln_tc, ln_hdl, ln_sbp = math.log(age), math.log(tc), math.log(hdl), math.log(sbp)
+    treat, smoke = float(treated), float(smoker)
+    ln_age_smoke = math.log(min(age, 70.0 if male else 78.0))
+    if male:
+        return (52.00961 * ln_age + 20.014077 * ln_tc - 0.905964 * ln_hdl + 1.305784 * ln_sbp
+                + 0.241549 * treat + 12.096316 * smoke - 4.605038 * ln_age * ln_tc
+                - 2.84367 * ln_age_smoke * smoke - 2.93323 * ln_age * ln_age - 172.300168)
+    return (31.764001 * ln_age + 22.465206 * ln_tc - 1.187731 * ln_hdl + 2.552905 * ln_sbp
+            + 0.420251 * treat + 13.07543 * smoke - 5.060998 * ln_age * ln_tc
+            - 2.996945 * ln_age_smoke * smoke - 146.5933061)
+
+
+def framingham_hard_chd(e: Entities) -> float:
+    """10-year risk (%) of hard CHD, ATP III Framingham Cox model (MDCalc form): 1 - S0^exp(linear predictor)."""
+    male = _is_male(e)
+    lin = framingham_linear(
+        male=male, age=e.num("age", "years"), tc=e.num("Total cholesterol", "mg/dL"),
+        hdl=e.num("high-density lipoprotein cholesterol", "mg/dL"), sbp=e.num("Systolic Blood Pressure", "mmHg"),
+        treated=e.flag("Blood pressure being treated with medicines"), smoker=e.flag("Smoker"))
+    return (1.0 - FRAMINGHAM_BASELINE[male] ** math.exp(lin)) * 100.0
 
 
 # -------------------------------------------------------------------------------------------------------- QTc
@@ -260,34 +266,39 @@ def _qt_rr(e: Entities) -> tuple[float, float, float]:
     return qt, hr, 60.0 / hr
 
 
+#: QTc formulas of (QT msec, heart rate bpm, RR s); the calculators below feed them the entities.
+QTC_FORMULAS: dict[str, Callable[[float, float, float], float]] = {
+    "bazett": lambda qt, hr, rr: qt / math.sqrt(rr),
+    "fridericia": lambda qt, hr, rr: qt / rr ** (1.0 / 3.0),
+    "framingham": lambda qt, hr, rr: qt + 154.0 * (1.0 - rr),
+    "hodges": lambda qt, hr, rr: qt + 1.75 * (hr - 60.0),
+    "rautaharju": lambda qt, hr, rr: qt * (120.0 + hr) / 180.0,
+}
+
+
 def qtc_bazett(e: Entities) -> float:
     """QT / sqrt(RR), RR in seconds (msec)."""
-    qt, _, rr = _qt_rr(e)
-    return qt / math.sqrt(rr)
+    return QTC_FORMULAS["bazett"](*_qt_rr(e))
 
 
 def qtc_fridericia(e: Entities) -> float:
     """QT / RR^(1/3) (msec)."""
-    qt, _, rr = _qt_rr(e)
-    return qt / rr ** (1.0 / 3.0)
+    return QTC_FORMULAS["fridericia"](*_qt_rr(e))
 
 
 def qtc_framingham(e: Entities) -> float:
     """QT + 154 × (1 − RR) (msec)."""
-    qt, _, rr = _qt_rr(e)
-    return qt + 154.0 * (1.0 - rr)
+    return QTC_FORMULAS["framingham"](*_qt_rr(e))
 
 
 def qtc_hodges(e: Entities) -> float:
     """QT + 1.75 × (HR − 60) (msec)."""
-    qt, hr, _ = _qt_rr(e)
-    return qt + 1.75 * (hr - 60.0)
+    return QTC_FORMULAS["hodges"](*_qt_rr(e))
 
 
 def qtc_rautaharju(e: Entities) -> float:
     """QT × (120 + HR) / 180 (msec)."""
-    qt, hr, _ = _qt_rr(e)
-    return qt * (120.0 + hr) / 180.0
+    return QTC_FORMULAS["rautaharju"](*_qt_rr(e))
 
 
 # ------------------------------------------------------------------------------------------------------ dosing

@@ -24,7 +24,7 @@ from tasks.medcalc import dates
 from tasks.medcalc import equations as eq
 from tasks.medcalc import scores as sc
 from tasks.medcalc import scores_icu as icu
-from tasks.medcalc.bench import BENCH_VARIANTS
+from tasks.medcalc.bench import BENCH_VARIANTS, bench_entities
 from tasks.medcalc.units import Entities
 
 __all__ = ["CALCULATORS", "CONVENTIONS", "Calculator", "bounds", "calculate", "get_calculator"]
@@ -253,21 +253,29 @@ def calculate(calculator: int | str, entities: dict[str, Any] | Entities, *, con
     Args:
         calculator: Id (2-69), exact benchmark name, or slug.
         entities: The entities dict (keys and ``[value, unit]`` shapes as in MedCalc-Bench).
-        convention: ``"published"`` (the published rules; default) or ``"medcalc-bench"`` (reproduces where the
-            benchmark's reference code departs from them, for 9 calculators; see ``tasks.medcalc.bench``).
+        convention: ``"published"`` (the published rules; default, used for synthetic gold) or
+            ``"medcalc-bench"`` (MedCalc-Bench's 2024 gold-generating code: its unit converter and every departure
+            from the published rules, listed in ``tasks.medcalc.bench.QUIRKS``; used to check the public rows).
 
     Returns:
         A float rounded to 3 decimals, an int score, a ``MM/DD/YYYY`` string, or a ``(weeks, days)`` tuple.
 
     Raises:
         ValueError: Unknown calculator (names the nearest), a missing entity (names the key), or a bad value.
+
+    Example:
+        >>> gcs = {"Best eye response": "eye opening to pain", "Best verbal response": "confused",
+        ...        "Best motor response": "localizes pain"}
+        >>> calculate(21, gcs), calculate(21, gcs, convention="medcalc-bench")  # 2024 code: verbal counted twice
+        (11, 15)
     """
     if convention not in CONVENTIONS:
         raise ValueError(f"unknown convention {convention!r}; use one of {', '.join(CONVENTIONS)}")
     calc = get_calculator(calculator)
+    if convention == "medcalc-bench":
+        return round_answer(calc.kind, BENCH_VARIANTS.get(calc.id, calc.fn)(bench_entities(calc.id, entities)))
     view = entities if isinstance(entities, Entities) else Entities(entities)
-    fn = BENCH_VARIANTS.get(calc.id, calc.fn) if convention == "medcalc-bench" else calc.fn
-    return round_answer(calc.kind, fn(view))
+    return round_answer(calc.kind, calc.fn(view))
 
 
 def bounds(kind: str, answer: Any) -> tuple[Any, Any]:

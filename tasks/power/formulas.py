@@ -38,7 +38,10 @@ def _t_power(nc, df, alpha, sides):
     nc, df = np.asarray(nc, float), np.asarray(df, float)
     if sides == 2:
         crit = stats.t.ppf(1 - alpha / 2, df)
-        return stats.nct.sf(crit, df, nc) + stats.nct.cdf(-crit, df, nc)
+        # SciPy's nct.cdf returns NaN far in the lower tail for large noncentrality; that tail is below
+        # Phi(-|nc|) (T < -crit needs Z < -nc), so it is 0 wherever that bound is negligible.
+        lower = np.where(stats.norm.cdf(-np.abs(nc)) > 1e-12, stats.nct.cdf(-crit, df, nc), 0.0)
+        return stats.nct.sf(crit, df, nc) + lower
     return stats.nct.sf(stats.t.ppf(1 - alpha, df), df, nc)
 
 

@@ -65,14 +65,27 @@ def _effect_t(design: str, p: dict[str, Any]) -> tuple[list[str], str]:
     return [f"mean1, mean2, sd = {p['mean1']!r}, {p['mean2']!r}, {p['sd']!r}", "d = abs(mean1 - mean2) / sd"], "d"
 
 
+#: The exact power of a t test, written with scipy's noncentral t. statsmodels' TTestPower/TTestIndPower return
+#: NaN for large effects with the pinned SciPy (its lower tail ``nct.cdf(-crit)`` underflows to NaN), which
+#: stopped the size search early and dropped power items; that tail is below Phi(-nc), so it is skipped when
+#: negligible.
+_T_POWER = """def power_at(n):  # {what}
+    df, nc = {df}, d * math.sqrt({scale})
+    crit = t_dist.ppf(1 - alpha / {sides}, df)
+    {tail}"""
+_TWO_TAILS = """# Two-sided: both rejection regions. The far one is below Phi(-nc) (scipy gives NaN there for large nc).
+    lower = nct.cdf(-crit, df, nc) if norm.cdf(-nc) > 1e-12 else 0.0
+    return nct.sf(crit, df, nc) + lower"""
+
+
 def _t_code(design: str, target: str, p: dict[str, Any]) -> list[str]:
     lines, _ = _effect_t(design, p)
     two = design == "two_sample_t"
-    cls = "TTestIndPower" if two else "TTestPower"
-    kw = "nobs1=n, ratio=1.0" if two else "nobs=n"
-    lines = [f"from statsmodels.stats.power import {cls}", "", *lines, _common(p, target)]
-    lines.append(f"def power_at(n):\n    return {cls}().power(effect_size=d, {kw}, alpha=alpha, "
-                 f"alternative={_alt(p)!r})")
+    lines = ["from scipy.stats import nct", "from scipy.stats import t as t_dist", "", *lines, _common(p, target)]
+    lines.append(_T_POWER.format(
+        what=("two equal groups of n (pooled-SD t test)" if two else "n observations (one-sample / paired t test)")
+        + f", {_alt(p)}", df="2 * n - 2" if two else "n - 1", scale="n / 2" if two else "n", sides=p["sides"],
+        tail=_TWO_TAILS if p["sides"] == 2 else "return nct.sf(crit, df, nc)  # one-sided, in the effect's direction"))
     z = _Z.format(sides=p["sides"])
     # Normal approximation plus Guenther's small-sample correction: usually exact, at most a step or two away.
     start = (f"math.ceil(2 * ({z} / d) ** 2 + norm.ppf(1 - alpha / {p['sides']}) ** 2 / 4)" if two
@@ -105,9 +118,12 @@ def _anova_code(target: str, p: dict[str, Any]) -> list[str]:
     if "f" in p:
         inputs = [f"f, k = {p['f']!r}, {k}  # Cohen's f, number of groups"]
     else:
+        # Cohen's f divides by k (population SD of the means); N-PowerAI's questions use the sample SD (k - 1).
+        sample = p.get("f_sd") == "sample"
         inputs = [f"means, sd = {p['means']!r}, {p['sd']!r}", "k = len(means)",
                   "grand = sum(means) / k",
-                  "f = math.sqrt(sum((m - grand) ** 2 for m in means) / k) / sd  # Cohen's f (population SD)"]
+                  (f"f = math.sqrt(sum((m - grand) ** 2 for m in means) / {'(k - 1)' if sample else 'k'}) / sd  "
+                   f"# Cohen's f ({'sample' if sample else 'population'} SD of the means)")]
     lines = ["from scipy.special import chdtri, chndtrinc, fdtri, ncfdtrinc",
              "from statsmodels.stats.power import FTestAnovaPower", "", *inputs, _common(p, target),
              "def power_at(n):  # n per group; statsmodels takes the total",
@@ -173,8 +189,11 @@ def _cox_code(design: str, target: str, p: dict[str, Any]) -> list[str]:
     if target == "power":
         return lines + [f"n = {p['n']!r}  # total participants", "events = n * p_event  # expected events",
                         f"answer = round(float(norm.cdf({shift} - norm.ppf(1 - alpha / sides))), 4)"]
-    lines += [f"target = {p['power']!r}",
-              f"events = math.ceil((norm.ppf(1 - alpha / sides) + norm.ppf(target)) ** 2 / ({factor}))"]
+    lines.append(f"target = {p['power']!r}")
+    if p.get("report") == "per_group":  # N-PowerAI's convention: events not rounded, half the total per arm
+        return lines + [f"events = (norm.ppf(1 - alpha / sides) + norm.ppf(target)) ** 2 / ({factor})",
+                        "answer = math.ceil(events / p_event / 2)  # participants per group (equal arms)"]
+    lines.append(f"events = math.ceil((norm.ppf(1 - alpha / sides) + norm.ppf(target)) ** 2 / ({factor}))")
     if target == "events":
         return lines + ["answer = events"]
     return lines + ["answer = math.ceil(events / p_event)  # total participants"]

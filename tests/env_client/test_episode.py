@@ -13,6 +13,8 @@ import yaml
 from env_client import InvalidAction, ResetNeeded, to_chat_messages
 from env_client.actions import Terminal
 from env_client.episode import truncate_middle
+from sandbox import SessionClosed, WorkerLost
+from tasks.base import GraderError, InfraError
 from tasks.graders import render_answer
 
 TRACEBACK = 'Traceback (most recent call last):\n  File "<cell-1>", line 1, in <module>\nNameError: name "x"'
@@ -183,14 +185,40 @@ def test_submit_is_graded_exactly_once(make_env, toy_test, monkeypatch):
     assert calls == ["not it"]
 
 
-def test_a_broken_grader_gives_no_reward_not_zero(make_env, toy_test, monkeypatch):
+def test_a_grader_the_submission_crashes_scores_zero(make_env, toy_test, monkeypatch):
+    """Any exception from grade() that is not an infrastructure error could be the policy's doing: reward 0."""
     env = make_env()
     fam = env.family("toy_sql")
     monkeypatch.setattr(fam, "grade", lambda *a, **k: 1 / 0)
     env.reset(toy_test[0])
     r = env.step(call("submit_answer", answer="1"))
-    assert r.terminated and r.reward is None and "ZeroDivisionError" in r.info["verdict"]["error"]
-    assert env.trajectory.final.reward is None
+    verdict = r.info["verdict"]
+    assert r.terminated and r.reward == 0.0 and "ZeroDivisionError" in verdict["error"] and not verdict["infra"]
+    assert env.trajectory.final.reward == 0.0
+
+
+@pytest.mark.parametrize("error", [InfraError("FHIR server down"), GraderError("gold is NaN"),
+                                   WorkerLost("worker gone"), SessionClosed("closed")])
+def test_an_infrastructure_failure_of_grading_gives_no_reward(make_env, toy_test, monkeypatch, error):
+    env = make_env()
+    fam = env.family("toy_sql")
+
+    def broken(*_a, **_k):
+        raise error
+
+    monkeypatch.setattr(fam, "grade", broken)
+    env.reset(toy_test[0])
+    r = env.step(call("submit_answer", answer="1"))
+    assert r.terminated and r.reward is None and r.info["verdict"]["infra"] is True
+    assert type(error).__name__ in r.info["verdict"]["error"] and env.trajectory.final.reward is None
+
+
+def test_a_grader_returning_no_verdict_is_infrastructure(make_env, toy_test, monkeypatch):
+    env = make_env()
+    monkeypatch.setattr(env.family("toy_sql"), "grade", lambda *a, **k: 1.0)
+    env.reset(toy_test[0])
+    r = env.step(call("submit_answer", answer="1"))
+    assert r.reward is None and "not a Verdict" in r.info["verdict"]["error"]
 
 
 def test_step_before_reset_and_close_twice(make_env, toy_test):

@@ -10,6 +10,8 @@ import random
 import pytest
 
 from env_client.evaluation import (
+    bootstrap_interval,
+    wilson_interval,
     ERROR_CLASSES,
     EvalError,
     best_at_k,
@@ -31,16 +33,17 @@ def step(action="code_execution", status="ok", error_kind=None, observation="", 
                       error_kind=error_kind, loop=loop, n_tokens=5)
 
 
-def traj(task="toy_sql/test/0000", sample=0, *, correct=None, steps=(), reason=None, error=None,
+def traj(task="toy_sql/test/0000", sample=0, *, correct=None, steps=(), reason=None, error=None, infra=True,
          family=None, category="c1", tokens=10, wall=0.5):
     steps = list(steps)
-    verdict = None if correct is None else {"correct": correct, "score": float(correct), "error": error}
+    verdict = None if correct is None else {"correct": correct, "score": float(correct), "error": error,
+                                            "infra": infra}
     if verdict is not None:
         steps.append(step("submit_answer", "submitted"))
     reason = reason or ("submitted" if verdict is not None else "max_turns")
     header = TrajectoryHeader(task_id=task, family=family or task.split("/")[0], category=category, split="test",
                               policy="p", sample_idx=sample, config_hash="h")
-    final = FinalRecord(verdict=verdict, reward=None if error else float(bool(correct)),
+    final = FinalRecord(verdict=verdict, reward=None if error and infra else float(bool(correct)),
                         terminated=verdict is not None, truncated=reason in ("max_turns", "loop"), reason=reason,
                         turns=len(steps), total_tokens=tokens, wall_s=wall)
     return Trajectory(header=header, prompt=[], steps=steps, final=final)
@@ -73,6 +76,7 @@ def test_best_at_k_matches_enumeration_of_subsets():
 
 @pytest.mark.parametrize("t, expected", [
     ({"correct": False, "error": "grader crashed"}, "grader_error"),
+    ({"correct": False, "error": "the submission made the grader raise", "infra": False}, "wrong_answer"),
     ({"reason": "loop", "steps": [step(loop=True)]}, "loop"),
     ({"correct": False, "steps": [step(status="error", error_kind="python_error")]}, "wrong_answer"),
     ({"steps": [step(status="error", error_kind="syntax_error")]}, "syntax_error"),
@@ -100,8 +104,11 @@ def test_evaluate_success_passk_errors_actions_and_cost():
     assert r.episodes == 6 and r.tasks == 3 and r.k == 2 and r.policy == "p"
     assert r.success_rate == pytest.approx(0.5)
     assert r.pass_at_k == {"1": pytest.approx(0.5), "2": pytest.approx(2 / 3)}
-    assert r.per_family["toy_sql"] == {"n": 4, "success_rate": 0.25, "pass_at_k": 0.5, "base_rate": 0.5,
-                                       "errors": {"wrong_answer": 2, "invalid_action": 1}}
+    row = r.per_family["toy_sql"]
+    assert {k: row[k] for k in ("n", "success_rate", "pass_at_k", "base_rate", "errors", "infra_failures")} == {
+        "n": 4, "success_rate": 0.25, "pass_at_k": 0.5, "base_rate": 0.5,
+        "errors": {"wrong_answer": 2, "invalid_action": 1}, "infra_failures": 0}
+    assert row["ci_method"] == "bootstrap-tasks" and 0.0 <= row["ci95"][0] <= 0.25 <= row["ci95"][1] <= 1.0
     assert r.per_family["medcalcbench"]["success_rate"] == 1.0
     assert r.per_category["toy_sql/c2"] == {"n": 2, "success_rate": 0.0}
     assert r.errors == {"wrong_answer": 2, "invalid_action": 1}
@@ -149,8 +156,8 @@ def test_leaderboard_table_and_plot(tmp_path):
     reports = load_reports([tmp_path / "a", tmp_path / "b" / "report.json"])
     table = leaderboard(reports, tmp_path / "lb.png")
     lines = table.splitlines()
-    assert lines[0] == "| policy | episodes | success | pass@1 | medcalcbench | toy_sql |"
-    assert lines[2].startswith("| good | 2 | 50.0% |") and lines[3].endswith("| – | 0.0% |")
+    assert lines[0] == "| policy | episodes | success | 95 % CI | pass@1 | medcalcbench | toy_sql |"
+    assert lines[2].startswith("| good | 2 | 50.0% |") and lines[3].endswith("|  | 0.0% |")  # not evaluated: empty
     assert (tmp_path / "lb.png").stat().st_size > 1000
     (tmp_path / "junk.json").write_text("{}")
     with pytest.raises(EvalError, match="not an evaluate.py report"):
@@ -166,3 +173,48 @@ def test_importing_evaluation_loads_no_plotting_or_training_stack():
             "'medcopilot') if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_infrastructure_failures_count_as_failures_and_are_reported_apart():
+    trajs = [traj("toy_sql/test/0000", correct=True), traj("toy_sql/test/0001", correct=True)]
+    failures = [{"task_id": "toy_sql/test/0002", "family": "toy_sql", "category": "c1", "sample_idx": 0,
+                 "error": "PolicyError: 401 ..."},
+                {"task_id": "toy_sql/test/0003", "family": "toy_sql", "category": "c1", "sample_idx": 0,
+                 "error": "PolicyError: 401 ..."}]
+    r = evaluate(trajs, failures=failures)
+    assert r.episodes == 4 and r.tasks == 4 and r.success_rate == 0.5  # not 2/2
+    assert r.infra_failures == 2 and r.errors == {"infra_error": 2}
+    assert r.per_family["toy_sql"]["infra_failures"] == 2 and r.per_family["toy_sql"]["n"] == 4
+    assert "2 episode(s) failed to run" in render_markdown(r)
+    only_failures = evaluate([], failures=failures, policy="down")
+    assert only_failures.success_rate == 0.0 and only_failures.infra_failures == 2
+
+
+def test_intervals():
+    lo, hi = wilson_interval(8, 10)
+    assert (round(lo, 3), round(hi, 3)) == (0.49, 0.943)  # the textbook value
+    assert wilson_interval(0, 0) == (0.0, 1.0) and wilson_interval(0, 20)[0] == 0.0
+    r = evaluate([traj(f"toy_sql/test/{i:04d}", correct=i < 3) for i in range(10)])
+    assert r.ci_method == "wilson" and r.ci95[0] < 0.3 < r.ci95[1]
+    groups = [[True, True], [False, False], [True, False]] * 10
+    lo, hi = bootstrap_interval(groups, seed=1)
+    assert lo < 0.5 < hi and bootstrap_interval(groups, seed=1) == (lo, hi)  # seeded: reproducible
+
+
+def test_leaderboard_never_ranks_different_task_sets_side_by_side(tmp_path):
+    a = evaluate([traj("toy_sql/test/0000", correct=True)], policy="a", meta={"task_set": "set-one"})
+    b = evaluate([traj("toy_sql/test/0001", correct=False)], policy="b", meta={"task_set": "set-two"})
+    table = leaderboard([a.to_dict(), b.to_dict()])
+    assert "2 different task sets" in table and "### Task set `set-one`" in table and "### Task set `set-two`" in table
+    same = leaderboard([a.to_dict(), evaluate([traj("toy_sql/test/0000")], policy="c",
+                                              meta={"task_set": "set-one"}).to_dict()])
+    assert "different task sets" not in same and same.count("| policy |") == 1
+
+
+def test_suites_are_the_papers_disjoint_id_and_ood_sets():
+    import tasks
+
+    from env_client.evaluation import ID_FAMILIES, OOD_FAMILIES
+
+    assert len(ID_FAMILIES) == 8 and len(OOD_FAMILIES) == 4 and not set(ID_FAMILIES) & set(OOD_FAMILIES)
+    assert set(ID_FAMILIES) | set(OOD_FAMILIES) == set(tasks.names()) - {"toy_sql"}

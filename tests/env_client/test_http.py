@@ -1,28 +1,62 @@
-"""The same seeded episodes locally and over HTTP (a real uvicorn server on loopback) give identical records."""
+"""The env over HTTP (a real uvicorn server on loopback): the same seeded episodes locally and remotely give
+identical records on a trusted server; a guarded server (tokens, size and session limits, gold hidden) contains
+each kind of abuse and still serves."""
 
 from __future__ import annotations
 
+import json
 import shutil
+import time
 
+import httpx
 import pytest
 
+import tasks
 from env_client import Env
 from env_client.errors import InvalidAction, ResetNeeded
-from env_client.http_client import HTTPEnv
+from env_client.http_client import TOKEN_ENV, HTTPEnv, ServerBusy, ServerError
 from env_client.policies import make_policy, render_action
 from env_client.rollout import rollout
-from env_client.server_app import background_server, build_app
+from env_client.server_app import MAX_ACTION_CHARS, background_server, build_app
 from sandbox import make_pool
 
 # bwrap when installed (the default sandbox); the unisolated local backend otherwise.
 BACKEND = "bwrap" if shutil.which("bwrap") else "local"
+GOLD = "xylophone-quasar-271828"  # the vault family's answer: must never reach a client of a guarded server
+TOKENS = ["alice-token-0123456789", "bob-token-9876543210"]
+
+
 @pytest.fixture(scope="module")
 def served(built):
     root, _ = built
     with make_pool(BACKEND, workers=2, allow_unisolated=True) as pool:
-        app = build_app(root, pool=pool, capacity=8)
+        app = build_app(root, pool=pool, capacity=8, hide_gold=False)  # trusted: records identical to local
         with background_server(app) as url:
             yield url, pool
+
+
+@pytest.fixture(scope="module")
+def vault(tmp_path_factory):
+    """A tasks root with toy_sql and a declared family ``vault`` whose one test answer is :data:`GOLD`."""
+    root = tmp_path_factory.mktemp("vault_tasks")
+    tasks.make("toy_sql", root=root).build(root, size="tiny", seed=0)
+    fam = root / "vault"
+    fam.mkdir()
+    (fam / "family.yaml").write_text("name: vault\nanswer_type: text\nactions: [code_execution, submit_answer]\n"
+                                     "max_turns: 4\n", encoding="utf-8")
+    lines = [{"question": "Which word opens the vault?", "answer": GOLD, "split": s} for s in ("train", "test")]
+    (fam / "tasks.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines), encoding="utf-8")
+    return root
+
+
+@pytest.fixture(scope="module")
+def guarded(vault, served):
+    """``(url, trusted_url)``: the vault root served with every limit on, and the same root with gold shown."""
+    _, pool = served
+    app = build_app(vault, pool=pool, tokens=TOKENS, max_body_bytes=64_000, max_sessions_per_client=1)
+    trusted = build_app(vault, pool=pool, hide_gold=False)
+    with background_server(app) as url, background_server(trusted) as trusted_url:
+        yield url, trusted_url
 
 
 SCRIPT = [
@@ -98,3 +132,157 @@ def test_http_errors_are_typed(built, served):
     # close() is idempotent and the last trajectory stays readable
     env.close()
     assert env.trajectory.final.reason == "submitted"
+
+
+# ------------------------------------------------------------------------------------------ a guarded server
+
+
+def _harvest(url: str, headers: dict[str, str]) -> tuple[list[str], list[dict]]:
+    """Play a client hunting for gold answers: every endpoint, wrong and right submits, misuse; all bodies."""
+    bodies, verdicts = [], []
+    with httpx.Client(base_url=url, headers=headers, timeout=60) as c:
+        def call(method: str, path: str, **kw) -> httpx.Response:
+            r = c.request(method, path, **kw)
+            bodies.append(r.text)
+            return r
+
+        for path in ("/health", "/schema", "/openapi.json"):
+            call("GET", path)
+        task = {"family": "vault", "split": "test", "task_id": "vault/test/0000"}
+        for answer in ("sesame", GOLD.upper()):
+            eid = call("POST", "/reset", json=task).json()["episode_id"]
+            code = "print(open('/data/answer').read())"  # the gold is not in the jail either
+            call("POST", "/step", json={"episode_id": eid, "action": {"typed": {
+                "action": "code_execution", "lang": "python", "code": code}}})
+            r = call("POST", "/step", json={"episode_id": eid, "action": {"typed": {
+                "action": "submit_answer", "answer": answer}}})
+            verdicts.append(r.json()["info"]["verdict"])
+            call("POST", "/step", json={"episode_id": eid, "action": {"text": "again"}})  # 409 after the end
+            call("GET", "/state", params={"episode_id": eid})
+            call("POST", "/close", json={"episode_id": eid})
+            call("GET", "/state", params={"episode_id": eid})  # 404
+        call("POST", "/reset", json={**task, "task_id": "vault/test/0001"})  # unknown task: 409
+        call("POST", "/reset", json={**task, "family": "../vault"})  # 422
+    return bodies, verdicts
+
+
+def test_harvesting_client_finds_no_gold_but_sees_correctness(guarded):
+    url, trusted_url = guarded
+    bodies, verdicts = _harvest(url, {"Authorization": f"Bearer {TOKENS[0]}"})
+    # case-sensitive: the client's own right answer is sent upper-case; graders quote the gold lower-case
+    assert not [b for b in bodies if GOLD in b]
+    assert [(v["correct"], v["score"], v["error"]) for v in verdicts] == [(False, 0.0, None), (True, 1.0, None)]
+    assert all(v["reason"] == "hidden by the server" for v in verdicts)
+    # the same hunt on a server that shows gold finds it: the search above can fail
+    bodies, _ = _harvest(trusted_url, {})
+    assert [b for b in bodies if GOLD in b]
+
+
+def test_token_is_required_and_the_client_sends_it(guarded, vault, monkeypatch):
+    url, _ = guarded
+    inst = tasks.make("toy_sql", root=vault).instances("test")[0]
+    assert httpx.get(f"{url}/health").status_code == 200
+    for headers in ({}, {"Authorization": "Bearer wrong-token-000000"}):
+        r = httpx.post(f"{url}/reset", json={"family": "toy_sql", "split": "test", "task_id": inst.id},
+                       headers=headers)
+        assert r.status_code == 401 and "bearer token" in r.json()["detail"]
+    monkeypatch.delenv(TOKEN_ENV, raising=False)
+    with HTTPEnv(url) as env, pytest.raises(ServerError, match=f"HTTP 401.*{TOKEN_ENV}"):
+        env.reset(inst)
+    with HTTPEnv(url, token=TOKENS[1]) as env:
+        assert env.reset(inst)[0].kind == "task"
+    monkeypatch.setenv(TOKEN_ENV, TOKENS[0])
+    with HTTPEnv(url) as env:
+        oracle = tasks.make("toy_sql", root=vault).reference_solution(inst)[-1]["params"]["answer"]
+        env.reset(inst)
+        assert env.step({"action": "submit_answer", "answer": oracle}).reward == 1.0
+
+
+def test_oversized_requests_are_refused_and_the_server_still_serves(guarded, vault):
+    url, _ = guarded
+    inst = tasks.make("toy_sql", root=vault).instances("test")[0]
+    with HTTPEnv(url, token=TOKENS[0]) as env:
+        env.reset(inst)
+        with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {TOKENS[0]}"}) as c:
+            big = json.dumps({"episode_id": env.episode_id, "action": {"text": "x" * 200_000}})
+            assert c.post("/step", content=big, headers={"content-type": "application/json"}).status_code == 413
+
+            def trickle():  # chunked, no Content-Length: counted as it arrives
+                yield b'{"episode_id": "' + env.episode_id.encode() + b'", "action": {"text": "'
+                for _ in range(100):
+                    yield b"y" * 1000
+                yield b'"}}'
+
+            assert c.post("/step", content=trickle(), headers={"content-type": "application/json"}
+                          ).status_code == 413
+            long_text = {"episode_id": env.episode_id, "action": {"text": "z" * (MAX_ACTION_CHARS + 1)}}
+            assert c.post("/step", json=long_text).status_code in (413, 422)
+        assert env.trajectory.steps == []  # nothing was recorded
+        res = env.step(render_action("code_execution", {"lang": "sql", "code": "SELECT 1"}))
+        assert res.info["status"] == "ok" and len(env.trajectory.steps) == 1
+
+
+def test_session_cap_per_client_and_private_sessions(guarded, vault):
+    url, _ = guarded
+    inst = tasks.make("toy_sql", root=vault).instances("test")[0]
+    envs = [HTTPEnv(url, token=TOKENS[0]) for _ in range(2)]  # the pool has 2 workers: alice may hold 1
+    try:
+        envs[0].reset(inst)
+        with pytest.raises(ServerBusy, match="HTTP 429.*per-client cap"):
+            envs[1].reset(inst)
+        with HTTPEnv(url, token=TOKENS[1]) as bob:  # another client still gets a session...
+            bob.reset(inst)
+            bob.episode_id = envs[0].episode_id  # ...but not alice's
+            with pytest.raises(ResetNeeded):
+                bob.state()
+            bob.episode_id = None
+        envs[0].close()
+        envs[1].reset(inst)  # room again
+        assert envs[1].step({"action": "submit_answer", "answer": "0"}).terminated
+    finally:
+        for env in envs:
+            env.close()
+
+
+def test_abandoned_session_frees_its_worker_and_waiting_is_bounded(vault):
+    """One sandbox worker: an abandoned episode holds it, a second reset gets 503 (not a hang) until the reaper
+    closes the abandoned session, after which the pool serves again; a finished episode frees it at once."""
+    inst = tasks.make("toy_sql", root=vault).instances("test")[0]
+    with make_pool(BACKEND, workers=1, allow_unisolated=True) as pool:
+        app = build_app(vault, pool=pool, idle_timeout_s=1.0, worker_wait_s=0.3)
+        with background_server(app) as url:
+            abandoned = HTTPEnv(url)
+            abandoned.reset(inst)  # holds the only worker, then goes silent
+            waiting = HTTPEnv(url)
+            t0 = time.monotonic()
+            with pytest.raises(ServerBusy, match="HTTP 503"):
+                waiting.reset(inst)
+            assert time.monotonic() - t0 < 20  # bounded by worker_wait_s (generous for a loaded machine)
+            deadline = time.monotonic() + 30  # idle timeout 1 s + reaper interval 0.25 s, plus load
+            while True:
+                try:
+                    waiting.reset(inst)
+                    break
+                except ServerBusy:
+                    assert time.monotonic() < deadline, "the abandoned session was never reaped"
+                    time.sleep(0.2)
+            assert waiting.step({"action": "submit_answer", "answer": "0"}).terminated
+            with HTTPEnv(url) as third:  # the finished episode gave its worker back without /close
+                third.reset(inst)
+                assert third.step(render_action("code_execution", {"lang": "sql", "code": "SELECT 1"})
+                                  ).info["status"] == "ok"
+            assert waiting.trajectory.final.reason == "submitted"
+            waiting.close()
+            with pytest.raises(ResetNeeded):
+                abandoned.step("hello")  # its session was closed by the reaper
+            abandoned.close()
+
+
+def test_serve_env_refuses_a_public_bind_without_a_token(load_script, capsys, monkeypatch, tmp_path):
+    serve_env = load_script("serve_env")
+    monkeypatch.delenv(TOKEN_ENV, raising=False)
+    assert serve_env.main(["--tasks-root", str(tmp_path), "--host", "0.0.0.0"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "no token is set" in err and "--token" in err
+    assert serve_env.main(["--tasks-root", str(tmp_path / "missing"), "--host", "0.0.0.0", "--token", "x" * 16]) == 2
+    assert "does not exist" in capsys.readouterr().err  # the token check passed; the next check speaks

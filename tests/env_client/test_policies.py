@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 
 import pytest
 from fastapi import FastAPI, Request
@@ -23,8 +24,8 @@ from env_client.policies import (
 from env_client.server_app import background_server
 
 
-def _fake_chat_server(fail_first: int):
-    """A chat-completions endpoint that answers 500 ``fail_first`` times, then echoes what it was sent."""
+def _fake_chat_server(fail_first: int, status: int = 500, headers: dict | None = None):
+    """A chat-completions endpoint that answers ``status`` ``fail_first`` times, then echoes what it was sent."""
     app = FastAPI()
     seen: list[dict] = []
     lock = threading.Lock()
@@ -36,7 +37,8 @@ def _fake_chat_server(fail_first: int):
             seen.append(body)
             n = len(seen)
         if n <= fail_first:
-            return JSONResponse({"error": {"message": "overloaded", "type": "server_error"}}, status_code=500)
+            return JSONResponse({"error": {"message": "overloaded", "type": "server_error"}}, status_code=status,
+                                headers=headers)
         reply = f"seed={body.get('seed')} temp={body['temperature']} n={len(body['messages'])}"
         message = {"role": "assistant", "content": reply}
         if body.get("tools"):  # native function calling
@@ -55,8 +57,7 @@ def _fake_chat_server(fail_first: int):
 def test_openai_policy_round_trip_with_retry_after_500():
     app, seen = _fake_chat_server(fail_first=1)
     with background_server(app) as base:
-        policy = make_policy(f"openai:tiny-model@{base}/v1", temperature=0.3, backoff_s=0.01, max_retries=2,
-                             max_new_tokens=64)
+        policy = make_policy(f"openai:tiny-model@{base}/v1", temperature=0.3, max_retries=2, max_new_tokens=64)
         assert isinstance(policy, OpenAIPolicy) and policy.max_tokens == 64
         msgs = [{"role": "system", "content": "s"}, {"role": "user", "content": "q"},
                 {"role": "assistant", "content": "a"}, {"role": "tool", "content": "rows"}]
@@ -71,10 +72,46 @@ def test_openai_policy_round_trip_with_retry_after_500():
 def test_openai_policy_gives_up_after_retries():
     app, seen = _fake_chat_server(fail_first=10)
     with background_server(app) as base:
-        policy = OpenAIPolicy("m", f"{base}/v1", backoff_s=0.01, max_retries=2)
-        with pytest.raises(PolicyError, match="failed 3 times"):
+        policy = OpenAIPolicy("m", f"{base}/v1", max_retries=2)
+        with pytest.raises(PolicyError, match="InternalServerError 500: .*overloaded") as info:
             policy.act([{"role": "user", "content": "q"}])
-    assert len(seen) == 3
+    assert len(seen) == 3 and info.value.status == 500  # the SDK's own retries: 1 + 2
+
+
+def test_openai_policy_honours_retry_after():
+    app, seen = _fake_chat_server(fail_first=1, status=429, headers={"retry-after": "1.5"})
+    with background_server(app) as base:
+        policy = OpenAIPolicy("m", f"{base}/v1", max_retries=2)
+        start = time.monotonic()
+        out = policy.act([{"role": "user", "content": "q"}])
+    # Without the header the SDK's first backoff is at most 0.5 s: waiting >= 1.4 s means Retry-After was used.
+    assert time.monotonic() - start >= 1.4 and len(seen) == 2 and out.n_prompt_tokens == 11
+
+
+def test_openai_policy_does_not_retry_a_refusal_and_says_what_to_do():
+    app, seen = _fake_chat_server(fail_first=10, status=401)
+    with background_server(app) as base:
+        with pytest.raises(PolicyError, match="OPENAI_API_KEY") as info:
+            OpenAIPolicy("m", f"{base}/v1", max_retries=3).act([{"role": "user", "content": "q"}])
+    assert len(seen) == 1 and info.value.status == 401
+
+
+def test_native_tools_send_a_faithful_history():
+    app, seen = _fake_chat_server(fail_first=0)
+    tools = [{"type": "function", "function": {"name": "code_execution", "parameters": {"type": "object"}}}]
+    call = render_action("code_execution", {"lang": "sql", "code": "SELECT 1"})
+    msgs = [{"role": "system", "content": "s"}, {"role": "user", "content": "q"},
+            {"role": "assistant", "content": "Let me look.\n" + call}, {"role": "tool", "content": "rows"},
+            {"role": "assistant", "content": "no call here"}, {"role": "user", "content": "parse error"}]
+    with background_server(app) as base:
+        OpenAIPolicy("m", f"{base}/v1", native_tools=True, extra_body={"top_k": 20}).act(msgs, tools=tools)
+    sent = seen[0]["messages"]
+    assert sent[2]["role"] == "assistant" and sent[2]["content"] == "Let me look."
+    assert sent[2]["tool_calls"] == [{"id": "call_1_0", "type": "function", "function": {
+        "name": "code_execution", "arguments": '{"lang": "sql", "code": "SELECT 1"}'}}]
+    assert sent[3] == {"role": "tool", "tool_call_id": "call_1_0", "content": "rows"}
+    assert sent[4] == {"role": "assistant", "content": "no call here"} and sent[5]["role"] == "user"
+    assert seen[0]["top_k"] == 20  # extra_body fields reach the endpoint
 
 
 def _submitted(text: str) -> str:
@@ -151,7 +188,7 @@ def test_openai_async_act_concurrent_with_retry():
 
     app, seen = _fake_chat_server(fail_first=1)
     with background_server(app) as base:
-        policy = OpenAIPolicy("m", f"{base}/v1", backoff_s=0.01, temperature=0.7)
+        policy = OpenAIPolicy("m", f"{base}/v1", temperature=0.7)
 
         async def many():
             msgs = [{"role": "user", "content": "q"}]

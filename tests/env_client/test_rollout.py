@@ -161,7 +161,7 @@ def test_summary_counts_per_sample_and_per_task():
     )
 
     def traj(task, sample, correct, error=None):
-        verdict = {"correct": correct, "score": float(correct), "reason": "", "error": error}
+        verdict = {"correct": correct, "score": float(correct), "reason": "", "error": error, "infra": bool(error)}
         return Trajectory(
             header=TrajectoryHeader(task_id=task, family="f", category=task[-1], split="test", sample_idx=sample,
                                     config_hash="x"),

@@ -5,7 +5,14 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from medcopilot.config import RECIPES_DIR, RecipeConfig, RecipeError, apply_override, load_recipe
+from medcopilot.config import (
+    RECIPES_DIR,
+    RecipeConfig,
+    RecipeError,
+    apply_override,
+    check_recipe,
+    load_recipe,
+)
 
 ALL_RECIPES = sorted(p.stem for p in RECIPES_DIR.glob("*.yaml"))
 
@@ -39,10 +46,11 @@ def test_every_recipe_has_the_house_header_and_loads(name):
 
 def test_overrides_are_yaml_typed_and_create_sections():
     cfg = load_recipe("sft_tiny", ["trainer.max_steps=2", "trainer.learning_rate=5e-4", "model.lora=null",
-                                   "tasks.families=[toy_sql, other]", "output.dir=runs/x", "reward.weights.format=0"])
+                                   "tasks.families=[toy_sql, other]", "output.dir=runs/x",
+                                   "reward.weights.format_penalty=0"])
     assert cfg.trainer["max_steps"] == 2 and cfg.trainer["learning_rate"] == 5e-4
     assert cfg.model.lora is None and cfg.tasks.families == ["toy_sql", "other"] and cfg.output.dir == "runs/x"
-    assert cfg.reward.weights == {"format": 0.0}  # the recipe had no reward section: the mapping is new
+    assert cfg.reward.weights == {"format_penalty": 0.0}  # the recipe had no reward section: the mapping is new
     cfg = load_recipe("sft_tiny", ["model.lora=null", "model.lora.r=4"])  # re-enable with defaults + r
     assert cfg.model.lora.r == 4 and cfg.model.lora.alpha == 32
 
@@ -71,6 +79,7 @@ def test_resolved_recipe_round_trips_through_yaml(tmp_path):
     ("trainer.output_dir=/tmp/x", "set output.dir instead"),
     ("model.name_or_path.sub=1", "model.name_or_path is 'artifacts/tiny-qwen2', not a section"),
     ("noequals", "is not of the form section.key=value"),
+    ("reward.weights.corectness=1", "unknown reward term reward.weights.corectness: did you mean 'correctness'?"),
 ])
 def test_bad_overrides_fail_with_one_helpful_line(override, expected):
     with pytest.raises(RecipeError) as exc:
@@ -91,7 +100,11 @@ def test_bad_yaml_file_is_one_line(tmp_path):
     bad.write_text("method: sft\nmodel: [unclosed\n")
     with pytest.raises(RecipeError) as exc:
         load_recipe(bad)
-    assert "is not valid YAML" in one_line(exc)
+    assert one_line(exc).startswith(f"{bad}:3: ") and "fix the YAML at that line" in one_line(exc)
+    assert "while parsing a flow sequence that starts at line 2" in one_line(exc)
+    bad.write_text("method: sft\nmodel:\n  name_or_path: a: b\n")
+    with pytest.raises(RecipeError, match=rf"^{bad}:3: mapping values are not allowed here \(column 18\)"):
+        load_recipe(bad)
     bad.write_text("- just\n- a list\n")
     with pytest.raises(RecipeError, match="must be a mapping"):
         load_recipe(bad)
@@ -123,3 +136,31 @@ def test_trainer_args_checks_trl_fields_and_picks_cpu_precision():
     with pytest.raises(RecipeError) as exc:  # a value TRL itself rejects
         load_recipe("dpo_tiny", ["trainer.lr_scheduler_type=bogus"]).trainer_args()
     assert "trl.DPOConfig rejected the trainer section" in one_line(exc)
+
+
+@pytest.mark.parametrize(("override", "expected"), [
+    ("trainer.max_steps=abc", "trainer.max_steps='abc' has the wrong type: trl.GRPOConfig expects int"),
+    ("trainer.learning_rate=fast", "trainer.learning_rate='fast' has the wrong type"),
+    ("trainer.report_to=7", "trainer.report_to=7 has the wrong type"),
+    ("tasks.families=[toy_sql, toy_sqll]", "tasks.families[1]='toy_sqll': unknown task family 'toy_sqll'"),
+    ("tasks.families=[toy_sqll]", "did you mean `toy_sql`?"),
+])
+def test_check_recipe_types_families_before_any_model(override, expected):
+    with pytest.raises(RecipeError) as exc:
+        check_recipe(load_recipe("grpo_tiny", [override]))
+    assert expected in one_line(exc)
+
+
+def test_check_recipe_per_method(tmp_path):
+    args = check_recipe(load_recipe("grpo_tiny", ["trainer.max_steps=5"]))
+    assert type(args).__name__ == "GRPOConfig" and args.max_steps == 5
+    assert type(check_recipe(load_recipe("ppo_tiny"))).__name__ == "PPOArgs"
+    assert type(check_recipe(load_recipe("verifier_tiny"))).__name__ == "VerifierConfig"
+    with pytest.raises(RecipeError, match="trainer.max_steps='abc' has the wrong type: expected int"):
+        check_recipe(load_recipe("ppo_tiny", ["trainer.max_steps=abc"]))
+    with pytest.raises(RecipeError, match="trainer.eval_fraction='half' has the wrong type"):
+        check_recipe(load_recipe("verifier_tiny", ["trainer.eval_fraction=half"]))
+    # a family declared by family.yaml under tasks.root counts as known
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "family.yaml").write_text("name: mine\nanswer_type: integer\n")
+    check_recipe(load_recipe("sft_tiny", [f"tasks.root={tmp_path}", "tasks.families=[mine, toy_sql]"]))

@@ -11,15 +11,18 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import time
 
 import pytest
 import yaml
 from _learning import declare_family
 
-from medcopilot.config import RecipeError
+from medcopilot.config import RECIPES_DIR, RecipeError
 from medcopilot.sweep import load_sweep, main, plan_runs
 
+REPO = RECIPES_DIR.parent
 FAMILY = "say_seven"
 QUESTIONS = ["Submit the number 7.", "Please submit 7 as the answer.", "The answer is 7; submit it."]
 
@@ -155,3 +158,45 @@ def test_chain_planning_links_stages_and_rejects_bad_files(tmp_path):
         file.write_text(yaml.safe_dump(data))
         with pytest.raises(RecipeError, match=message.replace("(", r"\(").replace(")", r"\)")):
             plan_runs(load_sweep(file))
+
+
+def test_sweeps_accept_ppo_and_verifier_runs_checked_against_their_own_args(tmp_path):
+    file = tmp_path / "mixed.yaml"
+    file.write_text(yaml.safe_dump({"output_root": str(tmp_path / "o"), "stages": [
+        {"name": "sft", "recipe": "sft_tiny", "overrides": ["trainer.max_steps=1"]},
+        {"name": "ppo", "recipe": "ppo_tiny", "overrides": ["trainer.max_steps=1", "trainer.kl_coef=0.1"]},
+        {"name": "verifier", "recipe": "verifier_tiny", "overrides": ["trainer.eval_fraction=0.5"]}]}))
+    runs = plan_runs(load_sweep(file))
+    assert [r.name for r in runs] == ["sft", "ppo", "verifier"]
+    assert f"model.name_or_path={runs[0].output_dir}" in runs[1].overrides
+
+    grid = tmp_path / "ppo_grid.yaml"
+    grid.write_text(yaml.safe_dump({"recipe": "ppo_tiny", "output_root": str(tmp_path / "g"),
+                                    "grid": {"trainer.kl_coef": [0.02, 0.05], "trainer.cliprange": [0.1, 0.2]}}))
+    assert len(plan_runs(load_sweep(grid))) == 4
+    # PPO's own checks apply, with the run named
+    grid.write_text(yaml.safe_dump({"recipe": "ppo_tiny", "grid": {"trainer.mini_batch_size": [3]}}))
+    with pytest.raises(RecipeError, match=r"sweep run 'mini_batch_size3': trainer.mini_batch_size=3 is invalid"):
+        plan_runs(load_sweep(grid))
+    grid.write_text(yaml.safe_dump({"recipe": "ppo_tiny", "grid": {"trainer.max_stpes": [3]}}))
+    with pytest.raises(RecipeError, match="did you mean 'max_steps'"):
+        plan_runs(load_sweep(grid))
+
+
+@pytest.mark.parametrize(("text", "line", "fragment"), [
+    ("recipe: sft_tiny\ngrid:\n  trainer.max_steps: [1, 2\noutput_root: x\n", 4,
+     "flow sequence that starts at line 3"),
+    ("recipe: sft_tiny\ngrid: {trainer.max_steps: [1]}\n  metric: x\n", 3, "expected <block end>"),
+    ("recipe: sft_tiny\n\tgrid: {}\n", 2, "found character '\\t'"),
+])
+def test_malformed_sweep_yaml_is_one_line_with_file_and_line(tmp_path, text, line, fragment):
+    file = tmp_path / "broken.yaml"
+    file.write_text(text)
+    proc = subprocess.run([sys.executable, "scripts/sweep.py", str(file), "--dry-run"], cwd=REPO,
+                          capture_output=True, text=True, timeout=120, check=False)
+    err = proc.stderr.strip()
+    assert proc.returncode == 2 and "\n" not in err and "Traceback" not in err, err
+    assert err.startswith(f"sweep.py: error: {file}:{line}: ") and fragment in err and "--debug" in err
+    debug = subprocess.run([sys.executable, "scripts/sweep.py", str(file), "--debug"], cwd=REPO,
+                           capture_output=True, text=True, timeout=120, check=False)
+    assert debug.returncode != 0 and "Traceback" in debug.stderr

@@ -26,7 +26,7 @@ def test_dry_run_subprocess_prints_resolved_recipe_and_loads_nothing(tmp_path):
     resolved = yaml.safe_load(proc.stdout.split("# resolved recipe 'grpo_tiny'\n")[1].split("\n\n")[0])
     assert resolved["method"] == "grpo" and resolved["trainer"]["max_steps"] == 7
     assert resolved["model"]["name_or_path"] == "/nonexistent/model"  # never loaded, so no error
-    assert "is valid (trainer section checked by trl.GRPOConfig)" in proc.stdout
+    assert "is valid (families toy_sql found; trainer section checked by trl.GRPOConfig)" in proc.stdout
     assert not out.exists()
 
 
@@ -46,11 +46,26 @@ def test_every_recipe_passes_dry_run(name, train_main, capsys, tmp_path):
     (["trainer.max_steps=1"], "no recipe given"),
     (["recipe=sft_tiny", "--fast"], "unknown flag '--fast'"),
     (["recipe=sft_tiny", "max_steps"], "is not key=value"),
+    (["recipe=grpo_tiny", "trainer.max_steps=abc", "--dry-run"],
+     "trainer.max_steps='abc' has the wrong type: trl.GRPOConfig expects int"),
+    (["recipe=ppo_tiny", "trainer.max_steps=abc", "--dry-run"], "trainer.max_steps='abc' has the wrong type"),
+    (["recipe=grpo_tiny", "tasks.families=[toy_sq]", "--dry-run"], "did you mean `toy_sql`?"),
+    (["recipe=grpo_tiny", "reward.weights.loop_penality=0.1", "--dry-run"],
+     "unknown reward term reward.weights.loop_penality: did you mean 'loop_penalty'?"),
 ])
 def test_errors_are_one_line_and_exit_2(argv, expected, train_main, capsys):
     assert train_main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and expected in err and "--debug" in err
+
+
+def test_malformed_recipe_file_is_one_line_with_its_line(train_main, capsys, tmp_path):
+    bad = tmp_path / "mine.yaml"
+    bad.write_text("method: sft\nmodel:\n  name_or_path: [x\ntrainer: {max_steps: 1}\n")
+    assert train_main([f"recipe={bad}", "--dry-run"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and f"{bad}:4: " in err and "flow sequence that starts at line 3" in err
+    assert "Traceback" not in err
 
 
 def test_debug_shows_the_traceback(train_main):
@@ -84,8 +99,11 @@ def test_every_bundled_sweep_validates(path):
         n = max(n, 1) * len(values)
     assert len(runs) == n and len({r.name for r in runs}) == n
     assert all(str(r.output_dir).startswith(sweep.output_root) for r in runs)
-    for prev, run in zip(runs, runs[1:] if sweep.stages else []):  # a chain: each stage starts from the last
-        assert f"model.name_or_path={prev.output_dir}" in run.overrides
+    by_name = {r.name: r for r in runs}
+    for prev, run in zip(runs, runs[1:] if sweep.stages else []):
+        # a chain: each stage starts from the one it names (``from:``, branching chains), else from the last
+        source = by_name[run.start] if getattr(run, "start", None) else prev
+        assert f"model.name_or_path={source.output_dir}" in run.overrides
 
 
 def test_sweep_plan_rank_and_errors(tmp_path, capsys):
@@ -124,3 +142,20 @@ def test_sweep_script_runs_the_shared_logic():
                           cwd=REPO, capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 0, proc.stderr
     assert "a chain of 3 stages" in proc.stdout and "model.name_or_path=runs/sweeps/pipeline_qwen7b/dpo" in proc.stdout
+
+
+def test_interrupt_message_names_the_checkpoint_to_resume_from(tmp_path):
+    import importlib.util
+    from pathlib import Path
+
+    from medcopilot.config import load_recipe
+
+    spec = importlib.util.spec_from_file_location("train_cli", Path(__file__).resolve().parents[2] / "train.py")
+    train = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(train)
+    cfg = load_recipe("sft_tiny", [f"output.dir={tmp_path / 'run'}"])
+    assert "no checkpoint saved yet" in train._saved(cfg)
+    for step in (2, 10, 4):
+        (tmp_path / "run" / f"checkpoint-{step}").mkdir(parents=True)
+    assert train._saved(cfg) == f"checkpoint-10 saved in {tmp_path / 'run'}; rerun the same command to resume from it"
+    assert train._saved(None) == "nothing was started"

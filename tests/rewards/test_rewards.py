@@ -15,6 +15,7 @@ from rewards import (
     RewardSpec,
     correctness,
     format_penalty,
+    infra_failure,
     length_cost,
     loop_penalty,
     turn_cost,
@@ -38,7 +39,15 @@ def test_correctness_binary_partial_and_grader_error():
     assert correctness(verdict=Verdict(correct=False, score=0.4), trajectory=None, other=1) == 0.4
     assert correctness(verdict={"correct": False, "score": 0.0}) == 0.0
     assert correctness(verdict=None) == 0.0  # no submission: a real 0
-    assert correctness(verdict=Verdict(correct=False, score=0.0, error="boom")) is None
+    # A grading failure the submission caused is a wrong answer (a crash must not be a free pass) ...
+    assert correctness(verdict=Verdict(correct=False, score=0.0, error="forged result line")) == 0.0
+    # ... one of the infrastructure is missing (dropped or retried, never trained on as 0).
+    assert correctness(verdict=Verdict(correct=False, score=0.0, error="WorkerLost", infra=True)) is None
+    assert correctness(verdict={"correct": False, "score": 0.0, "error": "x", "infra": True}) is None
+    # A verdict stored before `infra` existed reads as infra=False.
+    assert correctness(verdict={"correct": False, "score": 0.0, "error": "boom"}) == 0.0
+    assert infra_failure({"correct": False, "score": 0.0, "error": "x", "infra": True})
+    assert not infra_failure({"correct": False, "score": 0.0, "error": "x"}) and not infra_failure(None)
 
 
 def test_format_penalty_counts_parse_errors_and_forbidden():
@@ -104,8 +113,10 @@ def test_spec_missing_none_makes_total_none_and_skip_drops_term():
     assert r.total is None  # nothing present to sum
     r = RewardSpec.from_weights({"correctness": 1.0, "verifier_score": 0.0})(**kw)
     assert r.total == 1.0  # a weight-0 term never affects the total, even when missing
-    graded_error = {**kw, "verdict": Verdict(correct=False, score=0.0, error="grader crashed")}
-    assert RewardSpec.from_weights({"correctness": 1.0})(**graded_error).total is None
+    infra_error = {**kw, "verdict": Verdict(correct=False, score=0.0, error="sandbox gone", infra=True)}
+    assert RewardSpec.from_weights({"correctness": 1.0})(**infra_error).total is None
+    agent_error = {**kw, "verdict": Verdict(correct=False, score=0.0, error="grader crashed on the submission")}
+    assert RewardSpec.from_weights({"correctness": 1.0})(**agent_error).total == 0.0
 
 
 def test_spec_combine_takes_values_computed_elsewhere():

@@ -21,7 +21,7 @@ def still_serves(leftovers):
         with pool.session() as s:
             res = s.run_python("print(6 * 7)")
             assert res.ok and res.stdout == "42\n", res
-        assert leftovers(pool.jail_uids) == []
+        assert leftovers(pool) == []
 
     return check
 
@@ -218,11 +218,12 @@ def test_no_process_survives_a_timeout(pool, still_serves, leftovers):
     with pool.session() as s:
         res = s.run_python(code, limits=Limits(wall_s=1.0))
         assert res.timed_out
-        assert leftovers(pool.jail_uids) == []
+        assert leftovers(pool) == []
         shell = s.run_shell("sleep 1000 &\necho started")
         assert shell.stdout == "started\n"
-        left = leftovers(pool.jail_uids, settle_s=0.3)
-        assert len(left) == 1 and "sandbox.worker" in left[0], f"a background job outlived its call: {left}"
+        left = leftovers(pool, settle_s=0.3)
+        runner = [pid for pid, role in pool.process_roles().items() if role == "runner"]
+        assert len(left) == 1 and int(left[0].split()[3]) in runner, f"a background job outlived its call: {left}"
     still_serves(pool)
 
 
@@ -250,3 +251,270 @@ def test_threads_hammering_one_session_are_serialised(pool):
             t.join()
         assert all(r.ok for r in results) and s.run_python("print(n)").stdout == "8\n"
     assert os.path.isdir(pool._base)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The escape chain of the November 2026 review, each link on its own: a planted module, a wedged or lying worker,
+# a restart in a dirty slot, a cwd on sys.path, a privileged server. Plus capabilities, IPC and mounts.
+# ----------------------------------------------------------------------------------------------------------------
+
+#: Module names the worker server, the zygotes or a runner import (or Python itself at start-up), planted where
+#: the jailed code can write. Imported by anything privileged, each would write its marker to the worker's log.
+PLANTED = ["sandbox/__init__.py", "sandbox/worker.py", "sandbox/_runner.py", "numpy.py", "pandas.py",
+           "sqlite3.py", "json.py", "sitecustomize.py", "usercustomize.py", "encodings/__init__.py", "site.py",
+           "subprocess.py", "argparse.py", "ctypes/__init__.py", "pyseccomp.py", "sklearn/__init__.py"]
+MARKER = "PLANTED-MODULE-RAN"
+
+
+def _plant_code(where: str) -> str:
+    body = f"import sys; sys.stderr.write('{MARKER} uid=' + str(__import__('os').getuid()) + '\\\\n')\\n"
+    return ("import os\n"
+            f"for rel in {PLANTED!r}:\n"
+            f"    path = os.path.join({where!r}, rel)\n"
+            "    os.makedirs(os.path.dirname(path), exist_ok=True)\n"
+            f"    open(path, 'w').write({body!r})\n"
+            "print('planted')")
+
+
+@pytest.fixture(scope="module")
+def solo(fast_limits, backend):
+    """A one-worker pool: every session lands on the same worker (and the same slot directories)."""
+    with make_pool(backend, workers=1, limits=fast_limits, workspace_mb=64) as p:
+        yield p
+
+
+def _log(pool) -> str:
+    return "".join(w.log_path.read_text(errors="replace") for w in pool._workers if w.log_path.exists())
+
+
+def test_planted_modules_never_run_in_the_worker_machinery(solo, still_serves):
+    with solo.session() as s:
+        for where in ("/workspace", "/tmp", "/dev/shm"):
+            assert s.run_python(_plant_code(where)).stdout == "planted\n"
+        # A planted module must not shadow anything for the runner's own machinery either (only the session's
+        # own imports see /workspace): a SQL call, a shell call, an ml import still work.
+        assert s.run_python("import sqlite3; sqlite3.connect('t.db').execute('CREATE TABLE t (x)')").ok
+        assert s.run_sql("SELECT count(*) AS n FROM t", database="t.db").ok
+        assert s.run_shell("echo shell-ok").stdout == "shell-ok\n"
+        # The host restarts the worker in the same slot, as it would after a wedge. Plant the files again from
+        # the host side at the moment of the restart, to test -I independently of the wipe.
+        worker = solo._workers[0]
+        for rel in PLANTED:
+            path = worker.slot.workspace / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(f"import sys; sys.stderr.write('{MARKER} host-planted\\n')\n")
+        os.kill(worker.proc.pid, 9)
+        worker.proc.wait(timeout=30)  # dead for sure: the next call must not race a jail still answering
+        res = s.run_python("print('after restart')")
+        assert res.error_kind == ErrorKind.KILLED and "fresh worker" in res.stderr
+        assert s.run_python("import numpy, pandas, sqlite3; print('imports ok')").stdout == "imports ok\n"
+        listing = s.run_shell("ls -A /workspace /tmp /dev/shm")
+    assert MARKER not in _log(solo), "a planted module ran in a privileged process"
+    # The restart wiped the slot: what the first session planted is gone (the host-planted files too).
+    assert "sitecustomize.py" not in listing.stdout and "numpy.py" not in listing.stdout, listing.stdout
+    still_serves(solo)
+
+
+def test_server_and_zygotes_have_an_isolated_sys_path(solo):
+    """The server, the zygotes and a spare have no writable directory on sys.path and start in '/'."""
+    roles = solo.process_roles()
+    for pid, role in roles.items():
+        if role == "runner":
+            continue
+        cwd, root = os.readlink(f"/proc/{pid}/cwd"), os.readlink(f"/proc/{pid}/root")
+        assert cwd == root, (role, cwd, root)  # the jail's own root directory, whatever its host path
+        cmdline = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
+        assert b"-I" in cmdline, (role, cmdline)
+
+
+@pytest.mark.parametrize("forgery", [
+    "os.write(4, b'\\x00\\x00\\x10\\x00{\"exit_')\ntime.sleep(60)",               # a partial frame, then silence
+    "os.write(4, b'\\xff\\xff\\xff\\xff')\ntime.sleep(60)",                          # an absurd length
+    "os.write(4, b'\\x00\\x00\\x00\\x05hello')\ntime.sleep(60)",                     # not JSON
+    "os.write(4, b'\\x00\\x00\\x00\\x02[]')\ntime.sleep(60)",                        # JSON, not an object
+])
+def test_a_lying_reply_channel_is_killed_not_waited_for(solo, forgery, still_serves):
+    with solo.session() as s:
+        start = time.monotonic()
+        res = s.run_python("import os, time\n" + forgery, limits=Limits(wall_s=3.0))
+        assert time.monotonic() - start < 8
+        assert not res.ok and res.error_kind in (ErrorKind.KILLED, ErrorKind.TIMEOUT), res
+        assert s.run_python("print('next')").stdout == "next\n"
+    still_serves(solo)
+
+
+def test_a_forged_reply_is_ignored_or_reaches_the_host_with_sane_types(solo, still_serves):
+    forged = {"exit_code": "0; rm -rf /", "signal": [9], "error_kind": "pwned", "exception": ["x"] * 3}
+    code = ("import os, json, struct, sys\n"
+            "for seq in SEQS:\n"
+            f"    body = json.dumps(dict({forged!r}, seq=seq)).encode()\n"
+            "    os.write(4, struct.pack('>I', len(body)) + body)\n"
+            "print('done')\n")
+    # The call's number, dug out of the runner's own frames (the request it is serving).
+    dig = ("import sys\nf = sys._getframe()\nnums = []\n"
+           "while f is not None:\n"
+           "    req = f.f_locals.get('req')\n"
+           "    if isinstance(req, dict) and 'seq' in req: nums.append(req['seq'])\n"
+           "    f = f.f_back\n")
+    with solo.session() as s:
+        # Guessed numbers (small counters, nonsense) are skipped: the call's own reply is the one reported, and
+        # the forged frames left in the pipe cannot stand in for the next call's reply either.
+        for seqs in ("[None, -1, 'x']", "range(2000)"):
+            honest = s.run_python(code.replace("SEQS", seqs))
+            assert honest.ok and honest.stdout == "done\n", honest
+            assert s.run_python("print('fine')").stdout == "fine\n"
+        # With the real number the forged reply of this very call wins, but every field reaches the host typed.
+        res = s.run_python(dig + code.replace("SEQS", "nums"))
+        assert res.exit_code is None and res.signal is None and res.exception is None
+        assert res.error_kind == ErrorKind.PYTHON
+        json.dumps(res.to_dict())
+        # ... and the calls stay in step with their replies: the next call gets its own reply. Its stdout may
+        # begin with the forging call's tail ("done"), written after the host took the forged reply: that output
+        # is the same session's own, so a forgery only ever confuses the policy that wrote it.
+        nxt = s.run_python("print('fine')")
+        assert nxt.ok and nxt.stdout in ("fine\n", "done\nfine\n"), nxt
+        assert s.run_python("print('and next')").stdout == "and next\n"
+    still_serves(solo)
+
+
+def _jail_status(pool) -> list[tuple[str, dict]]:
+    from sandbox._caps import read_status
+
+    roles = pool.process_roles()
+    out = []
+    for worker in pool._workers:
+        from sandbox.pool import _namespace_pids
+
+        root = pool.launcher.jail_root(worker.slot) if hasattr(pool.launcher, "jail_root") else None
+        for pid in _namespace_pids(root or worker.proc.pid):
+            if pid == worker.proc.pid:
+                continue  # the outer bwrap process lives on the host side, outside the jail
+            try:
+                out.append((roles.get(pid, "user-process"), read_status(pid)))
+            except OSError:
+                pass
+    return out
+
+
+def test_every_process_in_the_jail_holds_only_the_documented_capabilities(solo):
+    from sandbox import _caps
+
+    assert "caps" in solo.layers and "seccomp" in solo.layers
+    server = _caps.mask({_caps.CAP_KILL, _caps.CAP_SETUID, _caps.CAP_SETGID, _caps.CAP_SETPCAP})
+    zygote = _caps.mask({_caps.CAP_SETUID, _caps.CAP_SETGID, _caps.CAP_SETPCAP})
+    expected = {  # role: (CapEff, CapPrm, CapBnd)
+        "server": (_caps.mask({_caps.CAP_KILL}), server, server),
+        "zygote": (0, zygote, zygote),
+        "spare": (0, 0, 0), "runner": (0, 0, 0), "user": (0, 0, 0),
+    }
+    with solo.session() as s:
+        slow = Limits(wall_s=120, cpu_s=120)  # a loaded machine may take long to import scikit-learn
+        assert s.run_python("import sklearn.linear_model", limits=slow).ok  # the ml zygote starts too
+        assert s.run_python("x = 1").ok
+        assert "runner" in solo.process_roles().values()  # who is who, asked between calls
+        # A process the user's code started lives only during its call: sample while one runs.
+        call = threading.Thread(target=s.run_python, args=(
+            "import subprocess\nsubprocess.run(['sleep', '4'])",), kwargs={"limits": Limits(wall_s=8)})
+        call.start()
+        deadline, statuses = time.monotonic() + 6, []
+        while time.monotonic() < deadline and not any(r == "user-process" for r, _ in statuses):
+            time.sleep(0.2)
+            statuses = _jail_status(solo)
+        call.join()
+        seen = set()
+        for role, st in statuses:
+            kind = role.split("-")[0]
+            seen.add(kind)
+            assert (st["CapEff"], st["CapPrm"], st["CapBnd"]) == expected[kind], (role, st)
+            assert st["CapInh"] == 0 and st["CapAmb"] == 0, (role, st)
+            assert st["Seccomp"] == 2 and st["NoNewPrivs"] == 1, (role, st)
+        assert {"server", "zygote", "spare", "runner", "user"} <= seen, seen
+
+
+def _ipc_code() -> str:
+    return """
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+libc.shmat.restype = ctypes.c_void_p
+IPC_PRIVATE, IPC_CREAT = 0, 0o1000
+def shm(mb):
+    ident = libc.shmget(IPC_PRIVATE, ctypes.c_size_t(mb << 20), IPC_CREAT | 0o600)
+    return ident, ctypes.get_errno()
+big, err = shm(1024)
+print('1GiB', big, err)
+got = []
+for _ in range(8):
+    ident, err = shm(30)
+    if ident < 0:
+        break
+    addr = libc.shmat(ident, None, 0)
+    if addr not in (None, ctypes.c_void_p(-1).value):
+        ctypes.memset(addr, 1, 30 << 20)
+    got.append(ident)
+print('30MiB segments', len(got), 'then errno', err)
+q = libc.msgget(0x5ec2e7, IPC_CREAT | 0o600)
+print('queue', q)
+print('mqueue', libc.syscall(240, b'/leak', 0o100 | 0o2, 0o600, None), ctypes.get_errno())  # mq_open
+"""
+
+
+def _shmem_kb() -> int:
+    with open("/proc/meminfo") as fh:
+        return next(int(line.split()[1]) for line in fh if line.startswith("Shmem:"))
+
+
+def test_sysv_ipc_is_capped_and_removed_between_sessions(solo, still_serves):
+    assert "ipc-limits" in solo.layers
+    before = _shmem_kb()
+    with solo.session() as s:
+        res = s.run_python(_ipc_code(), limits=Limits(memory_mb=512))
+        lines = res.stdout.splitlines()
+        assert lines[0].split()[1] == "-1", lines       # 1 GiB in one segment: refused (shmmax)
+        n = int(lines[1].split()[2])
+        assert 1 <= n <= solo.sysv_shm_mb // 30, lines   # the namespace's total (shmall) stops the rest
+        assert int(lines[2].split()[1]) >= 0             # a small message queue is allowed ...
+        assert lines[3].split()[1] == "-1", lines        # ... POSIX message queues are not
+        during = _shmem_kb()
+        assert during - before < (solo.sysv_shm_mb + 16) * 1024, (before, during)
+        listing = s.run_shell("cat /proc/sysvipc/shm /proc/sysvipc/msg | wc -l").stdout
+        assert int(listing) > 2
+    with solo.session() as s:  # the same worker: nothing of the last session's IPC objects is left
+        rows = s.run_shell("tail -n +2 /proc/sysvipc/shm /proc/sysvipc/msg /proc/sysvipc/sem").stdout
+        assert all(not line.strip() or line.startswith("==>") for line in rows.splitlines()), rows
+        probe = s.run_python("import ctypes; print(ctypes.CDLL(None).msgget(0x5ec2e7, 0))")
+        assert probe.stdout.strip() == "-1"
+    deadline = time.monotonic() + 5
+    while _shmem_kb() - before > 16 * 1024 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _shmem_kb() - before < 16 * 1024, "shared memory stayed allocated on the host"
+    still_serves(solo)
+
+
+def test_a_session_sees_only_its_own_mounts_and_no_host_paths(solo, tmp_path, still_serves):
+    secret_dir = tmp_path / "tasks-root-marker" / "ehrshot" / "labels"
+    secret_dir.mkdir(parents=True)
+    (secret_dir / "labels.csv").write_text("patient,label\n1,0\n")
+    for p in (tmp_path / "tasks-root-marker", tmp_path / "tasks-root-marker" / "ehrshot", secret_dir):
+        p.chmod(0o755)
+    (secret_dir / "labels.csv").chmod(0o644)
+    with solo.session(mounts={"labels": secret_dir}) as s:
+        assert s.run_python("print(open('/data/labels/labels.csv').read())").stdout.startswith("patient")
+        info = s.run_shell("cat /proc/self/mountinfo /proc/1/mountinfo 2>/dev/null").stdout
+        assert "tasks-root-marker" not in info and str(tmp_path) not in info, info
+    with solo.session() as s:  # the next session on the same worker does not see the earlier one's mount
+        res = s.run_shell("ls /data; cat /data/labels/labels.csv 2>&1")
+        assert "patient" not in res.stdout, res.stdout
+    still_serves(solo)
+
+
+def test_a_runner_that_stops_reading_cannot_wedge_the_server(solo, still_serves):
+    with solo.session() as s:
+        # The code rewires its own runner so that it never reads another request.
+        hog = "import sandbox.worker as w, time\nw._read_exact = lambda fd, size: time.sleep(3600)"
+        assert s.run_python(hog).ok
+        big = "x = 1\n" + "# padding\n" * 20000  # more than a pipe holds
+        start = time.monotonic()
+        res = s.run_python(big, limits=Limits(wall_s=2.0))
+        assert res.timed_out and time.monotonic() - start < 8, res
+        assert s.run_python("print('fresh runner')").stdout == "fresh runner\n"
+    still_serves(solo)

@@ -124,7 +124,7 @@ def test_capacity_limit_is_503(client):
 
 def test_schema_lists_models(client):
     s = client.get("/schema").json()
-    assert set(s) == {"reset", "action", "observation"}
+    assert set(s) == {"reset", "action", "observation", "state"}
     assert "amount" in s["action"]["properties"] and "episode_id" in s["reset"]["properties"]
 
 
@@ -167,3 +167,116 @@ def test_concurrent_sessions_are_independent(client):
 def test_bad_arguments_rejected():
     with pytest.raises(ValueError, match="capacity"):
         create_app(CounterEnv, Add, Count, capacity=0)
+
+
+# ------------------------------------------------------------------------------------------ abuse limits
+
+TOKENS = ("token-for-alice-0001", "token-for-bob-00002")
+
+
+class Busy(RuntimeError):
+    pass
+
+
+class LeakyEnv(CounterEnv):
+    """Fails in ways whose message must not always reach the client."""
+
+    def step(self, action: Add):
+        if action.amount == 7:
+            raise Busy("no worker free")
+        if action.amount == 8:
+            raise KeyError("the secret gold answer is 42")
+        return super().step(action)
+
+
+def _guarded(**kw):
+    CounterEnv.instances.clear()
+    opts = {"reset_model": Start, "capacity": 8, "idle_timeout_s": 30, "client_errors": (Misuse,),
+            "busy_errors": (Busy,), "tokens": TOKENS, "max_body_bytes": 4096, "max_sessions_per_client": 2,
+            "internal_error_detail": False}
+    return create_app(LeakyEnv, Add, Count, **{**opts, **kw})
+
+
+def _auth(i: int) -> dict[str, str]:
+    return {"Authorization": f"Bearer {TOKENS[i]}"}
+
+
+def test_bearer_token_required_everywhere_but_health():
+    with TestClient(_guarded()) as c:
+        assert c.get("/health").status_code == 200
+        for bad in ({}, {"Authorization": "Bearer nope-nope-nope"}, {"Authorization": f"Basic {TOKENS[0]}"},
+                    {"Authorization": f"Bearer {TOKENS[0]}x"}):
+            r = c.post("/reset", json={}, headers=bad)
+            assert r.status_code == 401 and r.headers["www-authenticate"] == "Bearer", bad
+            assert "\n" not in r.json()["detail"] and "token" in r.json()["detail"]
+            assert c.get("/schema", headers=bad).status_code == 401
+            assert c.get("/openapi.json", headers=bad).status_code == 401
+        assert not CounterEnv.instances  # nothing was created for the refused calls
+        r = c.post("/reset", json={}, headers=_auth(1))
+        assert r.status_code == 200  # every accepted token works
+    with pytest.raises(ValueError, match="at least 8"):
+        create_app(CounterEnv, Add, Count, tokens=["short"])
+
+
+def test_oversized_bodies_are_413_before_parsing_and_the_server_keeps_serving():
+    with TestClient(_guarded()) as c:
+        eid = c.post("/reset", json={}, headers=_auth(0)).json()["episode_id"]
+        big = {"episode_id": eid, "action": {"amount": 1}, "pad": "x" * 10_000}
+        r = c.post("/step", json=big, headers=_auth(0))
+        assert r.status_code == 413 and "4096 bytes" in r.json()["detail"]
+
+        def chunks():  # no Content-Length: the guard counts the streamed bytes
+            for _ in range(100):
+                yield b"x" * 1000
+
+        r = c.post("/step", content=chunks(), headers={**_auth(0), "content-type": "application/json"})
+        assert r.status_code == 413
+        assert CounterEnv.instances[0].total == 0  # neither reached the env
+        r = c.post("/step", json={"episode_id": eid, "action": {"amount": 2}}, headers=_auth(0))
+        assert r.status_code == 200 and r.json()["observation"] == {"total": 2}
+
+
+def test_per_client_cap_is_429_and_sessions_are_private():
+    with TestClient(_guarded()) as c:
+        mine = [c.post("/reset", json={}, headers=_auth(0)).json()["episode_id"] for _ in range(2)]
+        r = c.post("/reset", json={}, headers=_auth(0))
+        assert r.status_code == 429 and "per-client cap" in r.json()["detail"] and r.headers["retry-after"]
+        assert c.post("/reset", json={}, headers=_auth(1)).status_code == 200  # another client is not blocked
+        # bob cannot see, step or close alice's session; it looks like an unknown id
+        assert c.get("/state", params={"episode_id": mine[0]}, headers=_auth(1)).status_code == 404
+        assert c.post("/step", json={"episode_id": mine[0], "action": {"amount": 1}},
+                      headers=_auth(1)).status_code == 404
+        assert c.post("/close", json={"episode_id": mine[0]}, headers=_auth(1)).status_code == 404
+        assert c.post("/close", json={"episode_id": mine[0]}, headers=_auth(0)).status_code == 200
+        assert c.post("/reset", json={}, headers=_auth(0)).status_code == 200  # room again after a close
+
+
+def test_busy_env_is_503_and_internal_errors_hide_their_message():
+    with TestClient(_guarded()) as c:
+        eid = c.post("/reset", json={}, headers=_auth(0)).json()["episode_id"]
+        r = c.post("/step", json={"episode_id": eid, "action": {"amount": 7}}, headers=_auth(0))
+        assert r.status_code == 503 and r.headers["retry-after"] and r.json()["detail"]["error"] == "Busy"
+        r = c.post("/step", json={"episode_id": eid, "action": {"amount": 8}}, headers=_auth(0))
+        assert r.status_code == 500 and r.json()["detail"]["error"] == "KeyError"
+        assert "42" not in r.text and "gold" not in r.text
+        assert c.post("/step", json={"episode_id": eid, "action": {"amount": 1}},
+                      headers=_auth(0)).status_code == 200
+
+
+def test_basic_auth_password_is_accepted_as_the_token():
+    import base64
+
+    with TestClient(_guarded()) as c:
+        good = base64.b64encode(f"anyone:{TOKENS[0]}".encode()).decode()
+        bad = base64.b64encode(b"anyone:not-the-token").decode()
+        assert c.post("/reset", json={}, headers={"Authorization": f"Basic {good}"}).status_code == 200
+        assert c.post("/reset", json={}, headers={"Authorization": f"Basic {bad}"}).status_code == 401
+        assert c.post("/reset", json={}, headers={"Authorization": "Basic !!notbase64"}).status_code == 401
+
+
+def test_clients_without_tokens_are_told_apart_by_address():
+    app = create_app(CounterEnv, Add, Count, reset_model=Start, capacity=8, max_sessions_per_client=1)
+    with TestClient(app) as c:  # TestClient's peer is "testclient"
+        eid = c.post("/reset", json={}).json()["episode_id"]
+        assert c.post("/reset", json={}).status_code == 429
+        assert c.post("/close", json={"episode_id": eid}).status_code == 200

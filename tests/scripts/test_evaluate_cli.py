@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
 
 ROOT = Path(__file__).resolve().parents[2]
 SANDBOX = "bwrap" if shutil.which("bwrap") else "local"
@@ -95,3 +97,53 @@ def test_rerun_resumes_and_scores_give_best_at_k(runs):
     scores.write_text('{"task_id": "x"}\n')
     bad = _evaluate(root, base / "oracle", "oracle", "-k", "2", "--scores", str(scores))
     assert bad.returncode == 2 and "sample_idx" in bad.stderr
+
+
+def _chat_server(status: int = 200):
+    """An OpenAI-compatible endpoint that always submits "0" (or answers ``status`` with an error)."""
+    app = FastAPI()
+
+    @app.post("/v1/chat/completions")
+    async def chat(request: Request):
+        body = await request.json()
+        if status != 200:
+            return JSONResponse({"error": {"message": "invalid api key", "type": "auth"}}, status_code=status)
+        text = '<tool_call>\n{"name": "submit_answer", "arguments": {"answer": "0"}}\n</tool_call>'
+        return {"id": "x", "object": "chat.completion", "created": 0, "model": body["model"],
+                "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": text}}],
+                "usage": {"prompt_tokens": 100, "completion_tokens": 9, "total_tokens": 109}}
+
+    return app
+
+
+def test_rerun_with_other_sampling_never_reuses_episodes_and_reports_provenance(runs, tmp_path):
+    from env_client.server_app import background_server
+
+    root = runs[1]
+    with background_server(_chat_server()) as base:
+        policy = f"openai:m@{base}/v1"
+        first = _evaluate(root, tmp_path / "api", policy, "--temperature", "0.7")
+        assert first.returncode == 0, first.stderr
+        again = _evaluate(root, tmp_path / "api", policy, "--temperature", "0.7")  # same settings: resumes
+        assert again.returncode == 0 and json.loads(again.stdout.splitlines()[-1])["episodes"] == 8
+        hotter = _evaluate(root, tmp_path / "api", policy, "--temperature", "1.0")
+    assert hotter.returncode == 2 and hotter.stderr.count("\n") == 1, hotter.stderr
+    assert "temperature: 0.7 -> 1.0" in hotter.stderr and "another --out" in hotter.stderr
+    report = json.loads((tmp_path / "api" / "report.json").read_text())
+    meta = report["meta"]
+    assert meta["policy"]["sampling"]["temperature"] == 0.7 and meta["policy"]["spec"] == policy
+    assert meta["commit"] and meta["date"] and len(meta["task_set"]) == 16 and meta["families"]["toy_sql"]["version"]
+    assert report["prompt_tokens"] == 800 and report["total_tokens"] == 72  # 8 one-turn episodes
+    assert len(report["ci95"]) == 2 and "## Provenance" in (tmp_path / "api" / "report.md").read_text()
+
+
+def test_a_failing_endpoint_lowers_the_headline_and_says_why_once(runs, tmp_path):
+    from env_client.server_app import background_server
+
+    with background_server(_chat_server(status=401)) as base:
+        done = _evaluate(runs[1], tmp_path / "down", f"openai:m@{base}/v1")
+    assert done.returncode == 1, done.stderr
+    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    assert summary["success_rate"] == 0.0 and summary["episodes"] == 8 and summary["infra_failures"] == 8
+    failed = [line for line in done.stderr.splitlines() if "failed to run" in line]
+    assert len(failed) == 1 and "8 episode(s)" in failed[0] and "OPENAI_API_KEY" in failed[0]

@@ -27,9 +27,9 @@ def tasks_root(tmp_path_factory):
     return root
 
 
-def _cmd(root: Path, out: Path, *extra: str) -> list[str]:
+def _cmd(root: Path, out: Path, *extra: str, seed: int = 3) -> list[str]:
     return [sys.executable, str(ROOT / "scripts" / "rollout.py"), "--tasks-root", str(root), "--families",
-            "toy_sql", "--split", "test", "--policy", "oracle", "-k", "2", "--out", str(out), "--seed", "3",
+            "toy_sql", "--split", "test", "--policy", "oracle", "-k", "2", "--out", str(out), "--seed", str(seed),
             "--sandbox", SANDBOX, "--allow-unisolated", "--no-progress", *extra]
 
 
@@ -80,3 +80,16 @@ def test_bad_arguments_exit_2_with_one_line(tasks_root, tmp_path):
     bad = subprocess.run([sys.executable, str(ROOT / "scripts" / "rollout.py"), "--tasks-root", str(tasks_root),
                           "--families", "toy_sq"], cwd=ROOT, check=False, capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "did you mean `toy_sql`" in bad.stderr
+
+
+def test_a_rerun_under_other_settings_is_refused(tasks_root, tmp_path):
+    out = tmp_path / "roll.jsonl"
+    first = subprocess.run(_cmd(tasks_root, out, "--limit", "2"), cwd=ROOT, check=False, capture_output=True,
+                           text=True, timeout=120)
+    assert first.returncode == 0, first.stderr
+    stored = _lines(out)
+    for cmd, what in ((_cmd(tasks_root, out, "--limit", "2", "--max-turns", "3"), "env.max_turns: "),
+                      (_cmd(tasks_root, out, "--limit", "2", seed=4), "seed: 3 -> 4")):
+        other = subprocess.run(cmd, cwd=ROOT, check=False, capture_output=True, text=True, timeout=120)
+        assert other.returncode == 2 and what in other.stderr and "another --out" in other.stderr, other.stderr
+    assert _lines(out) == stored  # nothing was added to the store

@@ -53,13 +53,13 @@ def test_mimic_csv_import_applies_ehrsql_conventions(imported):
     assert _q(db, "select count(*) from cost") == [(n_events,)]
 
 
-def test_treqs_import_keeps_mimic_case_and_native_dates(imported):
+def test_treqs_import_lower_cases_and_keeps_native_dates(imported):
     db = imported / "treqs.db"
     rows = _q(db, 'select SUBJECT_ID, AGE, GENDER, ADMITYEAR, DAYS_STAY, EXPIRE_FLAG from DEMOGRAPHIC order by HADM_ID')
-    assert rows[0] == ("1001", "60", "M", "2140", "5", "0")
+    assert rows[0] == ("1001", "60", "m", "2140", "5", "0")
     assert rows[3][1] == "89"  # 1003 is 300 in MIMIC's shifted calendar: 89 + 300 - 300
-    assert _q(db, 'select DRUG_DOSE from PRESCRIPTIONS where DRUG = "Heparin"') == [("5000UNIT",)]
-    assert _q(db, 'select VALUE_UNIT from LAB where FLAG = "abnormal"') == [("2.3mg/dL",)]
+    assert _q(db, 'select DRUG_DOSE from PRESCRIPTIONS where DRUG = "heparin"') == [("5000unit",)]
+    assert _q(db, 'select VALUE_UNIT from LAB where FLAG = "abnormal"') == [("2.3mg/dl",)]
     assert _q(db, 'select count(*) from LAB') == [(4,)]  # the outpatient row (no HADM_ID) is dropped
 
 

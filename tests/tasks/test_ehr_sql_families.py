@@ -4,6 +4,7 @@ re-executes, strict grading, contract audits, counts and spec cards. One module,
 from __future__ import annotations
 
 import importlib
+import json
 import sqlite3
 import time
 from dataclasses import dataclass
@@ -78,6 +79,18 @@ def test_every_category_has_instances_and_gold_sql_reexecutes(case, built):
     finally:
         con.close()
     assert manifest["counts"]["train"] + manifest["counts"]["test"] == len(items)
+
+
+def test_no_answer_fills_a_category(case, built):
+    """Beyond balanced booleans, one answer (e.g. a count of 2) takes at most a third of a category's draws."""
+    _root, _manifest, fam = built
+    by_cat: dict[str, list] = {}
+    for inst in fam.instances("train") + fam.instances("test"):
+        if inst.answer_type != "boolean":
+            by_cat.setdefault(inst.category, []).append(json.dumps(inst.answer, sort_keys=True, default=str))
+    cap = max(1, fam.per_category["tiny"] // 3)
+    for category, answers in by_cat.items():
+        assert max(answers.count(a) for a in answers) <= cap, category
 
 
 def test_instances_mount_only_the_database_and_state_the_clock(case, built):

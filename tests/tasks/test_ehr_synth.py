@@ -178,7 +178,7 @@ def test_eicu_and_treqs_conventions(dbs):
     assert con.execute("select count(*) from patient where hospitaldischargetime is null").fetchone()[0] >= 1
     con.close()
     con = sqlite3.connect(dbs["a"] / "treqs.db")
-    assert {r[0] for r in con.execute('select distinct "GENDER" from DEMOGRAPHIC')} <= {"M", "F"}
+    assert {r[0] for r in con.execute('select distinct "GENDER" from DEMOGRAPHIC')} <= {"m", "f"}  # lower-case, as MedAgentGym
     assert con.execute("select count(*) from DEMOGRAPHIC where typeof(AGE) != 'text'").fetchone()[0] == 0
     assert con.execute("select count(*) from DEMOGRAPHIC where cast(AGE as integer) > 89 and cast(AGE as integer) < 300 "
                        "or cast(AGE as integer) >= 300").fetchone()[0] == con.execute(
@@ -188,7 +188,7 @@ def test_eicu_and_treqs_conventions(dbs):
 
 
 # A dozen queries in the public benchmarks' own style (EHRSQL MIMIC-III / eICU after the evaluator's rewriting,
-# MIMICSQL with its double-quoted identifiers and values): each must execute and return at least one row.
+# MIMICSQL with its double-quoted identifiers and values, lower-cased as MedAgentGym's): each must execute and return at least one row.
 MIMIC_QUERIES = [
     "select count( distinct admissions.hadm_id ) from admissions where admissions.subject_id = {pid}",
     ("select prescriptions.drug from prescriptions where prescriptions.hadm_id in ( select admissions.hadm_id from "
@@ -223,12 +223,12 @@ EICU_QUERIES = [
     "select intakeoutput.celllabel from intakeoutput where intakeoutput.cellpath like '%output%' limit 1",
 ]
 TREQS_QUERIES = [
-    ('SELECT COUNT ( DISTINCT DEMOGRAPHIC."SUBJECT_ID" ) FROM DEMOGRAPHIC WHERE DEMOGRAPHIC."GENDER" = "F" AND '
+    ('SELECT COUNT ( DISTINCT DEMOGRAPHIC."SUBJECT_ID" ) FROM DEMOGRAPHIC WHERE DEMOGRAPHIC."GENDER" = "f" AND '
      'DEMOGRAPHIC."AGE" < "90"'),
     ('SELECT AVG ( DEMOGRAPHIC."AGE" ) FROM DEMOGRAPHIC INNER JOIN DIAGNOSES on DEMOGRAPHIC.HADM_ID = DIAGNOSES.HADM_ID '
-     'WHERE DEMOGRAPHIC."ADMISSION_TYPE" = "EMERGENCY"'),
+     'WHERE DEMOGRAPHIC."ADMISSION_TYPE" = "emergency"'),
     ('SELECT COUNT ( DISTINCT DEMOGRAPHIC."SUBJECT_ID" ) FROM DEMOGRAPHIC INNER JOIN LAB on DEMOGRAPHIC.HADM_ID = '
-     'LAB.HADM_ID WHERE LAB."FLAG" = "abnormal" AND LAB."FLUID" = "Blood"'),
+     'LAB.HADM_ID WHERE LAB."FLAG" = "abnormal" AND LAB."FLUID" = "blood"'),
     'SELECT DEMOGRAPHIC."MARITAL_STATUS", DEMOGRAPHIC."DOB" FROM DEMOGRAPHIC WHERE DEMOGRAPHIC."NAME" = "{name}"',
 ]
 

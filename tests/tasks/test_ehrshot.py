@@ -53,9 +53,9 @@ def test_contract_and_layout(fam):
     items = fam.instances("train") + fam.instances("test")
     assert {i.category for i in items} == set(fam.categories) and len(fam.categories) == 15
     for inst in items:
-        assert inst.data[MOUNT] == "data"  # one mount for the family; each instance names its cohort folder
-        mount = fam.root / inst.data[MOUNT] / inst.metadata["cohort"]
-        assert f"/data/{MOUNT}/{inst.metadata['cohort']}/" in inst.question
+        assert inst.data[MOUNT] == f"data/{inst.metadata['cohort']}"  # only its own cohort folder is mounted
+        mount = fam.root / inst.data[MOUNT]
+        assert f"/data/{MOUNT}/ " in inst.question and inst.metadata["cohort"] not in inst.question
         assert sorted(p.name for p in mount.iterdir()) == [
             "test_embeddings.npy", "test_ids.csv", "train_embeddings.npy", "train_labels.csv"]
         assert "hidden" not in inst.data[MOUNT] and inst.metadata["hidden_labels"].startswith("hidden/")
@@ -63,6 +63,27 @@ def test_contract_and_layout(fam):
         assert x.dtype == np.float32 and x.shape[1] == 64
         if inst.metadata["k"] != "all":  # few-shot: at most k per class/finding
             assert len(x) <= inst.metadata["k"] * (14 if inst.category == "chexpert" else 4)
+
+
+def test_k_shot_mounts_hold_no_label_beyond_the_instance(fam):
+    """v1 mounted every cohort: a k-shot instance read the "all" cohort's labels of the same patients. Now its one
+    mount holds its k-shot labels only, and no label of any of its test patients anywhere."""
+    items = fam.instances("train") + fam.instances("test")
+    for inst in items:
+        mount = fam.root / inst.data[MOUNT]
+        test_ids = {int(r[0]) for r in list(csv.reader((mount / "test_ids.csv").read_text().splitlines()))[1:]}
+        labelled = {}
+        for path in mount.rglob("*.csv"):
+            rows = list(csv.reader(path.read_text().splitlines()))
+            if "label" in rows[0]:
+                labelled.update({int(r[0]): int(r[1]) for r in rows[1:]})
+        assert not test_ids & set(labelled), inst.id
+        if inst.metadata["k"] != "all":
+            full = next(i for i in items if i.category == inst.category and i.split == inst.split
+                        and i.metadata["k"] == "all")
+            all_labels = list(csv.reader((fam.root / full.data[MOUNT] / "train_labels.csv").read_text().splitlines()))
+            assert len(labelled) < len(all_labels) - 1  # fewer labels than the full cohort holds
+            assert set(labelled) < {int(r[0]) for r in all_labels[1:]}  # the same patients, fewer of them
 
 
 def test_labels_match_reference_types(fam):
@@ -106,9 +127,10 @@ def test_submission_text_and_workspace_are_required(fam, tmp_path):
     inst = fam.instances("test")[0]
     for text in ("", "0.87", "predictions.csv predictions.csv", "Traceback (most recent call last):"):
         assert fam.grade(inst, text, GradeContext(workspace=tmp_path)).score == 0.0
-    assert "no regular file" in fam.grade(inst, PREDICTIONS, GradeContext(workspace=tmp_path)).reason
+    assert "does not exist" in fam.grade(inst, PREDICTIONS, GradeContext(workspace=tmp_path)).reason
     (tmp_path / PREDICTIONS).symlink_to(fam.root / inst.metadata["hidden_labels"])
-    assert fam.grade(inst, PREDICTIONS, GradeContext(workspace=tmp_path)).score == 0.0
+    verdict = fam.grade(inst, PREDICTIONS, GradeContext(workspace=tmp_path))
+    assert verdict.score == 0.0 and "symlink" in verdict.reason
     with pytest.raises(GraderError, match="workspace"):
         fam.grade(inst, PREDICTIONS, GradeContext())
 
@@ -140,8 +162,8 @@ def test_reference_solution_in_the_sandbox(fam):
 
 def test_replay_runs_only_the_reference_program(fam):
     inst = fam.instances("test")[0]
-    # the jail's paths: /data/ehrshot/<cohort>, cwd
-    assert inst.solution == solution_code(inst.metadata["label_type"], f"/data/{MOUNT}/{inst.metadata['cohort']}")
+    # the jail's paths: /data/ehrshot (the instance's cohort only), cwd
+    assert inst.solution == solution_code(inst.metadata["label_type"], f"/data/{MOUNT}")
     with pytest.raises(TaskError, match="only the reference program"):
         fam.replay(inst, [{"action": "code_execution", "params": {"lang": "python", "code": "import os"}},
                           {"action": "submit_answer", "params": {"answer": PREDICTIONS}}])

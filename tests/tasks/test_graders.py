@@ -127,3 +127,24 @@ def test_looks_like_error():
     assert looks_like_error(TRACEBACK)
     assert looks_like_error("sqlite3.OperationalError: no such table: x")
     assert not looks_like_error("42")
+
+
+@pytest.mark.parametrize("answer_type,gold,submission", [
+    ("integer", 3, "1e999"), ("integer", 3, "-1e999"), ("number", 3.0, "1e999"), ("set", [1, 2], "[1e999]"),
+    ("list", [1, 2], "[NaN, 1]"), ("set", ["a"], "[" * 900 + "]" * 900), ("list", ["a"], "[" * 900 + "]" * 900),
+])
+def test_hostile_numbers_and_nesting_are_wrong_answers_not_crashes(answer_type, gold, submission):
+    verdict = grade(answer_type, gold, submission)
+    assert not verdict.correct and verdict.score == 0.0 and verdict.error is None
+
+
+def test_huge_collections_are_refused_before_the_quadratic_comparison():
+    """20,000 distinct elements once held the set grader for minutes (pairwise tolerance matching)."""
+    import time
+
+    many = "[" + ",".join(str(i) for i in range(20000)) + "]"
+    start = time.process_time()
+    verdict = grade("set", [1, 2], many)
+    assert not verdict.correct and "20000 distinct elements" in verdict.reason
+    assert time.process_time() - start < 5  # CPU time; seconds, not minutes, even on a loaded machine
+    assert grade("set", [1, 2], "[" + ",".join(["1", "2"] * 500) + "]").correct  # duplicates are still fine

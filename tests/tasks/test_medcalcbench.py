@@ -209,13 +209,14 @@ def test_check_rows_reports_share_mismatches_and_errors():
     rows = load_rows(FIXTURE)
     report = check_rows(rows, convention="published")  # the fixture golds follow the published rules
     assert report["within"] == report["rows"] == 12 and report["share"] == 1.0 and not report["errors"]
-    # the benchmark's own code scores two fixture patients differently (tasks/medcalc/bench.py): Child-Pugh with
-    # albumin exactly 2.8 g/dL gets 3 points there (13, not 12); the 45-point APACHE II patient gets 37
+    # the benchmark's 2024 code scores two fixture patients differently (tasks/medcalc/bench.py): Child-Pugh gives
+    # 'moderate' ascites 0 (case-sensitive), albumin 2.8 g/dL 3, bilirubin 51.3 µmol/L 2.8 mg/dL -> 10, not 12; the
+    # 45-point APACHE II patient gets 38 (39.5 'degrees celsisus' is 4.2 °C -> 4, GCS added as is, ...)
     bench = check_rows(rows)
     assert bench["convention"] == "medcalc-bench" and bench["within"] == 10
     assert bench["mismatches"] == [
-        {"row": 6, "calculator_id": 15, "ours": 13, "gold": 12, "lower": 12, "upper": 12},
-        {"row": 8, "calculator_id": 28, "ours": 37, "gold": 45, "lower": 45, "upper": 45}]
+        {"row": 6, "calculator_id": 15, "ours": 10, "gold": 12, "lower": 12, "upper": 12},
+        {"row": 8, "calculator_id": 28, "ours": 38, "gold": 45, "lower": 45, "upper": 45}]
     bad = [dict(r) for r in rows]
     bad[0].update({"Ground Truth Answer": "60.0", "Lower Limit": "57.0", "Upper Limit": "63.0"})
     bad[1]["Ground Truth Answer"] = "5"
@@ -224,6 +225,7 @@ def test_check_rows_reports_share_mismatches_and_errors():
     assert report["within"] == 9 and report["share"] == pytest.approx(0.75)
     assert [m["row"] for m in report["mismatches"]] == [1, 2]
     assert report["errors"][0]["row"] == 3 and "Diastolic Blood Pressure" in report["errors"][0]["error"]
+    assert report["per_calculator"][5] == {"rows": 1, "within": 0}  # a row that errs still counts as a row
 
 
 def test_importer_errors_are_one_line():

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 import tasks
-from tasks.base import GradeContext
+from tasks.base import GradeContext, InfraError
 from tasks.ehr_synth.extract import CLASSES, STAY_TASKS, draw_cohort
 from tasks.mimic_extract import (
     MOUNT,
@@ -49,15 +49,64 @@ def test_contract_and_reference_scores(built):
         assert meta["reference_metric"] >= meta["threshold"] >= meta["chance"] + 0.05
 
 
-def test_hidden_labels_are_never_mounted(built):
+def test_hidden_labels_are_never_mounted_and_each_task_type_sees_only_its_half(built):
     _report, fam = built
-    for inst in fam.instances("test"):
+    for inst in fam.instances("train") + fam.instances("test"):
         mounted = fam.root / inst.data[MOUNT]
         names = {p.name for p in mounted.rglob("*")}
         assert "hidden" not in inst.data[MOUNT] and not any("test" in n and "label" in n for n in names)
-        assert {"train_labels.csv", "X_lab_test.csv", "X_windows_test.csv"} <= names
+        if inst.category in STAY_TASKS:
+            assert names == {"mortality_los", "X_lab_train.csv", "X_lab_test.csv", "X_static_train.csv",
+                             "X_static_test.csv", "train_labels.csv"}
+        else:
+            assert names == {"vasopressor_ventilation", "X_windows_train.csv", "X_windows_test.csv",
+                             "X_windows_static_train.csv", "X_windows_static_test.csv", "train_window_labels.csv"}
         assert (fam.root / inst.metadata["hidden_labels"]).is_dir()
         assert "hidden/" not in inst.question + inst.context
+
+
+def _no_model_rule(frame: pd.DataFrame, key: str, cols: list[str]) -> pd.Series:
+    """Per id: how many rows share its (key's) static signature: the "length of stay from row counts" attack."""
+    counts = frame.groupby(cols).size().rename("n")
+    return frame.join(counts, on=cols).groupby(key)["n"].first()
+
+
+def test_row_counts_and_static_columns_do_not_encode_the_labels(built):
+    """The leak of v1: counting a stay's sliding windows (linked by their static columns) gave its length of stay
+    (los_3 AUROC ~0.76 with no model). Now every stay has 24 hourly rows and at most one window at fixed hours,
+    so any rule on those counts is at chance, inside what one instance can see."""
+    from sklearn.metrics import f1_score
+
+    _report, fam = built
+    for inst in fam.instances("test"):
+        mounted = fam.root / inst.data[MOUNT]
+        gold = load_hidden_labels(fam.root / inst.metadata["hidden_labels"], inst.category)
+        if inst.category in STAY_TASKS:
+            lab = pd.read_csv(mounted / "mortality_los" / "X_lab_test.csv")
+            assert set(lab.groupby("subject_id").size()) == {24}  # constant: no length of stay in the rows
+            static = pd.read_csv(mounted / "mortality_los" / "X_static_test.csv")
+            assert static["subject_id"].is_unique
+            continue
+        folder = mounted / "vasopressor_ventilation"
+        rows = pd.read_csv(folder / "X_windows_test.csv").groupby("id").size()
+        assert set(rows) == {6}
+        static = pd.read_csv(folder / "X_windows_static_test.csv")
+        cols = [c for c in static.columns if c != "id"]
+        train = pd.read_csv(folder / "X_windows_static_train.csv")
+        labels = pd.read_csv(folder / "train_window_labels.csv").set_index("id")[inst.category]
+        # The best no-model rule: learn "signature count -> majority class" on train, apply to test.
+        learned = pd.concat([_no_model_rule(train, "id", cols), labels], axis=1).groupby("n")[inst.category].agg(
+            lambda s: s.mode().iloc[0])
+        guess = _no_model_rule(static, "id", cols).map(learned).fillna(labels.mode().iloc[0])
+        score = f1_score(gold, guess.loc[gold.index], labels=list(CLASSES), average="macro", zero_division=0)
+        assert score <= inst.metadata["chance"] + 0.02 < inst.metadata["threshold"], (inst.category, score)
+
+
+def test_one_window_per_stay_at_fixed_hours():
+    cohort = draw_cohort(300, 4)
+    windows = cohort["windows"]
+    assert windows["subject_id"].is_unique and set(windows["start"]) == {18}
+    assert len(windows) > 150  # most stays keep their window (a switch inside the gap drops it)
 
 
 def test_constant_random_and_partial_coverage_score_low(built, tmp_path):
@@ -84,16 +133,17 @@ def test_malformed_prediction_files_score_zero(built, tmp_path):
     _report, fam = built
     inst = next(i for i in fam.instances("test") if i.category == "mort_icu")
     ctx = GradeContext(workspace=tmp_path, family_dir=fam.root)
-    assert "no predictions.csv" in fam.grade(inst, "done", ctx).reason
+    assert "predictions.csv does not exist" in fam.grade(inst, "done", ctx).reason
     (tmp_path / "elsewhere.csv").write_text("id,prediction\n1,0.5\n")
     os.symlink(tmp_path / "elsewhere.csv", tmp_path / PREDICTIONS)
-    assert fam.grade(inst, "done", ctx).reason == f"{PREDICTIONS} must be a regular file"
+    assert "symlink" in fam.grade(inst, "done", ctx).reason
     (tmp_path / PREDICTIONS).unlink()
     (tmp_path / PREDICTIONS).write_text("subject,pred\n1,0.5\n")
     assert "header must be exactly id,prediction" in fam.grade(inst, "done", ctx).reason
     (tmp_path / PREDICTIONS).write_text("id,prediction\n1,0.5\n1,0.7\n")
     assert "repeats id" in fam.grade(inst, "done", ctx).reason
-    assert fam.grade(inst, "done", GradeContext()).score == 0.0
+    with pytest.raises(InfraError, match="workspace"):  # a harness that passes no workspace is not the agent's doing
+        fam.grade(inst, "done", GradeContext())
 
 
 def test_outcomes_depend_on_the_features():
@@ -102,7 +152,7 @@ def test_outcomes_depend_on_the_features():
     hr = first_day.groupby("subject_id")["heart rate__mean"].mean()
     out = cohort["outcomes"].set_index("subject_id")
     assert hr[out["mort_icu"] == 1].mean() > hr[out["mort_icu"] == 0].mean() + 3
-    assert set(cohort["windows"]["vasopressor"]) == set(CLASSES)
+    assert set(draw_cohort(1500, 3)["windows"]["vasopressor"]) == set(CLASSES)
     assert 0.05 < out["los_7"].mean() < 0.5 and 0.05 < out["mort_icu"].mean() < 0.4
 
 

@@ -1,10 +1,11 @@
-"""npowerai: contract, gold cross-checked against independent scipy formulas, conventions, grading, importer."""
+"""npowerai: contract, gold cross-checked against independent scipy formulas, conventions, grading, large effects,
+and the importer of N-PowerAI's public records (answers recomputed from the raw quantities of the question)."""
 
 from __future__ import annotations
 
-import json
 import math
 import random
+import statistics
 from pathlib import Path
 
 import pytest
@@ -13,11 +14,11 @@ import tasks
 from tasks.base import TaskError
 from tasks.npowerai import CATEGORIES, NPowerAI, execute_snippet
 from tasks.power import formulas as F
-from tasks.power.importer import import_records, parse_params
+from tasks.power.importer import parse_params, record_instance
 from tasks.power.scenarios import question, sample
 from tasks.power.snippets import reference_code
 
-FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "npowerai" / "records.jsonl"
+IMPORT_FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "import_npowerai" / "records.jsonl"
 
 
 @pytest.fixture(scope="module")
@@ -154,35 +155,79 @@ def test_reference_snippet_runs_standalone(fam):
     assert execute_snippet(inst.solution) == inst.answer
 
 
-def test_importer_recomputes_keeps_and_drops():
-    items, report = import_records(FIXTURE, split="test")
-    by_id = {i.id.rsplit("/", 1)[1]: i for i in items}
-    assert report == {"recomputed": 5, "kept": 2, "dropped": 3, "changed": 5}
-    assert by_id["101"].answer == 34 and by_id["101"].metadata["original_answer"] == 33
-    assert by_id["104"].answer == independent_answer("two_sample_t", "size", by_id["104"].metadata["params"])
-    assert by_id["107"].answer == pytest.approx(float(F.power_chisq(0.25, 200, 4, 0.05)), abs=1e-4)
-    assert by_id["108"].answer == math.ceil(math.ceil(F.cox_events_freedman(0.7, 0.05, 2, 0.8)) / 0.44)
-    assert by_id["105"].metadata["answer_source"] == "original" and by_id["105"].answer == 41
-    assert by_id["110"].category == "other.size"
-    assert not {"103", "106", "109"} & set(by_id)  # broken groups without parseable inputs are dropped
-    assert all(i.answer_type == ("number" if i.category.endswith("power") else "integer") for i in items)
+def _imported(tmp_path):
+    from tasks.importers import import_files
+
+    _, report = import_files("npowerai", [IMPORT_FIXTURE], tmp_path, split="test")
+    items = {i.metadata["source_id"]: i for i in tasks.make("npowerai", root=tmp_path).instances("test")}
+    return report, items
 
 
-def test_importer_rejects_bad_records(tmp_path):
-    with pytest.raises(TaskError, match="lacks"):
-        import_records([{"task_type": "Paired t-test", "question": "?"}])
-    with pytest.raises(TaskError, match="estimate_target"):
-        import_records([{"task_type": "Paired t-test", "task_id": 1, "estimate_target": "effect",
-                         "question": "?", "answer": 1}])
-    bad = tmp_path / "bad.jsonl"
-    bad.write_text(json.dumps({"task_id": 1}) + "\n{oops\n")
-    with pytest.raises(TaskError, match="bad.jsonl:2"):
-        import_records(bad)
+def test_importer_recomputes_from_the_raw_quantities(registered, tmp_path):
+    report, items = _imported(tmp_path)
+    assert report.kept == 10 and report.notes["recomputed"] == 10
+    assert items[1].answer == independent_answer("one_sample_t", "size", {"mu0": 120, "mu1": 112.5, "sd": 15,
+                                                                       "alpha": 0.05, "sides": 2, "power": 0.9})
+    assert items[3].answer == 88 and items[3].metadata["params"]["sides"] == 1  # "lower one-sided", SD of differences
+    paired = items[4].metadata["params"]  # a correlation of 0.5 makes the stated SD the SD of the differences
+    assert (paired["rho"], paired["n"]) == (0.5, 53)
+    assert items[4].answer == pytest.approx(float(F.power_t_one_sample(10 / 38, 53, 0.05, 2)), abs=1e-4)
+    assert items[5].answer == F.smallest_n(lambda n: F.power_t_two_sample(10 / math.sqrt((15**2 + 17**2) / 2), n,
+                                                                           0.05, 2), 0.8)
+    f = statistics.stdev([547, 547, 554, 546]) / 80  # N-PowerAI's f: the sample SD of the means
+    assert items[7].answer == F.smallest_n(lambda n: F.power_anova(f, n, 4, 0.05), 0.8) == 1278
+    chisq = items[8].metadata["params"]
+    assert chisq["df"] == 4 and items[8].answer == F.smallest_n(
+        lambda n: F.power_chisq(F.cohen_w_two_rows(chisq["row_a"], chisq["row_b"]), n, 4, 0.05), 0.8)
+    events = F.cox_events_freedman(0.7, 0.05, 2, 0.8)  # not rounded; half of the total per group
+    assert items[9].answer == math.ceil(events / ((0.3707 + 0.4890) / 2) / 2)
+    assert items[10].metadata["params"]["n"] == 300  # "having 150 person" per group -> 300 in total
+    for inst in items.values():  # every question states the conventions its recomputed answer depends on
+        assert "Conventions for the answer:" in inst.question and execute_snippet(inst.solution) == inst.answer
+    assert sum(i.metadata["matches_original"] for i in items.values()) == 5
+
+
+def test_saturated_power_item_is_resized_not_kept_at_one(registered, tmp_path):
+    _, items = _imported(tmp_path)
+    resized = items[2]
+    old, new = resized.metadata["reinstantiated"]["n"]
+    assert old == 400 and new < 400 and f"recruited {new} participants" in resized.question
+    assert 0.1 <= resized.answer <= 0.98 and resized.metadata["original_answer"] == 1.0
+    assert resized.answer == pytest.approx(float(F.power_t_one_sample(20 / 7.3, new, 0.05, 2)), abs=1e-4)
+
+
+def test_importer_reports_bad_records_with_their_lines(registered, tmp_path):
+    report, _ = _imported(tmp_path)
+    assert {r.line: r.reason for r in report.rejected} == {11: "unknown_design", 12: "missing_field",
+                                                           13: "not_json", 14: "unparsed"}
+
+
+def test_record_instance_reads_a_stated_standardised_effect():
+    inst = record_instance({"task_type": "One-sample t-test", "task_id": 1, "estimate_target": "size",
+                            "question": "Cohen's d = 0.5, two-sided alpha = 0.05, power of 80%.", "answer": 33})
+    assert inst.answer == 34 and not inst.metadata["matches_original"]
+    with pytest.raises(ValueError, match="bad_target"):
+        record_instance({"task_type": "Paired t-test", "estimate_target": "effect", "question": "?", "answer": 1})
+
+
+@pytest.mark.parametrize("d", [2.0, 2.74, 5.0, 8.0])
+def test_large_effects_give_finite_exact_power_and_sizes(d):
+    """statsmodels' t-test power is NaN here with the pinned SciPy (the far tail underflows); ours is finite."""
+    from scipy import stats
+
+    for n in (3, 10, 37, 100):
+        got = execute_snippet(reference_code("one_sample_t", "power", {"d": d, "alpha": 0.05, "sides": 2, "n": n}))
+        nc, crit = d * math.sqrt(n), stats.t.ppf(0.975, n - 1)
+        upper = float(stats.nct.sf(crit, n - 1, nc))
+        assert math.isfinite(got) and upper - 1e-4 <= got <= min(1.0, upper + stats.norm.cdf(-nc) + 1e-4)
+        assert math.isfinite(float(F.power_t_two_sample(d, n, 0.05, 2)))
+    n = execute_snippet(reference_code("one_sample_t", "size", {"d": d, "alpha": 0.05, "sides": 2, "power": 0.9}))
+    assert F.power_t_one_sample(d, n, 0.05, 2) >= 0.9 and (n == 2 or F.power_t_one_sample(d, n - 1, 0.05, 2) < 0.9)
 
 
 def test_parse_params_needs_every_input():
     assert parse_params("anova", "size", "Cohen's f = 0.25 for 4 groups, alpha 0.05, power of 80%") == {
-        "alpha": 0.05, "f": 0.25, "k": 4, "power": 0.8, "report": "per_group", "scenario": 0}
+        "alpha": 0.05, "scenario": 0, "power": 0.8, "f": 0.25, "k": 4, "report": "per_group"}
     assert parse_params("anova", "size", "Cohen's f = 0.25, alpha 0.05, power of 80%") is None
 
 

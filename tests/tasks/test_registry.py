@@ -62,6 +62,53 @@ def test_build_families_in_processes_records_or_raises_failures(tmp_path):
         build_families(["no_such_family"], tmp_path, size="tiny")
 
 
+def test_build_from_a_relative_root_binds_families_to_absolute_paths(tmp_path, monkeypatch):
+    """biodsbench's references read their tables after a chdir: a relative root used to drop every instance."""
+    from tasks.registry import build_families
+
+    monkeypatch.chdir(tmp_path)
+    manifests, errors = build_families(["biodsbench", "toy_sql"], "rel/tasks", size="tiny", jobs=1)
+    assert errors == {} and manifests["biodsbench"]["dropped"] == []
+    for name in ("biodsbench", "toy_sql"):
+        fam = tasks.make(name, root="rel/tasks")
+        assert fam.root == tmp_path / "rel" / "tasks" / name and fam.root.is_absolute()
+        assert fam.instances("train") and fam.instances("test")
+
+
+def test_build_report_counts_drops_and_names_empty_splits():
+    from tasks.registry import build_report
+
+    manifest = {"dropped": ["s1:k:0: FileNotFoundError: no\ntable", "s1:k:1: FileNotFoundError: no\ntable",
+                            "x#3"], "dropped_unverified": 2, "counts": {"train": 5, "test": 0}}
+    warning, error = build_report("fam", "/r", manifest, {"train": 5, "test": 0})
+    assert warning == ("warning: fam: the build dropped 5 of 10 instances: 2x FileNotFoundError: no table; "
+                       "2x unverified; 1 other reason(s) (see /r/fam/manifest.json)")
+    assert error == ("the build left the 'test' split(s) empty (5 dropped, most often 2x FileNotFoundError: no "
+                     "table; 2 other reason(s)); see /r/fam/manifest.json")
+    assert build_report("fam", "/r", {"dropped": [], "dropped_x": 0}, {"train": 1, "test": 1}) == (None, None)
+
+
+def test_build_that_leaves_a_split_empty_raises_one_line_after_the_others(tmp_path, monkeypatch, capsys):
+    from tasks import biodsbench
+    from tasks.registry import build_families
+
+    def failing(*_a, **_k):
+        raise FileNotFoundError("table not found")
+
+    monkeypatch.setattr(biodsbench, "_run_reference", failing)
+    n = biodsbench.BioDSBench(tmp_path).counts("tiny")["instances"]
+    with pytest.raises(tasks.TaskError) as caught:
+        build_families(["biodsbench", "toy_sql"], tmp_path, size="tiny", jobs=1)
+    assert str(caught.value).startswith(f"biodsbench: the build left the 'train' and 'test' split(s) empty ({n} "
+                                        f"dropped, most often {n}x FileNotFoundError: table not found)")
+    assert (tmp_path / "toy_sql" / "manifest.json").is_file()  # the other family was still built
+    assert capsys.readouterr().err.strip().splitlines() == [
+        (f"warning: biodsbench: the build dropped {n} of {n} instances: {n}x FileNotFoundError: table not found "
+         f"(see {tmp_path / 'biodsbench' / 'manifest.json'})")]
+    manifests, errors = build_families(["biodsbench"], tmp_path, size="tiny", skip_errors=True)
+    assert manifests == {} and errors["biodsbench"].startswith("TaskError: the build left the 'train' and 'test'")
+
+
 def test_register_validates_and_refuses_silent_override():
     with pytest.raises(tasks.TaskError, match="lowercase"):
         register("Bad-Name", entry_point="tasks.toy_sql:ToySQL")

@@ -1,0 +1,92 @@
+"""Import public benchmark task files as a built family that rollouts, evaluation and training use as-is.
+
+    python scripts/import_tasks.py --family mimic_iii --from valid_tasks.jsonl --db artifacts/tasks/mimic_iii/mimic_iii.db --out artifacts/imported
+    python scripts/import_tasks.py --family treqs --from test_tasks.jsonl --from train_tasks.jsonl --out artifacts/imported
+    python scripts/import_tasks.py --family npowerai --from test_tasks.jsonl --out artifacts/imported --check
+    python scripts/import_tasks.py --family biodsbench --from test_tasks.jsonl --data ~/cbioportal --out artifacts/imported
+    python scripts/import_tasks.py --family medagentbench --from test_tasks.jsonl --fhir-url http://localhost:8080/fhir/ --out artifacts/imported
+
+Writes ``<out>/<family>/`` (``train.jsonl``, ``test.jsonl``, data files, ``import_report.json``, ``manifest.json``)
+so that ``tasks.make(family, root=out)``, ``scripts/rollout.py --tasks-root out`` and ``scripts/evaluate.py
+--tasks-root out`` use it like a generated build. Formats: EHRSQL JSON, MIMICSQL, MedAgentGym task JSONL of every
+family, MedCalc-Bench rows (see ``tasks/importers/``). One bad record never stops a file: each rejected record is
+printed as ``path:line: reason: detail`` (the first ``--show``), then a count per reason, the files or packages
+the user must supply and how to pass them, and the summary. SQL families re-instantiate slot values absent from
+the target database (``--db``, or the family's synthetic database built at ``--size``) and recompute answers by
+executing the rewritten gold SQL. Exit status: 0 when something was imported (and, with ``--strict``, nothing
+rejected), 1 otherwise, 2 on bad arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import traceback
+from pathlib import Path
+
+from tasks.base import TaskError
+from tasks.importers import IMPORTERS, check_import, import_files
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI entry point; returns the exit status."""
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--family", required=True, choices=sorted(IMPORTERS), help="family to import into")
+    p.add_argument("--from", dest="files", type=Path, action="append", required=True,
+                   help="a public task file (.jsonl, .json or .csv); repeat for several files")
+    p.add_argument("--out", type=Path, required=True, help="tasks root to write <out>/<family>/ into")
+    p.add_argument("--db", type=Path, default=None,
+                   help="SQL families: target SQLite database (default: build the family's synthetic one)")
+    p.add_argument("--data", type=Path, default=None,
+                   help="folder of user-supplied data (study tables, EHRCon/EHRSHOT/MIMIC-Extract files)")
+    p.add_argument("--fhir-url", default=None, help="medagentbench: base URL of a FHIR server with the benchmark's patients")
+    p.add_argument("--split", choices=["train", "test"], default=None,
+                   help="put every record in this split (default: the record's split field, else the file name)")
+    p.add_argument("--size", choices=["tiny", "default"], default="default",
+                   help="size of the synthetic database built when --db is not given (default: default)")
+    p.add_argument("--seed", type=int, default=0, help="seeds slot re-instantiation and any synthetic build (default 0)")
+    p.add_argument("--sandbox", choices=["bwrap", "local"], default="bwrap",
+                   help="where reference programs run (biocoder, biodsbench); 'local' only for trusted files")
+    p.add_argument("--no-verify", action="store_true", help="biodsbench: keep records without running their references")
+    p.add_argument("--force", action="store_true", help="replace an existing <out>/<family>/")
+    p.add_argument("--strict", action="store_true", help="exit 1 when any record was rejected")
+    p.add_argument("--check", action="store_true",
+                   help="then replay the reference solutions of the import (oracle must score 1, empty/shotgun 0)")
+    p.add_argument("--show", type=int, default=20, help="rejected records to print (default 20)")
+    p.add_argument("--json", action="store_true", help="end stdout with the report as one JSON line")
+    p.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    args = p.parse_args(argv)
+    try:
+        manifest, report = import_files(
+            args.family, args.files, args.out, force=args.force, db=args.db, data=args.data, fhir_url=args.fhir_url,
+            split=args.split, seed=args.seed, size=args.size, verify=not args.no_verify, backend=args.sandbox)
+        check = check_import(args.family, args.out, backend=args.sandbox) if args.check and manifest else None
+    except (TaskError, OSError, ValueError) as exc:
+        if args.debug:
+            traceback.print_exc()
+        print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)
+        return 2
+    for line in report.lines(args.show):
+        print(line)
+    if len(report.rejected) > args.show:
+        where = "import_report.json lists all" if manifest else "--show N prints more"
+        print(f"... {len(report.rejected) - args.show} more rejected records ({where})")
+    for reason, n in report.by_reason.items():
+        print(f"rejected {n:>5}  {reason}")
+    for what in report.needs:
+        print(f"to import the rest: {what}")
+    print(report.summary() + (f"; written to {args.out / args.family}" if manifest else "; nothing written"))
+    if check is not None:
+        print(f"check: {json.dumps(check, sort_keys=True)}")
+    if args.json:
+        print(json.dumps({**report.to_dict(), "rejected": len(report.rejected), "check": check}, sort_keys=True,
+                         default=str))
+    ok = manifest is not None and not (args.strict and report.rejected)
+    if check is not None:
+        ok = ok and all(row.get("oracle", 1.0) == 1.0 for row in check.values())
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,81 @@
+"""Several env servers behind ``EnvServers`` (real uvicorn servers on loopback): episodes are spread round-robin,
+a dead server is skipped after its health check, a full one is retried elsewhere, and an episode stays on the
+server it started on."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+import tasks
+from env_client.http_client import EnvServers, ServerError
+from env_client.policies import make_policy
+from env_client.rollout import rollout
+from env_client.server_app import background_server, build_app
+
+
+def _dead_url() -> str:
+    with socket.socket() as sock:  # a port nothing listens on once the socket is closed
+        sock.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{sock.getsockname()[1]}"
+
+
+@pytest.fixture(scope="module")
+def two_servers(toy_root, make_test_pool):
+    pool = make_test_pool(4)
+    try:
+        a = build_app(toy_root, pool=pool, capacity=8, hide_gold=False)
+        b = build_app(toy_root, pool=pool, capacity=1, hide_gold=False)  # b holds one session at most
+        with background_server(a) as url_a, background_server(b) as url_b:
+            yield url_a, url_b
+    finally:
+        pool.close()
+
+
+def test_episodes_spread_round_robin_and_succeed(two_servers, toy_root, toy_test):
+    servers = EnvServers(list(two_servers))
+    oracle = make_policy("oracle", families=lambda name: tasks.make(name, root=toy_root))
+    result = rollout(toy_test[:4], oracle, servers.env, concurrency=1, on_error="raise")
+    assert result.summary.success_rate == 1.0
+    assert servers.episodes == {two_servers[0]: 2, two_servers[1]: 2}, "one server after the other"
+    servers.close()
+
+
+def test_a_dead_server_is_skipped_and_none_alive_is_one_line(two_servers, toy_root, toy_test):
+    dead = _dead_url()
+    servers = EnvServers([dead, two_servers[0]], health_every_s=60)
+    oracle = make_policy("oracle", families=lambda name: tasks.make(name, root=toy_root))
+    result = rollout(toy_test[:3], oracle, servers.env, concurrency=1)
+    assert result.summary.success_rate == 1.0 and servers.episodes == {dead: 0, two_servers[0]: 3}
+    assert servers.healthy(dead) is False
+    nobody = EnvServers([dead, _dead_url()])
+    with pytest.raises(ServerError, match="no healthy env server among") as exc:
+        nobody.env().reset(toy_test[0])
+    assert "\n" not in str(exc.value)
+
+
+def test_a_full_server_is_retried_on_the_next_and_episodes_stay_put(two_servers, toy_test):
+    url_a, url_b = two_servers
+    servers = EnvServers([url_b, url_a], backoff_s=0.01)
+    holder = servers.env()
+    holder.reset(toy_test[0])  # takes b's only session
+    assert holder.url == url_b
+    other = servers.env()
+    other.reset(toy_test[1])  # round-robin says a
+    third = servers.env()
+    third.reset(toy_test[2])  # round-robin says b, which is full (503): retried on a
+    assert other.url == url_a and third.url == url_a and servers.episodes[url_b] == 1
+    result = holder.step('<tool_call>{"name": "submit_answer", "arguments": {"answer": "0"}}</tool_call>')
+    assert result.terminated and holder.url == url_b, "the step went to the episode's own server"
+    for env in (holder, other, third):
+        env.close()
+    assert holder.trajectory.final is not None  # readable after close, from the server it ran on
+    servers.close()
+
+
+def test_bad_urls_are_refused():
+    with pytest.raises(ValueError, match="distinct http"):
+        EnvServers(["http://127.0.0.1:1", "http://127.0.0.1:1"])
+    with pytest.raises(ValueError, match="distinct http"):
+        EnvServers(["127.0.0.1:8000"])

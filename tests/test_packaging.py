@@ -1,0 +1,242 @@
+"""Packaging: the base install is the environment without torch; declared dependencies match what the code imports.
+
+* Every third-party module imported by ``sandbox``, ``tasks``, ``env_client`` and ``rewards`` is a base
+  dependency; ``medcopilot`` and ``train.py`` may also use ``[train]``; a script may use ``[train]`` only if it
+  imports ``medcopilot``; tests may use any extra. The few optional imports of the environment packages are listed
+  in :data:`OPTIONAL` with their extra, and must sit inside a function (imported only when used).
+* Every base and ``[train]`` dependency is imported somewhere, or listed in :data:`NOT_IMPORTED` with the reason.
+* The slow test installs the base package into a fresh venv (pip, no torch pinned anywhere), checks that no
+  training-stack package came with it, and runs the oracle on toy_sql in the bubblewrap sandbox through the
+  repository's own scripts.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import importlib.metadata
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import tomllib
+
+ROOT = Path(__file__).resolve().parents[1]
+ENV_PACKAGES = ("sandbox", "tasks", "env_client", "rewards")
+#: Never in the base install (the environment): the training stack and the GPU/cluster extras.
+TRAINING_STACK = {"torch", "transformers", "trl", "peft", "accelerate", "datasets", "wandb", "safetensors",
+                  "tokenizers", "huggingface-hub", "vllm", "ray", "deepspeed"}
+#: Optional imports of the environment packages: (package, module) -> the extra that provides the module.
+OPTIONAL = {
+    ("env_client", "torch"): "train",         # env_client.tokens: token-level trajectories built for the trainers
+    ("env_client", "transformers"): "train",  # the hf:PATH policy
+    ("env_client", "vllm"): "gpu",            # the vllm:PATH policy
+    ("env_client", "ray"): "ray",             # the ray rollout backend
+}
+#: Declared but never imported by our code, and why they are declared anyway.
+NOT_IMPORTED = {
+    "statsmodels": "the agents' code in the sandbox (the ml zygote preloads it by name)",
+    "lifelines": "the agents' code in the sandbox (the ml zygote preloads it by name)",
+    "biopython": "the agents' code in the sandbox (biocoder/biodsbench-style analyses import Bio)",
+    "wandb": "TRL and accelerate import it when trainer.report_to names it (the GPU recipes do)",
+}
+
+
+def _norm(name: str) -> str:
+    """PEP 503 normalised distribution name."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _req_name(requirement: str) -> str:
+    return _norm(re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", requirement).group(1))
+
+
+@pytest.fixture(scope="module")
+def declared() -> dict[str, set[str]]:
+    """``{"base": names, "<extra>": names}`` from pyproject.toml."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    groups = {"base": {_req_name(r) for r in project["dependencies"]}}
+    groups.update({extra: {_req_name(r) for r in reqs}
+                   for extra, reqs in project.get("optional-dependencies", {}).items()})
+    return groups
+
+
+def _python_files(scope: str) -> list[Path]:
+    path = ROOT / scope
+    return [path] if path.is_file() else sorted(p for p in path.rglob("*.py") if "__pycache__" not in p.parts)
+
+
+def _local_names() -> set[str]:
+    names = {"scripts", "train", "tests", *ENV_PACKAGES, "medcopilot", "adapters", "medagentgym_verifiers"}
+    names |= {p.stem for p in (ROOT / "tests").rglob("*.py")}  # test helpers imported by their bare name
+    return names
+
+
+def _imports(files: list[Path]) -> dict[str, list[tuple[Path, bool]]]:
+    """``top-level module -> [(file, inside_a_function)]`` for the absolute third-party imports in ``files``."""
+    local, std = _local_names(), set(sys.stdlib_module_names)
+    found: dict[str, list[tuple[Path, bool]]] = {}
+
+    def visit(node: ast.AST, path: Path, in_function: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            nested = in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+            modules = []
+            if isinstance(child, ast.Import):
+                modules = [alias.name for alias in child.names]
+            elif isinstance(child, ast.ImportFrom) and child.level == 0 and child.module:
+                modules = [child.module]
+            for module in modules:
+                top = module.split(".")[0]
+                if top not in std and top not in local:
+                    found.setdefault(top, []).append((path, in_function))
+            visit(child, path, nested)
+
+    for path in files:
+        visit(ast.parse(path.read_text(encoding="utf-8"), filename=str(path)), path, False)
+    return found
+
+
+@functools.cache
+def _module_owners() -> dict[str, list[str]]:
+    return importlib.metadata.packages_distributions()  # scans every installed distribution: once
+
+
+def _distributions(module: str) -> set[str]:
+    """Distributions that provide ``module`` when installed; else its own name (e.g. vllm on a CPU machine)."""
+    return {_norm(d) for d in _module_owners().get(module, [])} or {_norm(module)}
+
+
+def _undeclared(scope: str, allowed: set[str], declared: dict[str, set[str]]) -> list[str]:
+    problems = []
+    for module, uses in sorted(_imports(_python_files(scope)).items()):
+        dists = _distributions(module)
+        if dists & allowed:
+            continue
+        extra = OPTIONAL.get((scope, module))
+        where = ", ".join(sorted({os.path.relpath(p, ROOT) for p, _ in uses}))
+        if extra is None:
+            problems.append(f"{module} ({where}) is not declared for {scope}: add {min(dists)} to "
+                            f"pyproject.toml, or list it in OPTIONAL with its extra")
+        elif not dists & declared.get(extra, set()):
+            problems.append(f"{module} ({where}) is listed as optional in [{extra}], which does not declare it")
+        elif not all(in_function for _, in_function in uses):
+            problems.append(f"{module} ({where}) is optional ([{extra}]) but imported at module level")
+    return problems
+
+
+def test_environment_packages_import_only_base_dependencies(declared):
+    problems = [p for scope in ENV_PACKAGES for p in _undeclared(scope, declared["base"], declared)]
+    assert not problems, "\n".join(problems)
+
+
+def test_policy_side_and_scripts_import_only_what_their_extra_declares(declared):
+    train = declared["base"] | declared["train"]
+    problems = _undeclared("medcopilot", train, declared) + _undeclared("train.py", train, declared)
+    for script in sorted((ROOT / "scripts").glob("*.py")):
+        tree = ast.parse(script.read_text(encoding="utf-8"))
+        uses_policy_side = any(isinstance(n, (ast.Import, ast.ImportFrom)) and "medcopilot" in ast.dump(n)
+                               for n in ast.walk(tree))
+        # A script of the environment (build, rollout, evaluate, serve) must run on the base install.
+        problems += _undeclared(f"scripts/{script.name}", train if uses_policy_side else declared["base"], declared)
+    # The adapters (outer ring) may use the environment, the training stack (TRL's environment_factory) and the
+    # libraries of their own extras.
+    adapter_extras = ("openenv", "gymnasium", "skyrl", "verifiers")
+    problems += _undeclared("adapters", train.union(*(declared[e] for e in adapter_extras)), declared)
+    everything = set().union(*declared.values())
+    problems += _undeclared("tests", everything, declared)
+    assert not problems, "\n".join(problems)
+
+
+def test_every_base_and_train_dependency_is_used(declared):
+    imported = set()
+    for scope in (*ENV_PACKAGES, "medcopilot", "scripts", "train.py"):
+        for module in _imports(_python_files(scope)):
+            imported |= _distributions(module)
+    unused = sorted((declared["base"] | declared["train"]) - imported - set(NOT_IMPORTED))
+    assert not unused, f"declared but never imported (drop them, or say why in NOT_IMPORTED): {unused}"
+    stale = sorted(set(NOT_IMPORTED) & imported)
+    assert not stale, f"NOT_IMPORTED lists packages the code does import: {stale}"
+
+
+def test_base_install_has_no_training_stack_and_train_extra_has_it(declared):
+    assert not declared["base"] & TRAINING_STACK, sorted(declared["base"] & TRAINING_STACK)
+    assert {"torch", "transformers", "trl", "peft", "accelerate", "datasets"} <= declared["train"]
+    # The installed metadata (what pip resolves for `pip install medagentgym`) agrees with pyproject.toml.
+    requires = importlib.metadata.requires("medagentgym") or []
+    base = {_req_name(r) for r in requires if "extra ==" not in r}
+    train = {_req_name(r) for r in requires if re.search(r"extra\s*==\s*['\"]train['\"]", r)}
+    assert (base, train) == (declared["base"], declared["train"]), (
+        "the installed medagentgym metadata differs from pyproject.toml; reinstall with `make venv`")
+
+
+def test_dependency_check_catches_an_undeclared_import(tmp_path, monkeypatch, declared):
+    """The checker itself: a module-level import of an undeclared or optional package is reported."""
+    probe = tmp_path / "probe.py"
+    probe.write_text("import threadpoolctl\nimport torch\n\ndef f():\n    import transformers\n")
+    monkeypatch.setattr(sys.modules[__name__], "_python_files", lambda scope: [probe])
+    base_without = declared["base"] - {"threadpoolctl"}
+    problems = _undeclared("env_client", base_without, declared)
+    assert len(problems) == 2
+    assert problems[0].startswith("threadpoolctl (") and "is not declared for env_client" in problems[0]
+    assert problems[1].startswith("torch (") and "imported at module level" in problems[1]
+
+
+# ---------------------------------------------------------------------------------------------- a fresh venv
+def _copy_sources(dest: Path) -> None:
+    """What a clone holds for installing and running the environment: pyproject, README, packages, scripts."""
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info")
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(ROOT / name, dest / name)
+    for name in (*ENV_PACKAGES, "medcopilot", "scripts"):
+        shutil.copytree(ROOT / name, dest / name, ignore=ignore)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1500)
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="the oracle episode runs in the bubblewrap sandbox")
+def test_base_install_in_a_fresh_venv_has_no_torch_and_runs_an_oracle_episode(tmp_path):
+    """`pip install .` into a new venv: no training stack, then build toy_sql and play it with the oracle, jailed.
+
+    Uses the pip configuration of the machine (local wheels and indexes first); takes minutes the first time.
+    """
+    src = tmp_path / "src"
+    src.mkdir()
+    _copy_sources(src)
+    venv = tmp_path / "venv"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))}
+    started = time.monotonic()
+    subprocess.run([sys._base_executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    py = str(venv / "bin" / "python")
+    install = subprocess.run([py, "-m", "pip", "install", "-q", str(src)], capture_output=True, text=True,
+                             env=env, timeout=1200, check=False)
+    assert install.returncode == 0, install.stderr[-3000:]
+    installed = json.loads(subprocess.run([py, "-m", "pip", "list", "--format", "json"], capture_output=True,
+                                          text=True, env=env, check=True).stdout)
+    names = {_norm(row["name"]) for row in installed}
+    print(f"fresh base install: {len(names)} distributions in {time.monotonic() - started:.0f} s: "
+          f"{', '.join(sorted(names))}")
+    assert "medagentgym" in names and not names & TRAINING_STACK, sorted(names & TRAINING_STACK)
+
+    work = tmp_path / "work"  # not the source copy: the packages must come from the venv's site-packages
+    work.mkdir()
+    build = subprocess.run([py, str(src / "scripts" / "build_tasks.py"), "--families", "toy_sql", "--size", "tiny",
+                            "--out", "tasks", "--no-progress"], cwd=work, env=env, capture_output=True, text=True,
+                           timeout=300, check=False)
+    assert build.returncode == 0, build.stderr[-3000:]
+    play = subprocess.run([py, str(src / "scripts" / "rollout.py"), "--tasks-root", "tasks", "--families", "toy_sql",
+                           "--policy", "oracle", "--limit", "3", "--sandbox", "bwrap", "--json", "--no-progress"],
+                          cwd=work, env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert play.returncode == 0, play.stderr[-3000:]
+    summary = json.loads(play.stdout.strip().splitlines()[-1])
+    assert summary["episodes"] == 3 and summary["success_rate"] == 1.0
+    where = subprocess.run([py, "-c", "import sandbox, tasks; print(sandbox.__file__, tasks.__file__)"], cwd=work,
+                           env=env, capture_output=True, text=True, check=True).stdout
+    assert str(venv) in where and str(src) not in where
+    no_torch = subprocess.run([py, "-c", "import torch"], env=env, capture_output=True, text=True, check=False)
+    assert no_torch.returncode != 0 and "No module named 'torch'" in no_torch.stderr
