@@ -45,7 +45,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["TokenEpisode", "collate", "generate", "observation_ids", "render_prompt", "token_rollout"]
+__all__ = ["TokenEpisode", "collate", "generate", "generate_batch", "observation_ids", "render_prompt",
+           "token_rollout"]
 
 #: ``generate_fn(prompt_and_history_ids, seed) -> (new_ids, logprobs)``.
 GenerateFn = Callable[[list[int], "int | None"], "tuple[list[int], list[float]]"]
@@ -94,12 +95,120 @@ def observation_ids(tokenizer: Any, new_messages: list[dict], tools: list[dict] 
     return _encode(tokenizer, tail + full[len(head):])
 
 
+class _SeededSampler:
+    """A logits processor that draws every row's next token itself, from the row's own random stream.
+
+    ``model.generate`` runs greedy over what this returns: -inf everywhere except the drawn token. The draw is
+    Gumbel-max (``argmax(log p + G)`` with ``G`` standard Gumbel noise is an exact sample from ``p``), where
+    ``log p`` is the log-softmax of the logits at ``temperature`` after optional top-k / top-p filtering, and the
+    noise of row ``i`` comes from a generator seeded with ``seeds[i]``. So a row's tokens depend only on the model,
+    its context and its seed: not on which other rows share the batch, their padding, the process, or timing.
+    The sampled token's log-probability is kept per step (``(B,)`` floats), never the ``(B, V)`` scores.
+    """
+
+    def __init__(self, seeds: list[int], *, temperature: float, top_k: int, top_p: float, device: Any) -> None:
+        import torch
+        from transformers import LogitsProcessorList, TopKLogitsWarper, TopPLogitsWarper
+
+        self.temperature = temperature
+        self.gens = [torch.Generator(device=device).manual_seed(int(s) % (1 << 63)) for s in seeds]
+        self.filters = LogitsProcessorList(([TopKLogitsWarper(top_k)] if top_k > 0 else [])
+                                           + ([TopPLogitsWarper(top_p)] if top_p < 1.0 else []))
+        self.steps: list[Any] = []  # per step: (B,) logprob of the drawn token
+
+    def __call__(self, input_ids: Any, scores: Any) -> Any:
+        import torch
+
+        logits = scores.float()
+        if self.temperature > 0:
+            logits = logits / self.temperature
+        logits = self.filters(input_ids, logits)
+        logp = torch.log_softmax(logits, dim=-1)  # (B, V)
+        if self.temperature > 0:
+            uniform = torch.stack([torch.rand(logp.shape[-1], generator=g, device=logp.device) for g in self.gens])
+            drawn = (logp - torch.log(-torch.log(uniform.clamp_min(1e-20)))).argmax(dim=-1)
+        else:
+            drawn = logp.argmax(dim=-1)
+        self.steps.append(logp.gather(1, drawn[:, None])[:, 0])
+        return torch.full_like(scores, float("-inf")).scatter_(1, drawn[:, None], 0.0)
+
+
+def _generation_config(max_new_tokens: int, stop: list[int], pad_id: int | None) -> Any:
+    """Greedy decoding with every logits-shaping field set to its neutral global default.
+
+    ``model.generate`` fills each field a config leaves unset from the checkpoint's own ``generation_config``
+    (Qwen2.5-Instruct ships ``repetition_penalty 1.05``, ``top_k 20``, ``top_p 0.8``, ``temperature 0.7``), which
+    would make the sampled policy differ from the one the trainers rescore. Spelling out the defaults stops that.
+    """
+    from transformers import GenerationConfig
+
+    neutral = GenerationConfig()._get_default_generation_params()
+    return GenerationConfig(**{**neutral, "max_length": None, "max_new_tokens": max_new_tokens, "do_sample": False,
+                               "num_beams": 1, "eos_token_id": stop, "pad_token_id": pad_id})
+
+
+def generate_batch(model: Any, tokenizer: Any, contexts: list[list[int]], *, seeds: list[int], max_new_tokens: int,
+                   temperature: float = 1.0, top_p: float = 1.0,
+                   top_k: int = 0) -> tuple[list[list[int]], list[list[float]]]:
+    """Sample one continuation per context in one ``model.generate`` call (left padding).
+
+    Row ``i`` is drawn from its own random stream seeded with ``seeds[i]`` (see :class:`_SeededSampler`), so it
+    is the same whether sampled alone or in any batch, and two processes or episodes with different seeds never
+    share noise. Logprobs are those of the distribution the ids were drawn from (logits / temperature, after
+    top-k / top-p), which is what the trainers rescore when ``top_p=1`` and ``top_k=0``. Only the sampled token's
+    logprob is kept per step; no ``(B, T, V)`` scores are stored. The checkpoint's ``generation_config`` is not
+    inherited (see :func:`_generation_config`).
+
+    Args:
+        model: A HF causal LM (CPU or GPU), unwrapped.
+        tokenizer: Its tokenizer (pad and eos ids set).
+        contexts: Full id sequences so far, one per row (lengths differ).
+        seeds: One per row.
+        max_new_tokens: Per-call cap.
+        temperature: Sampling temperature; 0 = greedy.
+        top_p: Nucleus mass; 1 keeps the whole distribution.
+        top_k: 0 disables top-k.
+
+    Returns:
+        ``(new_ids, logprobs)``: per row, ``len(new_ids[i]) == len(logprobs[i]) >= 1``, cut after the first stop
+        id (eos ``<|im_end|>`` or pad), which is included.
+
+    Raises:
+        ValueError: If ``seeds`` and ``contexts`` differ in length.
+
+    Example:
+        >>> ids, lps = generate_batch(model, tok, [[1, 2, 3], [4]], seeds=[0, 1], max_new_tokens=8)  # doctest: +SKIP
+    """
+    import torch
+
+    if len(seeds) != len(contexts):
+        raise ValueError(f"{len(seeds)} seeds for {len(contexts)} contexts; pass one seed per context")
+    pad_id, eos_id = tokenizer.pad_token_id, tokenizer.eos_token_id
+    stop = [t for t in dict.fromkeys((eos_id, pad_id)) if t is not None]
+    width = max(len(c) for c in contexts)
+    device = next(model.parameters()).device
+    ids = torch.full((len(contexts), width), pad_id if pad_id is not None else eos_id, dtype=torch.long)
+    mask = torch.zeros((len(contexts), width), dtype=torch.long)
+    for i, ctx in enumerate(contexts):  # left padding: every row's next token sits at the same column
+        ids[i, width - len(ctx):] = torch.tensor(ctx, dtype=torch.long)
+        mask[i, width - len(ctx):] = 1
+    sampler = _SeededSampler(seeds, temperature=temperature, top_k=top_k, top_p=top_p, device=device)
+    with torch.no_grad():
+        sequences = model.generate(ids.to(device), attention_mask=mask.to(device),
+                                   generation_config=_generation_config(max_new_tokens, stop, pad_id),
+                                   logits_processor=[sampler])
+    steps = torch.stack(sampler.steps, dim=1).tolist()  # (B, T_new)
+    new_ids, logprobs = [], []
+    for i, row in enumerate(sequences[:, width:].tolist()):
+        cut = next((k + 1 for k, t in enumerate(row) if t in stop), len(row))
+        new_ids.append(row[:cut])
+        logprobs.append(steps[i][:cut])
+    return new_ids, logprobs
+
+
 def generate(model: Any, tokenizer: Any, ids: list[int], *, max_new_tokens: int, temperature: float = 1.0,
              top_p: float = 1.0, seed: int | None = None) -> tuple[list[int], list[float]]:
-    """Sample one completion with ``model.generate`` and return its ids and their sampling logprobs.
-
-    Logprobs are taken from the processed scores (after temperature and top-p), i.e. under the distribution
-    the ids were actually drawn from. Generation stops at the tokenizer's eos (``<|im_end|>``) or pad id.
+    """Sample one completion (:func:`generate_batch` with one row) and return its ids and sampling logprobs.
 
     Args:
         model: A HF causal LM (CPU or GPU).
@@ -108,32 +217,18 @@ def generate(model: Any, tokenizer: Any, ids: list[int], *, max_new_tokens: int,
         max_new_tokens: Cap on generated ids.
         temperature: 0 means greedy.
         top_p: Nucleus mass.
-        seed: Seeds torch's global RNG before sampling (callers serialise concurrent calls).
+        seed: The row's seed (None: one drawn from torch's global RNG).
 
     Returns:
         ``(new_ids, logprobs)``, equal lengths, the stop id included when one was produced.
     """
     import torch
 
-    if seed is not None:
-        torch.manual_seed(seed)
-    device = next(model.parameters()).device
-    input_ids = torch.tensor([ids], dtype=torch.long, device=device)
-    stop = [t for t in {tokenizer.eos_token_id, tokenizer.pad_token_id} if t is not None]
-    sample = temperature > 0
-    kwargs = {"do_sample": True, "temperature": temperature, "top_p": top_p, "top_k": 0} if sample else {
-        "do_sample": False}
-    with torch.no_grad():
-        out = model.generate(input_ids, attention_mask=torch.ones_like(input_ids), max_new_tokens=max_new_tokens,
-                             eos_token_id=stop, pad_token_id=tokenizer.pad_token_id, output_scores=True,
-                             return_dict_in_generate=True, **kwargs)
-    new = out.sequences[0, len(ids):].tolist()
-    for k, tok in enumerate(new):  # cut at the first stop id (generate pads after it in batches)
-        if tok in stop:
-            new = new[: k + 1]
-            break
-    logprobs = [torch.log_softmax(score[0].float(), dim=-1)[tok].item() for score, tok in zip(out.scores, new)]
-    return new, logprobs
+    if seed is None:
+        seed = int(torch.randint(0, 1 << 62, ()).item())
+    new, logprobs = generate_batch(model, tokenizer, [ids], seeds=[seed], max_new_tokens=max_new_tokens,
+                                   temperature=temperature, top_p=top_p)
+    return new[0], logprobs[0]
 
 
 @dataclass

@@ -123,7 +123,8 @@ class _Totals:
 
 
 def batch_metrics(
-    stats: Sequence[EpisodeStats], *, rewards: Sequence[float | None], group_size: int
+    stats: Sequence[EpisodeStats], *, rewards: Sequence[float | None], group_size: int,
+    group_rewards: Sequence[float | None] | None = None,
 ) -> dict[str, float]:
     """Aggregate one generation batch of episodes into the ``env/*`` metrics (see the module docstring).
 
@@ -131,6 +132,9 @@ def batch_metrics(
         stats: One entry per row (episode), in TRL's row order.
         rewards: The episode rewards, same order (None for a failed grader).
         group_size: ``num_generations``, for ``env/zero_adv_frac``.
+        group_rewards: The rewards of whole groups for ``env/zero_adv_frac`` when ``rewards`` holds only this
+            process's part of a group (TRL lets a group span processes): every process's rows in rank order.
+            Default: ``rewards``.
 
     Returns:
         Metric name -> value. Empty when ``stats`` is empty.
@@ -158,7 +162,7 @@ def batch_metrics(
         "env/tool_failure_rate": c["tool_failures"] / c["tool_calls"] if c["tool_calls"] else 0.0,
         "env/loop_rate": c["looped"] / n,
         "env/truncation_rate": c["truncated"] / n,
-        "env/zero_adv_frac": zero_advantage_fraction(rewards, group_size),
+        "env/zero_adv_frac": zero_advantage_fraction(rewards if group_rewards is None else group_rewards, group_size),
         "env/grader_error_rate": c["grader_error"] / n,
         "env/sandbox_latency_s": c["sandbox_seconds"] / c["sandbox_calls"] if c["sandbox_calls"] else 0.0,
     }

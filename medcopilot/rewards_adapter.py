@@ -81,8 +81,14 @@ class EpisodeReward:
             raise ValueError(f"{len(episode_reward)} episode rewards for {len(completions)} completions")
         rewards = [None if r is None else float(r) for r in episode_reward]
         if self.log_metrics and log_metric is not None and episode_stats is not None:
+            from accelerate.utils import gather_object
+
             stats = [EpisodeStats.from_dict(dict(s)) for s in episode_stats]
-            for name, value in batch_metrics(stats, rewards=rewards, group_size=self.group_size).items():
+            # A group may span processes (TRL hands each process a contiguous slice of the batch): count flat
+            # groups over every process's rows, in rank order. All processes then log the same value.
+            everyone = gather_object(rewards)
+            for name, value in batch_metrics(stats, rewards=rewards, group_size=self.group_size,
+                                             group_rewards=everyone).items():
                 log_metric(name, value)
         if self.log_metrics and log_metric is not None and episode_stats is not None and kwargs.get("family"):
             for name, value in family_success(episode_stats, kwargs["family"]).items():

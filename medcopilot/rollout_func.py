@@ -40,15 +40,17 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from env_client.tokens import TokenEpisode, token_rollout
+from env_client.tokens import TokenEpisode, generate_batch, token_rollout
 from medcopilot.metrics import episode_outcome
+from rewards import combine
 
-__all__ = ["BatchGenerate", "EnvRolloutFunc", "PromptIndex", "TurnBatcher", "hf_batch_generate", "prompt_key"]
+__all__ = ["BatchGenerate", "EnvRolloutFunc", "PromptIndex", "TurnBatcher", "check_generation_layout", "episode_seed",
+           "hf_batch_generate", "prompt_key"]
 
 log = logging.getLogger(__name__)
 
-#: ``batch_generate(contexts) -> (new_ids per context, logprobs per context or None)``.
-BatchGenerate = Callable[[list[list[int]]], "tuple[list[list[int]], list[list[float]] | None]"]
+#: ``batch_generate(contexts, seeds) -> (new_ids per context, logprobs per context or None)``; one seed per context.
+BatchGenerate = Callable[[list[list[int]], list[int]], "tuple[list[list[int]], list[list[float]] | None]"]
 
 
 def prompt_key(prompt: Any) -> str:
@@ -115,54 +117,53 @@ class PromptIndex:
         return self.instances[iid]
 
 
-def hf_batch_generate(model: Any, tokenizer: Any, contexts: list[list[int]], *, max_new_tokens: int,
-                      temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0,
-                      seed: int | None = None) -> tuple[list[list[int]], list[list[float]]]:
-    """Sample one continuation per context with ``model.generate`` (left padding) and return ids and logprobs.
+def episode_seed(seed: int, rank: int, call: int, row: int) -> int:
+    """The sampling seed of one episode: a hash of (base seed, process rank, round, row) into 62 bits.
 
-    Logprobs come from the processed scores, i.e. the distribution the ids were drawn from. Each continuation is
-    cut after its first stop id (eos ``<|im_end|>`` or pad).
+    Turns add their index to it (:func:`env_client.tokens.token_rollout`); hashing keeps episodes' streams apart
+    even then (row ``r``'s second turn never reuses row ``r + 1``'s first seed, as ``base + row`` would).
+    """
+    import numpy as np
 
-    Args:
-        model: An unwrapped HF causal LM.
-        tokenizer: Its tokenizer (pad and eos ids set).
-        contexts: Full id sequences so far, one per episode (shapes differ).
-        max_new_tokens: Per-turn cap.
-        temperature: Sampling temperature (> 0).
-        top_p: Nucleus mass; 1 keeps the whole distribution.
-        top_k: 0 disables top-k (transformers' default of 50 would bias GRPO's ratio).
-        seed: Seeds torch's RNG for this batch.
+    return int(np.random.SeedSequence([seed, rank, call, row]).generate_state(1, np.uint64)[0] >> 2)
+
+
+def check_generation_layout(accelerator: Any) -> None:
+    """Refuse multi-turn ``model.generate`` rollouts where processes must call generate in lockstep.
+
+    Under DeepSpeed ZeRO-3 or FSDP with more than one process, transformers runs ``generate`` with
+    ``synced_gpus=True``: every process must make the same number of generate calls. Episodes take different
+    numbers of turns and batch by timing, so the calls differ per process and training would hang.
+
+    Raises:
+        RuntimeError: For ZeRO-3 or FSDP with more than one process (one line saying what to use instead).
+    """
+    if accelerator.num_processes <= 1:
+        return
+    kind = getattr(accelerator.distributed_type, "value", str(accelerator.distributed_type))
+    plugin = getattr(accelerator.state, "deepspeed_plugin", None)
+    sharded = "FSDP" if kind == "FSDP" else (
+        "DeepSpeed ZeRO-3" if kind == "DEEPSPEED" and getattr(plugin, "zero_stage", 0) == 3 else None)
+    if sharded:
+        raise RuntimeError(f"multi-turn rollouts with rollout.backend=transformers would hang under {sharded} with "
+                           f"{accelerator.num_processes} processes (generate needs the same number of calls on "
+                           f"every process); use DDP or ZeRO-2 (recipes/accelerate/zero2.yaml), or "
+                           f"rollout.backend=vllm")
+
+
+def hf_batch_generate(model: Any, tokenizer: Any, contexts: list[list[int]], *, seeds: list[int],
+                      max_new_tokens: int, temperature: float = 1.0, top_p: float = 1.0,
+                      top_k: int = 0) -> tuple[list[list[int]], list[list[float]]]:
+    """Sample one continuation per context with ``model.generate``: :func:`env_client.tokens.generate_batch`.
+
+    Row ``i`` depends only on the model, ``contexts[i]`` and ``seeds[i]`` (never on the batch it shares), the
+    checkpoint's ``generation_config`` is not inherited, and only the sampled tokens' logprobs are kept.
 
     Returns:
         ``(new_ids, logprobs)``: per context, ``len(new_ids[i]) == len(logprobs[i]) >= 1``.
     """
-    import torch
-
-    if seed is not None:
-        torch.manual_seed(seed)
-    pad_id, eos_id = tokenizer.pad_token_id, tokenizer.eos_token_id
-    stop = [t for t in (eos_id, pad_id) if t is not None]
-    width = max(len(c) for c in contexts)
-    device = next(model.parameters()).device
-    ids = torch.full((len(contexts), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(contexts), width), dtype=torch.long)
-    for i, ctx in enumerate(contexts):  # left padding: every row's next token sits at the same column
-        ids[i, width - len(ctx):] = torch.tensor(ctx, dtype=torch.long)
-        mask[i, width - len(ctx):] = 1
-    with torch.no_grad():
-        out = model.generate(ids.to(device), attention_mask=mask.to(device), max_new_tokens=max_new_tokens,
-                             do_sample=True, temperature=temperature, top_p=top_p, top_k=top_k,
-                             eos_token_id=stop, pad_token_id=pad_id, output_scores=True,
-                             return_dict_in_generate=True)
-    new_ids, logprobs = [], []
-    steps = torch.stack(out.scores, dim=1).float().log_softmax(dim=-1)  # (B, T_new, V)
-    for i in range(len(contexts)):
-        row = out.sequences[i, width:].tolist()
-        cut = next((k + 1 for k, t in enumerate(row) if t in stop), len(row))
-        row = row[:cut]
-        new_ids.append(row)
-        logprobs.append([steps[i, k, t].item() for k, t in enumerate(row)])
-    return new_ids, logprobs
+    return generate_batch(model, tokenizer, contexts, seeds=seeds, max_new_tokens=max_new_tokens,
+                          temperature=temperature, top_p=top_p, top_k=top_k)
 
 
 class TurnBatcher:
@@ -202,15 +203,15 @@ class TurnBatcher:
         self._t0: float | None = None
         self._cv = threading.Condition()
         self._active = self._finished = 0
-        self._pending: dict[int, list[int]] = {}
+        self._pending: dict[int, tuple[list[int], int]] = {}
         self._results: dict[int, tuple[list[int], list[float] | None]] = {}
         self._error: BaseException | None = None
         self.calls = 0
 
     def generate_fn(self, slot: int) -> Callable[[list[int], int | None], tuple[list[int], list[float]]]:
-        """The ``generate_fn`` for episode ``slot`` (the per-turn seed is unused: one RNG draw per batch)."""
+        """The ``generate_fn`` for episode ``slot``: each turn's context and seed join the next batch."""
         def fn(context: list[int], seed: int | None) -> tuple[list[int], list[float]]:
-            return self.request(slot, context)
+            return self.request(slot, context, seed)
         return fn
 
     @property
@@ -226,10 +227,10 @@ class TurnBatcher:
             self._active += 1
             self._cv.notify_all()
 
-    def request(self, slot: int, context: list[int]) -> tuple[list[int], list[float]]:
-        """Queue one context and block until its continuation is generated."""
+    def request(self, slot: int, context: list[int], seed: int | None = None) -> tuple[list[int], list[float]]:
+        """Queue one context (sampled with ``seed``; None: the slot number) and block until it is generated."""
         with self._cv:
-            self._pending[slot] = list(context)
+            self._pending[slot] = (list(context), slot if seed is None else seed)
             self._cv.notify_all()
             while slot not in self._results and self._error is None:
                 self._cv.wait()
@@ -267,10 +268,10 @@ class TurnBatcher:
                     self.wall_s = time.monotonic() - (self._t0 or time.monotonic())
                     return
                 slots = sorted(self._pending)
-                contexts = [self._pending.pop(s) for s in slots]
+                contexts, seeds = zip(*[self._pending.pop(s) for s in slots])
             began = time.monotonic()
             try:
-                ids, logprobs = self._gen(contexts)
+                ids, logprobs = self._gen(list(contexts), list(seeds))
             except BaseException as exc:
                 with self._cv:
                     self._error = exc
@@ -296,7 +297,8 @@ class EnvRolloutFunc:
         concurrency: Episodes in flight at once.
         rewards: Reward components, name -> ``fn(*, verdict, trajectory, **kw) -> float | None`` (functions of
             ``rewards``); each is returned as ``reward_<name>``. Default: ``{"correctness": rewards.correctness}``.
-        seed: Base seed; episode seeds derive from it, the call count and the row.
+        seed: Base seed; each episode's seed derives from it, the process rank, the call count and the row (see
+            :meth:`run`), and turn ``t`` of an episode samples with that seed plus ``t``.
         flush_s: See :class:`TurnBatcher`. Keep ``concurrency <= `` the sandbox pool's workers: an episode holds
             its session from reset to end, so extra episodes wait for a worker and turns batch poorly.
         batching: ``continuous`` (episodes advance independently; the generator serves whoever waits) or
@@ -307,13 +309,17 @@ class EnvRolloutFunc:
             ``medcopilot.verifier.VerifierScorer`` or ``rewards.HTTPVerifier``). When given, every call scores its
             finished episodes in one batch and passes each score to the reward functions as ``verifier_score``
             (None where the verifier failed: the ``verifier_score`` term is then missing, never 0).
+        weights: Reward weights, name -> weight (``reward.weights``; default 1 per component). A row whose weighted
+            total is missing by ``rewards.combine``'s rules (a weighted term is None) gets None for *every*
+            component, so TRL counts it unscorable (advantage 0) instead of summing the other terms around the
+            hole, which would score a failed grader like a wrong answer. PPO drops the same rows.
     """
 
     def __init__(self, *, make_env: Callable[[], Any], index: PromptIndex, tokenizer: Any, max_new_tokens: int,
                  max_completion_tokens: int | None = None, concurrency: int = 16,
                  rewards: dict[str, Callable[..., float | None]] | None = None, seed: int = 0,
                  flush_s: float = 0.25, policy_name: str = "grpo", verifier: Any = None,
-                 batching: str = "continuous"):
+                 weights: dict[str, float] | None = None, batching: str = "continuous"):
         from rewards import correctness
 
         if max_new_tokens < 1 or concurrency < 1:
@@ -325,6 +331,10 @@ class EnvRolloutFunc:
         self._vllm_slept_at: int | None = None  # trainer step at which the hook last put vLLM to sleep
         self.policy_name = policy_name
         self.rewards = dict(rewards) if rewards else {"correctness": correctness}
+        self.weights = dict(weights) if weights is not None else {name: 1.0 for name in self.rewards}
+        if set(self.weights) != set(self.rewards):
+            raise ValueError(f"reward weights {sorted(self.weights)} and reward components {sorted(self.rewards)} "
+                             f"must name the same terms")
         self.verifier = verifier
         self.calls = 0
 
@@ -345,13 +355,15 @@ class EnvRolloutFunc:
             return self._run_vllm(prompts, trainer)
         from trl.models import unwrap_model_for_generation
 
+        check_generation_layout(trainer.accelerator)
         with unwrap_model_for_generation(trainer.model_wrapped, trainer.accelerator,
                                          gather_deepspeed3_params=args.ds3_gather_for_generation) as model:
             was_training = model.training
             model.eval()
             try:
                 out = self.run(prompts, self.hf_generator(model, temperature=args.temperature, top_p=args.top_p,
-                                                          top_k=args.top_k))
+                                                          top_k=args.top_k),
+                               rank=trainer.accelerator.process_index)
             finally:
                 model.train(was_training)
         out["logprobs"] = None  # only vLLM's importance-sampling correction reads them
@@ -359,12 +371,9 @@ class EnvRolloutFunc:
 
     def hf_generator(self, model: Any, *, temperature: float, top_p: float = 1.0, top_k: int = 0) -> BatchGenerate:
         """A :data:`BatchGenerate` over ``model.generate`` (also used to evaluate a policy outside training)."""
-        counter = iter(range(1 << 62))
-
-        def gen(contexts: list[list[int]]) -> tuple[list[list[int]], list[list[float]]]:
-            return hf_batch_generate(model, self.tokenizer, contexts, max_new_tokens=self.max_new_tokens,
-                                     temperature=temperature, top_p=top_p, top_k=top_k,
-                                     seed=self.seed * 1_000_003 + self.calls * 10_007 + next(counter))
+        def gen(contexts: list[list[int]], seeds: list[int]) -> tuple[list[list[int]], list[list[float]]]:
+            return hf_batch_generate(model, self.tokenizer, contexts, seeds=seeds, max_new_tokens=self.max_new_tokens,
+                                     temperature=temperature, top_p=top_p, top_k=top_k)
         return gen
 
     def _run_vllm(self, prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
@@ -375,12 +384,13 @@ class EnvRolloutFunc:
         # VLLMGeneration reads its cap at each call: one call here is one assistant turn, not a whole episode.
         vg.max_completion_length = self.max_new_tokens
 
-        def gen(contexts: list[list[int]]) -> tuple[list[list[int]], list[list[float]]]:
+        def gen(contexts: list[list[int]], seeds: list[int]) -> tuple[list[list[int]], list[list[float]]]:
+            # vLLM samples from its own per-request generators; TRL's engine takes no per-row seeds.
             _, completion_ids, logprobs, _ = vg.generate(prompts=contexts, images=None, num_generations=1)
             return completion_ids, [[lp[0] for lp in seq] for seq in logprobs]
 
         with self._vllm_awake(vg, trainer.state.global_step):
-            return self.run(prompts, gen)
+            return self.run(prompts, gen, rank=trainer.accelerator.process_index)
 
     @contextlib.contextmanager
     def _vllm_awake(self, vg: Any, step: int) -> Iterator[None]:
@@ -406,12 +416,20 @@ class EnvRolloutFunc:
             self._vllm_slept_at = step
 
     # ------------------------------------------------------------------ the rollout itself
-    def run(self, prompts: Sequence[Any], batch_generate: BatchGenerate) -> dict[str, list[Any]]:
+    def run(self, prompts: Sequence[Any], batch_generate: BatchGenerate, *, call: int | None = None,
+            rank: int = 0) -> dict[str, list[Any]]:
         """Run one episode per prompt row and collate them in row order.
+
+        Episode ``row`` samples with the seed ``episode_seed(self.seed, rank, call, row)``: the same arguments give
+        the same episodes (every row's tokens depend only on its own seed, see :func:`hf_batch_generate`), and two
+        processes holding the same prompts (a GRPO group split across ranks) sample different ones.
 
         Args:
             prompts: Dataset prompts (each must be in the index).
             batch_generate: The batched generator (see :meth:`hf_generator`).
+            call: Round number the seeds derive from; None takes the next one (``self.calls + 1``). A fixed
+                evaluation passes the same ``call`` before and after training.
+            rank: The process index (``accelerator.process_index``).
 
         Returns:
             The hook's dict (``logprobs`` filled from the generator).
@@ -421,8 +439,10 @@ class EnvRolloutFunc:
         for inst in instances:  # position of each row within its task's group (TRL repeats rows consecutively)
             sample_idx.append(seen.get(inst.id, 0))
             seen[inst.id] = sample_idx[-1] + 1
-        self.calls += 1
-        base = (self.seed * 1_000_003 + self.calls) * 100_003
+        if call is None:
+            self.calls += 1
+            call = self.calls
+        seeds = [episode_seed(self.seed, rank, call, row) for row in range(len(instances))]
         episodes: list[TokenEpisode | None] = [None] * len(instances)
         batcher = TurnBatcher(batch_generate, len(instances), flush_s=self.flush_s, batching=self.batching)
         started = threading.Semaphore(self.concurrency)
@@ -435,7 +455,7 @@ class EnvRolloutFunc:
                     try:
                         episodes[row] = token_rollout(
                             env, instances[row], tokenizer=self.tokenizer, generate_fn=batcher.generate_fn(row),
-                            seed=base + row, max_new_tokens=self.max_new_tokens,
+                            seed=seeds[row], max_new_tokens=self.max_new_tokens,
                             max_completion_tokens=self.max_completion_tokens, sample_idx=sample_idx[row],
                             policy_name=self.policy_name)
                     finally:
@@ -468,10 +488,12 @@ class EnvRolloutFunc:
             n_model = sum(ep.env_mask)
             verdict, st = episode_outcome(ep.trajectory, model_tokens=n_model,
                                           env_tokens=len(ep.env_mask) - n_model)
-            for name, fn in self.rewards.items():
-                components[name].append(fn(verdict=verdict, trajectory=ep.trajectory, **kwargs))
-            failed = any(values[-1] is None for values in components.values())
-            stats.append(dataclasses.replace(st, grader_error=failed).to_dict())
+            values = {name: fn(verdict=verdict, trajectory=ep.trajectory, **kwargs)
+                      for name, fn in self.rewards.items()}
+            unscorable = combine(values, self.weights).total is None
+            for name, value in values.items():
+                components[name].append(None if unscorable else value)
+            stats.append(dataclasses.replace(st, grader_error=unscorable).to_dict())
         return {
             "prompt_ids": [e.prompt_ids for e in episodes],
             "completion_ids": [e.completion_ids for e in episodes],

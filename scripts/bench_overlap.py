@@ -31,8 +31,8 @@ def scripted_generator(model, tokenizer, *, max_new_tokens: int, exec_s: float):
     from env_client.policies import render_action
     from medcopilot.rollout_func import hf_batch_generate
 
-    def gen(contexts):
-        hf_batch_generate(model, tokenizer, contexts, max_new_tokens=max_new_tokens, temperature=1.0, seed=0)
+    def gen(contexts, seeds):
+        hf_batch_generate(model, tokenizer, contexts, seeds=seeds, max_new_tokens=max_new_tokens, temperature=1.0)
         out = []
         for ctx in contexts:
             draw = int(hashlib.sha256(str(ctx).encode()).hexdigest()[:8], 16) / 0xFFFFFFFF

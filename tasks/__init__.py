@@ -43,10 +43,11 @@ register("mimic_extract", entry_point="tasks.mimic_extract:MimicExtract", max_tu
 register("biocoder", entry_point="tasks.biocoder:BioCoder", max_turns=10)
 register("biodsbench", entry_point="tasks.biodsbench:BioDSBench", max_turns=10)
 register("medagentbench", entry_point="tasks.medagentbench:MedAgentBench", max_turns=10)
+register("toy_lookup", entry_point="tasks.toy_lookup:ToyLookup", max_turns=3)
 
 #: The evaluation protocol of the MedAgentGym paper: its results table has eight in-distribution columns (trained
 #: and evaluated on) and four further scenarios held out of every training recipe (``--suite ood``). The two are
-#: disjoint; ``toy_sql`` is in neither (a smoke-test family).
+#: disjoint; ``toy_sql`` and ``toy_lookup`` are in neither (smoke-test and learning-check families).
 SUITES: dict[str, tuple[str, ...]] = {
     "id": ("mimic_iii", "eicu", "treqs", "medcalcbench", "medagentbench", "biocoder", "biodsbench", "ehrshot"),
     "ood": ("ehr_seqsql", "ehrcon", "mimic_extract", "npowerai"),

@@ -19,7 +19,11 @@ Reads top to bottom: model → env → trainer → train → save.
 - **Saved**: the model (or LoRA adapter), tokenizer, ``trainer_state.json`` (``log_history``: TRL's
   ``reward``, ``loss``, ... and our ``env/*`` metrics per logging step) and ``run_summary.json``.
 - **Generation backend**: ``rollout.backend: transformers`` runs ``model.generate`` inside the hook (CPU or
-  GPU); ``vllm`` uses TRL's vLLM engine (``trainer.vllm_mode: colocate`` or ``server``; GPU only).
+  GPU; each episode samples from its own seeded stream, the rank included, see ``EnvRolloutFunc.run``); it is
+  refused under ZeRO-3 or FSDP with several processes, where ranks making different numbers of ``generate``
+  calls would hang. ``vllm`` uses TRL's vLLM engine (``trainer.vllm_mode: colocate`` or ``server``; GPU only).
+- **Missing rewards**: a row whose weighted total is missing (``rewards.combine``: a weighted term is None, e.g.
+  a failed grader) reaches TRL with every term None, so its advantage is 0, as PPO drops it.
 
 Example:
     >>> from medcopilot.config import load_recipe
@@ -36,7 +40,7 @@ from typing import Any
 from medcopilot.config import RecipeConfig, RecipeError
 from medcopilot.mixture import apply_mixture
 from medcopilot.rewards_adapter import EpisodeReward
-from medcopilot.rollout_func import EnvRolloutFunc, PromptIndex
+from medcopilot.rollout_func import EnvRolloutFunc, PromptIndex, check_generation_layout
 
 __all__ = ["build_index", "make_env_factory", "make_verifier", "reward_components", "run", "vllm_start",
            "vllm_started"]
@@ -217,7 +221,8 @@ def run(cfg: RecipeConfig) -> dict[str, Any]:
     rollout = EnvRolloutFunc(
         make_env=make_env_factory(cfg, pool), index=index, tokenizer=tokenizer,
         max_new_tokens=cfg.rollout.max_new_tokens, max_completion_tokens=args.max_completion_length,
-        concurrency=cfg.rollout.concurrency, rewards=components, seed=args.seed, verifier=verifier,
+        concurrency=cfg.rollout.concurrency, rewards=components, weights=cfg.reward.weights, seed=args.seed,
+        verifier=verifier,
     )
     reward_funcs = [EpisodeReward(name, group_size=args.num_generations, log_metrics=i == 0)
                     for i, name in enumerate(components)]
@@ -228,6 +233,8 @@ def run(cfg: RecipeConfig) -> dict[str, Any]:
         trainer = GRPOTrainer(model=model, reward_funcs=reward_funcs, args=args, train_dataset=dataset,
                               processing_class=tokenizer, rollout_func=rollout,
                               peft_config=lora_config(cfg.model.lora))
+        if not args.use_vllm:
+            check_generation_layout(trainer.accelerator)  # before any step: ZeRO-3 / FSDP ranks would hang
         vllm_started(trainer, model, started_from)
         trainable, total = trainable_parameter_count(trainer.model)
         resumed_from = resume_checkpoint(cfg.trainer, cfg.output.dir)

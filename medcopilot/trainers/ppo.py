@@ -45,6 +45,7 @@ import logging
 import math
 import os
 import time
+from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -138,12 +139,14 @@ class PPOTrainer:
         ref_model: Frozen reference LM for the KL penalty; None with a ``PeftModel`` uses the disabled adapters.
         accelerator: An ``accelerate.Accelerator``; a new one (CPU when no GPU) when None.
         tracker_config: Config logged to wandb when ``args.report_to`` has it.
+        callbacks: ``fn(step, policy)`` run after each step (e.g. an evaluation); ``policy`` is the unwrapped LM.
     """
 
     def __init__(self, *, model: Any, tokenizer: Any, rollout: Any, prompts: list[Any], args: PPOArgs,
                  output_dir: str | os.PathLike, reward_weights: dict[str, float], temperature: float = 1.0,
                  group_size: int = 1, ref_model: Any = None, accelerator: Any = None,
-                 tracker_config: dict[str, Any] | None = None) -> None:
+                 tracker_config: dict[str, Any] | None = None,
+                 callbacks: list[Callable[[int, Any], None]] | None = None) -> None:
         from accelerate import Accelerator
         from transformers import get_scheduler
 
@@ -153,6 +156,7 @@ class PPOTrainer:
         self.args, self.tokenizer, self.rollout, self.prompts = args, tokenizer, rollout, list(prompts)
         self.output_dir, self.reward_weights = Path(output_dir), dict(reward_weights)
         self.temperature, self.group_size, self.tracker_config = temperature, group_size, tracker_config or {}
+        self.callbacks = list(callbacks or [])
         self.accelerator = accelerator or Accelerator(cpu=not torch.cuda.is_available(),
                                                       log_with="wandb" if "wandb" in args.report_to else None)
         self.is_peft = hasattr(model, "disable_adapter")
@@ -197,11 +201,11 @@ class PPOTrainer:
         """Play this step's episodes with the current policy; return the batch and the episode metrics."""
         policy = self.accelerator.unwrap_model(self.model).policy
         policy.eval()
-        self.rollout.calls = step  # episode seeds derive from the call count: a resumed run continues the stream
         try:
-            with torch.no_grad():
+            with torch.no_grad():  # episode seeds derive from the step: a resumed run continues the same stream
                 out = self.rollout.run(self._step_prompts(step),
-                                       self.rollout.hf_generator(policy, temperature=self.temperature))
+                                       self.rollout.hf_generator(policy, temperature=self.temperature),
+                                       call=step, rank=self.accelerator.process_index)
         finally:
             policy.train()
         n = len(out["completion_ids"])
@@ -267,9 +271,13 @@ class PPOTrainer:
         episode_kl = kl.sum(1)[kept]
         metrics = {"kl_coef": self.kl_ctl.value, "values_mean": masked_mean(values, batch.mask).item(),
                    "returns_mean": masked_mean(returns, batch.mask).item()}
-        if self.needs_ref:
-            metrics["kl"] = episode_kl.mean().item() if len(episode_kl) else math.nan
-            self.kl_ctl.update(metrics["kl"], int(kept.sum()))
+        if self.needs_ref:  # the controller sees every process's episodes, so all ranks keep one coefficient
+            totals = torch.stack([episode_kl.sum(), kept.sum().to(episode_kl.dtype)])
+            if self.accelerator.num_processes > 1:
+                totals = self.accelerator.reduce(totals, "sum")
+            kl_sum, n_kept = totals.tolist()
+            metrics["kl"] = kl_sum / n_kept if n_kept else math.nan
+            self.kl_ctl.update(metrics["kl"], int(n_kept))
         return metrics
 
     def _update(self, batch: Batch, step: int) -> dict[str, float]:
@@ -345,6 +353,8 @@ class PPOTrainer:
             self._log(metrics)
             if self.args.save_steps and self.state.global_step % self.args.save_steps == 0:
                 self.save_checkpoint()
+            for callback in self.callbacks:
+                callback(self.state.global_step, self.accelerator.unwrap_model(self.model).policy)
         if self.args.report_to:
             self.accelerator.end_training()
         runtime = time.monotonic() - started
@@ -506,8 +516,8 @@ def run(cfg: RecipeConfig) -> dict[str, Any]:
     rollout = EnvRolloutFunc(
         make_env=make_env_factory(cfg, pool), index=index, tokenizer=tokenizer,
         max_new_tokens=cfg.rollout.max_new_tokens, max_completion_tokens=args.max_completion_length,
-        concurrency=cfg.rollout.concurrency, rewards=components, verifier=verifier,
-        seed=args.seed + 7919 * accelerator.process_index, policy_name="ppo")
+        concurrency=cfg.rollout.concurrency, rewards=components, weights=cfg.reward.weights, verifier=verifier,
+        seed=args.seed, policy_name="ppo")
 
     # ---- trainer, train
     try:

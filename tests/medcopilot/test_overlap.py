@@ -14,7 +14,7 @@ def _play(batching: str, flush_s: float):
     """Episode A asks twice; episode B sits in its sandbox until A's second turn is generated, then asks once."""
     calls: list[list[int]] = []
 
-    def generate(contexts):
+    def generate(contexts, seeds):
         calls.append([ctx[0] for ctx in contexts])
         return [[7] for _ in contexts], None
 
@@ -102,14 +102,14 @@ def test_a_sleeping_vllm_engine_stays_awake_for_a_whole_multi_turn_round():
 
     log: list = []
     vg = _FakeVLLMGeneration(log)
-    trainer = SimpleNamespace(vllm_generation=vg, accelerator=SimpleNamespace(num_processes=1),
+    trainer = SimpleNamespace(vllm_generation=vg, accelerator=SimpleNamespace(num_processes=1, process_index=0),
                               state=SimpleNamespace(global_step=0))
     hook = EnvRolloutFunc.__new__(EnvRolloutFunc)  # only the vLLM plumbing is under test
     hook.max_new_tokens, hook._vllm_slept_at = 16, None
 
-    def three_turns(prompts, gen):
+    def three_turns(prompts, gen, **kwargs):
         for _ in range(3):
-            gen([[1, 2]])
+            gen([[1, 2]], [0])
         return {}
 
     hook.run = three_turns

@@ -179,7 +179,7 @@ class _FixedRollout:
     def hf_generator(self, model, temperature):
         return None
 
-    def run(self, prompts, batch_generate):
+    def run(self, prompts, batch_generate, **seeding):
         assert len(prompts) == 2
         return self.out
 

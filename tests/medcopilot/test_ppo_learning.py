@@ -1,57 +1,44 @@
-"""PPO learns: the tiny model's reward on an easy family rises clearly under our in-house PPO loop.
+"""PPO learns: on every seed, the in-house PPO loop raises the success of a warm-started tiny model (one turn).
 
-Same family (``say_number``), SFT warm-up and measurement as the GRPO learning test (``_learning.py``): the tiny
-model is warmed up on the family's oracle trajectories and stopped early, so it submits correctly only part of
-the time when sampling at temperature 1. :class:`medcopilot.trainers.ppo.PPOTrainer` (our ``EnvRolloutFunc``
-running real episodes through ``env_client.Env`` on a sandbox pool, the oracle grader's reward, a value head,
-GAE and the clipped losses, a KL penalty against the frozen warm model) must then raise the sampled success rate
-by at least ``MIN_GAIN``, measured before and after on the same prompts with the same number of episodes.
+One run is :func:`medcopilot.learning.learning_run` (``"ppo"``, ``say_number``): the tiny model imitates a noisy
+demonstrator (well-formed submits, the right number one time in three) through the real environment, then
+:class:`medcopilot.trainers.ppo.PPOTrainer` (our ``EnvRolloutFunc``, the oracle grader's reward, a value head,
+GAE and the clipped losses, a k3 KL penalty against the frozen warm model) trains it for ``PPO_DEFAULTS`` steps
+of 16 episodes, one optimizer step each. Success is measured before and after on a fixed evaluation of 96
+episodes whose sampling seeds depend only on the run's seed and the episode's row.
+
+The settings and ``MIN_GAIN`` come from the sweep recorded in docs/benchmarks.md ("Learning"): every one of its
+seeds gained well above ``MIN_GAIN`` without collapsing (four optimizer steps per PPO step, or a learning rate of
+1e-3, made some seeds blow up). ``make test`` runs seed 0; ``make test-slow`` runs the others too.
 """
 
 from __future__ import annotations
 
-import copy
-import time
+import pytest
 
-from _learning import SFT_STEPS, mean_reward, warm_start
+from medcopilot.learning import PPO_DEFAULTS, learning_run
 
-from medcopilot.ppo import PPOArgs
-from medcopilot.trainers.ppo import PPOTrainer
+#: CPU-bound for 1-2 minutes; on a loaded shared machine the wall time can be many times that.
+pytestmark = pytest.mark.timeout(1800)
 
-PPO_STEPS, BATCH, GROUP = 12, 16, 4  # 16 episodes per step: 4 tasks x 4
-PPO_ARGS = {"mini_batch_size": 8, "micro_batch_size": 8, "ppo_epochs": 2, "learning_rate": 1e-3,
-            "value_head_learning_rate": 1e-2, "gamma": 1.0, "lam": 1.0, "kl_coef": 0.01, "kl_estimator": "k3",
-            "vf_coef": 0.1, "max_completion_length": 64}
-EVAL_REPS = 12  # episodes per question for each reward measurement
-MIN_GAIN = 0.2
+#: Smallest gain asserted (success after minus before); the sweep's smallest gain was well above it.
+MIN_GAIN = 0.1
+SLOW_SEEDS = (1, 2, 3, 4)
 
 
-def test_ppo_raises_reward_of_an_sft_warmed_tiny_model(tiny_model_dir, tmp_path, quiet_training_env):
-    import sandbox
+def _learns(seed: int, tiny_model_dir, tmp_path) -> None:
+    run = learning_run("ppo", "say_number", tiny_model_dir, tmp_path, seed=seed)
+    print(f"\n[ppo-learning] seed {seed}: success {run.before:.3f} -> {run.after:.3f} after {PPO_DEFAULTS['steps']} "
+          f"steps (training reward {run.train_rewards}); {run.cpu_s:.0f} s CPU, {run.wall_s:.0f} s wall")
+    assert 0.05 <= run.before <= 0.7, f"the warm start should be partly right (got {run.before:.3f})"
+    assert run.after >= run.before + MIN_GAIN, f"PPO did not raise success: {run.before:.3f} -> {run.after:.3f}"
 
-    started = time.monotonic()
-    warm = warm_start(tiny_model_dir, tmp_path)
-    reference = copy.deepcopy(warm.model)  # the KL anchor: the warm model, frozen
-    pool = sandbox.make_pool("local", workers=BATCH, allow_unisolated=True)  # submit-only: no code runs
-    try:
-        rollout = warm.rollout(pool, concurrency=BATCH, max_completion_tokens=64)
-        before = mean_reward(rollout, warm.model, warm.prompts, EVAL_REPS)
-        args = PPOArgs(max_steps=PPO_STEPS, rollout_batch_size=BATCH, seed=0, **PPO_ARGS)
-        trainer = PPOTrainer(model=warm.model, tokenizer=warm.tokenizer, rollout=rollout, prompts=warm.prompts,
-                             args=args, output_dir=tmp_path / "ppo", reward_weights={"correctness": 1.0},
-                             group_size=GROUP, ref_model=reference)
-        trainer.train()
-        after = mean_reward(rollout, trainer.accelerator.unwrap_model(trainer.model).policy, warm.prompts,
-                            EVAL_REPS)
-    finally:
-        pool.close()
 
-    history = trainer.state.log_history
-    print(f"\n[ppo-learning] SFT warm-up {SFT_STEPS} steps (last loss {warm.sft_loss:.3f}); sampled reward before "
-          f"PPO {before:.3f}, after {PPO_STEPS} PPO steps {after:.3f}; per-step training reward "
-          f"{[round(r['reward'], 2) for r in history]}; kl {[round(r['kl'], 3) for r in history]}; "
-          f"{time.monotonic() - started:.0f} s")
-    assert 0.05 <= before <= 0.8, f"the warm start should be partly right (got {before:.3f}); retune SFT_STEPS"
-    assert after >= before + MIN_GAIN, f"PPO did not raise the reward: {before:.3f} -> {after:.3f}"
-    assert all(row["value_loss"] is not None and row["clipfrac"] is not None for row in history)
-    assert history[-1]["kl"] > 0  # the policy moved away from the reference, and the penalty saw it
+def test_ppo_raises_success_of_a_warm_started_tiny_model(tiny_model_dir, tmp_path, quiet_training_env):
+    _learns(0, tiny_model_dir, tmp_path)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", SLOW_SEEDS)
+def test_ppo_learning_holds_on_other_seeds(seed, tiny_model_dir, tmp_path, quiet_training_env):
+    _learns(seed, tiny_model_dir, tmp_path)

@@ -266,7 +266,9 @@ def test_grpo_rollout_passes_verifier_scores_to_the_reward_terms(scorer, sample_
 
     out = collate(Flaky())
     assert out["reward_verifier_score"] == [0.9, None, 0.2, 0.4]
-    assert out["reward_correctness"] == [1.0, 0.0, 0.0, 1.0]
+    # Both terms weigh in (weight 1 by default), so the row whose verifier call failed has no total: every term of
+    # it reaches TRL as None (no advantage), never a wrong-answer score.
+    assert out["reward_correctness"] == [1.0, None, 0.0, 1.0]
     spec = RewardSpec.from_weights({"correctness": 1.0, "verifier_score": 0.5})
     assert spec(verdict=trajs[1].final.verdict, verifier_score=None).total is None  # missing, never 0
     assert collate(scorer)["reward_verifier_score"] == pytest.approx(scorer.score(trajs), abs=1e-6)
