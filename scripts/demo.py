@@ -8,7 +8,8 @@ Qwen2 with a real tokenizer) and ``runs/demo/`` (the GRPO run of ``recipes/grpo_
 ``trainer_state.json``, ``run_summary.json``). Existing artifacts are reused, the run directory is replaced, so
 running it twice gives the same result. Takes a few minutes on 2 CPU cores; the random model earns reward 0 (it
 cannot yet emit a valid tool call); the point is the whole loop: multi-turn episodes in the bubblewrap sandbox,
-exact token ids with the environment masked, TRL's GRPO update, the per-step environment metrics.
+exact token ids with the environment masked, TRL's GRPO update, the per-step environment metrics. Ctrl-C ends
+with one line saying what is kept for the rerun (exit 130).
 """
 
 from __future__ import annotations
@@ -54,6 +55,8 @@ def train(args: argparse.Namespace) -> dict:
     argv = ["recipe=grpo_tiny", f"model.name_or_path={args.model}", f"tasks.root={args.tasks}",
             f"env.sandbox={args.sandbox}", f"trainer.max_steps={args.steps}", f"output.dir={out}"]
     status = entry.main(argv)
+    if status == 130:  # train.py caught Ctrl-C and said what it saved; the demo adds what a rerun reuses
+        raise KeyboardInterrupt
     if status != 0:
         raise SystemExit(status)
     return json.loads((out / "run_summary.json").read_text(encoding="utf-8"))
@@ -95,8 +98,17 @@ def main(argv: list[str] | None = None) -> int:
     for key, value in {"WANDB_MODE": "offline", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}.items():
         os.environ.setdefault(key, value)
     started = time.monotonic()
-    build_inputs(Path(args.tasks), Path(args.model))
-    summary = train(args)
+    try:
+        build_inputs(Path(args.tasks), Path(args.model))
+        summary = train(args)
+    except KeyboardInterrupt:
+        tasks_dir, model_dir = Path(args.tasks) / "toy_sql", Path(args.model)
+        kept = [str(tasks_dir)] if (tasks_dir / "manifest.json").is_file() else []
+        model_done = all((model_dir / name).is_file() for name in ("config.json", "tokenizer_config.json"))
+        kept += [str(model_dir)] if model_done else []
+        print(f"\ninterrupted: kept {' and '.join(kept) or 'nothing'} (reused by a rerun); the GRPO run in {args.out} "
+              f"starts over: rerun the same command", file=sys.stderr)
+        return 130
     print(report(summary, time.monotonic() - started), flush=True)
     return 0
 
