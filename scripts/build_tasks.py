@@ -91,6 +91,8 @@ def interrupted_line(names: list[str], out: Path, since: float) -> str:
     rest = [name for name in names if name not in done]
     if not done:
         return f"interrupted: no family finished building in {out}; rerun the same command"
+    if not rest:
+        return f"interrupted: every family named ({', '.join(done)}) was built in {out}; nothing is left to do"
     return (f"interrupted: {len(done)} of {len(names)} families built in {out} ({', '.join(done)}); rerun with "
             f"--families {','.join(rest)} to build the rest (their folders may be half written)")
 
