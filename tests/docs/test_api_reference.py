@@ -51,16 +51,16 @@ def test_every_public_name_has_an_entry_with_its_docstring(package, reference):
 
 
 def test_the_package_entry_points_are_documented(reference):
-    for needle in ("### `sandbox.make_pool`", "### `tasks.make`", "### `env_client.Env`",
-                   "### `rewards.RewardSpec`", "### `medcopilot.load_recipe`", "### `adapters.trl.environment_factory`",
+    for needle in ("### `sandbox.make_pool`", "### `tasks.make`", "### `env_client.Env`", "### `rewards.RewardSpec`",
+                   "### `medcopilot.load_recipe`", "### `adapters.trl.environment_factory`",
                    "### `env_client.evaluation.constant_floor`", "### `medcopilot.export.export_model`"):
         assert any(needle in text for text in reference.values()), needle
 
 
 def test_google_sections_become_markdown(load_script):
     api = load_script("make_api_docs")
-    doc = ('Add one.\n\nArgs:\n    x (int): A number,\n        any number.\n    y: Ignored.\n\nReturns:\n    ``x + 1``.\n\n'
-           'Raises:\n    ValueError: Never.\n\nExample:\n    >>> add(1)\n    2\n')
+    doc = ("Add one.\n\nArgs:\n    x (int): A number,\n        any number.\n    y: Ignored.\n\n"
+           "Returns:\n    ``x + 1``.\n\nRaises:\n    ValueError: Never.\n\nExample:\n    >>> add(1)\n    2\n")
     assert api.markdown(doc) == ("Add one.\n\n**Args**\n\n- `x (int)`: A number, any number.\n- `y`: Ignored.\n\n"
                                  "**Returns**\n\n`x + 1`.\n\n**Raises**\n\n- `ValueError`: Never.\n\n**Example**\n\n"
                                  "```python\n>>> add(1)\n2\n```")
