@@ -17,7 +17,6 @@ import json
 import re
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -48,27 +47,20 @@ def test_tutorial_parser_runs_bash_blocks_only():
         assert any(step in command for command in commands), f"the tutorial no longer runs {step}"
 
 
-def _clone(dest: Path) -> Path:
-    listed = subprocess.run(["git", "-C", str(ROOT), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-                            capture_output=True, check=True).stdout.decode().split("\0")
-    for rel in filter(None, listed):
-        if (ROOT / rel).is_file():
-            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(ROOT / rel, dest / rel)
-    (dest / ".venv").symlink_to(Path(sys.prefix), target_is_directory=True)
-    return dest
+def _install_stamp_current(clone: Path) -> bool:
+    """Whether ``make venv`` in ``clone`` would do nothing (its install stamp is newer than pyproject.toml)."""
+    return subprocess.run(["make", "-q", ".venv/.installed"], cwd=clone, check=False).returncode == 0
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(3600)
 @pytest.mark.skipif(shutil.which("bwrap") is None or shutil.which("git") is None or shutil.which("make") is None,
                     reason="the tutorial uses the bubblewrap sandbox and make; the copy is made from git's file list")
-def test_tutorial_commands_run_verbatim_from_a_fresh_copy(tmp_path):
-    clone = _clone(tmp_path / "clone")
+def test_tutorial_commands_run_verbatim_from_a_fresh_copy(tmp_path, repo_copy):
+    clone = repo_copy(tmp_path / "clone")
     ran = []
     for command in tutorial_commands(TUTORIAL.read_text(encoding="utf-8")):
-        stale = subprocess.run(["make", "-q", ".venv/.installed"], cwd=clone, check=False).returncode != 0
-        if command == "make venv" and stale:
+        if command == "make venv" and not _install_stamp_current(clone):
             command = "make -n venv"  # never reinstall into the interpreter running the tests
         started = time.monotonic()
         done = subprocess.run(["bash", "-c", command], cwd=clone, capture_output=True, text=True, timeout=1800,
