@@ -6,9 +6,10 @@
 A name is public when its package or module lists it in ``__all__``: those are documented in full (signature,
 docstring with its Google-style sections as Markdown, a pydantic model's fields, a class's public methods).
 Modules without ``__all__`` are internal: the page lists them with their one-line summary. Packages:
-``sandbox``, ``tasks``, ``env_client``, ``rewards``, ``medcopilot``, ``adapters`` (the adapters' optional
-libraries must be installed: ``make venv`` does). Each page is written atomically; ``docs/api/README.md`` (the
-index) is kept. Prints the pages and every public name without a docstring; ``--strict`` makes those exit 1.
+``sandbox``, ``tasks``, ``env_client``, ``rewards``, ``medcopilot``, ``adapters`` (an adapter whose optional
+library is missing is named on its page and in a warning; ``make venv`` installs them all). Pages are written
+atomically; ``docs/api/README.md`` (the index) is kept. Prints the pages and every public name without a
+docstring; ``--strict`` makes those exit 1.
 The pages are not committed: they are rebuilt in seconds, and a committed copy would either rot or fail every
 change to a docstring until someone regenerated it.
 """
@@ -18,7 +19,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import inspect
-import os
 import pkgutil
 import re
 import sys
@@ -27,6 +27,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from tasks.base import write_bytes_atomic
+
 PACKAGES = ("sandbox", "tasks", "env_client", "rewards", "medcopilot", "adapters")
 SECTION = re.compile(r"^(Args|Arguments|Attributes|Returns|Yields|Raises|Example|Examples|Note|Notes|Warning)"
                      r":\s*$")
@@ -34,34 +36,27 @@ ITEM = re.compile(r"^(\S.*?):(\s+.*|)$")
 ROLE = re.compile(r":(?:func|class|data|mod|meth|attr|exc|obj):`~?([^`]+)`")
 
 
-def modules(package: str) -> list[ModuleType]:
-    """The package and its submodules, private ones (a ``_`` part in the dotted name) left out, sorted."""
+def modules(package: str) -> tuple[list[ModuleType], dict[str, str]]:
+    """The package and its submodules, private ones (a ``_`` part in the dotted name) left out, sorted; and
+    ``{module: why}`` for those that cannot be imported here (an adapter whose optional library is missing)."""
     pkg = importlib.import_module(package)
     names = sorted(info.name for info in pkgutil.walk_packages(pkg.__path__, f"{package}.")
                    if not any(part.startswith("_") for part in info.name.split(".")[1:]))
-    return [pkg] + [importlib.import_module(name) for name in names]
-
-
-def public_names(module: ModuleType) -> list[str] | None:
-    """``module.__all__`` (its declared public API), or None when it declares none."""
-    declared = getattr(module, "__all__", None)
-    return None if declared is None else list(declared)
+    found, failed = [pkg], {}
+    for name in names:
+        try:
+            found.append(importlib.import_module(name))
+        except ImportError as exc:
+            failed[name] = " ".join(str(exc).split())
+    return found, failed
 
 
 def markdown(doc: str | None) -> str:
     """A Google-style docstring as Markdown: sections become bold labels, Args/Raises items a list, Examples code.
 
     Example:
-        >>> print(markdown("Add.\\n\\nArgs:\\n    x: A number.\\n\\nReturns:\\n    x + 1."))
-        Add.
-        <BLANKLINE>
-        **Args**
-        <BLANKLINE>
-        - `x`: A number.
-        <BLANKLINE>
-        **Returns**
-        <BLANKLINE>
-        x + 1.
+        >>> markdown("Add.\n\nArgs:\n    x: A number.").splitlines()
+        ['Add.', '', '**Args**', '', '- `x`: A number.']
     """
     if not doc:
         return "*(no docstring)*"
@@ -107,8 +102,7 @@ def markdown(doc: str | None) -> str:
 class _Source(str):
     """An annotation kept as source text (``from __future__ import annotations``), shown without quotes."""
 
-    def __repr__(self) -> str:
-        return str(self)
+    __repr__ = str.__str__
 
 
 def _unquoted(sig: inspect.Signature) -> inspect.Signature:
@@ -239,14 +233,14 @@ def document(qualname: str, obj: Any, where: list[ModuleType], seen: dict[int, s
     return anchor + f"```python\n{qualname.rsplit('.', 1)[1]} = {value_text(obj)}\n```\n\n{comment}".rstrip() + "\n", []
 
 
-def package_page(package: str) -> tuple[str, list[str], list[str]]:
-    """``(markdown, documented qualified names, names without a docstring)`` of one package."""
-    mods = modules(package)
+def package_page(package: str) -> tuple[str, list[str], list[str], dict[str, str]]:
+    """``(markdown, documented qualified names, names without a docstring, {module: why not importable})``."""
+    mods, failed = modules(package)
     seen: dict[int, str] = {}
     documented, undocumented = [], []
     toc, sections, internal = [], [], []
     for module in mods:
-        names = public_names(module)
+        names = getattr(module, "__all__", None)  # the module's declared public API, if any
         summary = markdown((inspect.getdoc(module) or "").split("\n\n", 1)[0]).replace("\n", " ")
         if names is None:
             internal.append(f"- `{module.__name__}`: {summary}")
@@ -266,15 +260,10 @@ def package_page(package: str) -> tuple[str, list[str], list[str]]:
              "lists in `__all__`; do not edit by hand.\n"), "## Modules\n", "\n".join(toc) + "\n", *sections]
     if internal:
         page += ["## Internal modules (no `__all__`)\n", "\n".join(internal) + "\n"]
-    return "\n".join(page), documented, undocumented
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary sibling (a reader never sees half a page)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    if failed:
+        page += ["## Not documented here (cannot be imported)\n",
+                 "\n".join(f"- `{name}`: {why}" for name, why in failed.items()) + "\n"]
+    return "\n".join(page), documented, undocumented, failed
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -288,12 +277,14 @@ def main(argv: list[str] | None = None) -> int:
     missing: list[str] = []
     try:
         for package in [name.strip() for name in args.packages.split(",") if name.strip()]:
-            page, documented, undocumented = package_page(package)
-            write_atomic(args.out / f"{package}.md", page)
+            page, documented, undocumented, failed = package_page(package)
+            write_bytes_atomic(args.out / f"{package}.md", page.encode("utf-8"))
             missing += undocumented
             print(f"{args.out / f'{package}.md'}: {len(documented)} public names")
+            for name, why in failed.items():
+                print(f"warning: {name} is not documented: {why}", file=sys.stderr)
     except ImportError as exc:
-        print(f"error: {exc} (install every extra the packages use: make venv)", file=sys.stderr)
+        print(f"error: {exc} (make venv installs what every package needs)", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("\ninterrupted: pages written so far are complete, the rest are not; rerun the same command",

@@ -30,6 +30,7 @@ from typing import Any
 
 import tasks
 from env_client.evaluation import constant_floor
+from tasks.base import write_bytes_atomic
 from tasks.graders import render_answer
 from tasks.importers import IMPORTERS
 
@@ -169,8 +170,8 @@ def page(name: str, family: Any, floors: dict[str, Any], default: dict[str, Any]
     if name in IMPORTERS:
         what, needs = IMPORT_INPUTS[name]
         lines += [f"Import the public task file ({what}) as a built family; it needs {needs}:", "",
-                  fence(f".venv/bin/python scripts/import_tasks.py --family {name} --from FILE --out artifacts/imported "
-                        f"--check", "bash"),
+                  fence(f".venv/bin/python scripts/import_tasks.py --family {name} --from FILE "
+                        f"--out artifacts/imported --check", "bash"),
                   "", "Then `--tasks-root artifacts/imported` in `rollout.py`, `evaluate.py` and recipes.", ""]
     else:
         lines += ["None: this family has no public counterpart to import.", ""]
@@ -210,24 +211,16 @@ def measure_default(root: Path | None) -> dict[str, Any]:
     return {"measured": date.today().isoformat(), "size": "default", "seed": 0, "split": "test", "families": out}
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary sibling."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
-
-
 def generate(root: Path, out: Path, default: dict[str, Any]) -> list[Path]:
     """Write every family's page and the index from the tiny build at ``root``; returns the paths written."""
     rows, written = [], []
     for name in tasks.names():
         family = tasks.make(name, root=root)
         floor = constant_floor(family, family.instances("test"))
-        write_atomic(out / f"{name}.md", page(name, family, {name: floor}, default))
+        write_bytes_atomic(out / f"{name}.md", page(name, family, {name: floor}, default).encode("utf-8"))
         rows.append((name, family, floor))
         written.append(out / f"{name}.md")
-    write_atomic(out / "README.md", index(rows, default))
+    write_bytes_atomic(out / "README.md", index(rows, default).encode("utf-8"))
     return written + [out / "README.md"]
 
 
@@ -245,7 +238,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     try:
         if args.measure_default:
-            write_atomic(args.out / FLOORS, json.dumps(measure_default(args.default_root), indent=1) + "\n")
+            measured = json.dumps(measure_default(args.default_root), indent=1) + "\n"
+            write_bytes_atomic(args.out / FLOORS, measured.encode("utf-8"))
         floors_file = args.out / FLOORS
         default = json.loads(floors_file.read_text(encoding="utf-8")) if floors_file.is_file() else {}
         with tempfile.TemporaryDirectory(prefix="family-pages-") as tmp:

@@ -17,16 +17,22 @@ import pytest
 PACKAGES = ("sandbox", "tasks", "env_client", "rewards", "medcopilot", "adapters")
 
 
-def _public(package: str) -> dict[str, object]:
-    """``qualified name -> object`` for every name in ``__all__`` of ``package`` and its public modules."""
+def _public(package: str) -> tuple[dict[str, object], list[str]]:
+    """``(qualified name -> object, modules that cannot be imported here)`` for every name in ``__all__`` of
+    ``package`` and of its public modules (an adapter's optional library may be missing)."""
     pkg = importlib.import_module(package)
     found = {f"{package}.{name}": getattr(pkg, name) for name in getattr(pkg, "__all__", [])}
+    unimportable = []
     for info in pkgutil.walk_packages(pkg.__path__, f"{package}."):
         if any(part.startswith("_") for part in info.name.split(".")[1:]):
             continue
-        module = importlib.import_module(info.name)
+        try:
+            module = importlib.import_module(info.name)
+        except ImportError:
+            unimportable.append(info.name)
+            continue
         found.update({f"{info.name}.{name}": getattr(module, name) for name in getattr(module, "__all__", [])})
-    return found
+    return found, unimportable
 
 
 @pytest.fixture(scope="module")
@@ -39,8 +45,10 @@ def reference(tmp_path_factory, load_script) -> dict[str, str]:
 @pytest.mark.parametrize("package", PACKAGES)
 def test_every_public_name_has_an_entry_with_its_docstring(package, reference):
     text = reference[package]
-    public = _public(package)
-    assert public or package == "adapters", f"{package} declares no public names"
+    public, unimportable = _public(package)
+    assert public or unimportable, f"{package} declares no public names"
+    for name in unimportable:  # named, with the reason, rather than silently missing
+        assert f"- `{name}`: " in text.split("## Not documented here", 1)[-1], name
     for qualname, obj in public.items():
         assert f'<a id="{qualname}"></a>\n\n### `{qualname}`' in text, f"{qualname} has no entry"
         doc = inspect.getdoc(obj) if inspect.isclass(obj) or inspect.isroutine(obj) else None
@@ -72,3 +80,17 @@ def test_constants_render_stably(load_script):
     assert api.value_text(frozenset({"b", "a"})) == "frozenset({'a', 'b'})"
     assert api.value_text({"f": len, "t": ("x",)}) == "{'f': len, 't': ('x',)}"
     assert api.value_text("x" * 400).endswith(" ...")
+
+
+def test_a_module_that_cannot_be_imported_is_named_not_dropped(load_script, tmp_path, monkeypatch):
+    api = load_script("make_api_docs")
+    pkg = tmp_path / "fakepkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text('"""A package."""\n__all__ = []\n')
+    (pkg / "ok.py").write_text('"""Fine."""\n__all__ = ["f"]\n\ndef f(x: int) -> int:\n    """Add one."""\n    return x + 1\n')
+    (pkg / "broken.py").write_text('raise ImportError("fakepkg.broken needs zlibx: pip install \'fakepkg[z]\'")\n')
+    monkeypatch.syspath_prepend(str(tmp_path))
+    page, documented, undocumented, failed = api.package_page("fakepkg")
+    assert documented == ["fakepkg.ok.f"] and not undocumented
+    assert failed == {"fakepkg.broken": "fakepkg.broken needs zlibx: pip install 'fakepkg[z]'"}
+    assert "def f(x: int) -> int" in page and "- `fakepkg.broken`: fakepkg.broken needs zlibx" in page
