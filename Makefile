@@ -57,5 +57,12 @@ test-docker: venv
 bench: venv
 	$(PY) scripts/bench_sandbox.py
 
+# The API reference (docs/api/<package>.md, generated, not committed) and the task-family pages (docs/families/,
+# committed) from the code's docstrings and a fresh tiny build; about a minute.
+.PHONY: docs
+docs: venv
+	$(PY) scripts/make_api_docs.py --out docs/api
+	$(PY) scripts/make_family_pages.py --out docs/families
+
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

@@ -124,10 +124,12 @@ class OraclePolicy:
         self._families, self.fmt = families, fmt
 
     def for_episode(self, instance: Any) -> _Replay:
+        """A policy for one episode of ``instance`` that replays its reference actions, one per turn."""
         fam = self._families(instance.family) if callable(self._families) else self._families[instance.family]
         return _Replay(list(fam.reference_solution(instance)), self.fmt, instance.id)
 
     def act(self, messages: list[dict], *, tools: list[dict] | None = None, seed: int | None = None) -> PolicyOutput:
+        """Refuses: the oracle needs its task; use ``bind(policy, instance)`` (``for_episode``) first."""
         raise PolicyError("OraclePolicy needs its task: call env_client.policies.bind(policy, instance) first")
 
 
@@ -152,9 +154,11 @@ class _Submitter:
     answer_key = "answer"
 
     def answer(self) -> str:
+        """The text submitted every turn."""
         raise NotImplementedError
 
     def act(self, messages: list[dict], *, tools: list[dict] | None = None, seed: int | None = None) -> PolicyOutput:
+        """Submit ``self.answer()`` at once, whatever the chat says."""
         return PolicyOutput(render_action(self.submit_action, {self.answer_key: self.answer()}, self.fmt))
 
 
@@ -361,6 +365,7 @@ class OpenAIPolicy:
         return err
 
     def act(self, messages: list[dict], *, tools: list[dict] | None = None, seed: int | None = None) -> PolicyOutput:
+        """One chat-completions call; endpoint errors become ``PolicyError`` with the status and a hint."""
         try:
             return _output(self._client.chat.completions.create(**self._request(messages, tools, seed)))
         except self._openai.APIError as exc:
@@ -421,6 +426,7 @@ class HFPolicy:
         return {"temperature": self.temperature, "top_p": self.top_p, "max_new_tokens": self.max_new_tokens}
 
     def act(self, messages: list[dict], *, tools: list[dict] | None = None, seed: int | None = None) -> PolicyOutput:
+        """Render the chat with the model's template and sample one reply (ids and log-probs kept)."""
         from env_client.tokens import generate, render_prompt
 
         prompt = render_prompt(self.tokenizer, messages, tools)
@@ -460,6 +466,7 @@ class VLLMPolicy:
         return {"temperature": self.temperature, "top_p": self.top_p, "max_new_tokens": self.max_new_tokens}
 
     def act(self, messages: list[dict], *, tools: list[dict] | None = None, seed: int | None = None) -> PolicyOutput:
+        """Sample one reply with the vLLM engine (ids and log-probs kept)."""
         params = self._vllm.SamplingParams(temperature=self.temperature, top_p=self.top_p,
                                            max_tokens=self.max_new_tokens, seed=seed, logprobs=0)
         out = self.engine.chat(messages, params, tools=tools, use_tqdm=False)[0]

@@ -81,6 +81,7 @@ class WorkItem:
 
     @property
     def key(self) -> tuple[str, int]:
+        """``(task id, sample index)``: what a trajectory store keys finished episodes by."""
         return (self.instance.id, self.sample_idx)
 
 
@@ -209,6 +210,7 @@ class RolloutSummary:
     failures: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
+        """Every field, as plain JSON-ready data."""
         return asdict(self)
 
 

@@ -155,6 +155,7 @@ class ServedEnv:
         self.env, self.instances, self.hide_gold, self.splits = env, instances, hide_gold, splits
 
     def reset(self, req: ResetRequest) -> tuple[Observation, dict[str, Any]]:
+        """Start an episode of the requested served instance (unknown split or id: ``UnknownTask``)."""
         if req.split not in self.splits:
             raise UnknownTask(f"split {req.split!r} is not served here (served: {', '.join(self.splits)})")
         found = self.instances(req.family, req.split).get(req.task_id)
@@ -167,6 +168,7 @@ class ServedEnv:
             raise ServerBusy(f"no sandbox worker became free in time; retry later ({exc})") from exc
 
     def step(self, action: StepAction) -> StepResult:
+        """Play one action; a finished episode gives its sandbox worker back at once; verdicts made public."""
         result = self.env.step(action.text if action.text is not None else action.typed, n_tokens=action.n_tokens,
                                n_prompt_tokens=action.n_prompt_tokens)
         if result.terminated or result.truncated:
@@ -176,6 +178,7 @@ class ServedEnv:
         return result
 
     def state(self) -> dict[str, Any]:
+        """The episode's state with its trajectory so far (verdicts made public when gold is hidden)."""
         state = self.env.state()
         try:
             state["trajectory"] = self.env.trajectory.model_dump(mode="json")
@@ -188,6 +191,7 @@ class ServedEnv:
         return state
 
     def close(self) -> None:
+        """End the episode and give its sandbox worker back (safe to call twice)."""
         self.env.close()
 
 

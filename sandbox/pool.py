@@ -727,6 +727,7 @@ class Session:
 
     @property
     def workspace(self) -> Path:
+        """Host path of this session's workspace, the jailed code's ``/workspace``."""
         return self._worker.slot.workspace
 
     def _open(self) -> None:

@@ -135,4 +135,10 @@ def _print_table(result, names: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:  # one line, not a traceback; 130 = killed by SIGINT, as shells report it
+        print("\ninterrupted: nothing saved "
+              "(the benchmark writes nothing; its temporary task build is removed); rerun the same command",
+              file=sys.stderr)
+        sys.exit(130)

@@ -276,4 +276,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:  # one line, not a traceback; 130 = killed by SIGINT, as shells report it
+        print("\ninterrupted: nothing saved "
+              "(the benchmark prints and writes its numbers only when it finishes); rerun the same command",
+              file=sys.stderr)
+        sys.exit(130)

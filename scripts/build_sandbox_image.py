@@ -7,7 +7,8 @@ host and this venv, see ``sandbox/docker_image.py``; reused while its inputs are
 (``sandbox/Dockerfile`` on top of it: the ``sandbox`` package). Then it starts one container of the image to
 check that Python imports the worker and every task library, and prints what it built, its size and how long
 each step took (``--json``: one JSON line). Needs a running docker engine (``scripts/with_dockerd.sh`` starts a
-private one) and root (the root filesystem holds root-owned files).
+private one) and root (the root filesystem holds root-owned files). Ctrl-C says whether the base image was
+finished (a rerun reuses it), exit 130.
 """
 
 from __future__ import annotations
@@ -106,6 +107,7 @@ def main(argv: list[str] | None = None) -> int:
         p.error("run with the project's venv interpreter (.venv/bin/python): its site-packages are copied")
     timings: dict[str, float] = {}
     total = time.monotonic()
+    base = None
     try:
         base, info = build_base(args.userland, args.workdir, timings)
         start = time.monotonic()
@@ -123,6 +125,10 @@ def main(argv: list[str] | None = None) -> int:
     except (RuntimeError, LookupError, OSError) as exc:
         print(f"build_sandbox_image: {exc}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        kept = f"the base image {base} is built (a rerun reuses it)" if base else "no base image was finished"
+        print(f"\ninterrupted: {kept}; {args.image} may not be updated; rerun the same command", file=sys.stderr)
+        return 130
     size = int(docker("image", "inspect", "--format", "{{.Size}}", args.image).stdout.strip())
     info.update(image=args.image, userland=args.userland, image_mb=round(size / 2**20, 1),
                 python=versions[0], numpy=versions[1], pandas=versions[2], platform=sysconfig.get_platform(),

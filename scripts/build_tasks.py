@@ -11,7 +11,8 @@ the default size and versions without writing anything (``--json``: one JSON obj
 A build that drops instances (a reference solution that fails) prints one ``warning:`` line per family on stderr
 with how many and why; the manifest lists each. A family whose build fails, or leaves its train or test split
 empty, makes the command exit 1 with one ``error:`` line (the other families are still built). ``--out`` may be
-relative to the current directory.
+relative to the current directory. Ctrl-C ends with one line naming the families finished so far and the
+``--families`` list that builds the rest (exit 130).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import json
 import os
 import sys
 import tempfile
+import time
 import traceback
 from pathlib import Path
 from typing import Any
@@ -70,6 +72,31 @@ def build(names: list[str], out: Path, *, size: str, seed: int, progress: bool =
                                          skip_errors=keep_going)
 
 
+def interrupted_line(names: list[str], out: Path, since: float) -> str:
+    """What an interrupted build left: the families whose manifest was written since ``since``, and the rest.
+
+    A family's manifest is written last, so a family with a fresh one is complete; the others may be half written.
+
+    Example:
+        >>> interrupted_line(["toy_sql"], Path("artifacts/tasks"), time.time())
+        'interrupted: no family finished building in artifacts/tasks; rerun the same command'
+    """
+    def finished(name: str) -> bool:
+        try:
+            return (out / name / "manifest.json").stat().st_mtime >= since
+        except OSError:
+            return False
+
+    done = [name for name in names if finished(name)]
+    rest = [name for name in names if name not in done]
+    if not done:
+        return f"interrupted: no family finished building in {out}; rerun the same command"
+    if not rest:
+        return f"interrupted: every family named ({', '.join(done)}) was built in {out}; nothing is left to do"
+    return (f"interrupted: {len(done)} of {len(names)} families built in {out} ({', '.join(done)}); rerun with "
+            f"--families {','.join(rest)} to build the rest (their folders may be half written)")
+
+
 def main(argv: list[str] | None = None) -> int:
     """CLI entry point; returns the exit status."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
@@ -85,6 +112,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
     args = parser.parse_args(argv)
+    names: list[str] = []
+    started = time.time() - 1.0  # mtimes may be coarser than time.time(); a manifest from before is older anyway
     try:
         names = _select(args.families, args.out)
         if args.list:
@@ -98,6 +127,11 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         manifests, failed = build(names, args.out, size=args.size, seed=args.seed, progress=not args.no_progress,
                                   jobs=args.jobs, keep_going=not args.debug)
+    except KeyboardInterrupt:
+        line = ("interrupted: --list writes nothing; rerun the same command" if args.list
+                else interrupted_line(names, args.out, started))
+        print(f"\n{line}", file=sys.stderr)
+        return 130
     except (TaskError, OSError, ValueError) as exc:
         if args.debug:
             traceback.print_exc()

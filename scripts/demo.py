@@ -20,7 +20,7 @@ Every task of ``clinic_code`` has the same answer: a 140k-parameter model learns
 per-task answer out of an observation (``toy_lookup``) is beyond it at this budget (docs/benchmarks.md, Learning).
 Takes about 3 minutes on 2 idle CPU cores. ``--json`` ends stdout with one JSON object: ``reward_before``,
 ``reward_after``, ``success_before``, ``success_after``, ``steps``, ``curve``, ``sandbox_layers``, ``wall_s``.
-The run directory is replaced on each run.
+The run directory is replaced on each run. Ctrl-C ends with one line saying what is kept for the rerun (exit 130).
 """
 
 from __future__ import annotations
@@ -119,11 +119,21 @@ def main(argv: list[str] | None = None) -> int:
     if out.exists():
         shutil.rmtree(out)  # a fresh run each time: the demo never resumes a half-finished one
     out.mkdir(parents=True)
-    build_inputs(Path(args.tasks), Path(args.model))
-    # Two clipped updates per generation round (TRL's num_iterations): the most learning per CPU second measured.
-    run = learning_run("grpo", FAMILY, args.model, out, seed=args.seed, steps=args.steps, group=args.group,
-                       num_iterations=2, sandbox=args.sandbox, tasks_root=args.tasks, save_to=out / "model",
-                       log=lambda line: print(line, flush=True))
+    try:
+        build_inputs(Path(args.tasks), Path(args.model))
+        # Two clipped updates per generation round (TRL's num_iterations): the most learning per CPU second measured.
+        run = learning_run("grpo", FAMILY, args.model, out, seed=args.seed, steps=args.steps, group=args.group,
+                           num_iterations=2, sandbox=args.sandbox, tasks_root=args.tasks, save_to=out / "model",
+                           log=lambda line: print(line, flush=True))
+    except KeyboardInterrupt:
+        tasks_dir, model_dir = Path(args.tasks), Path(args.model)
+        kept = [str(tasks_dir / name) for name in (FAMILY, "toy_sql")
+                if (tasks_dir / name / ("family.yaml" if name == FAMILY else "manifest.json")).is_file()]
+        if all((model_dir / name).is_file() for name in ("config.json", "tokenizer_config.json")):
+            kept.append(str(model_dir))
+        print(f"\ninterrupted: kept {' and '.join(kept) or 'nothing'} (reused by a rerun); the run in {out} "
+              f"starts over: rerun the same command", file=sys.stderr)
+        return 130
     plot(run.curve, run.train_rewards, out / "reward_curve.png")
     summary = {"reward_before": run.reward_before, "reward_after": run.reward_after, "success_before": run.before,
                "success_after": run.after, "steps": run.settings["steps"], "group": run.settings["group"],

@@ -10,16 +10,38 @@ README is a Hub model card (huggingface_hub.ModelCard): metadata with the base m
 tags and ``model-index`` results from each --eval report (``scripts/evaluate.py --out DIR`` writes
 ``DIR/report.json``), then training recipe and data, evaluation tables, intended use and limitations. --push
 uploads the folder (token: HF_TOKEN); if the upload fails the export is kept and one line says how to retry it
-with --upload, which uploads an existing export without redoing it.
+with --upload, which uploads an existing export without redoing it. The folder appears whole or not at all, so
+Ctrl-C leaves the previous export (or none) and says which, exit 130.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+import time
+from pathlib import Path
 
 from medcopilot.config import RecipeError
 from medcopilot.export import ExportError, export_model, push_folder
+
+
+def interrupted_line(out: str | None, push: str | None, since: float) -> str:
+    """What an interrupted export or upload left, and the command that finishes it.
+
+    Example:
+        >>> interrupted_line("artifacts/export/sft", None, time.time())
+        'interrupted: no new export in artifacts/export/sft (it is written whole, at the end); rerun the same command'
+    """
+    try:
+        fresh = out is not None and (Path(out) / "config.json").stat().st_mtime >= since
+    except OSError:
+        fresh = False
+    if fresh and push:
+        return (f"interrupted: the export is complete in {out}, the upload did not finish; retry it alone with "
+                f"--upload {out} --push {push}")
+    if fresh:
+        return f"interrupted: the export is complete in {out}; nothing is left to do"
+    return f"interrupted: no new export in {out} (it is written whole, at the end); rerun the same command"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -46,6 +68,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--upload EXPORT_DIR takes no run_dir and needs --push ORG/NAME")
     if not args.upload and not (args.run_dir and args.out):
         parser.error("give a run_dir and --out (or --upload EXPORT_DIR --push ORG/NAME)")
+    started = time.time() - 1.0  # files written by this run are newer (mtimes may be coarse)
     try:
         if args.upload:
             url = push_folder(args.upload, args.push, private=not args.public)
@@ -54,6 +77,11 @@ def main(argv: list[str] | None = None) -> int:
         out = export_model(args.run_dir, args.out, push=args.push, private=not args.public,
                            base_model=args.base_model, license=args.license, datasets=args.dataset,
                            eval_reports=args.eval)
+    except KeyboardInterrupt:
+        line = (f"interrupted: the upload of {args.upload} did not finish (the folder is unchanged); rerun the same "
+                f"command" if args.upload else interrupted_line(args.out, args.push, started))
+        print(f"\n{line}", file=sys.stderr)
+        return 130
     except (ExportError, RecipeError) as exc:
         if args.debug:
             raise

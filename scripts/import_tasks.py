@@ -14,7 +14,7 @@ printed as ``path:line: reason: detail`` (the first ``--show``), then a count pe
 the user must supply and how to pass them, and the summary. SQL families re-instantiate slot values absent from
 the target database (``--db``, or the family's synthetic database built at ``--size``) and recompute answers by
 executing the rewritten gold SQL. Exit status: 0 when something was imported (and, with ``--strict``, nothing
-rejected), 1 otherwise, 2 on bad arguments.
+rejected), 1 otherwise, 2 on bad arguments, 130 on Ctrl-C (one line says whether the import was written).
 """
 
 from __future__ import annotations
@@ -22,11 +22,32 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 import traceback
 from pathlib import Path
 
 from tasks.base import TaskError
 from tasks.importers import IMPORTERS, check_import, import_files
+
+
+def interrupted_line(family_dir: Path, since: float, *, checking: bool) -> str:
+    """What an interrupted import left: the family folder is written in one step, at the end, or not at all.
+
+    Example:
+        >>> interrupted_line(Path("artifacts/imported/treqs"), time.time(), checking=False)
+        'interrupted: nothing written to artifacts/imported/treqs (...); rerun the same command'
+    """
+    try:
+        written = (family_dir / "manifest.json").stat().st_mtime >= since
+    except OSError:
+        written = False
+    if not written:
+        return (f"interrupted: nothing written to {family_dir} (an import is written whole, at the end); rerun "
+                f"the same command")
+    if checking:
+        return (f"interrupted: the import was written to {family_dir} but its --check replay did not finish; "
+                f"rerun with --force to redo both")
+    return f"interrupted: the import was written to {family_dir}; nothing is left to do"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -57,11 +78,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", action="store_true", help="end stdout with the report as one JSON line")
     p.add_argument("--debug", action="store_true", help="show tracebacks on errors")
     args = p.parse_args(argv)
+    started = time.time() - 1.0  # a manifest written by this run is newer (mtimes may be coarse)
     try:
         manifest, report = import_files(
             args.family, args.files, args.out, force=args.force, db=args.db, data=args.data, fhir_url=args.fhir_url,
             split=args.split, seed=args.seed, size=args.size, verify=not args.no_verify, backend=args.sandbox)
         check = check_import(args.family, args.out, backend=args.sandbox) if args.check and manifest else None
+    except KeyboardInterrupt:
+        print(f"\n{interrupted_line(args.out / args.family, started, checking=args.check)}", file=sys.stderr)
+        return 130
     except (TaskError, OSError, ValueError) as exc:
         if args.debug:
             traceback.print_exc()

@@ -15,7 +15,8 @@ its address) holds at most ``--max-sessions-per-client`` sessions (429 beyond); 
 ``--worker-wait`` seconds for a sandbox worker (503 beyond); a session idle for ``--idle-timeout`` seconds is
 closed and its worker freed. ``--token`` (repeatable: one per client) or ``MEDAGENTGYM_ENV_TOKEN`` requires
 ``Authorization: Bearer <token>`` on every endpoint but ``/health``; binding beyond loopback without a token is
-refused. Tokens travel in clear text: over a network, put the server behind TLS.
+refused. Tokens travel in clear text: over a network, put the server behind TLS. Ctrl-C closes the open sessions
+and stops the server with one line (exit 130); the server keeps no state, so nothing is lost.
 """
 
 from __future__ import annotations
@@ -104,8 +105,14 @@ def main(argv: list[str] | None = None) -> int:
             app = build_openenv_app(args.tasks_root, split="train" if "train" in splits else splits[0], **options)
         else:
             app = build_app(args.tasks_root, **options)
-        uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level,
-                    timeout_keep_alive=5, ws_max_size=args.max_body_bytes)
+        # uvicorn.Server rather than uvicorn.run: run() swallows Ctrl-C, Server.run() re-raises it after a graceful
+        # shutdown, so the user learns that the server stopped and why.
+        uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level,
+                                      timeout_keep_alive=5, ws_max_size=args.max_body_bytes)).run()
+    except KeyboardInterrupt:
+        print("\ninterrupted: server stopped, open sessions closed; it saves nothing (episodes live in the clients' "
+              "stores), so nothing was lost; rerun the same command to serve again", file=sys.stderr)
+        return 130
     except Exception as exc:  # noqa: BLE001 - one line for the user, the traceback with --debug
         if args.debug:
             traceback.print_exc()

@@ -13,7 +13,8 @@ Endpoints:
 
 Clients: ``rewards.verifier.HTTPVerifier(url)`` (httpx only; a failed call scores None, never 0), e.g. as
 ``reward.verifier: http://host:8100`` in a GRPO recipe or ``--verifier`` of ``scripts/score_trajectories.py``.
-The server has no authentication: bind to loopback unless a trusted network needs it.
+The server has no authentication: bind to loopback unless a trusted network needs it. Ctrl-C stops it with one
+line (exit 130); it writes nothing.
 """
 
 from __future__ import annotations
@@ -95,7 +96,13 @@ def main(argv: list[str] | None = None) -> int:
                                 max_length=args.max_length)
         print(f"verifier {args.model} on {scorer.device}, max_length {scorer.max_length}: "
               f"http://{args.host}:{args.port}/score", file=sys.stderr, flush=True)
-        uvicorn.run(create_app(scorer), host=args.host, port=args.port, log_level=args.log_level)
+        # uvicorn.Server, not uvicorn.run (which swallows Ctrl-C): the interrupt comes back after a graceful shutdown.
+        uvicorn.Server(uvicorn.Config(create_app(scorer), host=args.host, port=args.port,
+                                      log_level=args.log_level)).run()
+    except KeyboardInterrupt:
+        print("\ninterrupted: server stopped; it saves nothing (scores go to the clients), so nothing was lost; rerun "
+              "the same command to serve again", file=sys.stderr)
+        return 130
     except Exception as exc:  # noqa: BLE001 - one line for the user, the traceback with --debug
         if args.debug:
             traceback.print_exc()

@@ -96,7 +96,9 @@ class TaskFamily(Protocol):
     actions: frozenset[str]
 
     @property
-    def categories(self) -> list[str]: ...
+    def categories(self) -> list[str]:
+        """Category ids (template ids); success is reported per category."""
+        ...
 
     def build(self, out_dir: Path, *, size: Size = "tiny", seed: int = 0) -> dict[str, Any]:
         """Write the family's data and instances under ``out_dir``; return a manifest (counts, hashes)."""

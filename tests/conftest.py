@@ -4,6 +4,7 @@
 * ``quiet_training_env``: environment for training tests (wandb offline, no Hub access, one BLAS thread).
 * ``train_main``: ``train.main(argv) -> exit status``, the repository's real ``train.py`` entry point, in process.
 * ``sample_trajectory_store``: a small trajectory JSONL with successes and failures of three toy tasks.
+* ``repo_copy``: ``repo_copy(dest)`` copies the repository as a fresh clone has it (for tests of documented commands).
 
 The environment defaults below are set before any test imports torch or transformers: tests never touch the
 network, wandb (when a recipe reports to it) writes offline runs, and torch uses one thread (see below).
@@ -202,3 +203,24 @@ def sample_trajectory_store(tmp_path_factory: pytest.TempPathFactory):
                                                (_call("submit_answer", answer="0"), "submitted")], False))
     store.append(_sample_trajectory(2, 3, [("I am not sure.", f"{OBSERVATION_MARKER}\nno action found")], None))
     return path
+
+
+@pytest.fixture(scope="session")
+def repo_copy():
+    """``repo_copy(dest) -> dest``: the tracked and untracked-but-not-ignored files of the repository, as a clone
+    has them (no ``artifacts/``, ``runs/`` or other ignored output), with ``.venv`` linked to the interpreter that
+    runs the tests. Documented commands (README, the tutorial) run verbatim in such a copy."""
+    import shutil
+    import subprocess
+
+    def copy(dest: Path) -> Path:
+        listed = subprocess.run(["git", "-C", str(REPO_ROOT), "ls-files", "-z", "--cached", "--others",
+                                 "--exclude-standard"], capture_output=True, check=True).stdout.decode().split("\0")
+        for rel in filter(None, listed):
+            if (REPO_ROOT / rel).is_file():
+                (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(REPO_ROOT / rel, dest / rel)
+        (dest / ".venv").symlink_to(Path(sys.prefix), target_is_directory=True)
+        return dest
+
+    return copy

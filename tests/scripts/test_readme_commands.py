@@ -17,7 +17,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -51,17 +50,6 @@ def test_readme_parser_joins_continuations_and_keeps_comments():
     assert readme_commands(text) == [(".venv/bin/python a.py --x 1 --y 2", "note"),
                                      (".venv/bin/python b.py", "on a GPU")]
     assert readme_commands((ROOT / "README.md").read_text(encoding="utf-8")), "README has no commands to run"
-
-
-def _clone(dest: Path) -> Path:
-    listed = subprocess.run(["git", "-C", str(ROOT), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-                            capture_output=True, check=True).stdout.decode().split("\0")
-    for rel in filter(None, listed):
-        if (ROOT / rel).is_file():
-            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(ROOT / rel, dest / rel)
-    (dest / ".venv").symlink_to(Path(sys.prefix), target_is_directory=True)
-    return dest
 
 
 def _free(port: int) -> bool:
@@ -99,8 +87,8 @@ def _serve(command: str, cwd: Path, port: int) -> None:
 @pytest.mark.timeout(5400)
 @pytest.mark.skipif(shutil.which("bwrap") is None or shutil.which("git") is None,
                     reason="the commands use the bubblewrap sandbox; the copy is made from git's file list")
-def test_readme_commands_run_verbatim_from_a_fresh_copy(tmp_path):
-    clone = _clone(tmp_path / "clone")
+def test_readme_commands_run_verbatim_from_a_fresh_copy(tmp_path, repo_copy):
+    clone = repo_copy(tmp_path / "clone")
     ran = []
     for command, comment in readme_commands((ROOT / "README.md").read_text(encoding="utf-8")):
         if "gpu" in comment.lower():

@@ -1,0 +1,88 @@
+"""The task-family pages (docs/families/) still describe the code: version, actions, instance, floors, import.
+
+A tiny build of every family (seed 0, the build the pages were written from) is made once for the module; each
+page must name its family's current version and permitted actions, show an instance id that exists in that
+build with the same question, give the tiny-size floor that ``constant_floor`` computes on it now, and carry a
+default-size floor measured under the current version. A failure says to rerun ``make docs``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+import tasks
+from env_client.evaluation import constant_floor
+from tasks.importers import IMPORTERS
+
+ROOT = Path(__file__).resolve().parents[2]
+PAGES = ROOT / "docs" / "families"
+REGENERATE = "the page is stale: rerun `make docs` (scripts/make_family_pages.py) and commit docs/families/"
+
+
+@pytest.fixture(scope="module")
+def tiny_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("tiny-tasks")
+    _, failed = tasks.registry.build_families(tasks.names(), root, size="tiny", seed=0, jobs=2, skip_errors=True)
+    assert not failed, failed
+    return root
+
+
+def _page(name: str) -> str:
+    path = PAGES / f"{name}.md"
+    assert path.is_file(), f"no page for family {name!r}: {REGENERATE}"
+    return path.read_text(encoding="utf-8")
+
+
+def test_every_registered_family_has_a_page_listed_in_the_index():
+    index = (PAGES / "README.md").read_text(encoding="utf-8")
+    for name in tasks.names():
+        _page(name)
+        assert f"[{name}]({name}.md)" in index, f"{name} is missing from docs/families/README.md: {REGENERATE}"
+    documented = {p.stem for p in PAGES.glob("*.md")} - {"README"}
+    assert documented == set(tasks.names()), f"pages for unregistered families: {documented - set(tasks.names())}"
+
+
+@pytest.mark.parametrize("name", tasks.names())
+def test_page_matches_version_actions_and_a_real_instance(name, tiny_root):
+    text = _page(name)
+    family = tasks.make(name, root=tiny_root)
+    assert text.startswith(f"# {name} (version {family.version})\n"), f"{name}: version changed; {REGENERATE}"
+    listed = re.search(r"^Permitted actions: (.*)\. The episode", text, re.MULTILINE)
+    assert listed, f"{name}: no 'Permitted actions' line; {REGENERATE}"
+    assert re.findall(r"`(\w+)`", listed.group(1)) == sorted(family.actions), f"{name}: actions changed; {REGENERATE}"
+    shown = re.search(rf"^`({re.escape(name)}/test/\d+)` from `build_tasks.py", text, re.MULTILINE)
+    assert shown, f"{name}: no example instance id; {REGENERATE}"
+    by_id = {inst.id: inst for inst in family.instances("test")}
+    assert shown.group(1) in by_id, f"{name}: {shown.group(1)} is not in a tiny build any more; {REGENERATE}"
+    instance = by_id[shown.group(1)]
+    assert f"```text\n{instance.question}\n```" in text, f"{name}: the instance's question changed; {REGENERATE}"
+    assert f"answer type `{instance.answer_type}`" in text
+
+
+@pytest.mark.parametrize("name", tasks.names())
+def test_page_floors_are_the_ones_measured_now(name, tiny_root, load_script):
+    pages = load_script("make_family_pages")
+    text = _page(name)
+    family = tasks.make(name, root=tiny_root)
+    tiny = constant_floor(family, family.instances("test"))
+    assert pages.floor_row("tiny", tiny, "seed 0") in text, f"{name}: the tiny floor changed; {REGENERATE}"
+    measured = json.loads((PAGES / "floors.json").read_text(encoding="utf-8"))
+    row = measured["families"].get(name)
+    assert row and row["version"] == family.version, (
+        f"{name}: docs/families/floors.json was measured for another version; rerun "
+        f"`scripts/make_family_pages.py --measure-default` (minutes) and commit it")
+    assert pages.floor_row("default", row, f"measured {measured['measured']}") in text, REGENERATE
+
+
+@pytest.mark.parametrize("name", tasks.names())
+def test_page_names_the_import_command_only_for_importable_families(name):
+    text = _page(name)
+    command = f"scripts/import_tasks.py --family {name} --from FILE"
+    if name in IMPORTERS:
+        assert command in text, f"{name}: no import command; {REGENERATE}"
+    else:
+        assert command not in text and "no public counterpart" in text
