@@ -198,17 +198,21 @@ def index(rows: list[tuple[str, Any, dict[str, Any]]], default: dict[str, Any]) 
     return "\n".join(lines) + "\n"
 
 
-def measure_default(root: Path | None) -> dict[str, Any]:
-    """Default-size floors of every family (building them into a temp dir unless ``root`` holds a build)."""
+def measure_default(root: Path | None, names: list[str] | None = None,
+                    previous: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Default-size floors of ``names`` (default: every family), building them into a temp dir unless ``root``
+    holds a build; the other families keep their rows from ``previous`` (an earlier floors file)."""
+    names = names or tasks.names()
     with tempfile.TemporaryDirectory(prefix="family-floors-") as tmp:
         if root is None:
             root = Path(tmp)
-            tasks.registry.build_families(tasks.names(), root, size="default", seed=0, jobs=os.cpu_count() or 1)
-        out = {}
-        for name in tasks.names():
+            tasks.registry.build_families(names, root, size="default", seed=0, jobs=os.cpu_count() or 1)
+        out = dict((previous or {}).get("families", {})) if set(names) != set(tasks.names()) else {}
+        for name in names:
             family = tasks.make(name, root=root)
             out[name] = {"version": family.version, **constant_floor(family, family.instances("test"))}
-    return {"measured": date.today().isoformat(), "size": "default", "seed": 0, "split": "test", "families": out}
+    return {"measured": date.today().isoformat(), "size": "default", "seed": 0, "split": "test",
+            "families": dict(sorted(out.items()))}
 
 
 def generate(root: Path, out: Path, default: dict[str, Any]) -> list[Path]:
@@ -235,10 +239,17 @@ def main(argv: list[str] | None = None) -> int:
                    help=f"build every family at default size (minutes) and rewrite <out>/{FLOORS}")
     p.add_argument("--default-root", type=Path, default=None,
                    help="with --measure-default: an existing default-size build (seed 0) to measure instead")
+    p.add_argument("--families", nargs="+", choices=tasks.names(), default=None,
+                   help="with --measure-default: measure only these (a new or changed family); the others keep "
+                        f"their rows in <out>/{FLOORS}")
     args = p.parse_args(argv)
+    if args.families and not args.measure_default:
+        p.error("--families goes with --measure-default")
     try:
         if args.measure_default:
-            measured = json.dumps(measure_default(args.default_root), indent=1) + "\n"
+            previous = (json.loads((args.out / FLOORS).read_text(encoding="utf-8"))
+                        if (args.out / FLOORS).is_file() else None)
+            measured = json.dumps(measure_default(args.default_root, args.families, previous), indent=1) + "\n"
             write_bytes_atomic(args.out / FLOORS, measured.encode("utf-8"))
         floors_file = args.out / FLOORS
         default = json.loads(floors_file.read_text(encoding="utf-8")) if floors_file.is_file() else {}
