@@ -89,7 +89,11 @@ def read_workspace_file(root: Path | str, relpath: str, *, max_bytes: int) -> by
             raise UnsafeWorkspaceFile(_why(relpath, exc, directory=False)) from None
         try:
             _check_entry(fd, dir_fd, parts[-1], relpath, max_bytes)
-            return _read_capped(fd, relpath, max_bytes)
+            data = _read_capped(fd, relpath, max_bytes)
+            # Checked again after the read: the bytes count only if the entry named this one-link inode both
+            # before and after them (a swap anywhere in between is refused, however the kernel orders it).
+            _check_entry(fd, dir_fd, parts[-1], relpath, max_bytes)
+            return data
         finally:
             os.close(fd)
     finally:

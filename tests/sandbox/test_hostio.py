@@ -157,5 +157,8 @@ def test_swap_race_never_hangs_and_never_returns_another_files_bytes(ws, secret)
     finally:
         stop.set()
         threads[0].join(10)
+    # The host file must still have its own name: a secret whose only remaining link is the workspace entry is
+    # the agent's file (a cleaner that removed the test's temp dir mid-run would make the race meaningless).
+    assert secret.read_bytes() == SECRET
     assert not bad, bad[:3]
     assert swaps[0] > 0 and outcomes["good"] + outcomes["refused"] >= 300
