@@ -85,8 +85,8 @@ def report(summary: dict) -> str:
         "[demo] summary",
         f"  family           {FAMILY} (2 turns: run SQL in the sandbox, then submit the code)",
         f"  GRPO steps       {summary['steps']} ({summary['steps'] // 2} rounds of {summary['group']} episodes)",
-        f"  reward           {fmt(summary['reward_before'])} -> {fmt(summary['reward_after'])}   "
-        f"(fixed evaluation, {summary['eval_episodes']} episodes)",
+        (f"  reward           {fmt(summary['reward_before'])} -> {fmt(summary['reward_after'])}   "
+         f"(fixed evaluation, {summary['eval_episodes']} episodes)"),
         f"  success          {fmt(summary['success_before'])} -> {fmt(summary['success_after'])}",
         f"  sandbox layers   {', '.join(summary['sandbox_layers']) or 'none (unisolated)'}",
         f"  time             {summary['wall_s']:.0f} s",
