@@ -66,7 +66,7 @@ class RequestInfo(_Base):
 
 
 class CodeExecution(_Base):
-    """Run Python, or read-only SQL on the task database, and see the output."""
+    """Run Python, or read-only SQL on the task database."""
 
     action: Literal["code_execution"] = Field("code_execution", description="Action name.")
     lang: Literal["python", "sql"] = Field("python", description="Python keeps variables between calls.")

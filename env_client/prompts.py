@@ -69,7 +69,7 @@ def _actions_block(tools: list[dict[str, Any]], fmt: Format, *, inline: bool) ->
     the tool-call syntax, else one compact line per action and the syntax spelled out."""
     if not inline and fmt == "tool_call":
         return [f"Actions (see the tools): {', '.join(t['function']['name'] for t in tools)}.",
-                "Reply with exactly one tool call; you may think briefly first."]
+                "Reply with exactly one <tool_call> block; you may think briefly first."]
     return ["Actions (? = optional):", *(f"- {action_signature(t)}: {t['function']['description']}" for t in tools),
             f"Reply with exactly one {_FORMATS[fmt]}; you may think briefly first."]
 
