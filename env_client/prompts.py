@@ -15,7 +15,7 @@ Example:
     >>> msgs = initial_messages(instance, ["code_execution", "submit_answer"], fmt="tool_call")
     >>> [m["role"] for m in msgs]
     ['system', 'user']
-    >>> action_signature(tool_schema("terminal"))
+    >>> action_signature(tool_schemas(["terminal"])[0])
     'terminal(cmd: str)'
 """
 
@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from env_client.actions import ACTION_MODELS, tool_schema, tool_schemas
+from env_client.actions import ACTION_MODELS, tool_schemas
 from env_client.parsing import Format
 
 __all__ = ["action_signature", "episode_tools", "initial_messages", "inline_tools", "system_prompt", "user_prompt"]
@@ -51,7 +51,7 @@ def action_signature(tool: dict[str, Any]) -> str:
         One line without the description.
 
     Example:
-        >>> action_signature(tool_schema("code_execution"))
+        >>> action_signature(tool_schemas(["code_execution"])[0])
         'code_execution(lang?: python|sql, code: str)'
     """
     fn = tool["function"]

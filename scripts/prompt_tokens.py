@@ -20,7 +20,6 @@ object. Needs git and the repository's history for "before".
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import subprocess
 import sys

@@ -16,7 +16,13 @@ from fastapi import FastAPI, Request
 import tasks
 from env_client.actions import ACTION_MODELS, tool_schemas
 from env_client.policies import OpenAIPolicy
-from env_client.prompts import action_signature, episode_tools, initial_messages, inline_tools, system_prompt
+from env_client.prompts import (
+    action_signature,
+    episode_tools,
+    initial_messages,
+    inline_tools,
+    system_prompt,
+)
 from env_client.server_app import background_server
 from env_client.tokens import render_prompt
 
@@ -25,12 +31,15 @@ from env_client.tokens import render_prompt
 #: (the tiny Qwen2.5-format tokenizer ``medcopilot.tiny.build_tiny_tokenizer(seed=0)``, the old
 #: ``env_client/prompts.py`` and ``actions.py`` of commit 840217da, whose text listed every parameter with an
 #: example and whose episodes passed the tool block in both formats). Families with the same actions share counts.
+_SHARED = {
+    ("biocoder", "biodsbench", "ehrshot", "medcalcbench", "npowerai"): (2053, 2049),
+    ("ehr_seqsql", "eicu", "mimic_iii", "treqs"): (2544, 2540),
+    ("ehrcon", "medagentbench", "mimic_extract", "toy_sql"): (2857, 2851),
+    ("toy_lookup",): (1332, 1332),
+}
 BEFORE_TOKENS: dict[str, dict[str, int]] = {
-    **dict.fromkeys(("biocoder", "biodsbench", "ehrshot", "medcalcbench", "npowerai"),
-                    {"tool_call": 2053, "json": 2049}),
-    **dict.fromkeys(("ehr_seqsql", "eicu", "mimic_iii", "treqs"), {"tool_call": 2544, "json": 2540}),
-    **dict.fromkeys(("ehrcon", "medagentbench", "mimic_extract", "toy_sql"), {"tool_call": 2857, "json": 2851}),
-    "toy_lookup": {"tool_call": 1332, "json": 1332},
+    family: {"tool_call": tool_call, "json": as_json}
+    for families, (tool_call, as_json) in _SHARED.items() for family in families
 }
 ALL = list(ACTION_MODELS)
 ACTION_SETS = [ALL, ["code_execution", "submit_answer"], ["request_info", "code_execution", "submit_answer"],
