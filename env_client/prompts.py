@@ -5,11 +5,13 @@ Action schemas have one source, the pydantic models in :mod:`env_client.actions`
 model once, by one of two routes:
 
 - ``tool_call`` format: the chat template's tool block (the episode's ``tools``, :func:`episode_tools`) carries
-  every parameter; the system text only names each action with its one-line purpose.
+  each action's purpose and parameters; the system text only names the actions (their purposes would be a
+  second copy of the block's descriptions), the reply format and the rules.
 - ``json`` format, or a consumer that cannot pass ``tools`` to the model (the OpenAI policy without native
   tools, the verifiers and SkyRL adapters): the system text carries a compact form generated from the same
-  schemas, one line per action, e.g. ``code_execution(code: str, lang?: python|sql): Run Python or SQL ...``
-  (:func:`inline_tools` puts it into an existing system message).
+  schemas, one line per action with its purpose, e.g. ``- code_execution(lang?: python|sql, code: str): Run
+  Python, or read-only SQL on the task database.`` (:func:`inline_tools` puts it into an existing system
+  message; ``system_prompt(..., inline=True)`` builds it directly).
 
 Example:
     >>> msgs = initial_messages(instance, ["code_execution", "submit_answer"], fmt="tool_call")
@@ -75,11 +77,11 @@ def _actions_block(tools: list[dict[str, Any]], fmt: Format, *, inline: bool) ->
 
 
 def system_prompt(actions: Iterable[str], *, fmt: Format = "tool_call", inline: bool | None = None) -> str:
-    """The system text: instruction, one line per permitted action, the reply format and the rules.
+    """The system text: instruction, the permitted actions, the reply format and the rules.
 
     Args:
         actions: The family's permitted action names.
-        fmt: The reply format the text asks for (the other one is also accepted and named).
+        fmt: The reply format the text asks for (the parser accepts both formats whatever this says).
         inline: Put each action's parameters into the text (compact form). Default: only in ``json`` format,
             where no tool block is rendered; pass True for a consumer that cannot show the model ``tools``.
 
@@ -91,7 +93,8 @@ def system_prompt(actions: Iterable[str], *, fmt: Format = "tool_call", inline: 
         True
     """
     inline = fmt == "json" if inline is None else inline
-    names = [name for name in ACTION_MODELS if name in set(actions)]
+    wanted = set(actions)
+    names = [name for name in ACTION_MODELS if name in wanted]
     tools = tool_schemas(names)
     lines = [_INSTRUCTION, "", *_actions_block(tools, fmt, inline=inline), "Rules:"]
     rules = ["Request information about the data before writing code."] if "request_info" in names else []
@@ -114,9 +117,10 @@ def episode_tools(actions: Iterable[str], fmt: Format = "tool_call") -> list[dic
 def inline_tools(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
     """``messages`` with the compact form of ``tools`` in the system message, for a model that never sees ``tools``.
 
-    Each action line of our own system text (``- name: purpose``) is replaced by its compact form
-    (``- name(params): purpose``); actions the text does not list are appended under a header, and a system
-    message is added when there is none. The input is not modified.
+    In our own ``tool_call``-format text, the lines naming the actions and the reply format are replaced by the
+    compact block (``- name(params): purpose`` per action, the ``<tool_call>`` syntax spelled out), which makes
+    it ``system_prompt(actions, inline=True)``. Any other system message gets the block appended (once), and a
+    system message is added when there is none. The input is not modified.
 
     Args:
         messages: OpenAI-style chat messages, usually the episode's ``[system, user, ...]``.
