@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+from pathlib import Path
 
 import pytest
 from fastapi import FastAPI, Request
@@ -180,3 +182,21 @@ def test_episode_opening_follows_the_format(make_env, toy_test, tiny_tokenizer, 
     chat = [*obs.messages, {"role": "assistant", "content": submit}]
     row = sft_rows([episode_from_trajectory(env.trajectory, chat)])[0]
     assert (json.loads(row["tools"]) if "tools" in row else []) == obs.tools
+
+
+def test_prompt_tokens_script_measures_both_sides_against_the_recorded_baseline(load_script, capsys):
+    script = load_script("prompt_tokens")
+    root = Path(__file__).resolve().parents[2]
+    have_rev = subprocess.run(["git", "-C", str(root), "cat-file", "-e", f"{script.BEFORE_REV}^{{commit}}"],
+                              capture_output=True, check=False).returncode == 0
+    if not have_rev:
+        pytest.skip(f"this clone lacks commit {script.BEFORE_REV[:10]} (the old prompt): a shallow clone?")
+    assert script.main(["--json"]) == 0
+    out = json.loads(capsys.readouterr().out.splitlines()[-1])
+    assert {(r["family"], r["format"]) for r in out["rows"]} == {(f, fmt) for f in BEFORE_TOKENS
+                                                                for fmt in ("tool_call", "json")}
+    for row in out["rows"]:  # "before" is what BEFORE_TOKENS records; "after" is at most half of it
+        assert row["before_tokens"] == BEFORE_TOKENS[row["family"]][row["format"]], row
+        assert row["ratio"] == round(row["after_tokens"] / row["before_tokens"], 3) <= 0.5, row
+    with pytest.raises(SystemExit, match="cannot read env_client/actions.py at no-such-rev"):
+        script.main(["--before-rev", "no-such-rev"])
