@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
-#: main before the prompts were shortened (issue #15, deliverable 8).
-BEFORE_REV = "840217da13c56f850edbb70beaf2c4c3ee7be35c"
+#: The last commit with the old prompt (this branch's base on main; issue #15, deliverable 8).
+BEFORE_REV = "c7a1e2cd37fcc0a047ece49aa70c10d65115bfc8"
 FORMATS = ("tool_call", "json")
 
 

@@ -31,7 +31,7 @@ from env_client.tokens import render_prompt
 #: Tokens of the episode opening (the system turn with the tool block and the generation prompt, no question)
 #: before the prompts were shortened, per family and format. Measured with ``python scripts/prompt_tokens.py``
 #: (the tiny Qwen2.5-format tokenizer ``medcopilot.tiny.build_tiny_tokenizer(seed=0)``, the old
-#: ``env_client/prompts.py`` and ``actions.py`` of commit 840217da, whose text listed every parameter with an
+#: ``env_client/prompts.py`` and ``actions.py`` of commit c7a1e2cd, whose text listed every parameter with an
 #: example and whose episodes passed the tool block in both formats). Families with the same actions share counts.
 _SHARED = {
     ("biocoder", "biodsbench", "ehrshot", "medcalcbench", "npowerai"): (2053, 2049),
