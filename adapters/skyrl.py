@@ -3,8 +3,8 @@
 SkyRL builds one env per trajectory with ``skyrl_gym.make("medagentgym", env_config=..., extras=row)``: the
 dataset row's extras name the task (``{"task_id": "toy_sql/train/0003"}``), ``env_config`` says where tasks and the
 sandbox are (``tasks_root``, ``sandbox``, ``workers``, ``allow_unisolated``, ``url``, ``token``, ``max_turns``).
-``init(prompt)`` replaces the dataset's prompt by the episode's own opening (system prompt with the tools, then
-the task); each ``step(model_text)`` returns the observation as the next chat message, the reward (the graded
+``init(prompt)`` replaces the dataset's prompt by the episode's own opening (system prompt with the actions'
+parameters in compact form, then the task); each ``step(model_text)`` returns the observation as the next chat message, the reward (the graded
 reward on the submit, 0.0 before it; None when grading failed for an infrastructure reason, never a silent 0;
 a failure the submission caused is a wrong answer, 0) and ``done``.
 
@@ -32,6 +32,7 @@ except ImportError as exc:  # the optional extra is missing: say how to get it
     raise ImportError("adapters.skyrl needs skyrl-gym: pip install 'medagentgym[skyrl]'") from exc
 
 from adapters._common import TaskSource, episode_runner
+from env_client.prompts import inline_tools
 
 __all__ = ["ENV_ID", "MedAgentGymTextEnv"]
 
@@ -82,7 +83,8 @@ class MedAgentGymTextEnv(BaseTextEnv):
         """Open the episode; returns its ``[system, user]`` messages (the dataset prompt is not needed)."""
         obs, info = self._env.reset(self.instance)
         self.max_turns = int(info["max_turns"])
-        return obs.messages, {"task_id": self.instance.id, "tools": obs.tools}
+        # SkyRL renders this prompt without `tools`: the system message carries their compact form instead.
+        return inline_tools(obs.messages, obs.tools), {"task_id": self.instance.id, "tools": obs.tools}
 
     def step(self, action: str) -> BaseTextEnvStepOutput:
         """Apply the model's reply; ``observations`` is the next message (empty once the episode is done)."""

@@ -23,6 +23,7 @@ from typing import Any, Literal
 
 import tasks
 from adapters._common import TaskSource, episode_runner
+from env_client.actions import tool_schema
 from env_client.prompts import user_prompt
 
 __all__ = ["environment_factory", "tool_env_dataset"]
@@ -61,74 +62,50 @@ class _ToolEnv:
         return self._env.trajectory.final.reward
 
 
+# The tools' docstrings (TRL's tool schemas) are generated from the action models below: see _tool_doc.
 def request_info(self, info_type: Literal["schema", "column_names", "column_values", "term"],
                  target: str | None = None, keyterm: str | None = None) -> str:
-    """Look at the task's data without writing code.
-
-    Args:
-        info_type: 'schema' (tables or files and their columns), 'column_names' (columns of target),
-            'column_values' (distinct values of column keyterm in target) or 'term' (cells close to keyterm).
-        target: A table or file name; all data when omitted.
-        keyterm: Column name for 'column_values', search term for 'term'.
-
-    Returns:
-        The requested description of the data.
-    """
     return self._act({"action": "request_info", "info_type": info_type, "target": target, "keyterm": keyterm})
 
 
 def code_execution(self, code: str, lang: Literal["python", "sql"] = "python") -> str:
-    """Run Python or SQL in the episode's sandbox and see its output.
-
-    Args:
-        code: The program or the SQL query.
-        lang: 'python' (variables persist between calls) or 'sql' (read-only, on the task database).
-
-    Returns:
-        The status, the output and, on failure, a grounded error message.
-    """
     return self._act({"action": "code_execution", "lang": lang, "code": code})
 
 
 def terminal(self, cmd: str) -> str:
-    """Run one shell command in the episode's workspace (no network, read-only data).
-
-    Args:
-        cmd: The shell command line.
-
-    Returns:
-        The status and the command's output.
-    """
     return self._act({"action": "terminal", "cmd": cmd})
 
 
 def debugging(self, code: str | None = None, error_msg: str | None = None) -> str:
-    """Explain the last failed execution: error kind, line, the offending source and a hint.
-
-    Args:
-        code: The code that failed (optional).
-        error_msg: The error you saw (optional).
-
-    Returns:
-        The explanation.
-    """
     return self._act({"action": "debugging", "code": code, "error_msg": error_msg})
 
 
 def submit_answer(self, answer: str) -> str:
-    """Submit the final answer. Ends the episode; it is graded exactly once.
-
-    Args:
-        answer: The final answer only (a number, a name, yes/no, a date, or a JSON list).
-
-    Returns:
-        A confirmation that the answer was submitted.
-    """
     return self._act({"action": "submit_answer", "answer": answer})
 
 
 _TOOLS: dict[str, Callable[..., str]] = {f.__name__: f for f in (request_info, code_execution, terminal, debugging,
                                                                    submit_answer)}
+#: What each tool returns; the rest of its docstring, which TRL turns into the tool schema, is generated from the
+#: action's pydantic model (``env_client.actions.tool_schema``), the one source of the action descriptions.
+_RETURNS = {
+    "request_info": "The requested description of the data.",
+    "code_execution": "The status, the output and, on failure, a grounded error message.",
+    "terminal": "The status and the command's output.",
+    "debugging": "The explanation.",
+    "submit_answer": "A confirmation that the answer was submitted.",
+}
+
+
+def _tool_doc(name: str) -> str:
+    fn = tool_schema(name)["function"]
+    args = [f"    {key}: {prop['description']}" for key, prop in fn["parameters"]["properties"].items()]
+    return "\n".join([fn["description"], "", "Args:", *args, "", "Returns:", f"    {_RETURNS[name]}", ""])
+
+
+for _name, _tool in _TOOLS.items():
+    _tool.__doc__ = _tool_doc(_name)
+del _name, _tool
 
 
 def environment_factory(tasks_root: str | Path, family: str, *, actions: list[str] | None = None,

@@ -86,14 +86,17 @@ class MedAgentGymTaskset(vf.Taskset[MedAgentGymTask, MedAgentGymConfig]):
     """One task per instance of ``families`` on ``split`` (``limit`` per family)."""
 
     def load(self) -> Iterator[MedAgentGymTask]:
-        """Yield the tasks; the system prompt lists the family's actions in the text format ``Env`` parses."""
+        """Yield the tasks; verifiers passes the model no tool schemas, so the system prompt carries each action's
+        parameters in compact form (``system_prompt(..., inline=True)``) and asks for the ``<tool_call>`` text that
+        ``Env`` parses."""
         c = self.config
         source = TaskSource(c.tasks_root, c.families, c.split)
         for row in source.rows(c.split, c.limit):
             instance = source.get(row["task_id"])
             actions = tasks.make(instance.family, root=c.tasks_root).actions
             yield MedAgentGymTask(MedAgentGymData(
-                id=instance.id, name=instance.id, prompt=user_prompt(instance), system_prompt=system_prompt(actions),
+                id=instance.id, name=instance.id, prompt=user_prompt(instance),
+                system_prompt=system_prompt(actions, inline=True),
                 task_id=instance.id, tasks_root=str(c.tasks_root), sandbox=c.sandbox, workers=c.workers,
                 allow_unisolated=c.allow_unisolated, url=c.url, max_turns=c.max_turns), c.task)
 

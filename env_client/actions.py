@@ -51,51 +51,50 @@ class _Base(BaseModel):
 
 
 class RequestInfo(_Base):
-    """Look at the task's data without writing code: schema, column names, a column's values, or a term."""
+    """Inspect the data without code: its schema, a table's columns, a column's values, or a term."""
 
     action: Literal["request_info"] = Field("request_info", description="Action name.")
     info_type: Literal["schema", "column_names", "column_values", "term"] = Field(
-        description="'schema': tables/files and their columns; 'column_names': columns of `target`; "
-        "'column_values': distinct values of column `keyterm` in `target`; 'term': cells equal or close to `keyterm`."
+        description="What to show; column_values (of a column) and term (matching cells) need keyterm."
     )
     target: str | None = Field(
         None,
         validation_alias=AliasChoices("target", "data_path"),
-        description="A table or file name (e.g. 'patients' or '/data/mimic_iii/PATIENTS.csv'); all data when omitted.",
+        description="A table or file; all data if omitted.",
     )
-    keyterm: str | None = Field(None, description="Column name for 'column_values', search term for 'term'.")
+    keyterm: str | None = Field(None, description="The column, or the text to find.")
 
 
 class CodeExecution(_Base):
-    """Run Python or SQL in the episode's sandbox and see its output (SQL runs read-only on the task database)."""
+    """Run Python, or read-only SQL on the task database."""
 
     action: Literal["code_execution"] = Field("code_execution", description="Action name.")
-    lang: Literal["python", "sql"] = Field("python", description="'python' (variables persist between calls) or 'sql'.")
-    code: str = Field(min_length=1, max_length=MAX_CODE_CHARS, description="The program or the SQL query.")
+    lang: Literal["python", "sql"] = Field("python", description="Python keeps variables between calls.")
+    code: str = Field(min_length=1, max_length=MAX_CODE_CHARS, description="The program or query.")
 
 
 class Terminal(_Base):
-    """Run one shell command in the episode's workspace (no network, read-only data)."""
+    """Run one shell command in the workspace (no network, data read-only)."""
 
     action: Literal["terminal"] = Field("terminal", description="Action name.")
-    cmd: str = Field(min_length=1, max_length=MAX_CODE_CHARS, description="The shell command line.")
+    cmd: str = Field(min_length=1, max_length=MAX_CODE_CHARS, description="The command line.")
 
 
 class Debugging(_Base):
-    """Explain the last failed execution: error kind, line, the offending source with context, and a hint."""
+    """Explain the last failed execution: error, line, source and a hint."""
 
     action: Literal["debugging"] = Field("debugging", description="Action name.")
-    code: str | None = Field(None, max_length=MAX_CODE_CHARS, description="Optional: the code that failed.")
-    error_msg: str | None = Field(None, max_length=MAX_CODE_CHARS, description="Optional: the error you saw.")
+    code: str | None = Field(None, max_length=MAX_CODE_CHARS, description="The failed code.")
+    error_msg: str | None = Field(None, max_length=MAX_CODE_CHARS, description="The error seen.")
 
 
 class SubmitAnswer(_Base):
-    """Submit the final answer. Ends the episode; it is graded exactly once."""
+    """Submit the final answer; it ends the episode and is graded once."""
 
     action: Literal["submit_answer"] = Field("submit_answer", description="Action name.")
     answer: str = Field(
         max_length=MAX_ANSWER_CHARS,
-        description="The final answer only (a number, a name, yes/no, a date, or a JSON list).",
+        description="The answer alone: a number, name, yes/no, date or JSON list.",
     )
 
     @field_validator("answer", mode="before")
@@ -201,8 +200,15 @@ def _tool_schema(name: str) -> dict[str, Any]:
             prop.update(variants[0])
         if prop.get("default", 0) is None:
             prop.pop("default")
+        # Size caps guard the server, not the model's choices: validated, but not spent on prompt tokens.
+        prop.pop("maxLength", None)
+        prop.pop("minLength", None)
     params["required"] = [k for k in params.get("required", []) if k != "action"]
-    params["additionalProperties"] = False
+    # Unknown keys are still rejected (the models forbid extras, naming the allowed keys); the shown schema omits
+    # `additionalProperties` and an empty `required`, which only cost prompt tokens.
+    params.pop("additionalProperties", None)
+    if not params["required"]:
+        params.pop("required")
     description = " ".join((model.__doc__ or name).split())
     return {"type": "function", "function": {"name": name, "description": description, "parameters": params}}
 

@@ -42,11 +42,10 @@ from env_client.actions import (
     SubmitAnswer,
     Terminal,
     parse_action,
-    tool_schemas,
 )
 from env_client.errors import InvalidAction, ResetNeeded
 from env_client.parsing import ParseResult, parse_model_text
-from env_client.prompts import initial_messages
+from env_client.prompts import episode_tools, initial_messages
 from env_client.request_info import Catalogue, InfoError
 from env_client.trajectory import FinalRecord, StepRecord, Trajectory, TrajectoryHeader, dump_json
 from rewards.oracle import oracle_reward
@@ -233,7 +232,7 @@ class Env:
         self._errors: collections.deque = collections.deque(maxlen=self.config.loop_window)
         self._turn, self._tokens, self._prompt_tokens, self._t0 = 0, 0, 0, time.monotonic()
         messages = initial_messages(task, self.permitted, fmt=self.config.format)
-        tools = tool_schemas(self.permitted)
+        tools = episode_tools(self.permitted, self.config.format)  # none in json format: the text has them
         header = TrajectoryHeader(
             task_id=task.id, family=task.family, family_version=getattr(fam, "version", None),
             category=task.category, split=task.split, policy=options.get("policy"),

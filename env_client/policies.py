@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from env_client.errors import EnvClientError
+from env_client.prompts import inline_tools
 
 ActionFormat = Literal["tool_call", "json"]
 
@@ -305,7 +306,8 @@ class OpenAIPolicy:
         timeout_s: Per-request timeout.
         native_tools: Send ``tools=`` (function calling) and the history as ``tool_calls`` / ``role: "tool"``
             messages; the endpoint's tool calls come back as ``<tool_call>`` text, so the env parses one
-            format. Off: the tool schemas are in the system prompt and tool results are user turns.
+            format. Off: the endpoint never sees ``tools``, so their compact form is put into the system message
+            (``env_client.prompts.inline_tools``) and tool results are user turns.
         extra_body: Extra JSON fields for every request (e.g. ``{"top_k": 20}`` for vLLM, ``{"reasoning_effort":
             "low"}``).
 
@@ -343,8 +345,9 @@ class OpenAIPolicy:
 
     def _request(self, messages: list[dict], tools: list[dict] | None, seed: int | None) -> dict[str, Any]:
         native = self.native_tools and bool(tools)
-        kwargs: dict[str, Any] = {"model": self.model,
-                                  "messages": _native_messages(messages) if native else _plain_messages(messages),
+        # Without native tools the endpoint never sees `tools`: their compact form goes into the system message.
+        chat = _native_messages(messages) if native else _plain_messages(inline_tools(messages, tools))
+        kwargs: dict[str, Any] = {"model": self.model, "messages": chat,
                                   "temperature": self.temperature, "max_tokens": self.max_tokens, "top_p": self.top_p}
         if seed is not None:
             kwargs["seed"] = seed

@@ -26,6 +26,8 @@ def test_make_init_step_to_a_graded_reward(toy_root, sandbox_backend, oracle_ans
         try:
             prompt, meta = env.init([{"role": "user", "content": "ignored: the episode brings its own prompt"}])
             assert [m["role"] for m in prompt] == ["system", "user"] and meta["task_id"] == "toy_sql/train/0002"
+            # SkyRL renders the prompt without tools: the system message carries their compact form
+            assert prompt[0]["content"].count("code_execution(lang?: python|sql, code: str)") == 1
             out = env.step(SQL)
             assert not out["done"] and out["reward"] == 0.0 and out["observations"][0]["role"] == "tool"
             assert "status: SUCCESS" in out["observations"][0]["content"]

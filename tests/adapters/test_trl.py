@@ -11,6 +11,7 @@ import pytest
 pytest.importorskip("trl")
 
 from adapters.trl import environment_factory, tool_env_dataset
+from env_client.actions import tool_schema
 
 ACTIONS = ["code_execution", "debugging", "request_info", "submit_answer", "terminal"]
 
@@ -42,7 +43,8 @@ def test_grpo_trainer_accepts_the_env_and_its_parser_drives_an_episode(toy_root,
     tok = trainer.processing_class
     rendered = tok.apply_chat_template(dataset[0]["prompt"], tools=trainer.tools, add_generation_prompt=True,
                                        tokenize=False)
-    assert '"name": "code_execution"' in rendered and "The program or the SQL query." in rendered
+    code_doc = tool_schema("code_execution")["function"]["parameters"]["properties"]["code"]["description"]
+    assert '"name": "code_execution"' in rendered and code_doc in rendered  # descriptions from the action model
     prefix = tok(rendered, add_special_tokens=False)["input_ids"]
 
     env = tools["submit_answer"].__self__  # the instance TRL probed and pooled

@@ -74,6 +74,8 @@ def test_loader_builds_the_env_and_an_episode_earns_a_graded_reward(toy_root, sa
     assert [t.key for t in tasks] == ["toy_sql/test/0000", "toy_sql/test/0001", "toy_sql/test/0002"]
     task = tasks[1]
     assert "submit_answer" in task.data.system_prompt and "Question:" in task.data.prompt
+    # verifiers shows the model no tool schemas: the system prompt carries their compact form, once each
+    assert task.data.system_prompt.count("code_execution(lang?: python|sql, code: str)") == 1
 
     sql = _call("code_execution", '{"lang": "sql", "code": "SELECT COUNT(*) FROM patients"}')
     player = _ScriptedPlayer([sql, _call("submit_answer", f'{{"answer": "{oracle_answer(task.key)}"}}')])

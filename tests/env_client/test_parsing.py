@@ -107,11 +107,15 @@ def test_typed_actions_and_tool_schemas():
         "request_info", "code_execution", "terminal", "debugging", "submit_answer"]
     for schema in schemas:
         params = schema["function"]["parameters"]
-        assert params["type"] == "object" and params["additionalProperties"] is False
+        # The shown schema omits additionalProperties (prompt tokens); the models still reject extra keys.
+        assert params["type"] == "object" and "additionalProperties" not in params
+        assert not any(k in p for p in params["properties"].values() for k in ("maxLength", "minLength"))
         assert "action" not in params["properties"]
         assert all(p.get("description") for p in params["properties"].values())
         assert schema["function"]["description"]
     code = schemas[1]["function"]["parameters"]
     assert code["required"] == ["code"] and code["properties"]["lang"]["enum"] == ["python", "sql"]
+    with pytest.raises(ValueError, match="unexpected key; allowed keys: cmd"):
+        parse_call("terminal", {"cmd": "ls", "cwd": "/"})
     with pytest.raises(ValueError, match="unknown action"):
         tool_schemas(["shell"])
