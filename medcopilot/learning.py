@@ -62,7 +62,9 @@ WARM_DEFAULTS = {SAY_NUMBER: {"steps": 100, "batch": 8, "lr": 3e-3, "per_task": 
                  CLINIC_CODE: {"steps": 200, "short": 150, "batch": 8, "lr": 3e-3, "per_task": 8, "right_share": 0.5},
                  "toy_lookup": {"steps": 120, "batch": 8, "lr": 3e-3, "per_task": 1, "right_share": 1.0}}
 #: GRPO and PPO settings (chosen from the sweep in docs/benchmarks.md).
-GRPO_DEFAULTS = {"steps": 30, "lr": 5e-4, "group": 16}
+#: GRPO warms its learning rate up over 5 steps: Adam's first steps move every weight by about ``lr`` whatever
+#: the gradient, and at full rate they collapsed one seed in five (docs/benchmarks.md, "Learning").
+GRPO_DEFAULTS = {"steps": 60, "lr": 5e-4, "group": 16, "lr_scheduler_type": "constant_with_warmup", "warmup_steps": 5}
 PPO_DEFAULTS = {"steps": 30, "lr": 5e-4, "group": 4, "batch": 16}
 
 
@@ -262,7 +264,7 @@ def warm_start(model: Any, episodes: list[Any], *, steps: int, batch: int, lr: f
                seed: int = 0, prefix: bool = True) -> float:
     """Supervised steps on oracle episodes: loss on the model's tokens only (``env_mask`` 1), AdamW.
 
-    The prompt prefix every episode shares (the system prompt and tool schemas, about 90 % of each sequence) is
+    The prompt prefix every episode shares (the system prompt and tool schemas, most of each sequence) is
     encoded once per step without gradient and reused from the KV cache, so a step trains only on the short
     rest. The forward computation is the one generation runs; only the gradient through the shared prefix is
     left out, which keeps a warm start to seconds on two CPU cores.
@@ -277,7 +279,8 @@ def warm_start(model: Any, episodes: list[Any], *, steps: int, batch: int, lr: f
         seed: Seeds the batch draws.
         prefix: Attend to the shared prefix. False trains on the rest alone (same positions, the prefix masked
             out): a cheap first phase in which attention between the question, the actions and the observations
-            is learnt without ~1,300 system-prompt tokens diluting every attention row.
+            is learnt without the shared system-prompt and tool tokens (~650 for ``clinic_code`` with the tiny
+            model's tokenizer) diluting every attention row.
 
     Returns:
         The last step's loss.
@@ -361,7 +364,8 @@ def train_grpo(model: Any, tokenizer: Any, rollout: Any, rows: list[dict], *, st
     """Train ``model`` with TRL's ``GRPOTrainer`` and ``rollout`` as its ``rollout_func``; returns the trainer.
 
     One step generates ``group`` episodes of one task (``per_device_train_batch_size = num_generations``), DAPO
-    loss, no KL reference, constant learning rate, top-p 1 and top-k 0 (sampled = rescored distribution).
+    loss, no KL reference, constant learning rate (unless ``config`` names a scheduler), top-p 1 and top-k 0
+    (sampled = rescored distribution).
     ``on_step(step, model)`` runs after every optimizer step (e.g. an evaluation for a reward curve).
     """
     from datasets import Dataset

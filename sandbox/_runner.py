@@ -197,6 +197,10 @@ class Runner:
         """Map a jail path, a mount-relative path or a bare mount name to a database file."""
         path = Path(database)
         if path.is_absolute():
+            # The local (unisolated) backend has no /data: its data folder holds the mounts, so a jail path
+            # is read there (in a jail, data_dir is /data and this changes nothing).
+            if path.parts[:2] == ("/", "data") and self.data_dir != "/data" and not path.exists():
+                return str(Path(self.data_dir).joinpath(*path.parts[2:]))
             return str(path)
         candidate = Path(self.data_dir) / path
         if candidate.is_dir():

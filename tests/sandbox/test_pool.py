@@ -205,6 +205,19 @@ def test_local_backend_warns_and_runs(tmp_path):
         read = "import os\nprint(open(os.path.join(os.environ['HOME'], '..', 'data', 'd', 'a.txt')).read())"
         assert s.run_python(read).stdout == "data\n"
         assert s.run_python("import time; time.sleep(5)", limits=Limits(wall_s=0.5)).timed_out
+    # SQL names databases by their jail path (/data/<mount>/...), as episodes do; the local backend reads them
+    # from its data folder.
+    import sqlite3
+
+    con = sqlite3.connect(tmp_path / "t.db")
+    con.execute("CREATE TABLE t (v INTEGER)")
+    con.execute("INSERT INTO t VALUES (7)")
+    con.commit()
+    con.close()
+    with make_pool("local", workers=1, allow_unisolated=True, mounts={"d": tmp_path}) as local, \
+            local.session() as s:
+        res = s.run_sql("SELECT v FROM t", "/data/d/t.db")
+        assert res.ok and "7" in res.stdout, res
 
 
 def test_sql_and_shell_sessions_fork_from_the_light_zygote(pool):
