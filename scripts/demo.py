@@ -11,14 +11,14 @@
    one time in two, so the warm model is right at most that often.
 3. Success on a fixed evaluation (96 sampled episodes, sampling seeds fixed).
 4. GRPO (TRL's ``GRPOTrainer`` with ``medcopilot.rollout_func.EnvRolloutFunc``): multi-turn episodes in the
-   bubblewrap sandbox, exact token ids, environment tokens masked, the oracle grader's reward; two clipped updates
-   per round of 16 episodes.
+   bubblewrap sandbox, exact token ids, environment tokens masked, the oracle grader's reward; 30 steps of 16
+   episodes, the learning rate warmed up over the first 5.
 5. The same evaluation after; ``<out>/reward_curve.png`` (each step's mean reward, and the fixed evaluation
    before and after), ``<out>/summary.json`` and the trained model in ``<out>/model``.
 
 Every task of ``clinic_code`` has the same answer: a 140k-parameter model learns that in minutes, while reading a
 per-task answer out of an observation (``toy_lookup``) is beyond it at this budget (docs/benchmarks.md, Learning).
-Takes about 3 minutes on 2 idle CPU cores. ``--json`` ends stdout with one JSON object: ``reward_before``,
+Takes about 2 minutes on 2 CPU cores. ``--json`` ends stdout with one JSON object: ``reward_before``,
 ``reward_after``, ``success_before``, ``success_after``, ``steps``, ``curve``, ``sandbox_layers``, ``wall_s``.
 The run directory is replaced on each run. Ctrl-C ends with one line saying what is kept for the rerun (exit 130).
 """
@@ -65,7 +65,7 @@ def plot(curve: list[tuple[int, float]], train_rewards: list[tuple[int, float]],
 
     fig, ax = plt.subplots(figsize=(6, 4))
     ax.plot([s for s, _ in train_rewards], [r for _, r in train_rewards], alpha=0.6,
-            label="reward of the round's 16 episodes")
+            label="reward of the step's 16 episodes")
     ax.plot([s for s, _ in curve], [v for _, v in curve], marker="o", linewidth=2,
             label="success on the fixed evaluation (96 episodes)")
     ax.set(xlabel="GRPO step", ylabel="reward = success", ylim=(0, 1),
@@ -84,7 +84,7 @@ def report(summary: dict) -> str:
     return "\n".join([
         "[demo] summary",
         f"  family           {FAMILY} (2 turns: run SQL in the sandbox, then submit the code)",
-        f"  GRPO steps       {summary['steps']} ({summary['steps'] // 2} rounds of {summary['group']} episodes)",
+        f"  GRPO steps       {summary['steps']} (each {summary['group']} episodes of one task)",
         (f"  reward           {fmt(summary['reward_before'])} -> {fmt(summary['reward_after'])}   "
          f"(fixed evaluation, {summary['eval_episodes']} episodes)"),
         f"  success          {fmt(summary['success_before'])} -> {fmt(summary['success_after'])}",
@@ -99,8 +99,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tasks", default="artifacts/tasks", help="tasks root (clinic_code, toy_sql; reused)")
     parser.add_argument("--model", default="artifacts/tiny-qwen2", help="tiny model folder to build (reused)")
     parser.add_argument("--out", default="runs/demo", help="run directory (replaced on each run)")
-    parser.add_argument("--steps", type=int, default=12,
-                        help="GRPO optimizer steps, two per generation round; default 12")
+    parser.add_argument("--steps", type=int, default=30,
+                        help="GRPO steps (one generation round of --group episodes each); default 30")
     parser.add_argument("--group", type=int, default=16, help="episodes per generation round (one task); default 16")
     parser.add_argument("--seed", type=int, default=0, help="seeds the warm start, sampling and evaluation")
     parser.add_argument("--sandbox", default="bwrap", choices=["bwrap", "local"],
@@ -121,9 +121,10 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True)
     try:
         build_inputs(Path(args.tasks), Path(args.model))
-        # Two clipped updates per generation round (TRL's num_iterations): the most learning per CPU second measured.
+        # One update per generation round and GRPO_DEFAULTS' warm-up: two updates per round learnt faster on
+        # some seeds but collapsed others (docs/benchmarks.md, "Learning").
         run = learning_run("grpo", FAMILY, args.model, out, seed=args.seed, steps=args.steps, group=args.group,
-                           num_iterations=2, sandbox=args.sandbox, tasks_root=args.tasks, save_to=out / "model",
+                           sandbox=args.sandbox, tasks_root=args.tasks, save_to=out / "model",
                            log=lambda line: print(line, flush=True))
     except KeyboardInterrupt:
         tasks_dir, model_dir = Path(args.tasks), Path(args.model)
