@@ -952,9 +952,16 @@ def main(argv: list[str] | None = None) -> None:
     args = _parse(argv)
     hardening = _harden(args)  # before any import a planted file could shadow, before any fork
     # python -I keeps the current directory and user site off sys.path; drop such entries anyway, in case a
-    # launcher started us without it: no directory the jailed code can write may ever be on this path.
-    sys.path[:] = [p for p in sys.path if p and os.path.isabs(p) and not p.startswith(
-        (args.workspace, "/tmp", "/dev/shm", "/var/tmp"))]
+    # launcher started us without it: no directory the jailed code can write may ever be on this path. In a
+    # jail (its own pid namespace) that is the workspace and the jail's temporary directories; the local
+    # backend isolates nothing, so there only the workspace and the slot's TMPDIR count (a venv in a clone under
+    # /tmp must stay importable).
+    writable = [args.workspace, os.environ.get("TMPDIR", "")]
+    if args.pidns:
+        writable += ["/tmp", "/dev/shm", "/var/tmp"]
+    writable = [w.rstrip("/") for w in writable if w and w.strip("/")]
+    sys.path[:] = [p for p in sys.path if p and os.path.isabs(p) and not any(
+        p == w or p.startswith(w + "/") for w in writable)]
     chan_in, chan_out = os.dup(0), os.dup(1)
     devnull = os.open("/dev/null", os.O_RDWR)
     os.dup2(devnull, 0)
