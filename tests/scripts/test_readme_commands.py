@@ -89,6 +89,9 @@ def _serve(command: str, cwd: Path, port: int) -> None:
                     reason="the commands use the bubblewrap sandbox; the copy is made from git's file list")
 def test_readme_commands_run_verbatim_from_a_fresh_copy(tmp_path, repo_copy):
     clone = repo_copy(tmp_path / "clone")
+    # The one file a user supplies (a public MedAgentGym task file, never in the repository): a small fixture
+    # in the same format stands in for it.
+    shutil.copy(ROOT / "tests" / "fixtures" / "import_ehr" / "eicu_valid_tasks.jsonl", clone / "valid_tasks.jsonl")
     ran = []
     for command, comment in readme_commands((ROOT / "README.md").read_text(encoding="utf-8")):
         if "gpu" in comment.lower():
