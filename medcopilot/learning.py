@@ -1,6 +1,6 @@
 """Learning on the tiny model: an oracle warm start, a fixed evaluation, and short GRPO / PPO runs on CPU.
 
-The pieces the learning tests (``tests/medcopilot/test_*_learning.py``), ``scripts/bench_learning.py`` and
+The pieces the learning tests (``tests/medcopilot/test_*learning*.py``), ``scripts/bench_learning.py`` and
 ``scripts/demo.py`` share. A run (:func:`learning_run`) goes:
 
 1. **Family**: ``say_number`` (one turn: the question shows the number to submit; declared in a folder by
