@@ -33,7 +33,7 @@ from typing import Any, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-import tasks
+from medagentgym import tasks
 from env_client.actions import (
     ACTION_MODELS,
     CodeExecution,
@@ -51,8 +51,8 @@ from env_client.trajectory import FinalRecord, StepRecord, Trajectory, Trajector
 from rewards.oracle import oracle_reward
 from sandbox import Limits, SandboxError
 from sandbox.grounding import ground
-from tasks.base import GradeContext, GraderError, InfraError, Instance, Verdict
-from tasks.registry import max_turns as family_max_turns
+from medagentgym.tasks.base import GradeContext, GraderError, InfraError, Instance, Verdict
+from medagentgym.tasks.registry import max_turns as family_max_turns
 
 __all__ = ["Env", "EnvConfig", "Observation", "StepResult", "explain_failure", "grade_submission", "truncate_middle"]
 

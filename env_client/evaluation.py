@@ -49,10 +49,10 @@ from pathlib import Path
 from typing import Any
 
 from env_client.errors import EnvClientError
-from tasks import SUITES
-from tasks._files import FileFormatError, load_json
+from medagentgym.tasks import SUITES
+from medagentgym.tasks._files import FileFormatError, load_json
 from rewards.oracle import infra_failure
-from tasks.floors import FLOOR_BOUND, constant_floor
+from medagentgym.tasks.floors import FLOOR_BOUND, constant_floor
 
 __all__ = ["ERROR_CLASSES", "FLOOR_BOUND", "ID_FAMILIES", "OOD_FAMILIES", "EvalError", "EvalReport", "best_at_k",
            "bootstrap_interval", "classify_failure", "code_version", "constant_floor", "evaluate", "label_base_rate",
@@ -675,7 +675,7 @@ def task_set_hash(instances: Iterable[Any], family_versions: Mapping[str, Any]) 
 def label_base_rate(instances: Iterable[Any]) -> float:
     """Share of the most common rendered gold answer among ``instances`` (what one constant answer scores
     under exact matching; a family with tolerance bands may let a constant score slightly more)."""
-    from tasks.graders import render_answer
+    from medagentgym.tasks.graders import render_answer
 
     rendered = Counter(render_answer(i.answer_type, i.answer) for i in instances)
     total = sum(rendered.values())

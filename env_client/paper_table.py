@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from tasks import SUITES
+from medagentgym.tasks import SUITES
 
 __all__ = ["PAPER_COLUMNS", "paper_table", "render_paper_table", "write_paper_table"]
 

@@ -141,7 +141,7 @@ class EnvSpec:
 
     def families(self) -> Callable[[str], Any]:
         """``name -> family`` (cached), for the oracle policy."""
-        import tasks
+        from medagentgym import tasks
 
         cache: dict[str, Any] = {}
 
@@ -487,7 +487,7 @@ def describe_run(policy_spec: str, policy: Any, policy_kwargs: dict[str, Any], *
     """The ``run_info`` of a CLI run: policy (spec, sampling, weights), episode rules, format, split, and each
     family's version and data (``manifest.json`` digest): everything besides the task and seed that changes an
     episode. See :func:`rollout`."""
-    import tasks
+    from medagentgym import tasks
     from env_client.episode import EnvConfig
     from env_client.policies import describe_policy
 

@@ -34,7 +34,7 @@ from env_client.actions import Action
 from env_client.episode import Env, EnvConfig, Observation, StepResult
 from env_client.errors import EnvClientError, ResetNeeded
 from sandbox.errors import SandboxBusy
-from tasks.base import Instance, TaskError, UnknownTask
+from medagentgym.tasks.base import Instance, TaskError, UnknownTask
 
 __all__ = ["CLIENT_ERRORS", "MAX_ACTION_CHARS", "ResetRequest", "ServedEnv", "ServerBusy", "StepAction",
            "background_server", "build_app", "public_verdict"]
@@ -141,7 +141,7 @@ def public_verdict(verdict: dict[str, Any] | None) -> dict[str, Any] | None:
 class ServedEnv:
     """One served session: :class:`Env` plus instance lookup on reset, the trajectory in the state, the worker
     returned when an episode ends, and verdicts made public (``hide_gold``). Any protocol (this module's HTTP
-    endpoints, ``adapters.openenv``'s WebSocket sessions) serves these.
+    endpoints, ``medagentgym.adapters.openenv``'s WebSocket sessions) serves these.
 
     Args:
         env: The episode runner.
@@ -226,7 +226,7 @@ def build_app(tasks_root: str | Path, *, backend: str = "bwrap", workers: int = 
     Example:
         >>> app = build_app("artifacts/tasks", tokens=["s3cret-token"], worker_wait_s=10)
     """
-    import tasks
+    from medagentgym import tasks
     from sandbox import make_pool
     from sandbox.server import create_app
 

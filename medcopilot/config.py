@@ -31,7 +31,7 @@ from typing import Any, Literal
 
 import yaml
 
-from tasks._files import FileFormatError, load_yaml
+from medagentgym.tasks._files import FileFormatError, load_yaml
 
 #: Folder of the bundled recipes (``recipes/`` at the repository root).
 RECIPES_DIR = Path(__file__).resolve().parent.parent / "recipes"
@@ -355,14 +355,14 @@ def check_recipe(cfg: RecipeConfig, *, base_model: str | None = None, notes: lis
         2
     """
     from medcopilot.recipe_checks import check_runnable
-    from tasks.base import UnknownTask
-    from tasks.registry import spec
+    from medagentgym.tasks.base import UnknownTask
+    from medagentgym.tasks.registry import spec
 
     for i, name in enumerate(cfg.tasks.families):
         try:
             spec(name, root=cfg.tasks.root)
         except UnknownTask as exc:
-            raise RecipeError(f"tasks.families[{i}]={name!r}: {exc} (families are registered in tasks/registry.py "
+            raise RecipeError(f"tasks.families[{i}]={name!r}: {exc} (families are registered in medagentgym/tasks/registry.py "
                               f"or declared by {cfg.tasks.root}/<name>/family.yaml)") from None
     if cfg.method == "ppo":
         from medcopilot.trainers.ppo import ppo_args

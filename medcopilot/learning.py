@@ -152,7 +152,7 @@ class Playground:
         ``toy_lookup`` built at size tiny) and start a sandbox pool of ``workers``: ``bwrap``, ``local``
         (unisolated), or ``auto`` (bwrap where it runs, else local)."""
         import sandbox as sandbox_pkg
-        import tasks
+        from medagentgym import tasks
         from env_client.prompts import initial_messages
         from medcopilot.rollout_func import PromptIndex
 

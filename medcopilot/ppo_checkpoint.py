@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from medcopilot.config import RecipeError
-from tasks.base import write_bytes_atomic
+from medagentgym.tasks.base import write_bytes_atomic
 
 __all__ = ["TrainerState", "load_checkpoint", "load_policy_weights", "save_checkpoint", "write_json"]
 

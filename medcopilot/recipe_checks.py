@@ -233,7 +233,7 @@ def check_runnable(cfg: RecipeConfig, args: Any, *, base_model: str | None = Non
         RecipeError: One line naming the setting, the numbers and what to change.
     """
     from medcopilot.mixture import describe_mixture
-    from tasks import SUITES
+    from medagentgym.tasks import SUITES
 
     notes = [describe_mixture(cfg.tasks)]
     ood = [f for f in cfg.tasks.families if f in SUITES["ood"]]

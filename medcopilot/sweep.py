@@ -55,7 +55,7 @@ from typing import Any
 import yaml
 
 from medcopilot.config import RECIPES_DIR, RecipeError, check_recipe, load_recipe
-from tasks._files import FileFormatError, load_yaml
+from medagentgym.tasks._files import FileFormatError, load_yaml
 
 REPO = RECIPES_DIR.parent
 SWEEP_KEYS = ("recipe", "overrides", "grid", "stages", "metric", "mode", "output_root", "evaluate")

@@ -59,7 +59,7 @@ class EvalSpec:
         Raises:
             RecipeError: An unknown key, a policy without ``{model}``, or an unknown suite (one line).
         """
-        import tasks
+        from medagentgym import tasks
 
         names = [f.name for f in fields(cls)]
         unknown = sorted(set(data) - set(names))
@@ -130,7 +130,7 @@ def evaluate_chain(spec: EvalSpec, runs: Sequence[Any], root: Path, *, launch_ev
         0, or the exit status of the first export or evaluation that failed.
     """
     from env_client.paper_table import paper_table, write_paper_table
-    from tasks._files import load_json
+    from medagentgym.tasks._files import load_json
 
     launch = launch_eval or subprocess_script
     reports: dict[str, list[dict[str, Any]]] = {}

@@ -220,7 +220,7 @@ def load_verifier_model(spec: ModelConfig, tokenizer: Any) -> Any:
 def write_verifier_config(out_dir: str | os.PathLike, *, max_length: int, base_model: str,
                           metrics: dict[str, Any] | None = None) -> Path:
     """Write ``verifier_config.json`` (atomically) into a trained verifier's folder and return its path."""
-    from tasks.base import write_bytes_atomic
+    from medagentgym.tasks.base import write_bytes_atomic
 
     target = Path(out_dir) / VERIFIER_CONFIG
     data = {"kind": "medcopilot-verifier", "max_length": int(max_length), "base_model": base_model,
@@ -348,7 +348,7 @@ def score_rows(scorer: Any, trajectories: Sequence[Any]) -> list[dict[str, Any]]
 
 def write_score_rows(rows: list[dict[str, Any]], path: Path | str) -> Path:
     """Write :func:`score_rows` output as JSONL atomically (tmp file, then rename); returns the path."""
-    from tasks.base import write_bytes_atomic
+    from medagentgym.tasks.base import write_bytes_atomic
 
     path = Path(path)
     write_bytes_atomic(path, "".join(json.dumps(row, sort_keys=True) + "\n" for row in rows).encode("utf-8"))

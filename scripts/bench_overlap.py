@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     import sandbox
-    import tasks
+    from medagentgym import tasks
     from env_client import Env, EnvConfig
     from env_client.prompts import initial_messages
     from medcopilot.rollout_func import EnvRolloutFunc, PromptIndex

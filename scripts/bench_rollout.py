@@ -24,11 +24,11 @@ import time
 import traceback
 from pathlib import Path
 
-import tasks
+from medagentgym import tasks
 from env_client.errors import EnvClientError
 from env_client.rollout import BACKENDS, EnvSpec, rollout
 from sandbox.errors import SandboxError
-from tasks.base import TaskError
+from medagentgym.tasks.base import TaskError
 
 
 def built_families(root: Path) -> list[str]:

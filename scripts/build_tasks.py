@@ -27,9 +27,9 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-import tasks
-from tasks.base import SupportsCounts, TaskError
-from tasks.registry import DEFAULT_ROOT
+from medagentgym import tasks
+from medagentgym.tasks.base import SupportsCounts, TaskError
+from medagentgym.tasks.registry import DEFAULT_ROOT
 
 
 def _select(spec: str, root: Path) -> list[str]:

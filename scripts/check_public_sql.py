@@ -5,7 +5,7 @@
     python scripts/check_public_sql.py --mimic-iii FILE --size default --seed 0 --plant --json
 
 Prints, per dataset, how many answerable gold queries execute and how many return a meaningful answer (not
-empty, not only NULL / 0 / ''), after EHRSQL's post-processing (``tasks.ehr_synth.public_sql``), plus value
+empty, not only NULL / 0 / ''), after EHRSQL's post-processing (``medagentgym.tasks.ehr_synth.public_sql``), plus value
 coverage (distinct compared literals present in our columns), id coverage (named patients present) and the
 question mix of the public file beside our generated instances' (time windows, top-N, event-after-event, words).
 Databases come from ``--tasks-root`` (``<root>/{mimic_iii,eicu,treqs}/*.db``, built by scripts/build_tasks.py;
@@ -24,8 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from tasks.base import TaskError
-from tasks.ehr_synth.public_sql import (
+from medagentgym.tasks.base import TaskError
+from medagentgym.tasks.ehr_synth.public_sql import (
     add_file_arguments,
     check,
     files_from_arguments,
@@ -42,8 +42,8 @@ def _build(root: Path, files: dict[str, list[Path]], *, size: str, seed: int, pl
            anonymous: bool = True) -> dict[str, float]:
     """Write the databases the files need under ``root`` (no instances); returns seconds per database, the
     shared hospital draw counted in the first."""
-    import tasks
-    from tasks.ehr_synth.hospital import SIZES, cached_draw
+    from medagentgym import tasks
+    from medagentgym.tasks.ehr_synth.hospital import SIZES, cached_draw
 
     public = tuple(str(p) for paths in files.values() for p in paths) if plant else ()
     seconds = {}

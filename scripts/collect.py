@@ -20,13 +20,13 @@ import sys
 import traceback
 from pathlib import Path
 
-import tasks
+from medagentgym import tasks
 from env_client.errors import EnvClientError
 from env_client.policies import add_policy_arguments, make_policy, policy_kwargs
 from env_client.rollout import BACKENDS, EnvSpec, describe_run
 from medcopilot.collect import collect
 from sandbox.errors import SandboxError
-from tasks.base import TaskError
+from medagentgym.tasks.base import TaskError
 
 
 def families_for(args: argparse.Namespace) -> list[str]:

@@ -38,7 +38,7 @@ FAMILY = "clinic_code"
 
 def build_inputs(tasks_root: Path, model_dir: Path) -> None:
     """Declare clinic_code, build toy_sql (the tiny recipes use it) and the tiny model, unless already there."""
-    import tasks
+    from medagentgym import tasks
     from medcopilot.learning import declare_clinic_code
     from medcopilot.tiny import build_tiny_model
 

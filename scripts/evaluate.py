@@ -47,7 +47,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-import tasks
+from medagentgym import tasks
 from env_client.errors import EnvClientError
 from env_client.evaluation import (
     ID_FAMILIES,
@@ -64,7 +64,7 @@ from env_client.policies import add_policy_arguments, make_policy, policy_kwargs
 from env_client.rollout import EnvSpec, describe_run, rollout, run_key
 from env_client.trajectory import TrajectoryStore
 from sandbox.errors import SandboxError
-from tasks.base import TaskError
+from medagentgym.tasks.base import TaskError
 
 
 def choose_families(families: str, suite: str | None, root: Path) -> list[str]:

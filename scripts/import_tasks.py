@@ -9,7 +9,7 @@
 Writes ``<out>/<family>/`` (``train.jsonl``, ``test.jsonl``, data files, ``import_report.json``, ``manifest.json``)
 so that ``tasks.make(family, root=out)``, ``scripts/rollout.py --tasks-root out`` and ``scripts/evaluate.py
 --tasks-root out`` use it like a generated build. Formats: EHRSQL JSON, MIMICSQL, MedAgentGym task JSONL of every
-family, MedCalc-Bench rows (see ``tasks/importers/``). One bad record never stops a file: each rejected record is
+family, MedCalc-Bench rows (see ``medagentgym/tasks/importers/``). One bad record never stops a file: each rejected record is
 printed as ``path:line: reason: detail`` (the first ``--show``), then a count per reason, the files or packages
 the user must supply and how to pass them, and the summary. SQL families re-instantiate slot values absent from
 the target database (``--db``, or the family's synthetic database built at ``--size``) and recompute answers by
@@ -26,8 +26,8 @@ import time
 import traceback
 from pathlib import Path
 
-from tasks.base import TaskError
-from tasks.importers import IMPORTERS, check_import, import_files
+from medagentgym.tasks.base import TaskError
+from medagentgym.tasks.importers import IMPORTERS, check_import, import_files
 
 
 def interrupted_line(family_dir: Path, since: float, *, checking: bool) -> str:

@@ -27,9 +27,9 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from tasks.base import write_bytes_atomic
+from medagentgym.tasks.base import write_bytes_atomic
 
-PACKAGES = ("sandbox", "tasks", "env_client", "rewards", "medcopilot", "adapters")
+PACKAGES = ("sandbox", "medagentgym.tasks", "env_client", "rewards", "medcopilot", "medagentgym.adapters")
 SECTION = re.compile(r"^(Args|Arguments|Attributes|Returns|Yields|Raises|Example|Examples|Note|Notes|Warning)"
                      r":\s*$")
 ITEM = re.compile(r"^(\S.*?):(\s+.*|)$")

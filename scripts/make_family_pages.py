@@ -28,11 +28,11 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
-import tasks
+from medagentgym import tasks
 from env_client.evaluation import constant_floor
-from tasks.base import write_bytes_atomic
-from tasks.graders import render_answer
-from tasks.importers import IMPORTERS
+from medagentgym.tasks.base import write_bytes_atomic
+from medagentgym.tasks.graders import render_answer
+from medagentgym.tasks.importers import IMPORTERS
 
 OUT = Path("docs/families")
 FLOORS = "floors.json"
@@ -147,9 +147,9 @@ def page(name: str, family: Any, floors: dict[str, Any], default: dict[str, Any]
                   for s, names in tasks.SUITES.items() if name in names), "no suite (a smoke-test family)")
     counts = {split: len(family.instances(split)) for split in ("train", "test")}
     lines = [f"# {name} (version {family.version})", "", card["summary"], "",
-             (f"Suite: {suite}. Turn budget: {tasks.registry.max_turns(name)}. Tiny build (seed 0): "
+             (f"Suite: {suite}. Turn budget: {medagentgym.tasks.registry.max_turns(name)}. Tiny build (seed 0): "
              f"{counts['train']} train and {counts['test']} test instances in {len(family.categories)} categories. "
-             f"Code: [`tasks/{cls.__module__.split('.', 1)[1]}.py`](../../{cls.__module__.replace('.', '/')}.py)."),
+             f"Code: [`{cls.__module__.replace('.', '/')}.py`](../../{cls.__module__.replace('.', '/')}.py)."),
              "", "## What it tests", "", card.get("Description", ""), "", "## A real instance", "",
              *instance_section(family, inst), "## Permitted actions", "",
              "Permitted actions: " + ", ".join(f"`{a}`" for a in sorted(family.actions)) + ". The episode enforces "

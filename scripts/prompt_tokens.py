@@ -74,7 +74,7 @@ def after_renderer(permitted: frozenset[str], fmt: str) -> tuple[str, list[dict]
 
 def family_actions(root: Path) -> dict[str, frozenset[str]]:
     """Each family's permitted actions, as ``Env.reset`` intersects them with the known actions."""
-    import tasks
+    from medagentgym import tasks
     from env_client.actions import ACTION_MODELS
 
     return {name: frozenset(tasks.make(name, root=root).actions) & frozenset(ACTION_MODELS)

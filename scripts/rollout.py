@@ -19,13 +19,13 @@ import sys
 import traceback
 from pathlib import Path
 
-import tasks
+from medagentgym import tasks
 from env_client.errors import EnvClientError
 from env_client.policies import add_policy_arguments, make_policy, policy_kwargs
 from env_client.rollout import BACKENDS, EnvSpec, RolloutSummary, describe_run, rollout
 from env_client.trajectory import TrajectoryStore
 from sandbox.errors import SandboxError
-from tasks.base import TaskError
+from medagentgym.tasks.base import TaskError
 
 
 def select_instances(root: Path, families: str, split: str, limit: int | None) -> list:

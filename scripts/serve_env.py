@@ -6,7 +6,7 @@
 Starts a sandbox pool and the env server (``/health``, ``/schema``, ``/reset``, ``/step``, ``/state``,
 ``/close``; see ``sandbox/server.py``). Writes nothing; logs requests to stderr. Clients use
 ``env_client.http_client.HTTPEnv(url)``, which has the local ``Env`` interface. With ``--openenv`` the same
-server also speaks OpenEnv's protocol (WebSocket sessions at ``/ws``; ``adapters/openenv.py``), so
+server also speaks OpenEnv's protocol (WebSocket sessions at ``/ws``; ``medagentgym/adapters/openenv.py``), so
 ``openenv.GenericEnvClient(base_url=url)`` works as it is.
 
 Abuse limits, all on by default: gold answers and grader reasons never reach a client (``--show-gold`` turns
@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
                    "max_sessions_per_client": args.max_sessions_per_client, "worker_wait_s": args.worker_wait,
                    "splits": splits}
         if args.openenv:
-            from adapters.openenv import build_openenv_app
+            from medagentgym.adapters.openenv import build_openenv_app
 
             app = build_openenv_app(args.tasks_root, split="train" if "train" in splits else splits[0], **options)
         else:

@@ -28,7 +28,7 @@ import pytest
 import tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
-ENV_PACKAGES = ("sandbox", "tasks", "env_client", "rewards")
+ENV_PACKAGES = ("sandbox", "medagentgym/__init__.py", "medagentgym/tasks", "env_client", "rewards")
 #: Never in the base install (the environment): the training stack and the GPU/cluster extras.
 TRAINING_STACK = {"torch", "transformers", "trl", "peft", "accelerate", "datasets", "wandb", "safetensors",
                   "tokenizers", "huggingface-hub", "vllm", "ray", "deepspeed"}
@@ -73,7 +73,8 @@ def _python_files(scope: str) -> list[Path]:
 
 
 def _local_names() -> set[str]:
-    names = {"scripts", "train", "tests", *ENV_PACKAGES, "medcopilot", "adapters", "medagentgym_verifiers"}
+    names = {"scripts", "train", "tests", "medagentgym", "sandbox", "env_client", "rewards", "medcopilot",
+             "medagentgym_verifiers"}
     names |= {p.stem for p in (ROOT / "tests").rglob("*.py")}  # test helpers imported by their bare name
     return names
 
@@ -147,7 +148,7 @@ def test_policy_side_and_scripts_import_only_what_their_extra_declares(declared)
     # The adapters (outer ring) may use the environment, the training stack (TRL's environment_factory) and the
     # libraries of their own extras.
     adapter_extras = ("openenv", "gymnasium", "skyrl", "verifiers")
-    problems += _undeclared("adapters", train.union(*(declared[e] for e in adapter_extras)), declared)
+    problems += _undeclared("medagentgym/adapters", train.union(*(declared[e] for e in adapter_extras)), declared)
     everything = set().union(*declared.values())
     problems += _undeclared("tests", everything, declared)
     assert not problems, "\n".join(problems)
@@ -193,7 +194,7 @@ def _copy_sources(dest: Path) -> None:
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info")
     for name in ("pyproject.toml", "README.md"):
         shutil.copy2(ROOT / name, dest / name)
-    for name in (*ENV_PACKAGES, "medcopilot", "scripts"):
+    for name in ("medagentgym", "sandbox", "env_client", "rewards", "medcopilot", "scripts"):
         shutil.copytree(ROOT / name, dest / name, ignore=ignore)
 
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from medcopilot.config import RecipeConfig, RecipeError
 from medcopilot.data import Episode, load_episodes
-from tasks.base import write_bytes_atomic
+from medagentgym.tasks.base import write_bytes_atomic
 
 
 def episodes_for(cfg: RecipeConfig) -> list[Episode]:
@@ -67,8 +67,8 @@ def ensure_store(cfg: RecipeConfig) -> Path:
 
 def task_instances(cfg: RecipeConfig) -> list[Any]:
     """Instances of ``tasks.families`` for ``tasks.split`` (first ``tasks.limit`` of each), building missing ones."""
-    import tasks
-    from tasks.base import NotBuilt
+    from medagentgym import tasks
+    from medagentgym.tasks.base import NotBuilt
 
     out = []
     for name in cfg.tasks.families:

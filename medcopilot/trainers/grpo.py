@@ -91,7 +91,7 @@ def build_index(cfg: RecipeConfig) -> PromptIndex:
     Raises:
         RecipeError: A family with no instances in ``tasks.split`` (tells how to build it).
     """
-    import tasks
+    from medagentgym import tasks
     from env_client.prompts import initial_messages
 
     instances: list[Any] = []

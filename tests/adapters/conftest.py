@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-import tasks
+from medagentgym import tasks
 
 
 @pytest.fixture(scope="session")

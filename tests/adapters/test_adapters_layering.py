@@ -1,4 +1,4 @@
-"""adapters/ is the outer ring: no inner package imports it, and importing the package itself pulls in none of the
+"""medagentgym/adapters/ is the outer ring: no inner package imports it, and importing the package itself pulls in none of the
 optional libraries (each adapter module imports its own, with an error naming the extra when it is missing)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-INNER = ["tasks", "sandbox", "env_client", "env_client.server_app", "env_client.http_client", "rewards",
+INNER = ["medagentgym.tasks", "sandbox", "env_client", "env_client.server_app", "env_client.http_client", "rewards",
          "medcopilot.config", "medcopilot.sweep"]
 OPTIONAL = ("openenv", "gymnasium", "skyrl_gym", "verifiers", "trl", "torch")
 
@@ -23,9 +23,9 @@ def _loaded(code: str) -> list[str]:
 
 def test_inner_packages_never_import_adapters():
     loaded = _loaded(f"import importlib\nfor m in {INNER!r}: importlib.import_module(m)")
-    assert not [m for m in loaded if m.split(".")[0] == "adapters"]
+    assert not [m for m in loaded if m.startswith("medagentgym.adapters")]
 
 
 def test_the_package_and_its_common_module_import_no_optional_library():
-    loaded = _loaded("import adapters, adapters._common")
+    loaded = _loaded("import medagentgym.adapters, medagentgym.adapters._common")
     assert not [m for m in loaded if m.split(".")[0] in OPTIONAL]

@@ -19,7 +19,7 @@ def _submit(answer: str) -> str:
 
 @pytest.fixture()
 def env(toy_root, sandbox_backend):
-    env = gymnasium.make("adapters.gym:MedAgentGym-v0", tasks_root=toy_root, families=["toy_sql"],
+    env = gymnasium.make("medagentgym.adapters.gym:MedAgentGym-v0", tasks_root=toy_root, families=["toy_sql"],
                          sandbox=sandbox_backend, allow_unisolated=True)
     yield env
     env.close()
@@ -42,4 +42,4 @@ def test_gymnasium_env_checker_accepts_it(env):
     from gymnasium.utils.env_checker import check_env
 
     check_env(env.unwrapped, skip_render_check=True)
-    assert gymnasium.spec("MedAgentGym-v0").entry_point == "adapters.gym:MedAgentGymEnv"
+    assert gymnasium.spec("MedAgentGym-v0").entry_point == "medagentgym.adapters.gym:MedAgentGymEnv"

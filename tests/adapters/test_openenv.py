@@ -11,7 +11,7 @@ pytest.importorskip("openenv", reason="openenv-core is not installed (pip instal
 
 from openenv import GenericEnvClient
 
-from adapters.openenv import build_openenv_app
+from medagentgym.adapters.openenv import build_openenv_app
 from env_client.server_app import background_server
 
 TOKEN = "openenv-test-token-42"

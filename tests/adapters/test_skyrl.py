@@ -7,7 +7,7 @@ import pytest
 
 skyrl_gym = pytest.importorskip("skyrl_gym", reason="skyrl-gym is not installed (pip install '.[skyrl]')")
 
-import adapters.skyrl  # noqa: F401 - registers "medagentgym"
+import medagentgym.adapters.skyrl  # noqa: F401 - registers "medagentgym"
 
 SQL = '<tool_call>{"name": "code_execution", "arguments": {"lang": "sql", "code": "SELECT COUNT(*) FROM patients"}}' \
       '</tool_call>'

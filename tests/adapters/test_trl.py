@@ -10,7 +10,7 @@ import pytest
 
 pytest.importorskip("trl")
 
-from adapters.trl import environment_factory, tool_env_dataset
+from medagentgym.adapters.trl import environment_factory, tool_env_dataset
 from env_client.actions import tool_schema
 
 ACTIONS = ["code_execution", "debugging", "request_info", "submit_answer", "terminal"]

@@ -15,7 +15,7 @@ import pytest
 
 vf = pytest.importorskip("verifiers.v1", reason="verifiers is not installed (pip install '.[verifiers]')")
 
-from adapters.verifiers import MedAgentGymEnv, MedAgentGymTaskset, load_environment
+from medagentgym.adapters.verifiers import MedAgentGymEnv, MedAgentGymTaskset, load_environment
 
 
 class _Segment:

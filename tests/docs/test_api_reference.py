@@ -14,7 +14,7 @@ import pkgutil
 
 import pytest
 
-PACKAGES = ("sandbox", "tasks", "env_client", "rewards", "medcopilot", "adapters")
+PACKAGES = ("sandbox", "medagentgym.tasks", "env_client", "rewards", "medcopilot", "medagentgym.adapters")
 
 
 def _public(package: str) -> tuple[dict[str, object], list[str]]:
@@ -59,8 +59,8 @@ def test_every_public_name_has_an_entry_with_its_docstring(package, reference):
 
 
 def test_the_package_entry_points_are_documented(reference):
-    for needle in ("### `sandbox.make_pool`", "### `tasks.make`", "### `env_client.Env`", "### `rewards.RewardSpec`",
-                   "### `medcopilot.load_recipe`", "### `adapters.trl.environment_factory`",
+    for needle in ("### `sandbox.make_pool`", "### `medagentgym.tasks.make`", "### `env_client.Env`", "### `rewards.RewardSpec`",
+                   "### `medcopilot.load_recipe`", "### `medagentgym.adapters.trl.environment_factory`",
                    "### `env_client.evaluation.constant_floor`", "### `medcopilot.export.export_model`"):
         assert any(needle in text for text in reference.values()), needle
 

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-import tasks
+from medagentgym import tasks
 from env_client.evaluation import constant_floor
-from tasks.importers import IMPORTERS
+from medagentgym.tasks.importers import IMPORTERS
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = ROOT / "docs" / "families"

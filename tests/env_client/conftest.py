@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-import tasks
+from medagentgym import tasks
 from env_client import Env, EnvConfig
 
 

@@ -8,7 +8,7 @@ import socket
 
 import pytest
 
-import tasks
+from medagentgym import tasks
 from env_client.http_client import EnvServers, ServerError
 from env_client.policies import make_policy
 from env_client.rollout import rollout

@@ -14,8 +14,8 @@ from env_client import InvalidAction, ResetNeeded, to_chat_messages
 from env_client.actions import Terminal
 from env_client.episode import truncate_middle
 from sandbox import SessionClosed, WorkerLost
-from tasks.base import GraderError, InfraError
-from tasks.graders import render_answer
+from medagentgym.tasks.base import GraderError, InfraError
+from medagentgym.tasks.graders import render_answer
 
 TRACEBACK = 'Traceback (most recent call last):\n  File "<cell-1>", line 1, in <module>\nNameError: name "x"'
 
@@ -157,7 +157,7 @@ def test_permitted_actions_are_enforced(make_env, tmp_path):
     (d / "family.yaml").write_text(yaml.safe_dump({"name": "only_code", "answer_type": "integer",
                                                    "actions": ["code_execution", "submit_answer"]}))
     (d / "tasks.jsonl").write_text(json.dumps({"question": "2+2?", "answer": 4, "split": "test"}) + "\n")
-    import tasks
+    from medagentgym import tasks
 
     inst = tasks.make("only_code", root=tmp_path).instances("test")[0]
     env = make_env(root=tmp_path)
@@ -256,7 +256,7 @@ def _replay(env, inst, steps, fmt):
 
 @pytest.mark.parametrize("fmt", ["tool_call", "json"])
 def test_oracle_scores_100_percent(make_env, toy_root, toy_test, fmt):
-    import tasks
+    from medagentgym import tasks
 
     fam = tasks.make("toy_sql", root=toy_root)
     env = make_env()
@@ -360,7 +360,7 @@ def test_per_call_limits_apply(make_env, toy_test):
 
 
 def test_a_mount_that_exposes_gold_answers_is_refused(make_env, tmp_path):
-    import tasks
+    from medagentgym import tasks
 
     d = tmp_path / "leaky"
     d.mkdir()

@@ -212,7 +212,7 @@ def test_leaderboard_never_ranks_different_task_sets_side_by_side(tmp_path):
 
 
 def test_suites_are_the_papers_disjoint_id_and_ood_sets():
-    import tasks
+    from medagentgym import tasks
 
     from env_client.evaluation import ID_FAMILIES, OOD_FAMILIES
 

@@ -11,7 +11,7 @@ import time
 import httpx
 import pytest
 
-import tasks
+from medagentgym import tasks
 from env_client import Env
 from env_client.errors import InvalidAction, ResetNeeded
 from env_client.http_client import TOKEN_ENV, HTTPEnv, ServerBusy, ServerError

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from fastapi import FastAPI, Request
 
-import tasks
+from medagentgym import tasks
 from env_client.actions import ACTION_MODELS, tool_schemas
 from env_client.policies import OpenAIPolicy
 from env_client.prompts import (

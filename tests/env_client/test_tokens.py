@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-import tasks
+from medagentgym import tasks
 from env_client import Env, EnvConfig, to_chat_messages
 from env_client.policies import HFPolicy, bind, make_policy
 from env_client.tokens import collate, observation_ids, render_prompt, token_rollout

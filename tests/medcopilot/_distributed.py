@@ -22,7 +22,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import GRPOConfig, GRPOTrainer
 
 import sandbox
-import tasks
+from medagentgym import tasks
 from env_client import Env, EnvConfig
 from env_client.prompts import initial_messages
 from medcopilot.ppo import PPOArgs

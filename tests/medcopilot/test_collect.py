@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-import tasks
+from medagentgym import tasks
 from env_client.policies import ConstantPolicy, OraclePolicy
 from env_client.trajectory import TrajectoryStore
 from medcopilot.collect import collect

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-import tasks
+from medagentgym import tasks
 from medcopilot.config import RECIPES_DIR
 
 pytest.importorskip("deepspeed", reason="the deepspeed extra is not installed")

@@ -91,7 +91,7 @@ def test_contradicting_or_unknown_reward_keys_are_one_line_errors():
 
 
 def test_grpo_tiny_through_train_py(tiny_model_dir, sandbox_backend, tmp_path, train_main, quiet_training_env):
-    import tasks
+    from medagentgym import tasks
 
     root = tmp_path / "tasks"
     tasks.make("toy_sql", root=root).build(root, size="tiny", seed=0)

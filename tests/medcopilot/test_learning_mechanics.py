@@ -54,7 +54,7 @@ def answer_ids(tok, answer: int) -> list[int]:
 @pytest.fixture(scope="module")
 def family(tmp_path_factory):
     import sandbox
-    import tasks
+    from medagentgym import tasks
     from env_client.prompts import initial_messages
 
     root = tmp_path_factory.mktemp("tasks")

@@ -1,6 +1,6 @@
 """Multi-turn tool use on ``toy_lookup``: environment tokens stay out of GRPO's loss.
 
-The family (``tasks/toy_lookup.py``): run one SQL query against the record's own database, then submit the value
+The family (``medagentgym/tasks/toy_lookup.py``): run one SQL query against the record's own database, then submit the value
 it returned. One GRPO update (plain SGD, no clipping) on scripted two-turn episodes equals the gradient of the
 policy loss over the *model's* tokens only; the same loss with the observation tokens included points elsewhere
 (right and wrong episodes run different queries, so their observations differ and would not cancel).
@@ -49,7 +49,7 @@ class ScriptedLookup(EnvRolloutFunc):
 
 @pytest.fixture(scope="module")
 def lookup(tmp_path_factory, make_test_pool):
-    import tasks
+    from medagentgym import tasks
     from env_client.prompts import initial_messages
 
     root = tmp_path_factory.mktemp("tasks")

@@ -17,7 +17,7 @@ from env_client.paper_table import (
 from medcopilot.config import RECIPES_DIR, RecipeError
 from medcopilot.sweep import load_sweep, main, plan_runs
 from medcopilot.sweep_eval import EvalSpec, evaluate_chain
-from tasks import SUITES
+from medagentgym.tasks import SUITES
 
 
 @pytest.mark.parametrize("name", ["paper_qwen7b", "paper_qwen14b", "paper_tiny"])

@@ -263,7 +263,7 @@ def test_rescoring_matches_the_sampling_logprobs_of_multi_turn_episodes(tiny_mod
     """The layout the update uses (left-padded prompts, right-padded completions, env tokens spliced in) gives
     back the very logprobs generation sampled with, at temperature 1 and 0.7, for every model token."""
     import sandbox
-    import tasks
+    from medagentgym import tasks
     from env_client import Env, EnvConfig
     from env_client.prompts import initial_messages
     from medcopilot.rollout_func import EnvRolloutFunc, PromptIndex
@@ -309,7 +309,7 @@ def test_rescoring_matches_the_sampling_logprobs_of_multi_turn_episodes(tiny_mod
 def test_ppo_tiny_through_train_py_then_resume(tiny_model_dir, sandbox_backend, tmp_path, train_main, quiet_training_env, capsys):
     from safetensors.torch import load_file
 
-    import tasks
+    from medagentgym import tasks
 
     root = tmp_path / "tasks"
     tasks.make("toy_sql", root=root).build(root, size="tiny", seed=0)

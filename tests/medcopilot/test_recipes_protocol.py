@@ -13,7 +13,7 @@ from packaging.requirements import Requirement
 from medcopilot.config import RECIPES_DIR, RecipeError, check_recipe, load_recipe
 from medcopilot.mixture import mixture_shares, resample
 from medcopilot.recipe_checks import ATTENTION_KERNELS, model_shape, vllm_base_model
-from tasks import SUITES
+from medagentgym.tasks import SUITES
 
 REPO = RECIPES_DIR.parent
 QWEN_RECIPES = sorted(p.stem for p in RECIPES_DIR.glob("*_qwen*.yaml"))

@@ -49,7 +49,7 @@ def setup(tiny_model_dir, tmp_path_factory):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     import sandbox
-    import tasks
+    from medagentgym import tasks
     from env_client.prompts import initial_messages
 
     root = _declare_family(tmp_path_factory.mktemp("tasks"))

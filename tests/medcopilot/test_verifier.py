@@ -299,7 +299,7 @@ def test_grpo_recipe_names_its_verifier(trained):
 def test_grpo_trains_with_the_verifier_reward_through_train_py(trained, tiny_model_dir, tmp_path, train_main,
                                                                quiet_training_env):
     """One GRPO step whose reward includes the trained verifier's score (about 25 s on 2 cores)."""
-    import tasks
+    from medagentgym import tasks
 
     root = tmp_path / "tasks"
     tasks.make("toy_sql", root=root).build(root, size="tiny", seed=0)

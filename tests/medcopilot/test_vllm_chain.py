@@ -40,7 +40,7 @@ def test_grpo_on_vllm_after_sft_starts_the_engine_from_the_base_model(tiny_model
 
     monkeypatch.setattr(grpo_trainer, "VLLMGeneration", FakeVLLMGeneration)
     tasks_root = tmp_path / "tasks"
-    import tasks
+    from medagentgym import tasks
 
     tasks.make("toy_sql", root=tasks_root).build(tasks_root, size="tiny", seed=0)
     status = train_main(["recipe=grpo_tiny", f"model.name_or_path={sft}", "rollout.backend=vllm",

@@ -21,7 +21,7 @@ from rewards import (
     turn_cost,
     verifier_score,
 )
-from tasks import Verdict
+from medagentgym.tasks import Verdict
 
 
 def step(status="ok", loop=False, n_tokens=10):

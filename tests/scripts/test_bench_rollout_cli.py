@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import tasks
+from medagentgym import tasks
 
 ROOT = Path(__file__).resolve().parents[2]
 SANDBOX = "bwrap" if shutil.which("bwrap") else "local"

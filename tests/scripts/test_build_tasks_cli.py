@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-import tasks
+from medagentgym import tasks
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -36,7 +36,7 @@ def test_relative_out_from_another_directory_builds_every_split(tmp_path):
 
 
 def test_a_family_whose_build_drops_everything_fails_the_command(tmp_path, monkeypatch, capsys, load_script):
-    from tasks import biodsbench
+    from medagentgym.tasks import biodsbench
 
     def failing(*_a, **_k):
         raise FileNotFoundError("no such table")
@@ -54,7 +54,7 @@ def test_a_family_whose_build_drops_everything_fails_the_command(tmp_path, monke
 
 
 def test_partial_drops_warn_with_count_and_reason_but_succeed(tmp_path, monkeypatch, capsys, load_script):
-    from tasks import biodsbench
+    from medagentgym.tasks import biodsbench
 
     real, calls = biodsbench._run_reference, []
 

@@ -1,5 +1,5 @@
 """A malformed YAML / JSON / JSONL file given to any CLI is one line ``path:line: what; how to fix``, exit 2,
-no traceback (``--debug`` shows it); the shared readers in ``tasks._files`` say the same."""
+no traceback (``--debug`` shows it); the shared readers in ``medagentgym.tasks._files`` say the same."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tasks._files import FileFormatError, iter_jsonl, load_json, load_yaml
+from medagentgym.tasks._files import FileFormatError, iter_jsonl, load_json, load_yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -57,7 +57,7 @@ def test_build_tasks_interrupted_between_families_names_the_rest(tmp_path):
 
 
 def test_serve_env_interrupted_stops_with_one_line(tmp_path):
-    import tasks
+    from medagentgym import tasks
 
     tasks.make("toy_sql", root=tmp_path).build(tmp_path, size="tiny", seed=0)
     with socket.socket() as sock:

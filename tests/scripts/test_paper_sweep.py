@@ -15,7 +15,7 @@ import yaml
 
 from medcopilot.config import RECIPES_DIR
 from medcopilot.sweep import main
-from tasks import SUITES
+from medagentgym.tasks import SUITES
 
 pytestmark = pytest.mark.slow
 

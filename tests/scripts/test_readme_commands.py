@@ -124,7 +124,7 @@ def _check_outputs(command: str, clone: Path) -> None:
     if "scripts/evaluate.py" in words and words[words.index("--policy") + 1] == "oracle":
         import json
 
-        import tasks
+        from medagentgym import tasks
 
         report = json.loads((out / "report.json").read_text())
         assert report["success_rate"] == 1.0, report["per_family"]

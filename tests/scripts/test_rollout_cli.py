@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-import tasks
+from medagentgym import tasks
 from env_client.trajectory import TrajectoryStore
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-import tasks
-from tasks.base import GradeContext, TaskError
-from tasks.bio import biocoder_build as bb
-from tasks.biocoder import KINDS, BioCoder, import_records
+from medagentgym import tasks
+from medagentgym.tasks.base import GradeContext, TaskError
+from medagentgym.tasks.bio import biocoder_build as bb
+from medagentgym.tasks.biocoder import KINDS, BioCoder, import_records
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "biocoder" / "records.jsonl"
 
@@ -117,7 +117,7 @@ def test_reference_solution_steps(built):
 
 
 def test_check_family_contract(session, tmp_path):
-    tasks.register("biocoder", entry_point="tasks.biocoder:BioCoder", max_turns=10, replace=True)
+    tasks.register("biocoder", entry_point="medagentgym.tasks.biocoder:BioCoder", max_turns=10, replace=True)
 
     def play(family, inst, steps):
         return family.grade(inst, steps[-1]["params"]["answer"], GradeContext(session=session)).score

@@ -10,9 +10,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-import tasks
-from tasks.base import GradeContext, TaskError
-from tasks.bio.cbioportal import (
+from medagentgym import tasks
+from medagentgym.tasks.base import GradeContext, TaskError
+from medagentgym.tasks.bio.cbioportal import (
     MAF_COLUMNS,
     PATIENT_COLUMNS,
     SAMPLE_COLUMNS,
@@ -20,7 +20,7 @@ from tasks.bio.cbioportal import (
     TABLES,
     write_study,
 )
-from tasks.biodsbench import KINDS, MOUNT, BioDSBench, extract_expr, import_records
+from medagentgym.tasks.biodsbench import KINDS, MOUNT, BioDSBench, extract_expr, import_records
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "biodsbench"
 
@@ -137,7 +137,7 @@ def test_reference_passes_and_wrong_code_fails_in_the_sandbox(built, session):
 
 
 def test_check_family_contract(session, tmp_path):
-    tasks.register("biodsbench", entry_point="tasks.biodsbench:BioDSBench", max_turns=10, replace=True)
+    tasks.register("biodsbench", entry_point="medagentgym.tasks.biodsbench:BioDSBench", max_turns=10, replace=True)
 
     def play(family, inst, steps):
         return family.grade(inst, steps[-1]["params"]["answer"], GradeContext(session=session)).score
@@ -191,7 +191,7 @@ def test_episode_grades_the_submitted_code(pool, built, session):
     from env_client.episode import Env
 
     fam, _ = built
-    tasks.register("biodsbench", entry_point="tasks.biodsbench:BioDSBench", max_turns=10, replace=True)
+    tasks.register("biodsbench", entry_point="medagentgym.tasks.biodsbench:BioDSBench", max_turns=10, replace=True)
     inst = next(i for i in fam.instances("train") + fam.instances("test") if i.category == "cohort_size")
     with Env(pool, tasks_root=fam.root.parent) as env:
         obs, info = env.reset(inst)
@@ -237,7 +237,7 @@ def test_value_transfer_round_trips_plain_data_only():
 
     import numpy as np
 
-    from tasks.bio.values import check_names, mg_decode, mg_encode
+    from medagentgym.tasks.bio.values import check_names, mg_decode, mg_encode
 
     frame = pd.DataFrame({"a": [1, 2], "b": [0.5, float("nan")], "c": ["x", "y"]}, index=[10, 11])
     values = {"i": 3, "f": float("nan"), "n": np.int64(4), "arr": np.arange(6).reshape(2, 3), "df": frame,
@@ -267,7 +267,7 @@ def test_value_transfer_round_trips_plain_data_only():
 
 
 def test_plot_check_evaluates_the_drawn_step_function():
-    from tasks.bio.plots import check_plot
+    from medagentgym.tasks.bio.plots import check_plot
 
     t, s = [0.0, 1.0, 2.0, 3.0], [1.0, 0.8, 0.5, 0.5]
     spec, gold, png = {"file_type": "png", "labels": {"xlabel": "Months"}}, {"curves": [[t, s]]}, "89504e470d0a1a0a"

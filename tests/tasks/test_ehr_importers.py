@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from tasks.base import TaskError
-from tasks.ehr_synth import importers as im
+from medagentgym.tasks.base import TaskError
+from medagentgym.tasks.ehr_synth import importers as im
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "ehr"
 

@@ -14,17 +14,17 @@ from pathlib import Path
 
 import pytest
 
-from tasks.base import TaskError
-from tasks.ehr_synth import public_sql as ps
-from tasks.ehr_synth import public_vocab as pv
-from tasks.ehr_synth import vocab_items as vi
-from tasks.ehr_synth.eicu_db import build_eicu
-from tasks.ehr_synth.eicu_view import eicu_view
-from tasks.ehr_synth.hospital import draw_hospital
-from tasks.ehr_synth.mimic_iii_db import build_mimic_iii
-from tasks.ehr_synth.plant import NOW, plan_from_files, plan_from_records, window
-from tasks.ehr_synth.treqs_db import build_treqs
-from tasks.ehr_synth.vocab import merged
+from medagentgym.tasks.base import TaskError
+from medagentgym.tasks.ehr_synth import public_sql as ps
+from medagentgym.tasks.ehr_synth import public_vocab as pv
+from medagentgym.tasks.ehr_synth import vocab_items as vi
+from medagentgym.tasks.ehr_synth.eicu_db import build_eicu
+from medagentgym.tasks.ehr_synth.eicu_view import eicu_view
+from medagentgym.tasks.ehr_synth.hospital import draw_hospital
+from medagentgym.tasks.ehr_synth.mimic_iii_db import build_mimic_iii
+from medagentgym.tasks.ehr_synth.plant import NOW, plan_from_files, plan_from_records, window
+from medagentgym.tasks.ehr_synth.treqs_db import build_treqs
+from medagentgym.tasks.ehr_synth.vocab import merged
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "ehr"
 PUBLIC = {"mimic_iii": FIXTURES / "public_mimic_iii.json", "eicu": FIXTURES / "public_eicu.jsonl",

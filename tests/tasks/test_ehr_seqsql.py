@@ -6,11 +6,11 @@ import sqlite3
 
 import pytest
 
-import tasks
-from tasks.base import TaskError
-from tasks.ehr_seqsql import DB_FILE, EHRSeqSQL, Step, load_chains, prior_answer
-from tasks.ehr_synth.templating import Template, gold_answer
-from tasks.graders import render_answer
+from medagentgym import tasks
+from medagentgym.tasks.base import TaskError
+from medagentgym.tasks.ehr_seqsql import DB_FILE, EHRSeqSQL, Step, load_chains, prior_answer
+from medagentgym.tasks.ehr_synth.templating import Template, gold_answer
+from medagentgym.tasks.graders import render_answer
 
 NAME = "ehr_seqsql"
 
@@ -18,7 +18,7 @@ NAME = "ehr_seqsql"
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
     """check_family builds twice (byte-identical check) and leaves the first build in ``root``."""
-    tasks.register(NAME, entry_point="tasks.ehr_seqsql:EHRSeqSQL", max_turns=15, replace=True)
+    tasks.register(NAME, entry_point="medagentgym.tasks.ehr_seqsql:EHRSeqSQL", max_turns=15, replace=True)
     root = tmp_path_factory.mktemp("seqsql_root")
     report = tasks.check_family(NAME, size="tiny", seed=0, root=root)
     return report, EHRSeqSQL(root=root / NAME)

@@ -11,11 +11,11 @@ from dataclasses import dataclass
 
 import pytest
 
-import tasks
-from tasks.base import TaskError
-from tasks.ehr_synth.family import DATA_DIR
-from tasks.ehr_synth.templating import gold_answer, load_templates
-from tasks.graders import render_answer
+from medagentgym import tasks
+from medagentgym.tasks.base import TaskError
+from medagentgym.tasks.ehr_synth.family import DATA_DIR
+from medagentgym.tasks.ehr_synth.templating import gold_answer, load_templates
+from medagentgym.tasks.graders import render_answer
 
 
 @dataclass(frozen=True)
@@ -35,9 +35,9 @@ class Case:
 
 
 CASES = [
-    Case("mimic_iii", "tasks.mimic_iii:MimicIII", "mimic_iii.db", 0.2, 100, 100 * 100),
-    Case("eicu", "tasks.eicu:EICU", "eicu.db", 0.2, 100, 100 * 100),
-    Case("treqs", "tasks.treqs:TREQS", "treqs.db", 0.35, 30, 30 * 200),
+    Case("mimic_iii", "medagentgym.tasks.mimic_iii:MimicIII", "mimic_iii.db", 0.2, 100, 100 * 100),
+    Case("eicu", "medagentgym.tasks.eicu:EICU", "eicu.db", 0.2, 100, 100 * 100),
+    Case("treqs", "medagentgym.tasks.treqs:TREQS", "treqs.db", 0.35, 30, 30 * 200),
 ]
 
 

@@ -12,11 +12,11 @@ import sys
 import pandas as pd
 import pytest
 
-from tasks.ehr_synth.eicu_db import build_eicu
-from tasks.ehr_synth.eicu_view import eicu_view
-from tasks.ehr_synth.hospital import SIZES, draw_hospital
-from tasks.ehr_synth.mimic_iii_db import build_mimic_iii
-from tasks.ehr_synth.treqs_db import build_treqs
+from medagentgym.tasks.ehr_synth.eicu_db import build_eicu
+from medagentgym.tasks.ehr_synth.eicu_view import eicu_view
+from medagentgym.tasks.ehr_synth.hospital import SIZES, draw_hospital
+from medagentgym.tasks.ehr_synth.mimic_iii_db import build_mimic_iii
+from medagentgym.tasks.ehr_synth.treqs_db import build_treqs
 
 # Expected schemas, written out from the EHRSQL / MIMICSQL DDL (not imported from the code under test).
 MIMIC_EXPECTED = {
@@ -123,9 +123,9 @@ def test_databases_are_byte_identical_per_seed(dbs):
 def test_databases_are_identical_across_processes(dbs, tmp_path):
     """A fresh interpreter with another string-hash seed writes the same bytes (no set-order dependence)."""
     code = (
-        "import sys; from pathlib import Path; from tasks.ehr_synth.hospital import draw_hospital; "
-        "from tasks.ehr_synth.mimic_iii_db import build_mimic_iii; from tasks.ehr_synth.eicu_view import eicu_view; "
-        "from tasks.ehr_synth.eicu_db import build_eicu; raw = draw_hospital(30, seed=0); d = Path(sys.argv[1]); "
+        "import sys; from pathlib import Path; from medagentgym.tasks.ehr_synth.hospital import draw_hospital; "
+        "from medagentgym.tasks.ehr_synth.mimic_iii_db import build_mimic_iii; from medagentgym.tasks.ehr_synth.eicu_view import eicu_view; "
+        "from medagentgym.tasks.ehr_synth.eicu_db import build_eicu; raw = draw_hospital(30, seed=0); d = Path(sys.argv[1]); "
         "build_mimic_iii(raw, d / 'mimic_iii.db', seed=0); build_eicu(eicu_view(raw, seed=0), d / 'eicu.db', seed=0)"
     )
     env = {**os.environ, "PYTHONHASHSEED": "12345"}

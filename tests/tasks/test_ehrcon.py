@@ -7,9 +7,9 @@ import sqlite3
 
 import pytest
 
-import tasks
-from tasks.ehr_synth.notes import KINDS, check_sql
-from tasks.ehrcon import DB_FILE, NOTES_FILE, EHRCon
+from medagentgym import tasks
+from medagentgym.tasks.ehr_synth.notes import KINDS, check_sql
+from medagentgym.tasks.ehrcon import DB_FILE, NOTES_FILE, EHRCon
 
 NAME = "ehrcon"
 
@@ -17,7 +17,7 @@ NAME = "ehrcon"
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
     """check_family builds twice (byte-identical check) and leaves the first build in ``root``."""
-    tasks.register(NAME, entry_point="tasks.ehrcon:EHRCon", max_turns=15, replace=True)
+    tasks.register(NAME, entry_point="medagentgym.tasks.ehrcon:EHRCon", max_turns=15, replace=True)
     root = tmp_path_factory.mktemp("ehrcon_root")
     report = tasks.check_family(NAME, size="tiny", seed=0, root=root)
     return report, EHRCon(root=root / NAME)

@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import tasks
-from tasks.base import GradeContext, GraderError, TaskError
-from tasks.ehrshot import (
+from medagentgym import tasks
+from medagentgym.tasks.base import GradeContext, GraderError, TaskError
+from medagentgym.tasks.ehrshot import (
     MOUNT,
     PREDICTIONS,
     TASKS,
@@ -26,9 +26,9 @@ def replay(family, inst, steps) -> float:
 
 @pytest.fixture(scope="module")
 def fam(tmp_path_factory):
-    # Registered only for this module (until tasks/__init__.py carries the line); restored afterwards.
+    # Registered only for this module (until medagentgym/tasks/__init__.py carries the line); restored afterwards.
     with pytest.MonkeyPatch.context() as mp:
-        mp.setitem(tasks.registry._REGISTRY, "ehrshot", tasks.registry.FamilySpec("ehrshot", "tasks.ehrshot:EHRShot", 12))
+        mp.setitem(tasks.registry._REGISTRY, "ehrshot", tasks.registry.FamilySpec("ehrshot", "medagentgym.tasks.ehrshot:EHRShot", 12))
         root = tmp_path_factory.mktemp("ehrshot_root")
         report = tasks.check_family("ehrshot", size="tiny", seed=0, root=root, play=replay)
         family = tasks.make("ehrshot", root=root)

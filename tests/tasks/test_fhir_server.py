@@ -9,8 +9,8 @@ import urllib.request
 
 import pytest
 
-from tasks.fhir import BaseData, FhirServer, FhirStore, ProxyStore, generate_patients, open_episode_server
-from tasks.fhir.patients import A1C_BRANCHES, GLU_BRANCHES, K_BRANCHES, MG_BRANCHES, profiles
+from medagentgym.tasks.fhir import BaseData, FhirServer, FhirStore, ProxyStore, generate_patients, open_episode_server
+from medagentgym.tasks.fhir.patients import A1C_BRANCHES, GLU_BRANCHES, K_BRANCHES, MG_BRANCHES, profiles
 
 
 @pytest.fixture(scope="module")

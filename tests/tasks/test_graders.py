@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tasks.base import GraderError
-from tasks.graders import ANSWER_TYPES, grade, looks_like_error, render_answer
+from medagentgym.tasks.base import GraderError
+from medagentgym.tasks.graders import ANSWER_TYPES, grade, looks_like_error, render_answer
 
 TRACEBACK = 'Traceback (most recent call last):\n  File "<cell-1>", line 3, in <module>\nNameError: name "x" is not defined'
 

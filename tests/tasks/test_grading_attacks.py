@@ -27,13 +27,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-import tasks
+from medagentgym import tasks
 from env_client.episode import grade_submission
 from rewards import oracle_reward
-from tasks.base import GradeContext, InfraError
-from tasks.biocoder import BioCoder
-from tasks.biodsbench import MOUNT as DS_MOUNT
-from tasks.biodsbench import BioDSBench
+from medagentgym.tasks.base import GradeContext, InfraError
+from medagentgym.tasks.biocoder import BioCoder
+from medagentgym.tasks.biodsbench import MOUNT as DS_MOUNT
+from medagentgym.tasks.biodsbench import BioDSBench
 
 SECRET = "HOST-SECRET-7f3a: never in a verdict"
 FAMILIES = ("toy_sql", "treqs", "mimic_iii", "eicu", "ehr_seqsql", "ehrcon", "npowerai", "medcalcbench",
@@ -97,7 +97,7 @@ def _gold_predictions(fam, inst) -> str:
     if inst.family == "ehrshot":
         rows = list(csv.reader((fam.root / inst.metadata["hidden_labels"]).read_text().splitlines()))[1:]
         return "id,prediction\n" + "".join(f"{a},{b}\n" for a, b in rows)
-    from tasks.mimic_extract import load_hidden_labels
+    from medagentgym.tasks.mimic_extract import load_hidden_labels
 
     gold = load_hidden_labels(fam.root / inst.metadata["hidden_labels"], inst.category)
     return pd.DataFrame({"id": gold.index, "prediction": list(gold)}).to_csv(index=False)
@@ -474,7 +474,7 @@ def test_malformed_post_bodies_are_wrong_answers(root):
 def test_no_instance_mount_encodes_its_hidden_labels(root):
     from sklearn.metrics import roc_auc_score
 
-    from tasks.mimic_extract import load_hidden_labels
+    from medagentgym.tasks.mimic_extract import load_hidden_labels
 
     me = family(root, "mimic_extract")
     for inst in me.instances("test"):

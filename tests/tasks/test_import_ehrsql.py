@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-import tasks
-from tasks.base import TaskError
-from tasks.ehr_synth.hospital import SIZES, cached_draw
-from tasks.graders import render_answer
-from tasks.importers import check_import, import_files
-from tasks.importers._slots import find_slots, replace_in_text, result_of
-from tasks.importers.ehrsql import render_mimicsql
+from medagentgym import tasks
+from medagentgym.tasks.base import TaskError
+from medagentgym.tasks.ehr_synth.hospital import SIZES, cached_draw
+from medagentgym.tasks.graders import render_answer
+from medagentgym.tasks.importers import check_import, import_files
+from medagentgym.tasks.importers._slots import find_slots, replace_in_text, result_of
+from medagentgym.tasks.importers.ehrsql import render_mimicsql
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures" / "import_ehr"
@@ -148,7 +148,7 @@ def test_slot_helpers():
 
 
 def test_public_sql_can_only_read(dbs, tmp_path):
-    from tasks.importers._slots import DIALECTS, Reinstantiator
+    from medagentgym.tasks.importers._slots import DIALECTS, Reinstantiator
 
     engine = Reinstantiator(dbs / "mimic_iii.db", DIALECTS["mimic_iii"])
     try:

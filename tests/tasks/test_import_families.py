@@ -12,10 +12,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-import tasks
-from tasks.importers import check_import, import_files
-from tasks.importers.biocoder import normalise_context
-from tasks.importers.records import read_records
+from medagentgym import tasks
+from medagentgym.tasks.importers import check_import, import_files
+from medagentgym.tasks.importers.biocoder import normalise_context
+from medagentgym.tasks.importers.records import read_records
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "import_other"
 SANDBOX = "bwrap" if shutil.which("bwrap") else "local"
@@ -102,9 +102,9 @@ def _medagentbench_records(patients: list[dict]) -> list[dict]:
 
 
 def test_medagentbench_snapshots_the_server_and_executes_references(tmp_path):
-    from tasks.fhir.patients import generate_patients
-    from tasks.fhir.server import FhirServer
-    from tasks.fhir.store import BaseData, FhirStore
+    from medagentgym.tasks.fhir.patients import generate_patients
+    from medagentgym.tasks.fhir.server import FhirServer
+    from medagentgym.tasks.fhir.store import BaseData, FhirStore
 
     resources = generate_patients(6, seed=5)
     records = tmp_path / "test_tasks.jsonl"

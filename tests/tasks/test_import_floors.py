@@ -11,17 +11,17 @@ from pathlib import Path
 
 import pytest
 
-import tasks
+from medagentgym import tasks
 from env_client.evaluation import FLOOR_BOUND, constant_floor
-from tasks.base import Instance
-from tasks.graders import grade
+from medagentgym.tasks.base import Instance
+from medagentgym.tasks.graders import grade
 
 ROOT = Path(__file__).resolve().parents[2]
 SANDBOX = "bwrap" if shutil.which("bwrap") else "local"
 
 
 class _Graded:
-    """A minimal family: the strict graders of tasks.graders, nothing else."""
+    """A minimal family: the strict graders of medagentgym.tasks.graders, nothing else."""
 
     root = None
 

@@ -8,11 +8,11 @@ import time
 
 import pytest
 
-import tasks
-from tasks.base import GradeContext
-from tasks.medagentbench import CATEGORIES, MedAgentBench
+from medagentgym import tasks
+from medagentgym.tasks.base import GradeContext
+from medagentgym.tasks.medagentbench import CATEGORIES, MedAgentBench
 
-ENTRY = "tasks.medagentbench:MedAgentBench"
+ENTRY = "medagentgym.tasks.medagentbench:MedAgentBench"
 
 
 @pytest.fixture(scope="module")
@@ -205,7 +205,7 @@ def test_external_server_adapter_proxies_reads_and_keeps_posts(fam, tmp_path):
     import http.client
     import socket
 
-    from tasks.fhir import FhirServer, FhirStore
+    from medagentgym.tasks.fhir import FhirServer, FhirStore
 
     def call(path, method="GET", body=None):
         conn = http.client.HTTPConnection("localhost")

@@ -1,7 +1,7 @@
 """The ``medcalc-bench`` convention: MedCalc-Bench's 2024 gold-generating code, quirk by quirk.
 
 The fixture ``bench_rows.jsonl`` holds hand-worked rows in the benchmark's own format, one or more per quirk of
-``tasks.medcalc.bench.QUIRKS`` (column ``Quirks``). Each row's gold was worked out from the quirk's description (the
+``medagentgym.tasks.medcalc.bench.QUIRKS`` (column ``Quirks``). Each row's gold was worked out from the quirk's description (the
 arithmetic is in its ``Ground Truth Explanation``), and ``Published Answer`` is what the published rule gives.
 """
 
@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from tasks.medcalc import CALCULATORS, calculate
-from tasks.medcalc.bench import BENCH_MASSES, BENCH_VARIANTS, QUIRKS
-from tasks.medcalc.bench_units import BenchEntities, bench_concentration, round_2024
-from tasks.medcalc.registry import DECIMAL
-from tasks.medcalcbench import _row_parts, check_rows, fidelity_table, load_rows
+from medagentgym.tasks.medcalc import CALCULATORS, calculate
+from medagentgym.tasks.medcalc.bench import BENCH_MASSES, BENCH_VARIANTS, QUIRKS
+from medagentgym.tasks.medcalc.bench_units import BenchEntities, bench_concentration, round_2024
+from medagentgym.tasks.medcalc.registry import DECIMAL
+from medagentgym.tasks.medcalcbench import _row_parts, check_rows, fidelity_table, load_rows
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "medcalc" / "bench_rows.jsonl"
 ROWS = load_rows(FIXTURE)
@@ -148,9 +148,9 @@ def test_fidelity_table_lines_up_both_conventions_per_calculator():
 
 
 def test_cli_prints_the_table_and_the_overall_rate():
-    out = subprocess.run([sys.executable, "-m", "tasks.medcalcbench", str(FIXTURE), "--show", "1"],
+    out = subprocess.run([sys.executable, "-m", "medagentgym.tasks.medcalcbench", str(FIXTURE), "--show", "1"],
                          capture_output=True, text=True, check=True).stdout
     assert "APACHE II Score" in out and f"medcalc-bench: {len(ROWS)}/{len(ROWS)} rows within" in out
-    bad = subprocess.run([sys.executable, "-m", "tasks.medcalcbench", "missing.jsonl"], capture_output=True,
+    bad = subprocess.run([sys.executable, "-m", "medagentgym.tasks.medcalcbench", "missing.jsonl"], capture_output=True,
                          text=True, check=False)
     assert bad.returncode != 0 and bad.stderr.strip().endswith("pass a .jsonl or .csv file")

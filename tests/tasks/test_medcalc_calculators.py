@@ -1,4 +1,4 @@
-"""Hand-worked cases for all 55 MedCalc-Bench calculators (tasks.medcalc), plus unit conversion and errors.
+"""Hand-worked cases for all 55 MedCalc-Bench calculators (medagentgym.tasks.medcalc), plus unit conversion and errors.
 
 Every expected value below was worked by hand from the published formula; the arithmetic is in the comment.
 Decimal answers are compared to 3 decimals (the benchmark's rounding), scores exactly.
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from tasks.medcalc import (
+from medagentgym.tasks.medcalc import (
     CALCULATORS,
     Entities,
     MissingEntity,
@@ -16,7 +16,7 @@ from tasks.medcalc import (
     calculate,
     get_calculator,
 )
-from tasks.medcalc.units import convert
+from medagentgym.tasks.medcalc.units import convert
 
 M, F = "Male", "Female"
 YRS = "years"
@@ -449,7 +449,7 @@ def test_entities_accessors():
         Entities({"age": ["old", "years"]}).num("age", "years")
 
 
-# The "medcalc-bench" convention (tasks/medcalc/bench.py) is tested quirk by quirk in test_medcalc_bench.py.
+# The "medcalc-bench" convention (medagentgym/tasks/medcalc/bench.py) is tested quirk by quirk in test_medcalc_bench.py.
 
 
 def test_conventions_agree_elsewhere_and_reject_unknown():

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from tasks.base import Instance
-from tasks.medcalc import CALCULATORS
-from tasks.medcalc.notes import _fmt, render_note
-from tasks.medcalc.specs import sample_entities
-from tasks.medcalcbench import (
+from medagentgym.tasks.base import Instance
+from medagentgym.tasks.medcalc import CALCULATORS
+from medagentgym.tasks.medcalc.notes import _fmt, render_note
+from medagentgym.tasks.medcalc.specs import sample_entities
+from medagentgym.tasks.medcalcbench import (
     MedCalcBench,
     check_rows,
     grade_answer,
@@ -209,7 +209,7 @@ def test_check_rows_reports_share_mismatches_and_errors():
     rows = load_rows(FIXTURE)
     report = check_rows(rows, convention="published")  # the fixture golds follow the published rules
     assert report["within"] == report["rows"] == 12 and report["share"] == 1.0 and not report["errors"]
-    # the benchmark's 2024 code scores two fixture patients differently (tasks/medcalc/bench.py): Child-Pugh gives
+    # the benchmark's 2024 code scores two fixture patients differently (medagentgym/tasks/medcalc/bench.py): Child-Pugh gives
     # 'moderate' ascites 0 (case-sensitive), albumin 2.8 g/dL 3, bilirubin 51.3 µmol/L 2.8 mg/dL -> 10, not 12; the
     # 45-point APACHE II patient gets 38 (39.5 'degrees celsisus' is 4.2 °C -> 4, GCS added as is, ...)
     bench = check_rows(rows)
@@ -237,6 +237,6 @@ def test_importer_errors_are_one_line():
 
 
 def test_importing_the_family_pulls_no_training_stack():
-    code = "import sys, tasks.medcalcbench; bad = {'torch', 'transformers', 'trl'} & set(sys.modules); print(bad)"
+    code = "import sys, medagentgym.tasks.medcalcbench; bad = {'torch', 'transformers', 'trl'} & set(sys.modules); print(bad)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "set()"

@@ -8,10 +8,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-import tasks
-from tasks.base import GradeContext, InfraError
-from tasks.ehr_synth.extract import CLASSES, STAY_TASKS, draw_cohort
-from tasks.mimic_extract import (
+from medagentgym import tasks
+from medagentgym.tasks.base import GradeContext, InfraError
+from medagentgym.tasks.ehr_synth.extract import CLASSES, STAY_TASKS, draw_cohort
+from medagentgym.tasks.mimic_extract import (
     MOUNT,
     PREDICTIONS,
     MimicExtract,
@@ -25,7 +25,7 @@ NAME = "mimic_extract"
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
     """check_family (with the host replay) builds twice and leaves the first build in ``root``."""
-    tasks.register(NAME, entry_point="tasks.mimic_extract:MimicExtract", max_turns=15, replace=True)
+    tasks.register(NAME, entry_point="medagentgym.tasks.mimic_extract:MimicExtract", max_turns=15, replace=True)
     root = tmp_path_factory.mktemp("mimic_extract_root")
     report = tasks.check_family(NAME, size="tiny", seed=0, root=root, play=host_play)
     return report, MimicExtract(root=root / NAME)

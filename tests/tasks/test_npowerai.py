@@ -10,22 +10,22 @@ from pathlib import Path
 
 import pytest
 
-import tasks
-from tasks.base import TaskError
-from tasks.npowerai import CATEGORIES, NPowerAI, execute_snippet
-from tasks.power import formulas as F
-from tasks.power.importer import parse_params, record_instance
-from tasks.power.scenarios import question, sample
-from tasks.power.snippets import reference_code
+from medagentgym import tasks
+from medagentgym.tasks.base import TaskError
+from medagentgym.tasks.npowerai import CATEGORIES, NPowerAI, execute_snippet
+from medagentgym.tasks.power import formulas as F
+from medagentgym.tasks.power.importer import parse_params, record_instance
+from medagentgym.tasks.power.scenarios import question, sample
+from medagentgym.tasks.power.snippets import reference_code
 
 IMPORT_FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "import_npowerai" / "records.jsonl"
 
 
 @pytest.fixture(scope="module")
 def registered():
-    # Registered only for this module (until tasks/__init__.py carries the line); restored afterwards.
+    # Registered only for this module (until medagentgym/tasks/__init__.py carries the line); restored afterwards.
     with pytest.MonkeyPatch.context() as mp:
-        mp.setitem(tasks.registry._REGISTRY, "npowerai", tasks.registry.FamilySpec("npowerai", "tasks.npowerai:NPowerAI", 10))
+        mp.setitem(tasks.registry._REGISTRY, "npowerai", tasks.registry.FamilySpec("npowerai", "medagentgym.tasks.npowerai:NPowerAI", 10))
         yield "npowerai"
 
 
@@ -156,7 +156,7 @@ def test_reference_snippet_runs_standalone(fam):
 
 
 def _imported(tmp_path):
-    from tasks.importers import import_files
+    from medagentgym.tasks.importers import import_files
 
     _, report = import_files("npowerai", [IMPORT_FIXTURE], tmp_path, split="test")
     items = {i.metadata["source_id"]: i for i in tasks.make("npowerai", root=tmp_path).instances("test")}

@@ -8,16 +8,17 @@ import sys
 
 import pytest
 
-import tasks
-from tasks.registry import FamilySpec, family_class, max_turns, register, spec
+from medagentgym import tasks
+from medagentgym.tasks.registry import FamilySpec, family_class, max_turns, register, spec
 
 
 def test_import_tasks_loads_no_family():
-    code = "import sys, tasks; print(json.dumps(sorted(m for m in sys.modules if m.startswith('tasks'))))"
+    code = ("import sys; from medagentgym import tasks; "
+            "print(json.dumps(sorted(m for m in sys.modules if m.startswith('medagentgym.tasks'))))")
     out = subprocess.run([sys.executable, "-c", "import json; " + code], capture_output=True, text=True, check=True)
     loaded = json.loads(out.stdout)
-    assert "tasks.toy_sql" not in loaded and "tasks.config_family" not in loaded
-    assert "toy_sql" in subprocess.run([sys.executable, "-c", "import tasks; print(tasks.names())"],
+    assert "medagentgym.tasks.toy_sql" not in loaded and "medagentgym.tasks.config_family" not in loaded
+    assert "toy_sql" in subprocess.run([sys.executable, "-c", "from medagentgym import tasks; print(tasks.names())"],
                                        capture_output=True, text=True, check=True).stdout
 
 
@@ -44,14 +45,14 @@ def test_unbuilt_family_says_how_to_build(tmp_path):
 
 
 def test_family_without_a_built_dir_is_a_one_line_error():
-    from tasks.base import load_instances
+    from medagentgym.tasks.base import load_instances
 
     with pytest.raises(tasks.TaskError, match=r"^mimic_iii: no built directory given; construct with root="):
         load_instances(None, "test", family="mimic_iii")
 
 
 def test_build_families_in_processes_records_or_raises_failures(tmp_path):
-    from tasks.registry import build_families
+    from medagentgym.tasks.registry import build_families
 
     manifests, errors = build_families(["toy_sql", "no_such_family"], tmp_path, size="tiny", jobs=2,
                                        skip_errors=True)
@@ -64,7 +65,7 @@ def test_build_families_in_processes_records_or_raises_failures(tmp_path):
 
 def test_build_from_a_relative_root_binds_families_to_absolute_paths(tmp_path, monkeypatch):
     """biodsbench's references read their tables after a chdir: a relative root used to drop every instance."""
-    from tasks.registry import build_families
+    from medagentgym.tasks.registry import build_families
 
     monkeypatch.chdir(tmp_path)
     manifests, errors = build_families(["biodsbench", "toy_sql"], "rel/tasks", size="tiny", jobs=1)
@@ -76,7 +77,7 @@ def test_build_from_a_relative_root_binds_families_to_absolute_paths(tmp_path, m
 
 
 def test_build_report_counts_drops_and_names_empty_splits():
-    from tasks.registry import build_report
+    from medagentgym.tasks.registry import build_report
 
     manifest = {"dropped": ["s1:k:0: FileNotFoundError: no\ntable", "s1:k:1: FileNotFoundError: no\ntable",
                             "x#3"], "dropped_unverified": 2, "counts": {"train": 5, "test": 0}}
@@ -89,8 +90,8 @@ def test_build_report_counts_drops_and_names_empty_splits():
 
 
 def test_build_that_leaves_a_split_empty_raises_one_line_after_the_others(tmp_path, monkeypatch, capsys):
-    from tasks import biodsbench
-    from tasks.registry import build_families
+    from medagentgym.tasks import biodsbench
+    from medagentgym.tasks.registry import build_families
 
     def failing(*_a, **_k):
         raise FileNotFoundError("table not found")
@@ -111,12 +112,12 @@ def test_build_that_leaves_a_split_empty_raises_one_line_after_the_others(tmp_pa
 
 def test_register_validates_and_refuses_silent_override():
     with pytest.raises(tasks.TaskError, match="lowercase"):
-        register("Bad-Name", entry_point="tasks.toy_sql:ToySQL")
+        register("Bad-Name", entry_point="medagentgym.tasks.toy_sql:ToySQL")
     with pytest.raises(tasks.TaskError, match="entry_point"):
-        register("some_family", entry_point="tasks.toy_sql.ToySQL")
+        register("some_family", entry_point="medagentgym.tasks.toy_sql.ToySQL")
     with pytest.raises(tasks.TaskError, match="already registered"):
         register("toy_sql", entry_point="tasks.other:Other")
-    assert register("toy_sql", entry_point="tasks.toy_sql:ToySQL", max_turns=8) == spec("toy_sql")
+    assert register("toy_sql", entry_point="medagentgym.tasks.toy_sql:ToySQL", max_turns=8) == spec("toy_sql")
 
 
 def test_bad_entry_point_fails_on_make_only():
@@ -126,7 +127,7 @@ def test_bad_entry_point_fails_on_make_only():
         with pytest.raises(tasks.TaskError, match="cannot import 'tasks.does_not_exist'"):
             family_class("broken_family")
     finally:
-        from tasks import registry
+        from medagentgym.tasks import registry
 
         registry._REGISTRY.pop("broken_family")
 
@@ -139,7 +140,7 @@ def test_config_family_is_found_under_root(tmp_path):
     assert "declared_family" in tasks.names(tmp_path)
     assert "declared_family" not in tasks.names()
     assert spec("declared_family", root=tmp_path) == FamilySpec(
-        "declared_family", "tasks.config_family:ConfigFamily", max_turns=4)
+        "declared_family", "medagentgym.tasks.config_family:ConfigFamily", max_turns=4)
     fam = tasks.make("declared_family", root=tmp_path)
     assert fam.instances("test")[0].answer == 2
     with pytest.raises(tasks.UnknownTask, match="did you mean `declared_family`"):
@@ -157,8 +158,8 @@ def test_every_registered_family_passes_check_family(name):
 
 
 def test_check_family_catches_a_lenient_grader(monkeypatch):
-    from tasks.base import Verdict
-    from tasks.toy_sql import ToySQL
+    from medagentgym.tasks.base import Verdict
+    from medagentgym.tasks.toy_sql import ToySQL
 
     monkeypatch.setattr(ToySQL, "grade", lambda self, inst, sub, ctx=None: Verdict(
         correct=str(inst.answer) in str(sub), score=float(str(inst.answer) in str(sub))))  # substring grading

@@ -8,10 +8,10 @@ import sqlite3
 
 import pytest
 
-import tasks
-from tasks.base import Instance
-from tasks.graders import render_answer
-from tasks.toy_sql import DB_NAME, TEMPLATES
+from medagentgym import tasks
+from medagentgym.tasks.base import Instance
+from medagentgym.tasks.graders import render_answer
+from medagentgym.tasks.toy_sql import DB_NAME, TEMPLATES
 
 TRACEBACK = "Traceback (most recent call last):\n  File \"<cell-1>\", line 1\nsqlite3.OperationalError: no such table"
 

@@ -1,0 +1,125 @@
+"""What every adapter needs: task lookup by id or seed, one sandbox pool per process, an episode runner.
+
+An adapter (gymnasium, SkyRL-gym, TRL's ``environment_factory``, verifiers) runs MedAgentGym episodes in its own
+process (an ``env_client.Env`` over a shared sandbox pool) or against a running env server
+(``env_client.http_client.HTTPEnv``, when ``url`` is given). Either way the episode is the same: the model text or
+typed action goes in, the oracle grades one submitted answer.
+"""
+
+from __future__ import annotations
+
+import atexit
+import random
+import threading
+from pathlib import Path
+from typing import Any
+
+from medagentgym import tasks
+from medagentgym.tasks.base import Instance, UnknownTask
+
+__all__ = ["TaskSource", "episode_runner", "shared_pool"]
+
+_POOLS: dict[tuple[str, int, bool], Any] = {}
+_POOLS_LOCK = threading.Lock()
+
+
+def shared_pool(backend: str = "bwrap", workers: int = 2, allow_unisolated: bool = False) -> Any:
+    """One started sandbox pool per ``(backend, workers)`` in this process, closed at exit.
+
+    Adapter objects are created by the thousand (one per rollout); the pool's warm workers are made once.
+
+    Example:
+        >>> pool = shared_pool("bwrap", workers=4)
+    """
+    from sandbox import make_pool
+
+    key = (backend, int(workers), bool(allow_unisolated))
+    with _POOLS_LOCK:
+        pool = _POOLS.get(key)
+        if pool is None or getattr(pool, "_closed", False):
+            pool = _POOLS[key] = make_pool(backend, workers=workers, allow_unisolated=allow_unisolated)
+            atexit.register(pool.close)
+        return pool
+
+
+def episode_runner(tasks_root: str | Path, *, url: str | None = None, token: str | None = None,
+                   backend: str = "bwrap", workers: int = 2, allow_unisolated: bool = False,
+                   config: dict[str, Any] | None = None) -> Any:
+    """An ``Env`` on the shared pool, or an ``HTTPEnv`` on ``url`` (both: ``reset(instance)``, ``step(text)``).
+
+    Args:
+        tasks_root: The built tasks root (the server's own, when ``url`` is given).
+        url: A running ``scripts/serve_env.py``; None = run episodes in this process.
+        token: Bearer token of that server (default ``$MEDAGENTGYM_ENV_TOKEN``).
+        backend, workers, allow_unisolated: The in-process sandbox pool (see :func:`shared_pool`).
+        config: ``env_client.EnvConfig`` fields (e.g. ``{"max_turns": 4}``), in-process only.
+    """
+    if url:
+        from env_client.http_client import HTTPEnv
+
+        return HTTPEnv(url, token=token)
+    from env_client import Env, EnvConfig
+
+    return Env(shared_pool(backend, workers, allow_unisolated), tasks_root=tasks_root,
+               config=EnvConfig(**(config or {})))
+
+
+class TaskSource:
+    """The instances of a built tasks root: by id (``toy_sql/test/0003``), or one picked by seed.
+
+    Args:
+        tasks_root: The built tasks root.
+        families: Families to pick from when no task is named (default: every family built there).
+        split: Split to pick from when no task is named.
+
+    Example:
+        >>> source = TaskSource("artifacts/tasks", families=["toy_sql"])
+        >>> source.get("toy_sql/train/0001").question
+        >>> source.pick(seed=3).id
+    """
+
+    def __init__(self, tasks_root: str | Path, families: list[str] | None = None, split: str = "train") -> None:
+        self.root, self.split = Path(tasks_root), split
+        self.families = list(families) if families else [
+            n for n in tasks.names(self.root) if (self.root / n / "manifest.json").is_file()]
+        self._cache: dict[tuple[str, str], dict[str, Instance]] = {}
+        self._lock = threading.Lock()
+
+    def instances(self, family: str, split: str) -> dict[str, Instance]:
+        """``{task_id: Instance}`` of one family and split (cached)."""
+        with self._lock:
+            if (family, split) not in self._cache:
+                fam = tasks.make(family, root=self.root)
+                self._cache[family, split] = {inst.id: inst for inst in fam.instances(split)}
+            return self._cache[family, split]
+
+    def get(self, task_id: str, family: str | None = None, split: str | None = None) -> Instance:
+        """The instance ``task_id``; family and split default to the id's own (``family/split/index``).
+
+        Raises:
+            UnknownTask: No such instance (names the family and split searched).
+        """
+        parts = task_id.split("/")
+        family = family or parts[0]
+        split = split or (parts[1] if len(parts) == 3 else self.split)
+        found = self.instances(family, split).get(task_id)
+        if found is None:
+            raise UnknownTask(f"task {task_id!r:.80} is not in {family}/{split} under {self.root}; "
+                              "check the id (family/split/index) and the tasks root")
+        return found
+
+    def pick(self, seed: int | None = None, rng: Any = None) -> Instance:
+        """One instance of ``families`` / ``split``, chosen by ``seed`` (the same seed, the same task), or drawn
+        from ``rng`` (a ``numpy.random.Generator`` such as gymnasium's ``np_random``, or a ``random.Random``)."""
+        pool = [inst for fam in self.families for inst in self.instances(fam, self.split).values()]
+        if not pool:
+            raise UnknownTask(f"no {self.split!r} instances of {self.families} under {self.root}; build them with "
+                              f"`python scripts/build_tasks.py --out {self.root}`")
+        rng = rng if rng is not None else random.Random(seed)
+        return pool[int(rng.integers(len(pool))) if hasattr(rng, "integers") else rng.randrange(len(pool))]
+
+    def rows(self, split: str | None = None, limit: int | None = None) -> list[dict[str, str]]:
+        """Dataset rows ``{"task_id", "family", "split"}`` of ``families`` (``limit`` per family)."""
+        split = split or self.split
+        return [{"task_id": inst.id, "family": inst.family, "split": split}
+                for fam in self.families for inst in list(self.instances(fam, split).values())[:limit]]

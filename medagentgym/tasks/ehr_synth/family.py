@@ -1,0 +1,147 @@
+"""The machinery shared by the SQL-over-EHR families (``mimic_iii``, ``eicu``, ``treqs``).
+
+A family subclass states its name, database file, template file, context text and how to write its database
+from the synthetic hospital; this class builds (database, instances, manifest), loads, replays the reference
+solution and grades with the strict graders. The family files keep the spec cards.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, ClassVar
+
+from medagentgym.tasks.base import (
+    GradeContext,
+    Instance,
+    Size,
+    Split,
+    TaskError,
+    Verdict,
+    load_instances,
+    run_then_submit,
+    write_instances,
+    write_manifest,
+)
+from medagentgym.tasks.ehr_synth.hospital import SIZES, RawHospital, cached_draw
+from medagentgym.tasks.ehr_synth.templating import (
+    Instantiator,
+    categories,
+    load_templates,
+    make_instances,
+)
+from medagentgym.tasks.graders import grade, render_answer
+
+DATA_DIR = Path(__file__).resolve().parent.parent / "data"
+SQL_ACTIONS = frozenset({"request_info", "code_execution", "debugging", "submit_answer"})
+TEST_FRACTION = 0.4
+
+
+class EHRSQLFamily:
+    """Base of the EHR SQL families. Subclasses set the class attributes and ``write_database``."""
+
+    name: str = ""
+    version: int = 1
+    actions = SQL_ACTIONS
+    db_file: str = ""
+    #: Instances per category by size.
+    per_category: ClassVar[dict[str, int]] = {"tiny": 3, "default": 150}
+    context_text: str = ""
+    write_database: Callable[[RawHospital, Path, int], dict[str, int]]
+
+    def __init__(self, root: Path | str | None = None) -> None:
+        """Bind to the built directory ``root`` (``<tasks_root>/<name>``)."""
+        self.root = Path(root) if root is not None else None
+        self._filters, self._templates = load_templates(DATA_DIR / self.name / "templates.yaml")
+
+    @property
+    def categories(self) -> list[str]:
+        """Category ids ``<template>.<variant>``, in template-file order."""
+        return categories(self._templates)
+
+    def counts(self, size: Size = "default") -> dict[str, int]:
+        """Counts without building.
+
+        Exact for seed 0 when ``medagentgym/tasks/data/<name>/counts.json`` was recorded from a build of the current template
+        file (its sha256 must match); otherwise the upper bound categories x instances per category.
+        """
+        self._check_size(size)
+        recorded = DATA_DIR / self.name / "counts.json"
+        if recorded.is_file():
+            facts = json.loads(recorded.read_text(encoding="utf-8"))
+            if facts.get("templates_sha256") == self._templates_sha() and size in facts.get("seed0", {}):
+                return dict(facts["seed0"][size])
+        n = len(self.categories)
+        return {"categories": n, "instances": n * self.per_category[size]}
+
+    def _templates_sha(self) -> str:
+        return hashlib.sha256((DATA_DIR / self.name / "templates.yaml").read_bytes()).hexdigest()
+
+    def record_counts(self, manifests: dict[str, dict[str, Any]]) -> None:
+        """Write ``counts.json`` from seed-0 build manifests keyed by size (maintainers run this after editing templates)."""
+        seed0 = {size: {"categories": len(m["categories"]), "instances": sum(m["counts"].values())}
+                 for size, m in manifests.items() if m.get("seed") == 0}
+        text = json.dumps({"templates_sha256": self._templates_sha(), "seed0": seed0}, indent=2, sort_keys=True)
+        (DATA_DIR / self.name / "counts.json").write_text(text + "\n", encoding="utf-8")
+
+    def _check_size(self, size: str) -> None:
+        if size not in self.per_category:
+            raise TaskError(f"size {size!r} is not one of {sorted(self.per_category)}; use 'tiny' or 'default'")
+
+    def build(self, out_dir: Path | str, *, size: Size = "tiny", seed: int = 0,
+              public_questions: Sequence[Path | str] | None = None) -> dict[str, Any]:
+        """Write ``<out_dir>/<name>/``: the SQLite database, train/test instances and a manifest.
+
+        Args:
+            out_dir: The tasks root.
+            size: ``"tiny"`` (30 patients, a few instances per category) or ``"default"`` (1,000 patients).
+            seed: Seeds the synthetic hospital, the database conventions and the slot draws; the same seed gives
+                byte-identical files.
+            public_questions: Public EHRSQL / MedAgentGym / MIMICSQL question files: the patients they name are
+                added with histories their questions can be asked about (``medagentgym.tasks.ehr_synth.plant``).
+
+        Returns:
+            The manifest (counts per split and category, table sizes, seed, size, version, sha256 per file).
+        """
+        self._check_size(size)
+        started = time.perf_counter()
+        family_dir = Path(out_dir) / self.name
+        family_dir.mkdir(parents=True, exist_ok=True)
+        raw = cached_draw(SIZES[size], seed, tuple(str(Path(p)) for p in public_questions or ()))
+        tables = type(self).write_database(raw, family_dir / self.db_file, seed)
+        inst = Instantiator(family_dir / self.db_file, self._filters, self._templates, family=self.name, seed=seed)
+        try:
+            splits = make_instances(inst, per_category=self.per_category[size], test_fraction=TEST_FRACTION,
+                                    context=self.context_text, data={self.db_file: self.db_file}, db_name=self.db_file)
+        finally:
+            inst.close()
+        empty = [c for c in self.categories if not any(i.category == c for s in splits.values() for i in s)]
+        if empty:
+            raise TaskError(f"{self.name}: categories without any instance at size={size!r}, seed={seed}: {empty[:5]}")
+        for split, items in splits.items():
+            write_instances(family_dir, split, items)
+        per_cat: dict[str, int] = {}
+        for items in splits.values():
+            for item in items:
+                per_cat[item.category] = per_cat.get(item.category, 0) + 1
+        manifest = write_manifest(
+            family_dir, family=self.name, version=self.version, size=size, seed=seed, tables=tables,
+            counts={split: len(items) for split, items in splits.items()}, categories=per_cat,
+        )
+        manifest["build_seconds"] = round(time.perf_counter() - started, 2)  # returned only, not written
+        return manifest
+
+    def instances(self, split: Split) -> list[Instance]:
+        """Instances of ``split`` from the built directory (raises ``NotBuilt`` with the build command)."""
+        return load_instances(self.root, split, family=self.name)
+
+    def reference_solution(self, instance: Instance) -> list[dict[str, Any]]:
+        """Run the gold SQL, then submit the rendered gold answer."""
+        return run_then_submit("sql", instance.solution, render_answer(instance.answer_type, instance.answer))
+
+    def grade(self, instance: Instance, submission: str, ctx: GradeContext | None = None) -> Verdict:
+        """The strict grader of the instance's answer type (exactly one answer; sets order-free)."""
+        return grade(instance.answer_type, instance.answer, submission, **instance.metadata.get("grading", {}))

@@ -1,0 +1,447 @@
+"""Strict graders: compare exactly ONE submitted answer with the gold answer, by answer type.
+
+The original harness graded by substring search over the whole program output, so a fixed list of numbers, a
+traceback, or printing both "true" and "false" passed many items. These graders parse the submission into one
+value of the expected type and compare it exactly (numbers within a tolerance). What they reject, on purpose:
+
+* an empty or missing submission;
+* an error message or traceback ("Traceback (most recent call last)", ``NameError: ...``);
+* several candidates where one is expected ("shotgun"): two numbers for a number, two dates for a date,
+  both a true-word and a false-word for a boolean, extra elements for a set or list;
+* substrings: ``"42 or 43"`` is not ``42``, ``"hypertension, diabetes"`` is not the text ``"hypertension"``.
+
+Answer types (``grade(answer_type, gold, submission, **options)``):
+
+=========== ================================================ =========================================
+type        accepted submission                              options
+=========== ================================================ =========================================
+number      exactly one number (``1,234.5``, ``-3e-2`` ok)    ``rel_tol`` (1e-4), ``abs_tol`` (1e-6)
+integer     exactly one number with an integral value        —
+boolean     exactly one of true/false, yes/no (or 1/0 alone) —
+set         JSON/Python list, or comma/newline separated      ``rel_tol``, ``abs_tol`` (per element)
+list        same, order matters                              ``rel_tol``, ``abs_tol``
+date        exactly one date (ISO, YYYY/MM/DD, MM/DD/YYYY)    —
+datetime    exactly one date and time (ISO or ``D HH:MM``)   —
+text        the normalised text (case, spaces, quotes)       —
+=========== ================================================ =========================================
+
+Example:
+    >>> grade("number", 42.0, "The answer is 42").correct
+    True
+    >>> grade("number", 42.0, "41 42 43").reason
+    'shotgun: 3 numbers in one submission; submit exactly one'
+"""
+
+from __future__ import annotations
+
+import ast
+import datetime as dt
+import json
+import math
+import re
+from collections.abc import Callable
+from typing import Any
+
+from medagentgym.tasks.base import GraderError, Verdict
+
+__all__ = ["ANSWER_TYPES", "GRADERS", "grade", "looks_like_error", "render_answer"]
+
+DEFAULT_REL_TOL = 1e-4
+DEFAULT_ABS_TOL = 1e-6
+#: A scalar answer longer than this is not "one answer".
+MAX_SCALAR_CHARS = 300
+#: A set or list answer with more distinct elements than ``4 x gold + 50`` is refused before the pairwise
+#: (tolerance-aware) comparison, which is quadratic: 20,000 elements would hold the grader for minutes.
+MAX_EXTRA_ELEMENTS = 50
+
+_NUMBER_RE = re.compile(r"(?<![\w.])[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:[eE][-+]?\d+)?(?![\w])|(?<![\w.])[-+]?\.\d+(?![\w])")
+_ERROR_RE = re.compile(
+    r"Traceback \(most recent call last\)|^\s*(?:[A-Z]\w*(?:Error|Exception)|sqlite3\.\w+):\s|"
+    r"\b(?:OperationalError|SyntaxError|NameError|KeyError|TypeError|ValueError)\b",
+    re.MULTILINE,
+)
+_TRUE_WORDS = {"true", "yes"}
+_FALSE_WORDS = {"false", "no"}
+_BOOL_WORD_RE = re.compile(r"\b(true|false|yes|no)\b", re.IGNORECASE)
+_ISO_DT_RE = re.compile(r"\b(\d{4})-(\d{2})-(\d{2})(?:[T ](\d{2}):(\d{2})(?::(\d{2}))?)?\b")
+_SLASH_YMD_RE = re.compile(r"\b(\d{4})/(\d{1,2})/(\d{1,2})\b")
+_US_DATE_RE = re.compile(r"\b(\d{1,2})/(\d{1,2})/(\d{4})\b")
+
+
+def _ok(reason: str) -> Verdict:
+    return Verdict(correct=True, score=1.0, reason=reason)
+
+
+def _wrong(reason: str) -> Verdict:
+    return Verdict(correct=False, score=0.0, reason=reason)
+
+
+def looks_like_error(text: str) -> bool:
+    """True when ``text`` looks like a traceback or an error message rather than an answer."""
+    return bool(_ERROR_RE.search(text))
+
+
+def _precheck(submission: Any, *, scalar: bool) -> tuple[str | None, Verdict | None]:
+    """Common rejections. Returns (cleaned text, None) or (None, wrong verdict)."""
+    if submission is None:
+        return None, _wrong("empty submission")
+    text = submission if isinstance(submission, str) else json.dumps(submission)
+    text = text.strip().replace("\u2212", "-")  # a typographic minus is still a minus
+    if not text or text.lower() in {"none", "null", "nan", '""', "''", "[]"} and scalar:
+        return None, _wrong("empty submission")
+    if looks_like_error(text):
+        return None, _wrong("submission is an error message or traceback, not an answer")
+    if scalar and len(text) > MAX_SCALAR_CHARS:
+        return None, _wrong(f"submission is {len(text)} chars; one answer is expected (<= {MAX_SCALAR_CHARS})")
+    return text, None
+
+
+def _to_float(token: str) -> float:
+    return float(token.replace(",", ""))
+
+
+def _gold_float(gold: Any) -> float:
+    if isinstance(gold, bool) or gold is None:
+        raise GraderError(f"gold {gold!r} is not a number")
+    try:
+        value = float(gold)
+    except (TypeError, ValueError) as exc:
+        raise GraderError(f"gold {gold!r} is not a number") from exc
+    if math.isnan(value):
+        raise GraderError("gold is NaN")
+    return value
+
+
+def _close(a: float, b: float, rel_tol: float, abs_tol: float) -> bool:
+    return math.isclose(a, b, rel_tol=rel_tol, abs_tol=abs_tol)
+
+
+def _one_number(text: str) -> tuple[float | None, str]:
+    tokens = _NUMBER_RE.findall(text)
+    if not tokens:
+        return None, "no number in the submission"
+    if len(tokens) > 1:
+        return None, f"shotgun: {len(tokens)} numbers in one submission; submit exactly one"
+    return _to_float(tokens[0]), ""
+
+
+def grade_number(
+    gold: Any, submission: Any, *, rel_tol: float = DEFAULT_REL_TOL, abs_tol: float = DEFAULT_ABS_TOL, **_: Any
+) -> Verdict:
+    """Exactly one number, equal to ``gold`` within ``rel_tol`` / ``abs_tol`` (math.isclose)."""
+    text, bad = _precheck(submission, scalar=True)
+    if bad:
+        return bad
+    gold_value = _gold_float(gold)
+    value, why = _one_number(text)
+    if value is None:
+        return _wrong(why)
+    if _close(value, gold_value, rel_tol, abs_tol):
+        return _ok(f"{value:g} matches {gold_value:g}")
+    return _wrong(f"{value:g} != {gold_value:g} (rel_tol={rel_tol:g}, abs_tol={abs_tol:g})")
+
+
+def grade_integer(gold: Any, submission: Any, **_: Any) -> Verdict:
+    """Exactly one number with an integral value, equal to ``gold``."""
+    text, bad = _precheck(submission, scalar=True)
+    if bad:
+        return bad
+    gold_value = _gold_float(gold)
+    if gold_value != int(gold_value):
+        raise GraderError(f"gold {gold!r} is not an integer")
+    value, why = _one_number(text)
+    if value is None:
+        return _wrong(why)
+    if not math.isfinite(value) or value != int(value):
+        return _wrong(f"{value:g} is not an integer")
+    if int(value) == int(gold_value):
+        return _ok(f"{int(value)} matches")
+    return _wrong(f"{int(value)} != {int(gold_value)}")
+
+
+def _parse_bool(text: str) -> tuple[bool | None, str]:
+    bare = text.strip().strip(".!\"'`").strip().lower()
+    if bare in {"1", "0"}:
+        return bare == "1", ""
+    words = {w.lower() for w in _BOOL_WORD_RE.findall(text)}
+    has_true, has_false = bool(words & _TRUE_WORDS), bool(words & _FALSE_WORDS)
+    if has_true and has_false:
+        return None, "both a true-word and a false-word in one submission; submit exactly one"
+    if not (has_true or has_false):
+        return None, "no boolean (true/false/yes/no) in the submission"
+    return has_true, ""
+
+
+def _gold_bool(gold: Any) -> bool:
+    if isinstance(gold, bool):
+        return gold
+    if isinstance(gold, (int, float)) and gold in (0, 1):
+        return bool(gold)
+    if isinstance(gold, str):
+        value, _ = _parse_bool(gold)
+        if value is not None:
+            return value
+    raise GraderError(f"gold {gold!r} is not a boolean")
+
+
+def grade_boolean(gold: Any, submission: Any, **_: Any) -> Verdict:
+    """Exactly one truth value: true/false/yes/no as words, or a bare 1/0; both polarities present → wrong."""
+    text, bad = _precheck(submission, scalar=True)
+    if bad:
+        return bad
+    gold_value = _gold_bool(gold)
+    value, why = _parse_bool(text)
+    if value is None:
+        return _wrong(why)
+    return _ok(f"{value} matches") if value == gold_value else _wrong(f"{value} != {gold_value}")
+
+
+def _norm_text(value: Any) -> str:
+    text = str(value).strip()
+    while len(text) >= 2 and text[0] == text[-1] and text[0] in "\"'`":
+        text = text[1:-1].strip()
+    text = text.rstrip(".").strip()
+    return re.sub(r"\s+", " ", text).casefold()
+
+
+def grade_text(gold: Any, submission: Any, **_: Any) -> Verdict:
+    """Normalised exact text: case, surrounding quotes, a trailing period and runs of spaces are ignored."""
+    text, bad = _precheck(submission, scalar=True)
+    if bad:
+        return bad
+    if gold is None or _norm_text(gold) == "":
+        raise GraderError(f"gold {gold!r} is empty")
+    got, want = _norm_text(text), _norm_text(gold)
+    return _ok("text matches") if got == want else _wrong(f"text {got!r} != {want!r}")
+
+
+def _parse_datetime(text: str) -> tuple[list[dt.datetime], bool]:
+    """All dates/datetimes in ``text`` and whether any carried a time of day."""
+    found: list[dt.datetime] = []
+    has_time = False
+    spans: list[tuple[int, int]] = []
+    try:
+        for m in _ISO_DT_RE.finditer(text):
+            y, mo, d, hh, mm, ss = m.groups()
+            has_time |= hh is not None
+            found.append(dt.datetime(int(y), int(mo), int(d), int(hh or 0), int(mm or 0), int(ss or 0)))
+            spans.append(m.span())
+        for m in _SLASH_YMD_RE.finditer(text):
+            found.append(dt.datetime(int(m[1]), int(m[2]), int(m[3])))
+        for m in _US_DATE_RE.finditer(text):
+            found.append(dt.datetime(int(m[3]), int(m[1]), int(m[2])))
+    except ValueError:
+        return [], False  # an impossible date such as 2020-13-40 counts as no date
+    return found, has_time
+
+
+def _one_datetime(value: Any, *, what: str) -> tuple[dt.datetime | None, bool, str]:
+    found, has_time = _parse_datetime(str(value))
+    if not found:
+        return None, False, f"no valid date in the {what}"
+    if len(set(found)) > 1 or len(found) > 1:
+        return None, False, f"shotgun: {len(found)} dates in the {what}; submit exactly one"
+    return found[0], has_time, ""
+
+
+def _gold_and_submitted_datetime(gold: Any, submission: Any) -> tuple[Any, Any, bool, Verdict | None]:
+    """(gold, submitted, submission has a time of day, a wrong-answer verdict or None); a bad gold raises."""
+    text, bad = _precheck(submission, scalar=True)
+    if bad:
+        return None, None, False, bad
+    want, _, why = _one_datetime(gold, what="gold")
+    if want is None:
+        raise GraderError(f"gold {gold!r}: {why}")
+    got, has_time, why = _one_datetime(text, what="submission")
+    return want, got, has_time, (_wrong(why) if got is None else None)
+
+
+def grade_date(gold: Any, submission: Any, **_: Any) -> Verdict:
+    """Exactly one calendar date; compared by day (a time of day, if given, is ignored)."""
+    want, got, _, bad = _gold_and_submitted_datetime(gold, submission)
+    if bad:
+        return bad
+    ok = got.date() == want.date()
+    return _ok("date matches") if ok else _wrong(f"date {got.date()} != {want.date()}")
+
+
+def grade_datetime(gold: Any, submission: Any, **_: Any) -> Verdict:
+    """Exactly one date with a time of day, equal to the second (missing seconds count as :00)."""
+    want, got, has_time, bad = _gold_and_submitted_datetime(gold, submission)
+    if bad:
+        return bad
+    if not has_time and (want.hour, want.minute, want.second) != (0, 0, 0):
+        return _wrong("a time of day is required (e.g. 2020-01-05 14:30:00)")
+    return _ok("datetime matches") if got == want else _wrong(f"datetime {got} != {want}")
+
+
+def _parse_collection(text: str) -> list[Any]:
+    """A list from JSON / Python literal syntax, else comma- or newline-separated items."""
+    stripped = text.strip()
+    if stripped[:1] in "[(" and stripped[-1:] in "])":
+        for loader in (json.loads, ast.literal_eval):
+            try:
+                value = loader(stripped)
+            except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+                continue
+            if isinstance(value, (list, tuple)):
+                return list(value)
+        stripped = stripped[1:-1]
+    sep = "\n" if "\n" in stripped and "," not in stripped else ","
+    items = [part.strip() for part in stripped.split(sep)]
+    return [item for item in items if item != ""]
+
+
+def _norm_element(value: Any) -> Any:
+    """Canonical element: float for numbers, bool kept, tuple for rows, normalised text otherwise."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, (list, tuple)):
+        return tuple(_norm_element(v) for v in value)
+    text = _norm_text(value)
+    if re.fullmatch(r"[-+]?(?:\d+(?:\.\d+)?|\.\d+)(?:e[-+]?\d+)?", text):
+        return float(text)
+    if text in {"true", "false"}:
+        return text == "true"
+    return text
+
+
+def _elements_equal(a: Any, b: Any, rel_tol: float, abs_tol: float) -> bool:
+    if isinstance(a, tuple) and isinstance(b, tuple):
+        return len(a) == len(b) and all(_elements_equal(x, y, rel_tol, abs_tol) for x, y in zip(a, b))
+    if isinstance(a, bool) or isinstance(b, bool):
+        return a is b
+    if isinstance(a, float) and isinstance(b, float):
+        return _close(a, b, rel_tol, abs_tol)
+    return a == b
+
+
+def _exact_key(value: Any) -> Any:
+    """A hashable key equal only for identical canonical elements (a bool never equals the number 1)."""
+    if isinstance(value, tuple):
+        return ("t", tuple(_exact_key(v) for v in value))
+    return (type(value).__name__, value)
+
+
+def _collection_inputs(gold: Any, submission: Any) -> tuple[list[Any] | None, list[Any], Verdict | None]:
+    if not isinstance(gold, (list, tuple)):
+        raise GraderError(f"gold {gold!r} is not a list")
+    want = [_norm_element(v) for v in gold]
+    if isinstance(submission, (list, tuple)):
+        items = list(submission)
+    else:
+        text, bad = _precheck(submission, scalar=False)
+        if bad:
+            return None, [], bad
+        items = _parse_collection(text)
+    try:
+        got = [_norm_element(v) for v in items]
+        distinct = len({_exact_key(v): None for v in got})
+    except RecursionError:
+        return None, [], _wrong("submission is nested too deeply to be a list of answers")
+    limit = 4 * len(want) + MAX_EXTRA_ELEMENTS
+    if distinct > limit:
+        return None, [], _wrong(f"{distinct} distinct elements submitted, {len(want)} expected (at most {limit} "
+                                "are compared)")
+    return got, want, None
+
+
+def grade_set(
+    gold: Any, submission: Any, *, rel_tol: float = DEFAULT_REL_TOL, abs_tol: float = DEFAULT_ABS_TOL, **_: Any
+) -> Verdict:
+    """Order-insensitive equality of distinct elements (numbers within tolerance, text normalised)."""
+    got, want, bad = _collection_inputs(gold, submission)
+    if bad:
+        return bad
+    got_u = _dedupe(got, rel_tol, abs_tol)
+    want_u = _dedupe(want, rel_tol, abs_tol)
+    if len(got_u) != len(want_u):
+        return _wrong(f"{len(got_u)} distinct elements submitted, {len(want_u)} expected")
+    unused = list(got_u)
+    for w in want_u:
+        match = next((i for i, g in enumerate(unused) if _elements_equal(g, w, rel_tol, abs_tol)), None)
+        if match is None:
+            return _wrong(f"expected element {w!r} is missing")
+        unused.pop(match)
+    return _ok(f"set of {len(want_u)} matches")
+
+
+def _dedupe(items: list[Any], rel_tol: float, abs_tol: float) -> list[Any]:
+    out: list[Any] = []
+    for item in items:
+        if not any(_elements_equal(item, seen, rel_tol, abs_tol) for seen in out):
+            out.append(item)
+    return out
+
+
+def grade_list(
+    gold: Any, submission: Any, *, rel_tol: float = DEFAULT_REL_TOL, abs_tol: float = DEFAULT_ABS_TOL, **_: Any
+) -> Verdict:
+    """Order-sensitive element-wise equality (numbers within tolerance, text normalised); lengths must match."""
+    got, want, bad = _collection_inputs(gold, submission)
+    if bad:
+        return bad
+    if len(got) != len(want):
+        return _wrong(f"{len(got)} elements submitted, {len(want)} expected")
+    for i, (g, w) in enumerate(zip(got, want)):
+        if not _elements_equal(g, w, rel_tol, abs_tol):
+            return _wrong(f"element {i}: {g!r} != {w!r}")
+    return _ok(f"list of {len(want)} matches")
+
+
+GRADERS: dict[str, Callable[..., Verdict]] = {
+    "number": grade_number,
+    "integer": grade_integer,
+    "boolean": grade_boolean,
+    "set": grade_set,
+    "list": grade_list,
+    "date": grade_date,
+    "datetime": grade_datetime,
+    "text": grade_text,
+}
+ANSWER_TYPES = tuple(GRADERS)
+
+
+def grade(answer_type: str, gold: Any, submission: Any, **options: Any) -> Verdict:
+    """Grade one submission with the strict grader for ``answer_type``.
+
+    Args:
+        answer_type: One of :data:`ANSWER_TYPES`.
+        gold: The gold answer (JSON value: number, bool, string, list).
+        submission: The submitted answer, normally a string.
+        **options: Grader options (``rel_tol``, ``abs_tol``); unknown options are ignored.
+
+    Returns:
+        A verdict with a reason; never raises for a wrong submission.
+
+    Raises:
+        GraderError: Unknown answer type or a malformed gold answer (the grader is broken, not the agent).
+    """
+    try:
+        grader = GRADERS[answer_type]
+    except KeyError:
+        raise GraderError(f"unknown answer_type {answer_type!r}; use one of {', '.join(ANSWER_TYPES)}") from None
+    return grader(gold, submission, **options)
+
+
+def render_answer(answer_type: str, gold: Any) -> str:
+    """The canonical submission string for ``gold`` (what a reference solution submits).
+
+    Example:
+        >>> render_answer("boolean", True), render_answer("set", ["a", "b"])
+        ('true', '["a", "b"]')
+    """
+    if answer_type == "boolean":
+        return "true" if _gold_bool(gold) else "false"
+    if answer_type in {"set", "list"}:
+        return json.dumps(list(gold))
+    if answer_type == "integer":
+        return str(int(_gold_float(gold)))
+    if answer_type == "number":
+        value = _gold_float(gold)
+        return str(int(value)) if value == int(value) else repr(value)
+    if answer_type not in GRADERS:
+        raise GraderError(f"unknown answer_type {answer_type!r}; use one of {', '.join(ANSWER_TYPES)}")
+    return str(gold)

@@ -1,0 +1,83 @@
+"""mimic_iii: EHRSQL-style questions over a synthetic hospital in the EHRSQL MIMIC-III schema, answered with SQL.
+
+Description:
+    A seeded synthetic hospital (``medagentgym.tasks.ehr_synth``; no credentialed data) is written as EHRSQL's 17-table
+    MIMIC-III SQLite database with EHRSQL's conventions (lower-cased values, times shifted into 2100-2105,
+    a fixed current time ``2105-12-31 23:59:00``, 10 % of patients still in hospital, the nine vital-sign
+    items, a COST table); drugs, labs, items, ICD titles and categories include every value the public EHRSQL
+    questions compare against (``medagentgym/tasks/data/ehr_vocab``). Questions come from templates in
+    ``medagentgym/tasks/data/mimic_iii/templates.yaml`` covering the EHRSQL space: retrieval, counting, aggregation,
+    first/last, current stay, relative and absolute time windows ("since 3 years ago", "last month"), top-N
+    rankings, event-after-event questions (within 2 days / the same month / the same visit), comparisons and
+    multi-hop joins. Each (template, time/visit filter) pair is a category. Every gold answer is obtained by
+    EXECUTING the gold SQL on the built database (read-only), never written by hand.
+
+Example instance:
+    (tiny build, seed 0)
+    question: "how many times was warfarin prescribed to patient 37041 since 2105?"
+    context:  "SQLite database: /data/mimic_iii.db (EHRSQL MIMIC-III schema) ... current time 2105-12-31 23:59:00"
+    answer:   2           answer_type: "integer"        category: "rx_count_patient.since_year"
+    solution: "select count( * ) from prescriptions where prescriptions.hadm_id in ( ... ) and ..."
+
+Allowed actions:
+    request_info, code_execution (sql on /data/mimic_iii.db read-only, or python), debugging, submit_answer.
+
+Grading:
+    One ``submit_answer`` per episode, graded by the strict grader of the answer type (medagentgym.tasks.graders):
+    integer exact; number within rel 1e-4; datetime to the second; text normalised exact; boolean exactly one
+    of true/false/yes/no; set order-insensitive with the exact elements. Several candidates, tracebacks and
+    empty submissions are wrong (no substring matching, unlike the original harness).
+
+Episode end:
+    The graded submit (terminated) or a budget (turns, tokens, wall time: truncated). 15 turns.
+
+Arguments:
+    ``tasks.make("mimic_iii", root=DIR)``; ``build(out_dir, size="tiny"|"default", seed=0)`` writes
+    ``<out_dir>/mimic_iii/{mimic_iii.db, train.jsonl, test.jsonl, manifest.json}``, byte-identical per seed.
+    tiny: 30 patients, up to 3 instances per category; default: 1,000 patients, up to 150 per category.
+    ``public_questions=[FILES]`` (EHRSQL / MedAgentGym / MIMICSQL question files) adds the patients they name,
+    with the events and time windows their questions ask about (``medagentgym.tasks.ehr_synth.plant``).
+    40 % of each category goes to test. The instance mounts only the database (never the instance files).
+
+Version history:
+    1: first version (EHRSQL MIMIC-III schema, strict graders, explicit submit).
+    2: the hospital draws from the public EHRSQL/MIMICSQL vocabularies (medagentgym/tasks/data/ehr_vocab); question mix moved
+       toward EHRSQL's ("since N years/months ago" and "last month" windows on every timed template, top-N and
+       event-after-event templates, longer wording); no answer fills more than a third of a category;
+       ``build(..., public_questions=FILES)`` adds the patients public question files name.
+       Test instances are chosen per category to spread answers, and no answer holds more than 8 % of a split
+       (``templating.MAX_ANSWER_SHARE``), so no constant answer nears the 10 % floor bound.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import ClassVar
+
+from medagentgym.tasks.ehr_synth.family import EHRSQLFamily
+from medagentgym.tasks.ehr_synth.hospital import RawHospital
+from medagentgym.tasks.ehr_synth.mimic_iii_db import build_mimic_iii
+
+DB_FILE = "mimic_iii.db"
+
+
+def _write(raw: RawHospital, path: Path, seed: int) -> dict[str, int]:
+    return build_mimic_iii(raw, path, seed=seed)
+
+
+class MimicIII(EHRSQLFamily):
+    """The mimic_iii family (see the module docstring for the spec card)."""
+
+    name = "mimic_iii"
+    version = 2
+    db_file = DB_FILE
+    per_category: ClassVar[dict[str, int]] = {"tiny": 3, "default": 150}
+    context_text = (
+        f"SQLite database: /data/{DB_FILE} (EHRSQL MIMIC-III schema, 17 tables: patients, admissions, icustays, "
+        "transfers, diagnoses_icd, procedures_icd, d_icd_diagnoses, d_icd_procedures, labevents, d_labitems, "
+        "prescriptions, chartevents, inputevents_cv, outputevents, d_items, microbiologyevents, cost), read-only. "
+        "All text values are lower-case. The current time is 2105-12-31 23:59:00: use it instead of the wall clock "
+        "(a hospital visit with a NULL dischtime is the current one). Run SQL with code_execution (lang 'sql') or "
+        "Python's sqlite3, then submit only the final answer; for several values submit a JSON list."
+    )
+    write_database = staticmethod(_write)
