@@ -41,6 +41,11 @@ EOS_TOKEN = "<|im_end|>"
 TOOL_TOKENS = ("<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>")
 
 #: Architecture of the tiny model (a Qwen2 at toy size; head_dim = 64 / 4 = 16).
+#: Weights start at std 0.1, near 1/sqrt(hidden) = 0.125, instead of the 0.02 that ``Qwen2Config`` defaults to
+#: (a scale meant for hidden sizes in the thousands): at 0.02 every product of two projections in a 64-wide model
+#: is ~25x smaller than at its natural scale, and learning to copy a value out of an observation, which needs the
+#: attention's query-key and value-output products to grow together, sat on a plateau for thousands of steps (at
+#: 0.1 it is learnt in ~300; docs/benchmarks.md, "Learning").
 TINY_ARCH = {
     "hidden_size": 64,
     "num_hidden_layers": 2,
@@ -49,6 +54,7 @@ TINY_ARCH = {
     "intermediate_size": 128,
     "max_position_embeddings": 4096,
     "tie_word_embeddings": True,
+    "initializer_range": 0.1,
 }
 #: BPE target vocabulary (the trainer stops earlier if the corpus runs out of merges).
 TINY_VOCAB_SIZE = 2048
