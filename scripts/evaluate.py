@@ -15,7 +15,8 @@ spec, weights of a local model, sampling flags, turn cap, format, seed, family v
 stops with one line naming the difference (use another ``--out``). Episodes that fail to run (an endpoint error,
 a dead sandbox) count as failures in every rate, are listed apart (``infra_failures``), make the exit status 1,
 and are retried by a rerun; the endpoint's own error is printed once with a hint. Every rate has a 95 %
-interval (Wilson; a bootstrap over tasks when ``-k`` > 1); base rates cover the whole split; the report records
+interval that never collapses (Wilson; over tasks when ``-k`` > 1) and a standard error clustered over tasks, and
+the report gives the macro average over families beside the micro one; base rates cover the whole split; the report records
 its provenance (policy and sampling, caps, commit, date, task-set hash) so that ``scripts/leaderboard.py`` ranks
 only runs over the same tasks side by side.
 
@@ -26,7 +27,7 @@ the four held out of every training recipe (ehr_seqsql, ehrcon, mimic_extract, n
 for Best@K; ``--verifier FOLDER_OR_URL`` scores the episodes with a trained verifier (a folder of
 ``train.py recipe=verifier_*``, or the URL of ``scripts/serve_verifier.py``) and writes ``scores.jsonl`` beside
 the trajectories; without either, Best@K is N/A. ``--json`` ends stdout with one JSON object: ``policy``,
-``episodes``, ``success_rate``, ``ci95``, ``per_family`` (``family -> success rate``), ``pass_at_k``,
+``episodes``, ``success_rate``, ``ci95``, ``se``, ``macro_success_rate``, ``per_family`` (``family -> success rate``), ``pass_at_k``,
 ``best_at_k``, ``errors``, ``infra_failures``, ``prompt_tokens``, ``completion_tokens``, ``out``.
 
 Reward floors: beside each family's success the report gives the best score one constant answer earns over
@@ -173,7 +174,7 @@ def run(args: argparse.Namespace) -> dict:
     if result.summary.failures:
         _report_failures(result.summary.failures)
     return {"policy": report.policy, "episodes": report.episodes, "success_rate": report.success_rate,
-            "ci95": report.ci95, "per_family": {f: row["success_rate"] for f, row in report.per_family.items()},
+            "ci95": report.ci95, "se": report.se, "macro_success_rate": report.macro_success_rate, "per_family": {f: row["success_rate"] for f, row in report.per_family.items()},
             "base_rate": base_rates, "floor": floors, "pass_at_k": report.pass_at_k, "best_at_k": report.best_at_k,
             "errors": report.errors, "failed_episodes": result.summary.failed,
             "infra_failures": report.infra_failures, "prompt_tokens": report.prompt_tokens,
@@ -233,7 +234,8 @@ def main(argv: list[str] | None = None) -> int:
     lo, hi = summary["ci95"]
     infra = f"; {summary['infra_failures']} failed to run (counted as failures)" if summary["infra_failures"] else ""
     print(f"{summary['policy']}: success {summary['success_rate']:.1%} (95 % CI {lo:.1%}-{hi:.1%}) over "
-          f"{summary['episodes']} episodes{infra}; pass@k {summary['pass_at_k']}; report in {summary['out']}")
+          f"{summary['episodes']} episodes{infra}; macro over families {summary['macro_success_rate']:.1%}; "
+          f"pass@k {summary['pass_at_k']}; report in {summary['out']}")
     for fam, rate in summary["per_family"].items():
         floor = summary["floor"][fam]
         flag = " EXCEEDS" if floor["exceeds"] else ""
