@@ -22,7 +22,7 @@ from pathlib import Path
 
 from medagentgym import tasks
 from env_client.errors import EnvClientError
-from env_client.policies import add_policy_arguments, make_policy, policy_kwargs
+from env_client.policies import add_policy_arguments, failures_in_a_row, make_policy, policy_kwargs, probe
 from env_client.rollout import BACKENDS, EnvSpec, describe_run
 from medcopilot.collect import collect
 from sandbox.errors import SandboxError
@@ -94,6 +94,8 @@ def main(argv: list[str] | None = None) -> int:
         policy = args.policy  # a spec string travels to joblib/ray workers; an object where it must be built here
         if kwargs or args.env_url:
             policy = make_policy(args.policy, families=spec.families(), **kwargs)
+        if str(args.policy).startswith("openai:"):  # a down or mute endpoint fails here, once, before any episode
+            probe(policy if not isinstance(policy, str) else make_policy(args.policy, **kwargs))
         instances = []
         for name in families_for(args):
             instances.extend(tasks.make(name, root=args.tasks_root).instances(args.split)[: args.limit])
@@ -109,7 +111,8 @@ def main(argv: list[str] | None = None) -> int:
                                 tasks_root=args.tasks_root, families={i.family for i in instances})
         result = collect(instances, policy, env, k=args.k, out=args.out, concurrency=args.concurrency,
                          seed=args.seed, backend=args.backend, policy_name=args.policy, run_info=run_info,
-                         progress=not args.no_progress, max_pairs_per_task=args.max_pairs_per_task)
+                         progress=not args.no_progress, max_pairs_per_task=args.max_pairs_per_task,
+                         max_consecutive_failures=failures_in_a_row(args))
     except KeyboardInterrupt:
         print(f"\ninterrupted: finished episodes are kept in {args.out}; rerun the same command to resume",
               file=sys.stderr)

@@ -61,7 +61,7 @@ from env_client.evaluation import (
     task_set_hash,
     write_report,
 )
-from env_client.policies import add_policy_arguments, make_policy, policy_kwargs
+from env_client.policies import add_policy_arguments, failures_in_a_row, make_policy, policy_kwargs, probe
 from env_client.rollout import EnvSpec, describe_run, rollout, run_key
 from env_client.trajectory import TrajectoryStore
 from sandbox.errors import SandboxError
@@ -152,12 +152,13 @@ def run(args: argparse.Namespace) -> dict:
                    config=config)
     kwargs = policy_kwargs(args)
     policy = make_policy(args.policy, families=spec.families(), fmt=args.format, **kwargs)
+    probe(policy)  # an endpoint that is down or mute fails here, once, before any episode
     run_info = describe_run(args.policy, policy, kwargs, config=config, fmt=args.format, split=split,
                             tasks_root=args.tasks_root, families=names)
     families, env_config = run_info["families"], run_info["env"]
     result = rollout(instances, policy, spec, k=args.k, seed=args.seed, concurrency=args.concurrency,
                      store=store, policy_name=args.policy, on_error="skip", progress=not args.no_progress,
-                     run_info=run_info)
+                     run_info=run_info, max_consecutive_failures=failures_in_a_row(args))
     scores = read_scores(args.scores) if args.scores else None
     if args.verifier:
         scores = verifier_scores(args.verifier, result.trajectories, out / "scores.jsonl")
