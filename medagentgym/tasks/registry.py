@@ -501,20 +501,42 @@ def check_family(name: str, *, size: str = "tiny", seed: int = 0, root: Path | s
     return report
 
 
-def _program_lines(result: Any) -> list[str]:
-    """The values a code step printed: stdout's lines, without a SQL table's header, rule and row-count footer."""
-    lines = [line.strip() for line in (result.stdout or "").splitlines() if line.strip()]
-    if result.lang == "sql" and len(lines) >= 2 and set(lines[1]) <= set("-+ "):
-        lines = [line for line in lines[2:] if not (line.startswith("(") and line.endswith(")"))]
-    return lines
+#: Python run in the session after a reference SQL step: the same query's rows in full, as JSON (the SQL printer
+#: the agent sees cuts cells at 60 characters). The database is resolved as ``Session.run_sql`` does in a jail.
+_SQL_ROWS = """import json as _j, os as _o, sqlite3 as _s
+_db = {db!r}
+if not _o.path.isabs(_db):
+    _c = _o.path.join("/data", _db)
+    if _o.path.isdir(_c):
+        _d = sorted(f for f in _o.listdir(_c) if f.endswith((".db", ".sqlite", ".sqlite3")))
+        _c = _o.path.join(_c, _d[0]) if len(_d) == 1 else _c
+    _db = _c
+print(_j.dumps([[None if v is None else str(v) for v in r]
+                for r in _s.connect("file:" + _db + "?mode=ro", uri=True).execute({query!r}).fetchall()]))
+"""
 
 
-def _holds_gold(family: Any, inst: Any, lines: list[str], ctx: Any) -> bool:
-    """Whether printed ``lines`` state ``inst``'s gold answer under the family's own grader: one line, one cell
-    of a table row, or all lines together (a list or set answer printed one element per line)."""
-    cells = [cell.strip() for line in lines for cell in line.split(" | ")]
-    candidates = list(dict.fromkeys(lines + cells + ([", ".join(cells)] if len(cells) > 1 else [])))
-    return any(family.grade(inst, text, ctx).correct for text in candidates[:200])
+def _holds_gold(family: Any, inst: Any, rows: list[list[str]], ctx: Any) -> bool:
+    """Whether the printed ``rows`` (lines, or a query's rows of cells) state ``inst``'s gold answer under the
+    family's own grader: one row, one cell, or all of them together (a list or set answer printed one element
+    per row, as text or JSON; a number stated to the gold's decimal places)."""
+    import json
+
+    lines = [" | ".join(str(c) for c in row) for row in rows]
+    cells = [str(c) for row in rows for c in row]
+    joined = [", ".join(cells), json.dumps(cells), json.dumps(lines)] if len(cells) > 1 else []
+    # A gold number stored rounded (e.g. 4 decimals) is stated by a program that prints it in full.
+    gold = str(inst.answer)
+    places = len(gold.split(".", 1)[1]) if "." in gold and gold.replace(".", "", 1).lstrip("-").isdigit() else None
+    rounded = []
+    if places is not None:
+        for cell in cells:
+            try:
+                rounded.append(f"{float(cell):.{places}f}")
+            except ValueError:
+                pass
+    candidates = list(dict.fromkeys(lines + cells + joined + rounded))
+    return any(family.grade(inst, text, ctx).correct for text in candidates[:400])
 
 
 def reference_output_problems(pool: Any, family: Any, items: list[Any]) -> tuple[int, list[str]]:
@@ -527,6 +549,8 @@ def reference_output_problems(pool: Any, family: Any, items: list[Any]) -> tuple
     Returns:
         ``(programs run, one problem line per failing instance)``.
     """
+    import json
+
     from medagentgym.tasks.base import GradeContext
 
     ran, problems = 0, []
@@ -540,11 +564,12 @@ def reference_output_problems(pool: Any, family: Any, items: list[Any]) -> tuple
         with pool.session(mounts=mounts, persistent=True) as session:
             for step in code:
                 params = step.get("params", {})
+                database = None
                 if params.get("lang", "python") == "python":
                     result = session.run_python(params["code"])
                 else:
-                    result = session.run_sql(params["code"],
-                                             inst.metadata.get("sql_database") or next(iter(inst.data), ""))
+                    database = inst.metadata.get("sql_database") or next(iter(inst.data), "")
+                    result = session.run_sql(params["code"], database)
                 if not result.ok:
                     tail = " ".join((result.stderr or result.stdout or "").split())[-160:]
                     problems.append(f"the reference program of {inst.id} fails in the sandbox "
@@ -554,9 +579,13 @@ def reference_output_problems(pool: Any, family: Any, items: list[Any]) -> tuple
                 if inst.answer == inst.solution:
                     continue
                 ctx = GradeContext(workspace=session.workspace, session=session, family_dir=Path(family.root))
-                lines = _program_lines(result)
-                if not _holds_gold(family, inst, lines, ctx):
-                    shown = " / ".join(lines)[:80] or "(nothing)"
+                if database is None:
+                    rows = [[line.strip()] for line in result.stdout.splitlines() if line.strip()]
+                else:
+                    full = session.run_python(_SQL_ROWS.format(db=database, query=params["code"]))
+                    rows = json.loads(full.stdout) if full.ok else [[full.stderr.strip()]]
+                if not _holds_gold(family, inst, rows, ctx):
+                    shown = " / ".join(" | ".join(map(str, row)) for row in rows)[:80] or "(nothing)"
                     problems.append(f"the reference program of {inst.id} prints {shown!r}, which does not hold the "
                                     f"gold answer {str(inst.answer)[:40]!r}")
     return ran, problems
