@@ -6,7 +6,9 @@
 
 Reads ``recipes/<name>.yaml`` (or a path), applies the dotted overrides (values parsed as YAML), prints the resolved
 recipe, checks it without loading a model (family names, reward terms, every ``trainer`` value against the type
-its TRL / verifier / PPO config declares: what ``--dry-run`` stops after), saves it to ``<output.dir>/recipe.yaml``,
+its TRL / verifier / PPO config declares), prints and checks every input file it reads (task builds: size and
+family version; the trajectory store: rows per family; models: ``medcopilot.inputs``) -- what ``--dry-run``
+stops after --, saves it to ``<output.dir>/recipe.yaml``,
 and calls ``medcopilot.trainers.<method>.run(cfg)``. When
 ``output.push_to_hub`` is set, the final model is exported and uploaded afterwards. Errors are one line and a
 non-zero exit; ``--debug`` shows the traceback.
@@ -86,6 +88,24 @@ def _saved(cfg) -> str:
     return (f"checkpoint-{steps[-1]} saved in {out}; rerun the same command to resume from it")
 
 
+def check_inputs_or_refuse(cfg, *, dry_run: bool) -> None:
+    """Print every input file the recipe reads (task builds, trajectory store, models) and refuse wrong ones.
+
+    Raises:
+        RecipeError: A build of another size or family version, a store that does not cover the recipe, or (not
+            on a dry run) a missing local model: one line.
+    """
+    from medcopilot.config import RecipeError
+    from medcopilot.inputs import check_inputs
+
+    report = check_inputs(cfg)
+    if is_main_process():
+        print("\n".join(f"# {line}" for line in report.lines), flush=True)
+    refusal = report.refusal(dry_run=dry_run)
+    if refusal:
+        raise RecipeError(refusal)
+
+
 def _main(argv: list[str], state: dict) -> int:
     from medcopilot.config import check_recipe, load_recipe
 
@@ -98,6 +118,7 @@ def _main(argv: list[str], state: dict) -> int:
         print(f"# resolved recipe {cfg.name!r}\n{cfg.to_yaml()}", flush=True)
     notes: list[str] = []
     args = check_recipe(cfg, notes=notes)  # families, trainer types, runnability: fail before any model is loaded
+    check_inputs_or_refuse(cfg, dry_run="--dry-run" in flags)
     if "--dry-run" in flags:
         owner = f"{type(args).__module__.split('.')[0]}.{type(args).__name__}"
         print("\n".join(f"# {line}" for line in notes), flush=True)

@@ -39,10 +39,30 @@ from env_client.prompts import inline_tools
 ActionFormat = Literal["tool_call", "json"]
 
 __all__ = [
-    "ConstantPolicy", "EmptyPolicy", "HFPolicy", "OpenAIPolicy", "OraclePolicy", "Policy", "PolicyError",
-    "POLICY_HELP", "PolicyOutput", "ShotgunPolicy", "TracebackPolicy", "VLLMPolicy", "add_policy_arguments",
-    "bind", "describe_policy", "endpoint_hint", "failures_in_a_row", "is_context_overflow", "make_policy", "policy_kwargs", "probe",
-    "render_action", "weights_fingerprint",
+    "POLICY_HELP",
+    "ConstantPolicy",
+    "EmptyPolicy",
+    "HFPolicy",
+    "OpenAIPolicy",
+    "OraclePolicy",
+    "Policy",
+    "PolicyError",
+    "PolicyOutput",
+    "ShotgunPolicy",
+    "TracebackPolicy",
+    "VLLMPolicy",
+    "add_policy_arguments",
+    "bind",
+    "describe_policy",
+    "endpoint_hint",
+    "failures_in_a_row",
+    "is_context_overflow",
+    "make_policy",
+    "model_path_problem",
+    "policy_kwargs",
+    "probe",
+    "render_action",
+    "weights_fingerprint",
 ]
 
 
@@ -665,6 +685,46 @@ def weights_fingerprint(path: str) -> str:
     return "sha256:" + digest.hexdigest()[:16]
 
 
+def model_path_problem(path: str) -> str | None:
+    """Why ``path`` (``hf:PATH``, ``vllm:PATH``, a recipe's ``model.name_or_path``) cannot be loaded, found
+    without touching the network; None when it may load.
+
+    A local folder must exist: a path that starts with ``/``, ``.`` or ``~``, has more than one ``/``, or whose
+    first part is a folder here (``runs/ppo_tny``) is local, and a missing one is named at once with the nearest
+    existing siblings (instead of a Hub lookup that waits for the network and reports a connection error). An
+    ``org/name`` Hub id passes, unless ``HF_HUB_OFFLINE`` is set and it is not in the local Hub cache.
+
+    Example:
+        >>> model_path_problem("/no/such/model")
+        "no model folder at '/no/such/model' (/no does not exist)"
+    """
+    import difflib
+    from pathlib import Path
+
+    p = Path(path).expanduser()
+    if p.is_dir():
+        return None if any(p.iterdir()) else f"the model folder {path!r} is empty"
+    if p.exists():
+        return f"{path!r} is a file, not a model folder"
+    parts = p.parts
+    local = path.startswith(("/", ".", "~")) or len(parts) > 2 or (len(parts) == 2 and Path(parts[0]).is_dir())
+    if local:
+        parent = next((a for a in p.parents if a.is_dir()), Path("."))  # the nearest folder that exists
+        first_missing = next((a for a in [p, *p.parents] if a.parent == parent), p)
+        near = difflib.get_close_matches(first_missing.name, [c.name for c in parent.iterdir() if c.is_dir()], n=2)
+        hint = f"; did you mean {' or '.join(str(parent / n) for n in near)}?" if near else ""
+        return f"no model folder at {path!r} ({first_missing} does not exist){hint}"
+    if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes") and len(parts) == 2:
+        try:
+            from huggingface_hub import try_to_load_from_cache
+        except ImportError:
+            return None
+        if not isinstance(try_to_load_from_cache(path, "config.json"), str):
+            return (f"{path!r} is neither a local folder nor in the Hub cache, and HF_HUB_OFFLINE is set: download "
+                    f"it first, or pass a local folder")
+    return None
+
+
 def describe_policy(spec: str, policy: Any = None, **kwargs: Any) -> dict[str, Any]:
     """What identifies a policy's episodes: its spec, its sampling settings and (local models) its weights.
 
@@ -715,6 +775,9 @@ def make_policy(spec: str, *, families: dict[str, Any] | Callable[[str], Any] | 
             kwargs["max_tokens"] = kwargs.pop("max_new_tokens")
         return OpenAIPolicy(model, base_url or None, **kwargs)
     if kind in ("hf", "vllm") and arg:
+        problem = model_path_problem(arg)
+        if problem:
+            raise PolicyError(f"policy {spec!r}: {problem}")
         if "max_tokens" in kwargs:
             kwargs["max_new_tokens"] = kwargs.pop("max_tokens")
         return (HFPolicy if kind == "hf" else VLLMPolicy)(arg, **kwargs)

@@ -8,7 +8,9 @@
 Rolls the policy out (``k`` samples per task) over the chosen families' ``--split`` instances (``--limit`` per
 family), then writes into ``--out``: ``trajectories.jsonl`` (rerunning the same command resumes),
 ``report.json``, ``report.md`` and the plots ``success_by_family.png``, ``pass_at_k.png`` and ``errors.png``.
-Families not yet built under ``--tasks-root`` are built there first at ``--size``.
+Families not yet built under ``--tasks-root`` are built there first at ``--size`` (tiny by default); a family
+already built at another size than ``--size``, or by another version of its code, is refused with one line (the
+report records the size really evaluated).
 
 Honest numbers: a rerun reuses stored episodes only when everything that changes an episode is the same (policy
 spec, weights of a local model, sampling flags, turn cap, format, seed, family versions and data); otherwise it
@@ -82,13 +84,23 @@ def choose_families(families: str, suite: str | None, root: Path) -> list[str]:
     return chosen
 
 
-def ensure_built(names: list[str], root: Path, size: str, seed: int) -> list[str]:
-    """Build each family missing under ``root`` (no ``manifest.json``), in parallel; returns the names built."""
-    missing = [name for name in names if not (root / name / "manifest.json").exists()]
+def ensure_built(names: list[str], root: Path, size: str | None, seed: int) -> dict[str, str]:
+    """Build each family missing under ``root`` (at ``size``; tiny when None), in parallel; check the others.
+
+    Returns:
+        ``family -> the size of its build`` (``"import"`` for imported ones): what the report records.
+
+    Raises:
+        BuildMismatch: A family built at another size than ``size`` (when given), or by another version of the
+            family's code: one line with the command that rebuilds it.
+    """
+    from medagentgym.tasks.builds import build_facts, check_build
+
+    missing = [name for name in names if check_build(name, root, size=size, required=False) is None]
     if missing:
-        print(f"building {', '.join(missing)} ({size}) under {root}", file=sys.stderr)
-        tasks.registry.build_families(missing, root, size=size, seed=seed, jobs=os.cpu_count() or 1)
-    return missing
+        print(f"building {', '.join(missing)} ({size or 'tiny'}) under {root}", file=sys.stderr)
+        tasks.registry.build_families(missing, root, size=size or "tiny", seed=seed, jobs=os.cpu_count() or 1)
+    return {name: (build_facts(name, root) or {}).get("size") or "import" for name in names}
 
 
 def read_scores(path: Path) -> dict[tuple[str, int], float]:
@@ -135,7 +147,7 @@ def run(args: argparse.Namespace) -> dict:
     """Roll out, evaluate and write the report; returns the summary printed as the JSON line."""
     split = "test" if args.suite else args.split
     names = choose_families(args.families, args.suite, args.tasks_root)
-    ensure_built(names, args.tasks_root, args.size, args.seed)
+    sizes = ensure_built(names, args.tasks_root, args.size, args.seed)
     instances, base_rates, floors = [], {}, {}
     for name in names:
         family = tasks.make(name, root=args.tasks_root)
@@ -162,7 +174,9 @@ def run(args: argparse.Namespace) -> dict:
     scores = read_scores(args.scores) if args.scores else None
     if args.verifier:
         scores = verifier_scores(args.verifier, result.trajectories, out / "scores.jsonl")
-    meta = {"policy": run_info["policy"], "split": split, "suite": args.suite or "custom", "size": args.size,
+    built = sorted(set(sizes.values()))
+    meta = {"policy": run_info["policy"], "split": split, "suite": args.suite or "custom",
+            "size": built[0] if len(built) == 1 else sizes,
             "seed": args.seed, "k": args.k, "limit": args.limit, "format": args.format,
             "env": {k: v for k, v in env_config.items() if k in ("max_turns", "max_total_tokens", "obs_max_chars")},
             "families": families, "commit": code_version(),
@@ -192,8 +206,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="named suite (tasks.SUITES): id = the paper's 8 in-distribution families, ood = the 4 held "
                         "out of training; both on the test split")
     p.add_argument("--split", choices=["train", "test"], default="test", help="split to evaluate (default test)")
-    p.add_argument("--size", choices=["tiny", "default"], default="tiny",
-                   help="size to build missing families at (default tiny)")
+    p.add_argument("--size", choices=["tiny", "default"], default=None,
+                   help="build size to evaluate: missing families are built at it, and a family already built at "
+                        "another size is refused (default: the size each family is built at; tiny for missing "
+                        "ones); the report records the sizes evaluated")
     p.add_argument("--tasks-root", type=Path, default=Path("artifacts/tasks"),
                    help="built tasks root; missing families are built into it (default artifacts/tasks)")
     p.add_argument("--limit", type=int, default=None, help="at most this many instances per family")

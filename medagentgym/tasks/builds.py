@@ -68,7 +68,7 @@ def current_version(name: str, root: Path | str | None = None) -> Any:
 
 
 def check_build(name: str, root: Path | str, *, size: str | None = None, required: bool = True,
-                version: Any = None) -> dict[str, Any] | None:
+                version: Any = None, size_option: str = "--size ") -> dict[str, Any] | None:
     """Check that ``<root>/<name>`` is a build this code can use, at ``size`` when given.
 
     Args:
@@ -78,6 +78,7 @@ def check_build(name: str, root: Path | str, *, size: str | None = None, require
             (``source: import``) have no size and pass.
         required: Raise ``NotBuilt`` when the family is not built; False returns None instead.
         version: The family version expected (default: the installed code's, :func:`current_version`).
+        size_option: How the caller asks for a size, for the message (``"--size "``, ``"tasks.size="``).
 
     Returns:
         The build's facts (:func:`build_facts`), or None when not built and not ``required``.
@@ -99,6 +100,6 @@ def check_build(name: str, root: Path | str, *, size: str | None = None, require
                             f"`{rebuild_hint(name, root, size or facts['size'])}`")
     if size is not None and facts["size"] in SIZES and facts["size"] != size:
         raise BuildMismatch(f"{where} is a {facts['size']} build, not {size}: rebuild it with "
-                            f"`{rebuild_hint(name, root, size)}`, or ask for size {facts['size']} (or use "
-                            f"another tasks root)")
+                            f"`{rebuild_hint(name, root, size)}`, or use it with {size_option}{facts['size']} "
+                            f"(or use another tasks root)")
     return facts

@@ -92,3 +92,23 @@ def test_report_md_parses_back_with_tables_intervals_provenance_and_floors(oracl
     assert [r["K"] for r in pass_k] == ["1", "2"] and all(r["Pass@K"] == "100.0%" for r in pass_k)
     for png in ("success_by_family.png", "pass_at_k.png", "errors.png"):
         assert (out / png).stat().st_size > 1000
+
+
+def test_size_default_over_a_tiny_build_is_refused_not_recorded_as_default(oracle_run, tmp_path):
+    out, _ = oracle_run
+    tasks_root = out.parent / "tasks"
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "evaluate.py"), "--policy", "oracle",
+                           "--families", "toy_sql", "--limit", "2", "--size", "default", "--tasks-root",
+                           str(tasks_root), "--out", str(tmp_path / "o"), "--sandbox", SANDBOX, "--allow-unisolated",
+                           "--no-progress"], capture_output=True, text=True, timeout=300, check=False)
+    err = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(err) == 1, proc.stderr
+    assert err[0].startswith(f"error: {tasks_root / 'toy_sql'} is a tiny build, not default: rebuild it with")
+    assert not (tmp_path / "o" / "report.json").exists()
+    # without --size, the build's own size is what the report records
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "evaluate.py"), "--policy", "oracle",
+                           "--families", "toy_sql", "--limit", "2", "--tasks-root", str(tasks_root), "--out",
+                           str(tmp_path / "o"), "--sandbox", SANDBOX, "--allow-unisolated", "--no-progress",
+                           "--no-plots"], capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads((tmp_path / "o" / "report.json").read_text())["meta"]["size"] == "tiny"

@@ -52,6 +52,25 @@ def test_readme_parser_joins_continuations_and_keeps_comments():
     assert readme_commands((ROOT / "README.md").read_text(encoding="utf-8")), "README has no commands to run"
 
 
+def test_no_readme_command_writes_where_a_real_recipe_reads():
+    """Examples and smoke runs never write the stores the 7B/14B recipes train on (a smoke collection there made
+    the flagship SFT train on 16 rows). Task builds may share a root: a real recipe refuses a build of another
+    size (medcopilot.inputs)."""
+    from medcopilot.config import RECIPES_DIR, load_recipe
+
+    reads = set()
+    for path in RECIPES_DIR.glob("*_qwen*.yaml"):
+        cfg = load_recipe(path.stem)
+        if cfg.rollout.store:
+            reads |= {Path(cfg.rollout.store), Path(cfg.rollout.store).parent}
+    assert reads
+    for command, _ in readme_commands((ROOT / "README.md").read_text(encoding="utf-8")):
+        words = shlex.split(command)
+        if "--out" in words and "build_tasks" not in command:
+            out = Path(words[words.index("--out") + 1])
+            assert out not in reads and not any(r.is_relative_to(out) for r in reads), (command, sorted(reads))
+
+
 def _free(port: int) -> bool:
     with socket.socket() as sock:
         return sock.connect_ex(("127.0.0.1", port)) != 0
