@@ -7,6 +7,9 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 # The environment plus the training stack ([train]), the adapters ([adapters]) and test tools ([dev]), at the
 # known-good versions of constraints.txt. torch is installed first and pinned, so nothing later pulls a CUDA build.
+# The editable install is a plain path entry (editable_mode=compat), not setuptools' import finder: the finder
+# comes after sys.path, so a `sandbox/` or `rewards/` data folder in the working directory would stand in for our
+# package under `python -c`/pytest; a path entry lets the real package win (tests/test_cli.py checks it).
 TORCH_PIN := torch==2.13.0
 export OPENBLAS_NUM_THREADS ?= 1
 export WANDB_MODE ?= offline
@@ -20,7 +23,7 @@ all: test
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q $(TORCH_PIN)
-	$(PY) -m pip install -q -c constraints.txt -e '.[train,adapters,dev]'
+	$(PY) -m pip install -q -c constraints.txt -e '.[train,adapters,dev]' --config-settings editable_mode=compat
 	@touch $(STAMP)
 
 venv: $(STAMP) bwrap
