@@ -40,7 +40,7 @@ bwrap:
 	fi
 
 demo: venv
-	$(PY) scripts/demo.py
+	$(VENV)/bin/medagentgym demo
 
 test: venv
 	$(PY) -m pytest -q
@@ -54,7 +54,7 @@ test-slow: venv
 # that the host's networking is as it was. An engine that already runs is used as it is.
 .PHONY: test-docker
 test-docker: venv
-	MEDAGENTGYM_TEST_BACKEND=docker scripts/with_dockerd.sh sh -c '$(PY) scripts/build_sandbox_image.py && \
+	MEDAGENTGYM_TEST_BACKEND=docker scripts/with_dockerd.sh sh -c '$(VENV)/bin/medagentgym sandbox-image && \
 		$(PY) -m pytest -q -p no:cacheprovider tests/sandbox/test_docker.py tests/sandbox/test_attacks.py'
 
 bench: venv

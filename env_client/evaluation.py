@@ -2,7 +2,7 @@
 
 :func:`evaluate` turns the trajectories of one run (``k`` samples per task) into an :class:`EvalReport`;
 :func:`write_report` writes ``report.md``, ``report.json`` and PNG plots; :func:`leaderboard` merges several
-``report.json`` files. Used by ``scripts/evaluate.py`` and ``scripts/leaderboard.py``.
+``report.json`` files. Used by ``medagentgym eval`` and ``medagentgym leaderboard``.
 
 Metrics:
 
@@ -686,9 +686,9 @@ def load_reports(paths: Iterable[Path | str]) -> list[dict[str, Any]]:
         try:
             data = load_json(p)
         except FileFormatError as exc:
-            raise EvalError(f"cannot read report {exc} (pass report.json files written by evaluate.py)") from None
+            raise EvalError(f"cannot read report {exc} (pass report.json files written by medagentgym eval)") from None
         if not isinstance(data, dict) or not {"policy", "success_rate", "per_family"} <= set(data):
-            raise EvalError(f"{p} is not an evaluate.py report.json (needs policy, success_rate, per_family)")
+            raise EvalError(f"{p} is not a medagentgym eval report.json (needs policy, success_rate, per_family)")
         reports.append(data)
     if not reports:
         raise EvalError("no reports given; pass one or more report.json paths")

@@ -9,7 +9,7 @@ runs the same checks first, so it fails at once instead of after loading a model
   ``tasks.size`` on start.
 * **the trajectory store** (``rollout.store``; SFT, DPO and the verifier): rows, successes and tasks per
   family, and the family versions its episodes were played under. Refused: a family of the recipe with no row,
-  episodes played under another family version, or (from ``collect.py``'s ``summary.json`` beside it) a store
+  episodes played under another family version, or (from ``medagentgym collect``'s ``summary.json`` beside it) a store
   collected over fewer tasks than the recipe trains on (a ``--limit 2`` smoke run, 16 rows). Missing: rolled
   out from ``rollout.policy`` on start.
 * **models** (``model.name_or_path``, ``reward.verifier``): a local folder must exist (named at once, with the
@@ -121,7 +121,7 @@ def _store(cfg: Any, report: InputReport, built: dict[str, int]) -> None:
     extra = sorted(set(rows) - set(cfg.tasks.families))
     if extra:
         report.lines.append(f"input store: rows of {', '.join(extra)} are not read (not in tasks.families)")
-    summary = path.parent / "summary.json"  # scripts/collect.py's: the tasks each family was collected over
+    summary = path.parent / "summary.json"  # medagentgym collect's: the tasks each family was collected over
     if summary.is_file():
         try:
             collected = json.loads(summary.read_text(encoding="utf-8"))

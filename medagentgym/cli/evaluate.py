@@ -1,9 +1,9 @@
 """Evaluate a policy on task families: success, Pass@K, Best@K, error taxonomy, actions, cost; report and plots.
 
-    python scripts/evaluate.py --policy oracle --families all --size tiny --limit 5 --out runs/eval/oracle --json
-    python scripts/evaluate.py --policy openai:Qwen/Qwen2.5-7B-Instruct@http://127.0.0.1:8000/v1 --suite ood -k 4
-    python scripts/evaluate.py --policy hf:runs/sft/final --suite id --scores runs/verifier/scores.jsonl -k 8
-    python scripts/evaluate.py --policy hf:runs/sft/final --families toy_sql -k 8 --verifier runs/verifier_tiny
+    medagentgym eval --policy oracle --families all --size tiny --limit 5 --out runs/eval/oracle --json
+    medagentgym eval --policy openai:Qwen/Qwen2.5-7B-Instruct@http://127.0.0.1:8000/v1 --suite ood -k 4
+    medagentgym eval --policy hf:runs/sft/final --suite id --scores runs/verifier/scores.jsonl -k 8
+    medagentgym eval --policy hf:runs/sft/final --families toy_sql -k 8 --verifier runs/verifier_tiny
 
 Rolls the policy out (``k`` samples per task) over the chosen families' ``--split`` instances (``--limit`` per
 family), then writes into ``--out``: ``trajectories.jsonl`` (rerunning the same command resumes),
@@ -19,7 +19,7 @@ a dead sandbox) count as failures in every rate, are listed apart (``infra_failu
 and are retried by a rerun; the endpoint's own error is printed once with a hint. Every rate has a 95 %
 interval that never collapses (Wilson; over tasks when ``-k`` > 1) and a standard error clustered over tasks, and
 the report gives the macro average over families beside the micro one; base rates cover the whole split; the report records
-its provenance (policy and sampling, caps, commit, date, task-set hash) so that ``scripts/leaderboard.py`` ranks
+its provenance (policy and sampling, caps, commit, date, task-set hash) so that ``medagentgym leaderboard`` ranks
 only runs over the same tasks side by side.
 
 Suites (``tasks.SUITES``, disjoint, as in the MedAgentGym paper): ``--suite id`` is the eight in-distribution
@@ -27,7 +27,7 @@ families (mimic_iii, eicu, treqs, medcalcbench, medagentbench, biocoder, biodsbe
 the four held out of every training recipe (ehr_seqsql, ehrcon, mimic_extract, npowerai); both on the test split.
 ``--scores`` is a JSONL file of ``{"task_id", "sample_idx", "score"}`` from a scorer (the learned verifier)
 for Best@K; ``--verifier FOLDER_OR_URL`` scores the episodes with a trained verifier (a folder of
-``train.py recipe=verifier_*``, or the URL of ``scripts/serve_verifier.py``) and writes ``scores.jsonl`` beside
+``train.py recipe=verifier_*``, or the URL of ``medagentgym serve-verifier``) and writes ``scores.jsonl`` beside
 the trajectories; without either, Best@K is N/A. ``--json`` ends stdout with one JSON object: ``policy``,
 ``episodes``, ``success_rate``, ``ci95``, ``se``, ``macro_success_rate``, ``per_family`` (``family -> success rate``), ``pass_at_k``,
 ``best_at_k``, ``errors``, ``infra_failures``, ``prompt_tokens``, ``completion_tokens``, ``out``.

@@ -1,6 +1,6 @@
 """Roll out a policy over task families and store one trajectory per episode.
 
-    python scripts/rollout.py --tasks-root artifacts/tasks --families toy_sql --split test --policy oracle \
+    medagentgym rollout --tasks-root artifacts/tasks --families toy_sql --split test --policy oracle \
         -k 4 --concurrency 8 --backend thread --out runs/rollouts/oracle.jsonl --seed 0
 
 Appends one JSON line per finished episode to ``--out`` (an ``env_client.TrajectoryStore``) and prints a
@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--tasks-root", type=Path, default=Path("artifacts/tasks"),
-                   help="built tasks root (scripts/build_tasks.py --out); default artifacts/tasks")
+                   help="built tasks root (medagentgym build --out); default artifacts/tasks")
     p.add_argument("--families", default="all", help="comma-separated family names, or 'all' built ones (default)")
     p.add_argument("--split", choices=["train", "test"], default="test", help="split to roll out (default test)")
     p.add_argument("--limit", type=int, default=None, help="at most this many instances per family")

@@ -1,5 +1,6 @@
-"""Train a Med-Copilot policy from a recipe.
+"""Train a Med-Copilot policy from a recipe (``medagentgym train``, or the repository's ``train.py``).
 
+    medagentgym train recipe=sft_tiny --dry-run
     accelerate launch train.py recipe=sft_qwen7b [section.key=value ...]
     python train.py recipe=sft_tiny trainer.max_steps=2 output.dir=runs/try2
     python train.py recipe=grpo_qwen14b --dry-run      # print + validate the resolved recipe, load nothing

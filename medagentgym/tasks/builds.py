@@ -23,7 +23,7 @@ from medagentgym.tasks.base import NotBuilt, TaskError
 
 __all__ = ["BuildMismatch", "build_facts", "check_build", "current_version", "rebuild_hint"]
 
-#: The size presets a build can be made at (``build_tasks.py --size``).
+#: The size presets a build can be made at (``medagentgym build --size``).
 SIZES = ("tiny", "default")
 
 
@@ -34,7 +34,7 @@ class BuildMismatch(TaskError):
 def rebuild_hint(name: str, root: Path | str, size: str | None) -> str:
     """The command that rebuilds ``name`` under ``root`` (at ``size`` when given)."""
     at = f" --size {size}" if size else ""
-    return f"python scripts/build_tasks.py --families {name}{at} --out {root}"
+    return f"medagentgym build --families {name}{at} --out {root}"
 
 
 def build_facts(name: str, root: Path | str) -> dict[str, Any] | None:

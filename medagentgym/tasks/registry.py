@@ -29,7 +29,7 @@ from typing import Any
 
 from medagentgym.tasks.base import FAMILY_YAML, TaskError, UnknownTask
 
-#: Where ``scripts/build_tasks.py`` writes families by default, relative to the working directory.
+#: Where ``medagentgym build`` writes families by default, relative to the working directory.
 DEFAULT_ROOT = Path("artifacts/tasks")
 #: The turn budget of a family that does not state one.
 DEFAULT_MAX_TURNS = 15
@@ -187,7 +187,7 @@ def make(name: str, *, root: Path | str = DEFAULT_ROOT, **kwargs: Any) -> Any:
 
     Args:
         name: A registered or config-declared family name.
-        root: The tasks root (``scripts/build_tasks.py --out``).
+        root: The tasks root (``medagentgym build --out``).
         **kwargs: Constructor arguments, overriding the registered defaults.
 
     Returns:

@@ -162,7 +162,7 @@ def test_leaderboard_table_and_plot(tmp_path):
     assert lines[2].startswith("| good | 2 | 50.0% |") and lines[3].endswith("|  | 0.0% |")  # not evaluated: empty
     assert (tmp_path / "lb.png").stat().st_size > 1000
     (tmp_path / "junk.json").write_text("{}")
-    with pytest.raises(EvalError, match="not an evaluate.py report"):
+    with pytest.raises(EvalError, match="not a medagentgym eval report"):
         load_reports([tmp_path / "junk.json"])
     assert math.isclose(reports[0]["success_rate"], 0.5)
 

@@ -44,7 +44,7 @@ def _interval(cell: str) -> tuple[float, float]:
 def oracle_run(tmp_path_factory):
     base = tmp_path_factory.mktemp("eval_k2")
     out = base / "oracle"
-    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "evaluate.py"), "--policy", "oracle",
+    proc = subprocess.run([sys.executable, "-m", "medagentgym", "eval", "--policy", "oracle",
                            "--families", "toy_sql", "--limit", "10", "-k", "2", "--size", "tiny",
                            "--tasks-root", str(base / "tasks"), "--out", str(out), "--sandbox", SANDBOX,
                            "--allow-unisolated", "--no-progress", "--json", "--concurrency", "2"],
@@ -97,7 +97,7 @@ def test_report_md_parses_back_with_tables_intervals_provenance_and_floors(oracl
 def test_size_default_over_a_tiny_build_is_refused_not_recorded_as_default(oracle_run, tmp_path):
     out, _ = oracle_run
     tasks_root = out.parent / "tasks"
-    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "evaluate.py"), "--policy", "oracle",
+    proc = subprocess.run([sys.executable, "-m", "medagentgym", "eval", "--policy", "oracle",
                            "--families", "toy_sql", "--limit", "2", "--size", "default", "--tasks-root",
                            str(tasks_root), "--out", str(tmp_path / "o"), "--sandbox", SANDBOX, "--allow-unisolated",
                            "--no-progress"], capture_output=True, text=True, timeout=300, check=False)
@@ -106,7 +106,7 @@ def test_size_default_over_a_tiny_build_is_refused_not_recorded_as_default(oracl
     assert err[0].startswith(f"error: {tasks_root / 'toy_sql'} is a tiny build, not default: rebuild it with")
     assert not (tmp_path / "o" / "report.json").exists()
     # without --size, the build's own size is what the report records
-    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "evaluate.py"), "--policy", "oracle",
+    proc = subprocess.run([sys.executable, "-m", "medagentgym", "eval", "--policy", "oracle",
                            "--families", "toy_sql", "--limit", "2", "--tasks-root", str(tasks_root), "--out",
                            str(tmp_path / "o"), "--sandbox", SANDBOX, "--allow-unisolated", "--no-progress",
                            "--no-plots"], capture_output=True, text=True, timeout=300, check=False)

@@ -41,7 +41,7 @@ def test_typo_suggests_nearest_name():
 
 def test_unbuilt_family_says_how_to_build(tmp_path):
     fam = tasks.make("toy_sql", root=tmp_path)
-    with pytest.raises(tasks.NotBuilt, match="scripts/build_tasks.py --families toy_sql"):
+    with pytest.raises(tasks.NotBuilt, match="medagentgym build --families toy_sql"):
         fam.instances("test")
 
 
