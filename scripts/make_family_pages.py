@@ -148,7 +148,7 @@ def page(name: str, family: Any, floors: dict[str, Any], default: dict[str, Any]
                   for s, names in tasks.SUITES.items() if name in names), "no suite (a smoke-test family)")
     counts = {split: len(family.instances(split)) for split in ("train", "test")}
     lines = [f"# {name} (version {family.version})", "", card["summary"], "",
-             (f"Suite: {suite}. Turn budget: {medagentgym.tasks.registry.max_turns(name)}. Tiny build (seed 0): "
+             (f"Suite: {suite}. Turn budget: {tasks.registry.max_turns(name)}. Tiny build (seed 0): "
              f"{counts['train']} train and {counts['test']} test instances in {len(family.categories)} categories. "
              f"Code: [`{cls.__module__.replace('.', '/')}.py`](../../{cls.__module__.replace('.', '/')}.py)."),
              "", "## What it tests", "", card.get("Description", ""), "", "## A real instance", "",
