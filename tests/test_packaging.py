@@ -212,7 +212,7 @@ _SHADOWS = ("sandbox", "tasks", "env_client", "rewards", "medagentgym")
 def _shadowing_folders(work: Path) -> None:
     for name in _SHADOWS:
         (work / name).mkdir()
-        (work / name / "__init__.py").write_text(f"raise ImportError('the working directory\'s {name}/ was imported')\n")
+        (work / name / "__init__.py").write_text(f'raise ImportError("the working directory has {name}/")\n')
 
 
 @pytest.mark.slow
@@ -264,7 +264,10 @@ def test_pip_install_gives_the_medagentgym_command_without_torch_beside_adapterh
                "--sandbox", "bwrap", "--json", "--no-progress")
     summary = json.loads(play.stdout.strip().splitlines()[-1])
     assert summary["episodes"] == 3 and summary["success_rate"] == 1.0
-    module = run(py, "-m", "medagentgym", "info", "--json")  # -m drops the working directory from sys.path
+    # `python -m medagentgym` imports medagentgym itself before our code runs (runpy), so a medagentgym/ folder in
+    # the working directory is beyond any package's reach there; the others it drops from sys.path
+    shutil.rmtree(work / "medagentgym")
+    module = run(py, "-m", "medagentgym", "info", "--json")
     assert json.loads(module.stdout)["packages"] == where
     no_torch = run(py, "-c", "import torch", ok=False)
     assert "No module named 'torch'" in no_torch.stderr
