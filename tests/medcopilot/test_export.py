@@ -71,7 +71,7 @@ def test_export_merges_lora_and_reloads_for_generation(lora_run_dir, tiny_model_
 
 
 def test_export_script_and_bad_input_are_one_line(lora_run_dir, tmp_path, capsys):
-    from scripts.export_hf import main
+    from medagentgym.cli.export_hf import main
 
     assert main([str(lora_run_dir), "--out", str(tmp_path / "e")]) == 0
     assert (tmp_path / "e" / "config.json").is_file()
@@ -210,7 +210,7 @@ def unreachable_hub(monkeypatch):
 
 
 def test_failed_upload_keeps_the_export_and_says_how_to_retry(lora_run_dir, tmp_path, unreachable_hub, capsys):
-    from scripts.export_hf import main
+    from medagentgym.cli.export_hf import main
 
     out = tmp_path / "export"
     with pytest.raises(ExportError) as caught:
@@ -229,7 +229,7 @@ def test_failed_upload_keeps_the_export_and_says_how_to_retry(lora_run_dir, tmp_
 
 
 def test_push_refuses_before_merging_without_hub_base_or_license(lora_run_dir, tmp_path, unreachable_hub, capsys):
-    from scripts.export_hf import main
+    from medagentgym.cli.export_hf import main
 
     with pytest.raises(ExportError, match="is not a Hub id .*pass --base-model ORG/NAME"):
         export_model(lora_run_dir, tmp_path / "a", push="my-org/m")  # the adapter's base is a local folder
