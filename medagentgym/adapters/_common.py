@@ -49,7 +49,7 @@ def episode_runner(tasks_root: str | Path, *, url: str | None = None, token: str
 
     Args:
         tasks_root: The built tasks root (the server's own, when ``url`` is given).
-        url: A running ``scripts/serve_env.py``; None = run episodes in this process.
+        url: A running ``medagentgym serve``; None = run episodes in this process.
         token: Bearer token of that server (default ``$MEDAGENTGYM_ENV_TOKEN``).
         backend, workers, allow_unisolated: The in-process sandbox pool (see :func:`shared_pool`).
         config: ``env_client.EnvConfig`` fields (e.g. ``{"max_turns": 4}``), in-process only.
@@ -114,7 +114,7 @@ class TaskSource:
         pool = [inst for fam in self.families for inst in self.instances(fam, self.split).values()]
         if not pool:
             raise UnknownTask(f"no {self.split!r} instances of {self.families} under {self.root}; build them with "
-                              f"`python scripts/build_tasks.py --out {self.root}`")
+                              f"`medagentgym build --out {self.root}`")
         rng = rng if rng is not None else random.Random(seed)
         return pool[int(rng.integers(len(pool))) if hasattr(rng, "integers") else rng.randrange(len(pool))]
 

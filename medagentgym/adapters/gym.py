@@ -65,7 +65,7 @@ class MedAgentGymEnv(gymnasium.Env[str, str]):
         tasks_root: Built tasks root.
         families: Families a seed-only reset picks from (default: all built ones).
         split: Split a seed-only reset picks from.
-        url: A running ``scripts/serve_env.py`` to play on instead of an in-process sandbox.
+        url: A running ``medagentgym serve`` to play on instead of an in-process sandbox.
         token: Its bearer token (default ``$MEDAGENTGYM_ENV_TOKEN``).
         sandbox: In-process sandbox backend (``bwrap``, ``docker``, ``local``).
         workers: Warm sandbox workers shared by every env of this process.

@@ -54,7 +54,7 @@ class MedAgentGymConfig(vf.TasksetConfig):
     """The taskset's settings (``--env.taskset.<field>``)."""
 
     tasks_root: str = "artifacts/tasks"
-    """Built tasks root (scripts/build_tasks.py --out)."""
+    """Built tasks root (medagentgym build --out)."""
     families: list[str] = ["toy_sql"]  # noqa: RUF012 - a pydantic field default (copied per instance)
     """Families whose instances become tasks."""
     split: str = "train"
@@ -68,7 +68,7 @@ class MedAgentGymConfig(vf.TasksetConfig):
     allow_unisolated: bool = False
     """Required for sandbox=local."""
     url: str | None = None
-    """A running scripts/serve_env.py to play on instead (its token from MEDAGENTGYM_ENV_TOKEN)."""
+    """A running medagentgym serve to play on instead (its token from MEDAGENTGYM_ENV_TOKEN)."""
     max_turns: int | None = None
     """Episode turn cap (None = the family's)."""
 
