@@ -109,7 +109,7 @@ del _name, _tool
 
 
 def environment_factory(tasks_root: str | Path, family: str, *, actions: list[str] | None = None,
-                        url: str | None = None, token: str | None = None, sandbox: str = "bwrap", workers: int = 2,
+                        url: str | None = None, token: str | None = None, sandbox: str = "bwrap", workers: int | None = None,
                         allow_unisolated: bool = False, config: dict[str, Any] | None = None) -> type:
     """The class to pass as ``GRPOTrainer(environment_factory=...)`` for ``family``.
 
@@ -118,7 +118,9 @@ def environment_factory(tasks_root: str | Path, family: str, *, actions: list[st
         family: The family whose permitted actions become the tools.
         actions: Offer only these of them (e.g. ``["submit_answer"]`` for a short prompt); default all.
         url, token: Play on a running env server instead of an in-process sandbox.
-        sandbox, workers, allow_unisolated: The in-process sandbox pool, shared by every env object.
+        sandbox, workers, allow_unisolated: The in-process sandbox pool, shared by every env object; it grows to
+            the episodes in flight (TRL resets one env per rollout of its generation batch), ``workers`` only
+            starts that many up front.
         config: ``env_client.EnvConfig`` fields (e.g. ``{"max_turns": 6}``).
 
     Returns:

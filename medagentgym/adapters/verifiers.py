@@ -44,7 +44,7 @@ class MedAgentGymData(vf.TaskData):
     task_id: str
     tasks_root: str
     sandbox: str = "bwrap"
-    workers: int = 2
+    workers: int | None = None
     allow_unisolated: bool = False
     url: str | None = None
     max_turns: int | None = None
@@ -63,8 +63,8 @@ class MedAgentGymConfig(vf.TasksetConfig):
     """At most this many instances per family (None = all)."""
     sandbox: str = "bwrap"
     """In-process sandbox backend: bwrap, docker, or local (unisolated)."""
-    workers: int = 2
-    """Warm sandbox workers shared by this process's episodes."""
+    workers: int | None = None
+    """Sandbox workers to start up front; the pool grows with the episodes in flight (--max-concurrent)."""
     allow_unisolated: bool = False
     """Required for sandbox=local."""
     url: str | None = None
