@@ -18,188 +18,10 @@ from typing import Any
 from medagentgym import tasks
 from medagentgym.tasks.base import Instance, UnknownTask
 
-__all__ = ["MAX_WORKERS_ENV", "SharedPool", "TaskSource", "default_max_workers", "episode_runner", "shared_pool"]
+__all__ = ["TaskSource", "episode_runner", "shared_pool"]
 
-#: Environment variable that caps the sandbox workers one process's adapters may start (default: from memory).
-MAX_WORKERS_ENV = "MEDAGENTGYM_MAX_WORKERS"
-#: Host memory budgeted per sandbox worker when deriving the default cap (a warm worker with numpy and pandas
-#: preloaded, plus the headroom of a running call).
-_MB_PER_WORKER = 256
-
-_POOLS: dict[tuple[str, bool], SharedPool] = {}
+_POOLS: dict[tuple[str, bool], Any] = {}
 _POOLS_LOCK = threading.Lock()
-
-
-def default_max_workers() -> int:
-    """The cap on one process's adapter workers: ``$MEDAGENTGYM_MAX_WORKERS``, else host memory / 256 MiB
-    (at least 4, at most 1,024)."""
-    raw = os.environ.get(MAX_WORKERS_ENV)
-    if raw:
-        try:
-            value = int(raw)
-        except ValueError:
-            value = 0
-        if value < 1:
-            raise ValueError(f"{MAX_WORKERS_ENV}={raw!r} is invalid: use a positive integer")
-        return value
-    try:
-        total_mb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // (1 << 20)
-    except (ValueError, OSError):
-        total_mb = 8 * 1024
-    return max(4, min(1024, total_mb // _MB_PER_WORKER))
-
-
-class SharedPool:
-    """Sandbox workers for this process's adapter episodes, as many as there are episodes in flight.
-
-    Every adapter episode holds one worker from its reset to its close. A library decides how many run at once
-    (TRL's generation batch, gymnasium's ``num_envs``, verifiers' ``--max-concurrent``, SkyRL's batch), so the pool
-    follows that demand instead of a flag: a ``session()`` that finds every worker busy starts more (the workers
-    in use, doubled, at least the callers waiting), up to ``max_workers``; at the cap it waits ``wait_s`` for an
-    episode to end, then fails with one line naming the cap and how to raise it. Workers stay started until the
-    process exits.
-
-    Args:
-        backend: Sandbox backend (``bwrap``, ``docker``, ``local``).
-        allow_unisolated: Required for ``local``.
-        warm: Workers to start before the first episode (0: the first ``session()`` starts them).
-        max_workers: Cap on workers (default :func:`default_max_workers`).
-        wait_s: How long a ``session()`` at the cap waits for a worker.
-
-    Example:
-        >>> pool = shared_pool("bwrap")
-        >>> with pool.session(mounts={"db": path}) as session:
-        ...     session.run_sql("SELECT 1", "/data/db")
-    """
-
-    def __init__(self, backend: str = "bwrap", *, allow_unisolated: bool = False, warm: int = 0,
-                 max_workers: int | None = None, wait_s: float = 60.0) -> None:
-        self.backend, self.allow_unisolated = backend, allow_unisolated
-        self.max_workers = int(max_workers or default_max_workers())
-        self.wait_s = wait_s
-        self._subs: list[Any] = []  # started sandbox pools; each worker of each is in use or free
-        self._size: dict[int, int] = {}  # id(sub pool) -> its workers
-        self._used: dict[int, int] = {}  # id(sub pool) -> its workers in use
-        self._waiting = 0
-        self._growing = False
-        self._cond = threading.Condition()
-        self._closed = False
-        if warm:
-            self._grow(min(int(warm), self.max_workers))
-
-    # -- capacity ---------------------------------------------------------------------------------
-    @property
-    def workers(self) -> int:
-        """Workers started so far."""
-        return sum(self._size[id(sub)] for sub in self._subs)
-
-    @property
-    def in_use(self) -> int:
-        """Workers held by an episode now."""
-        return sum(self._used.values())
-
-    @property
-    def layers(self) -> list[str]:
-        """The isolation layers in force (those of the first started pool; every pool is made the same way)."""
-        return list(self._subs[0].layers) if self._subs else []
-
-    def _grow(self, n: int) -> None:
-        from sandbox import make_pool
-
-        sub = make_pool(self.backend, workers=n, allow_unisolated=self.allow_unisolated)
-        self._subs.append(sub)
-        self._size[id(sub)], self._used[id(sub)] = n, 0
-
-    def _free_sub(self) -> Any:
-        return next((sub for sub in self._subs if self._used[id(sub)] < self._size[id(sub)]), None)
-
-    def _take(self) -> Any:
-        """A started pool with a free worker, counted as used; grows the pool or waits at the cap."""
-        import time
-
-        from sandbox.errors import SandboxBusy, SessionClosed
-
-        deadline = time.monotonic() + self.wait_s
-        with self._cond:
-            self._waiting += 1
-            try:
-                while True:
-                    if self._closed:
-                        raise SessionClosed("the adapters' sandbox pool is closed (the process is exiting)")
-                    sub = self._free_sub()
-                    if sub is not None:
-                        self._used[id(sub)] += 1
-                        return sub
-                    room = self.max_workers - self.workers
-                    if not self._growing and room > 0:
-                        n = min(room, max(self._waiting, self.workers, 1))
-                        self._growing = True
-                        self._cond.release()
-                        try:
-                            self._grow(n)
-                        finally:
-                            self._cond.acquire()
-                            self._growing = False
-                            self._cond.notify_all()
-                        continue
-                    left = deadline - time.monotonic()
-                    if left <= 0 or (room <= 0 and self.wait_s <= 0):
-                        raise SandboxBusy(
-                            f"all {self.workers} sandbox workers of this process are in use and that is the cap "
-                            f"({self.max_workers}); end finished episodes (close()), or raise the cap with "
-                            f"{MAX_WORKERS_ENV}=N (each worker needs ~{_MB_PER_WORKER} MiB)")
-                    self._cond.wait(timeout=min(left, 1.0))
-            finally:
-                self._waiting -= 1
-
-    def _give_back(self, sub: Any) -> None:
-        with self._cond:
-            self._used[id(sub)] -= 1
-            self._cond.notify()
-
-    # -- sessions ---------------------------------------------------------------------------------
-    def session(self, **kwargs: Any) -> _PoolSession:
-        """Borrow a worker for one episode (``sandbox.Pool.session`` arguments); closing the session frees it."""
-        sub = self._take()
-        try:
-            return _PoolSession(sub.session(**kwargs), lambda: self._give_back(sub))
-        except BaseException:
-            self._give_back(sub)
-            raise
-
-    def close(self) -> None:
-        """Stop every worker (at process exit)."""
-        with self._cond:
-            self._closed = True
-            subs, self._subs = self._subs, []
-            self._cond.notify_all()
-        for sub in subs:
-            sub.close()
-
-
-class _PoolSession:
-    """A ``sandbox.Session`` whose ``close()`` also frees its slot in the :class:`SharedPool`."""
-
-    def __init__(self, session: Any, release: Any) -> None:
-        self._session, self._release = session, release
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._session, name)
-
-    def close(self) -> None:
-        """Close the sandbox session and free the worker's slot (idempotent)."""
-        release, self._release = self._release, None
-        try:
-            self._session.close()
-        finally:
-            if release is not None:
-                release()
-
-    def __enter__(self) -> _PoolSession:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 def _forget_pools_in_child() -> None:
@@ -212,31 +34,34 @@ def _forget_pools_in_child() -> None:
 os.register_at_fork(after_in_child=_forget_pools_in_child)
 
 
-def shared_pool(backend: str = "bwrap", workers: int | None = None, allow_unisolated: bool = False) -> SharedPool:
-    """This process's :class:`SharedPool` for ``backend`` (made once, closed at exit).
+def shared_pool(backend: str = "bwrap", workers: int | None = None, allow_unisolated: bool = False) -> Any:
+    """This process's sandbox pool for ``backend``: made once, elastic, closed at exit.
 
-    Adapter objects are created by the thousand (one per rollout); the pool's warm workers are made once and grow
-    with the episodes in flight.
+    Adapter objects are created by the thousand (one per rollout) and each episode holds one worker from its reset
+    to its close, so the pool follows the episodes in flight: it is ``sandbox.make_pool``'s elastic pool, which
+    starts a worker when a session finds none idle, up to its cap (``$MEDAGENTGYM_SANDBOX_MAX_WORKERS``, else half
+    the memory), and stops workers idle beyond the floor. A library's own concurrency knob (TRL's generation batch,
+    gymnasium's ``num_envs``, verifiers' ``--max-concurrent``, SkyRL's batch) therefore sizes it, with no flag here.
 
     Args:
         backend, allow_unisolated: The sandbox backend.
-        workers: Warm workers to have started (more start on demand); None = none before the first episode.
+        workers: The floor of warm workers (default 1); a later call with a higher floor than the pool's is
+            served by the same pool, which grows on demand anyway.
 
     Example:
-        >>> pool = shared_pool("bwrap", workers=4)
+        >>> pool = shared_pool("bwrap")
+        >>> pool.stats()["max_workers"]
     """
+    from sandbox import make_pool
+
     key = (backend, bool(allow_unisolated))
     with _POOLS_LOCK:
         pool = _POOLS.get(key)
-        if pool is None or pool._closed:
-            pool = _POOLS[key] = SharedPool(backend, allow_unisolated=allow_unisolated)
+        if pool is None or getattr(pool, "_closed", False):
+            pool = _POOLS[key] = make_pool(backend, workers=max(1, int(workers or 1)),
+                                           allow_unisolated=allow_unisolated)
             atexit.register(pool.close)
-    if workers and pool.workers < workers:
-        with pool._cond:
-            missing = min(int(workers), pool.max_workers) - pool.workers
-            if missing > 0:
-                pool._grow(missing)
-    return pool
+        return pool
 
 
 def episode_runner(tasks_root: str | Path, *, url: str | None = None, token: str | None = None,
@@ -249,7 +74,7 @@ def episode_runner(tasks_root: str | Path, *, url: str | None = None, token: str
         url: A running ``scripts/serve_env.py``; None = run episodes in this process.
         token: Bearer token of that server (default ``$MEDAGENTGYM_ENV_TOKEN``).
         backend, workers, allow_unisolated: The in-process sandbox pool (see :func:`shared_pool`): it grows with
-            the episodes in flight; ``workers`` only starts that many before the first.
+            the episodes in flight; ``workers`` is its floor of warm workers.
         config: ``env_client.EnvConfig`` fields (e.g. ``{"max_turns": 4}``), in-process only.
     """
     if url:

@@ -141,8 +141,8 @@ class MedAgentGymEnv(gymnasium.Env[str, str]):
         url: A running ``scripts/serve_env.py`` to play on instead of an in-process sandbox.
         token: Its bearer token (default ``$MEDAGENTGYM_ENV_TOKEN``).
         sandbox: In-process sandbox backend (``bwrap``, ``docker``, ``local``).
-        workers: Sandbox workers to start up front; this process's pool grows with the episodes in flight
-            (one per env, so ``make_vec(num_envs=N)`` gets N) up to ``$MEDAGENTGYM_MAX_WORKERS``.
+        workers: Floor of warm sandbox workers; this process's pool grows with the episodes in flight (one per
+            env, so ``make_vec(num_envs=N)`` gets N) up to its cap (``$MEDAGENTGYM_SANDBOX_MAX_WORKERS``).
         allow_unisolated: Required for ``sandbox="local"``.
         config: ``env_client.EnvConfig`` fields, e.g. ``{"max_turns": 6}``.
     """

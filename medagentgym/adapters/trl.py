@@ -119,8 +119,8 @@ def environment_factory(tasks_root: str | Path, family: str, *, actions: list[st
         actions: Offer only these of them (e.g. ``["submit_answer"]`` for a short prompt); default all.
         url, token: Play on a running env server instead of an in-process sandbox.
         sandbox, workers, allow_unisolated: The in-process sandbox pool, shared by every env object; it grows to
-            the episodes in flight (TRL resets one env per rollout of its generation batch), ``workers`` only
-            starts that many up front.
+            the episodes in flight (TRL resets one env per rollout of its generation batch), ``workers`` is its
+            floor of warm workers.
         config: ``env_client.EnvConfig`` fields (e.g. ``{"max_turns": 6}``).
 
     Returns:

@@ -82,7 +82,7 @@ class MedAgentGymConfig(vf.TasksetConfig):
     sandbox: str = "bwrap"
     """In-process sandbox backend: bwrap, docker, or local (unisolated)."""
     workers: int | None = None
-    """Sandbox workers to start up front; the pool grows with the episodes in flight (--max-concurrent)."""
+    """Floor of warm sandbox workers; the pool grows with the episodes in flight (--max-concurrent)."""
     allow_unisolated: bool = False
     """Required for sandbox=local."""
     url: str | None = None

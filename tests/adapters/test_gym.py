@@ -79,10 +79,10 @@ def test_vector_env_with_eight_envs(mode, toy_root, sandbox_backend, oracle_answ
     vec = _vector(mode, 8, toy_root, sandbox_backend)
     try:
         _play_vector(vec, oracle_answer)
-        assert pool.in_use == (8 if mode == "sync" else 0)
+        assert pool.stats()["busy"] == (8 if mode == "sync" else 0)
     finally:
         vec.close()
-    assert pool.in_use == 0
+    assert pool.stats()["busy"] == 0
 
 
 def test_text_space_shared_memory_round_trip():

@@ -93,7 +93,7 @@ def test_an_abandoned_websocket_session_is_reaped_and_frees_its_worker(toy_root,
     new session gets the worker; the abandoned client's next step is an error, not a hang."""
     import time
 
-    pool = make_test_pool(1)
+    pool = make_test_pool(1, max_workers=1)
     try:
         app = build_openenv_app(toy_root, pool=pool, families=["toy_sql"], idle_timeout_s=2.0, worker_wait_s=0.3)
         with background_server(app) as url, GenericEnvClient(base_url=url).sync() as abandoned:

@@ -156,7 +156,7 @@ def test_dataset_builder_rows_play_concurrently(toy_root, env_config, oracle_ans
     assert "answer" not in json.dumps(extras).lower().replace("submit_answer", "")  # no gold in the data
     assert len(_load_like_skyrl(paths["test"])) == 4
     assert _play(rows, env_config, oracle_answer, max_env_workers=4) == [1.0] * 4
-    assert shared_pool(env_config["sandbox"], allow_unisolated=True).workers >= 4
+    assert shared_pool(env_config["sandbox"], allow_unisolated=True).stats()["peak"] >= 4
 
 
 @pytest.mark.slow
@@ -167,4 +167,4 @@ def test_thirty_two_concurrent_trajectories(toy_root, env_config, oracle_answer)
     rows = [(r["prompt"], r["env_class"], {k: v for k, v in r.items() if k not in ("prompt", "env_class")})
             for r in base for _ in range(4)]
     assert _play(rows, env_config, oracle_answer, max_env_workers=32) == [1.0] * 32
-    assert shared_pool(env_config["sandbox"], allow_unisolated=True).workers >= 32
+    assert shared_pool(env_config["sandbox"], allow_unisolated=True).stats()["peak"] >= 32
