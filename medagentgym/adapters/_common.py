@@ -12,13 +12,18 @@ import atexit
 import os
 import random
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
+from env_client.actions import tool_schema
 from medagentgym import tasks
 from medagentgym.tasks.base import Instance, UnknownTask
 
-__all__ = ["TaskSource", "episode_runner", "shared_pool"]
+__all__ = ["ACTION_TOOLS", "EPISODE_OVER", "TaskSource", "episode_runner", "shared_pool"]
+
+#: What an action tool returns once its episode has ended.
+EPISODE_OVER = "The episode is over (the answer was submitted or a budget ran out); no more actions are taken."
 
 _POOLS: dict[tuple[str, bool], Any] = {}
 _POOLS_LOCK = threading.Lock()
@@ -146,3 +151,51 @@ class TaskSource:
         split = split or self.split
         return [{"task_id": inst.id, "family": inst.family, "split": split}
                 for fam in self.families for inst in list(self.instances(fam, split).values())[:limit]]
+
+
+# The family actions as typed tool functions of an object with ``_act(action dict) -> observation text``: TRL's
+# ``environment_factory`` methods and the OpenEnv server's MCP tools. Their docstrings (which TRL and FastMCP turn
+# into tool schemas) are generated from the action models below: see _tool_doc.
+def request_info(self, info_type: Literal["schema", "column_names", "column_values", "term"],
+                 target: str | None = None, keyterm: str | None = None) -> str:
+    return self._act({"action": "request_info", "info_type": info_type, "target": target, "keyterm": keyterm})
+
+
+def code_execution(self, code: str, lang: Literal["python", "sql"] = "python") -> str:
+    return self._act({"action": "code_execution", "lang": lang, "code": code})
+
+
+def terminal(self, cmd: str) -> str:
+    return self._act({"action": "terminal", "cmd": cmd})
+
+
+def debugging(self, code: str | None = None, error_msg: str | None = None) -> str:
+    return self._act({"action": "debugging", "code": code, "error_msg": error_msg})
+
+
+def submit_answer(self, answer: str) -> str:
+    return self._act({"action": "submit_answer", "answer": answer})
+
+
+ACTION_TOOLS: dict[str, Callable[..., str]] = {f.__name__: f for f in (request_info, code_execution, terminal, debugging,
+                                                                   submit_answer)}
+#: What each tool returns; the rest of its docstring, which TRL turns into the tool schema, is generated from the
+#: action's pydantic model (``env_client.actions.tool_schema``), the one source of the action descriptions.
+_RETURNS = {
+    "request_info": "The requested description of the data.",
+    "code_execution": "The status, the output and, on failure, a grounded error message.",
+    "terminal": "The status and the command's output.",
+    "debugging": "The explanation.",
+    "submit_answer": "A confirmation that the answer was submitted.",
+}
+
+
+def _tool_doc(name: str) -> str:
+    fn = tool_schema(name)["function"]
+    args = [f"    {key}: {prop['description']}" for key, prop in fn["parameters"]["properties"].items()]
+    return "\n".join([fn["description"], "", "Args:", *args, "", "Returns:", f"    {_RETURNS[name]}", ""])
+
+
+for _name, _tool in ACTION_TOOLS.items():
+    _tool.__doc__ = _tool_doc(_name)
+del _name, _tool
