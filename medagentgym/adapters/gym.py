@@ -20,23 +20,26 @@ Example:
 from __future__ import annotations
 
 import math
-from pathlib import Path
-from typing import Any
-
 import multiprocessing
 from collections.abc import Sequence
+from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 try:
     import gymnasium
     import numpy as np
     from gymnasium import spaces
-    from gymnasium.vector.utils import create_shared_memory, read_from_shared_memory, write_to_shared_memory
+    from gymnasium.vector.utils import (
+        create_shared_memory,
+        read_from_shared_memory,
+        write_to_shared_memory,
+    )
 except ImportError as exc:  # the optional extra is missing: say how to get it
     raise ImportError("medagentgym.adapters.gym needs gymnasium: pip install 'medagentgym[gymnasium]'") from exc
 
-from medagentgym.adapters._common import TaskSource, episode_runner
 from env_client.server_app import MAX_ACTION_CHARS
+from medagentgym.adapters._common import TaskSource, episode_runner
 
 __all__ = ["ENV_ID", "MedAgentGymEnv", "TextSpace"]
 

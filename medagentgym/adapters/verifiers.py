@@ -44,10 +44,10 @@ try:
 except ImportError as exc:  # the optional extra is missing: say how to get it
     raise ImportError("medagentgym.adapters.verifiers needs verifiers: pip install 'medagentgym[verifiers]'") from exc
 
-from medagentgym import tasks
-from medagentgym.adapters._common import TaskSource, episode_runner
 from env_client.prompts import system_prompt, user_prompt
 from env_client.server_app import public_verdict
+from medagentgym import tasks
+from medagentgym.adapters._common import TaskSource, episode_runner
 
 __all__ = ["MedAgentGymEnv", "MedAgentGymHarness", "MedAgentGymTaskset", "load_environment"]
 

@@ -89,7 +89,11 @@ def test_text_space_shared_memory_round_trip():
     """What AsyncVectorEnv's workers write is what the parent reads, any unicode, and an oversized text is refused."""
     import copy
 
-    from gymnasium.vector.utils import create_shared_memory, read_from_shared_memory, write_to_shared_memory
+    from gymnasium.vector.utils import (
+        create_shared_memory,
+        read_from_shared_memory,
+        write_to_shared_memory,
+    )
 
     from medagentgym.adapters.gym import TextSpace
 

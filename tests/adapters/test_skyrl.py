@@ -13,9 +13,9 @@ import pytest
 
 skyrl_gym = pytest.importorskip("skyrl_gym", reason="skyrl-gym is not installed (pip install '.[skyrl]')")
 
-import medagentgym.adapters.skyrl  # noqa: E402,F401 - registers "medagentgym"
-from medagentgym.adapters._common import shared_pool  # noqa: E402
-from medagentgym.adapters.skyrl import skyrl_dataset, write_skyrl_dataset  # noqa: E402
+import medagentgym.adapters.skyrl  # noqa: F401 - registers "medagentgym"
+from medagentgym.adapters._common import shared_pool
+from medagentgym.adapters.skyrl import skyrl_dataset, write_skyrl_dataset
 
 SQL = '<tool_call>{"name": "code_execution", "arguments": {"lang": "sql", "code": "SELECT COUNT(*) FROM patients"}}' \
       '</tool_call>'

@@ -10,8 +10,8 @@ import pytest
 
 pytest.importorskip("trl")
 
-from medagentgym.adapters.trl import environment_factory, tool_env_dataset
 from env_client.actions import tool_schema
+from medagentgym.adapters.trl import environment_factory, tool_env_dataset
 
 ACTIONS = ["code_execution", "debugging", "request_info", "submit_answer", "terminal"]
 
@@ -20,7 +20,7 @@ def _trainer(model_dir, tmp_path, dataset, factory, **config):
     from trl import GRPOConfig, GRPOTrainer
 
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-    settings = dict(max_steps=1, per_device_train_batch_size=2, num_generations=2, max_completion_length=32)
+    settings = {"max_steps": 1, "per_device_train_batch_size": 2, "num_generations": 2, "max_completion_length": 32}
     args = GRPOConfig(output_dir=str(tmp_path / "out"), use_cpu=True, bf16=False, report_to=[], logging_steps=1,
                       save_strategy="no", activation_checkpointing=False, beta=0.0, **{**settings, **config})
     return GRPOTrainer(model=str(model_dir), args=args, train_dataset=dataset, environment_factory=factory)

@@ -22,15 +22,15 @@ import pytest
 
 vf = pytest.importorskip("verifiers.v1", reason="verifiers is not installed (pip install '.[verifiers]')")
 
-from medagentgym import tasks  # noqa: E402
-from medagentgym.adapters.verifiers import (  # noqa: E402
+from env_client.policies import render_action
+from env_client.server_app import background_server
+from medagentgym import tasks
+from medagentgym.adapters.verifiers import (
     MedAgentGymEnv,
     MedAgentGymHarness,
     MedAgentGymTaskset,
     load_environment,
 )
-from env_client.policies import render_action  # noqa: E402
-from env_client.server_app import background_server  # noqa: E402
 
 BIN = Path(sys.executable).parent
 
@@ -227,8 +227,9 @@ def test_loader_taskset_and_a_grader_failure(toy_root, sandbox_backend, oracle_a
     """verifiers' loader builds the env, its taskset yields the instances, the harness is ours; ``run`` records the
     episode for the task's reward, and an infrastructure failure of grading records none (a ``grader_failed``
     stop), never a silent 0."""
-    from medagentgym.tasks.base import InfraError
     from verifiers.v1.utils.loaders import default_harness_id
+
+    from medagentgym.tasks.base import InfraError
 
     env = load_environment(tasks_root=str(toy_root), families=["toy_sql"], split="test", limit=3,
                            sandbox=sandbox_backend, allow_unisolated=True)
