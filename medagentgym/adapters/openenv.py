@@ -38,6 +38,7 @@ import logging
 import random
 import threading
 import types
+from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -256,7 +257,7 @@ class MedEnvironment(MCPEnvironment):
         try:
             with self._lock:
                 if self.served.env.done:
-                    return EPISODE_OVER
+                    return EPISODE_OVER if self.served.state().get("task_id") else "No episode yet: reset first."
                 self._last = result = self._guard(lambda: self.served.step(StepAction(typed=action)))
         except (ValidationError, ValueError) as exc:
             return f"Invalid action: {_one_line(exc)}"
@@ -323,6 +324,11 @@ def build_openenv_app(tasks_root: str | Path, *, families: list[str] | None = No
     return app
 
 
+#: Clients whose HTTP-contract episode the server remembers (the oldest are forgotten beyond it; their sessions
+#: are reaped anyway): bounds the table against a client that comes from ever new addresses.
+_MAX_HTTP_CLIENTS = 4096
+
+
 def _route(app: Any, path: str, method: str) -> Any:
     from fastapi.routing import APIRoute
 
@@ -343,7 +349,7 @@ def _openenv_http(app: Any, instances: Callable[[str, str], dict[str, Any]], fam
               for path, route in ours.items() if path != "/state"}
     for route in ours.values():
         app.router.routes.remove(route)
-    own: dict[str, tuple[str, str | None]] = {}  # client -> (its session, the episode name it gave)
+    own: OrderedDict[str, tuple[str, str | None]] = OrderedDict()  # client -> (its session, its episode's name)
     lock = threading.Lock()
 
     def session_of(owner: str) -> str:
@@ -383,6 +389,9 @@ def _openenv_http(app: Any, instances: Callable[[str, str], dict[str, Any]], fam
             out = ours["/reset"].endpoint(request=_validated(models["/reset"], fields), http=http)
         with lock:
             own[owner] = (out["episode_id"], name)
+            own.move_to_end(owner)
+            while len(own) > _MAX_HTTP_CLIENTS:  # clients long gone (their sessions reaped): forget the oldest
+                own.popitem(last=False)
         return {**out, "reward": None, "done": False}
 
     @app.post("/step", summary="Play one action (OpenEnv: {action}; or a session step with episode_id)")

@@ -247,3 +247,10 @@ def test_concurrent_websocket_sessions(n, toy_root, make_test_pool, oracle_answe
         assert pool.stats()["peak"] >= n
     finally:
         pool.close()
+
+
+def test_mcp_tools_before_a_reset_say_so(open_server):
+    from openenv.core.mcp_client import MCPToolClient
+
+    with MCPToolClient(base_url=open_server).sync() as env:
+        assert env.call_tool("terminal", cmd="ls") == "No episode yet: reset first."
