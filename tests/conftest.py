@@ -112,15 +112,15 @@ def serve_app():
 
 @pytest.fixture(scope="session")
 def make_test_pool():
-    """``make_test_pool(workers)`` -> a started sandbox pool: bwrap when it works on this machine, else the local
-    backend (unisolated; tests only). The caller closes it."""
-    def make(workers: int) -> Any:
+    """``make_test_pool(workers, **make_pool_kwargs)`` -> a started sandbox pool: bwrap when it works on this machine,
+    else the local backend (unisolated; tests only). The caller closes it."""
+    def make(workers: int, **kwargs: Any) -> Any:
         from sandbox import SandboxUnavailable, make_pool
 
         try:
-            return make_pool("bwrap", workers=workers)
+            return make_pool("bwrap", workers=workers, **kwargs)
         except SandboxUnavailable:
-            return make_pool("local", workers=workers, allow_unisolated=True)
+            return make_pool("local", workers=workers, allow_unisolated=True, **kwargs)
 
     return make
 

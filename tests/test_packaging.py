@@ -79,7 +79,7 @@ def _python_files(scope: str) -> list[Path]:
 
 def _local_names() -> set[str]:
     names = {"scripts", "train", "tests", "medagentgym", "sandbox", "env_client", "rewards", "medcopilot",
-             "medagentgym_verifiers"}
+             "medagentgym_verifiers", "medagentgym_env"}  # medagentgym_env: integrations/openenv's package
     names |= {p.stem for p in (ROOT / "tests").rglob("*.py")}  # test helpers imported by their bare name
     return names
 
@@ -114,8 +114,16 @@ def _module_owners() -> dict[str, list[str]]:
 
 
 def _distributions(module: str) -> set[str]:
-    """Distributions that provide ``module`` when installed; else its own name (e.g. vllm on a CPU machine)."""
-    return {_norm(d) for d in _module_owners().get(module, [])} or {_norm(module)}
+    """Distributions that provide ``module`` when installed; else its own name (e.g. vllm on a CPU machine). An
+    installed distribution named like the module counts too (fastmcp 4 installs its module through fastmcp-slim)."""
+    owners = {_norm(d) for d in _module_owners().get(module, [])}
+    if owners and _norm(module) not in owners:
+        try:
+            importlib.metadata.distribution(module)
+            owners.add(_norm(module))
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    return owners or {_norm(module)}
 
 
 def _undeclared(scope: str, allowed: set[str], declared: dict[str, set[str]]) -> list[str]:
