@@ -1,7 +1,7 @@
 """The ``make demo`` job: a tiny model learns, by GRPO in the sandbox, to read a value out of a tool's output.
 
-    .venv/bin/python scripts/demo.py
-    .venv/bin/python scripts/demo.py --json --steps 12 --sandbox local --out runs/demo2
+    .venv/bin/medagentgym demo
+    .venv/bin/medagentgym demo --json --steps 12 --sandbox local --out runs/demo2
 
 1. Builds ``artifacts/tasks/toy_lookup`` (48 training and 16 held-out records, each a one-row SQLite database
    with a value from 1 to 9; the question names the record, never the value), ``artifacts/tasks/toy_sql`` (for the
