@@ -38,9 +38,27 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
-    "DECLARED", "FAMILIES", "GRPO_DEFAULTS", "OBSERVATION", "PPO_DEFAULTS", "PROMPT", "Playground", "RunResult",
-    "Score", "WARM_DEFAULTS", "declare_clinic_code", "declare_say_number", "decoy_observations", "evaluate",
-    "learning_run", "oracle_episodes", "train_grpo", "train_ppo", "warm_start", "warm_up", "wilson",
+    "DECLARED",
+    "FAMILIES",
+    "GRPO_DEFAULTS",
+    "OBSERVATION",
+    "PPO_DEFAULTS",
+    "PROMPT",
+    "WARM_DEFAULTS",
+    "Playground",
+    "RunResult",
+    "Score",
+    "declare_clinic_code",
+    "declare_say_number",
+    "decoy_observations",
+    "evaluate",
+    "learning_run",
+    "oracle_episodes",
+    "train_grpo",
+    "train_ppo",
+    "warm_start",
+    "warm_up",
+    "wilson",
 ]
 
 SAY_NUMBER = "say_number"
@@ -52,7 +70,7 @@ CLINIC_CODE_QUESTIONS = ("What is the clinic's protocol code? Query the database
                          "Find the clinic's current protocol code with SQL; submit only the code.",
                          "Run a query for the protocol code, then submit the code.")
 #: The family whose answers exist only in a tool observation (``medagentgym/tasks/toy_lookup.py``): its fixed
-#: evaluation runs on held-out records and has a control with the observed values replaced.
+#: evaluation runs on held-out records and has a control with every observed value made wrong.
 OBSERVATION = "toy_lookup"
 #: Family -> (turn budget, tokens per assistant turn, tokens per episode after the prompt).
 FAMILIES = {SAY_NUMBER: (1, 32, 64), CLINIC_CODE: (3, 40, 160), OBSERVATION: (3, 40, 160)}
@@ -74,6 +92,8 @@ WARM_DEFAULTS = {SAY_NUMBER: {"steps": 100, "batch": 8, "lr": 3e-3, "per_task": 
 #: the gradient, and at full rate they collapsed one seed in five (docs/benchmarks.md, "Learning").
 GRPO_DEFAULTS = {"steps": 60, "lr": 5e-4, "group": 16, "lr_scheduler_type": "constant_with_warmup", "warmup_steps": 5}
 PPO_DEFAULTS = {"steps": 30, "lr": 5e-4, "group": 4, "batch": 16}
+#: Per-family changes to those: on toy_lookup PPO takes 60 steps (seed 0: +0.12 after 30, +0.32 after 60).
+FAMILY_RL = {OBSERVATION: {"ppo": {"steps": 60}}}
 
 
 def declare_say_number(root: str | os.PathLike, questions: tuple[str, ...] = SAY_NUMBER_QUESTIONS, *,
@@ -311,14 +331,23 @@ def warm_up(model: Any, playground: Playground, settings: dict[str, Any], *, see
     pad, batch, lr = playground.tokenizer.pad_token_id, settings["batch"], settings["lr"]
     last_turn, clean, short = (settings.get(k, 0) for k in ("last_turn", "clean", "short"))
     opt = torch.optim.AdamW(model.parameters(), lr=lr)
+    rest = settings["steps"] - last_turn - clean - short
+    if min(last_turn, clean, short, rest) < 0:
+        raise ValueError(f"warm-up phases last_turn={last_turn}, clean={clean}, short={short} must be >= 0 and "
+                         f"add up to at most steps={settings['steps']}")
     common = {"batch": batch, "lr": lr, "pad_id": pad, "optimizer": opt}
+    loss = float("nan")
     if last_turn or clean:
         exact = oracle_episodes(playground, seed=seed)
-        warm_start(model, exact, steps=last_turn, seed=seed + 3, last_turn=True, **common)
-        warm_start(model, exact, steps=clean, seed=seed + 2, **common)
+        if last_turn:
+            loss = warm_start(model, exact, steps=last_turn, seed=seed + 3, last_turn=True, **common)
+        if clean:
+            loss = warm_start(model, exact, steps=clean, seed=seed + 2, **common)
+    if not (short or rest):
+        return loss
     demos = oracle_episodes(playground, per_task=settings["per_task"], right_share=settings["right_share"], seed=seed)
     warm_start(model, demos, steps=short, seed=seed, prefix=False, **common)
-    return warm_start(model, demos, steps=settings["steps"] - last_turn - clean - short, seed=seed + 1, **common)
+    return warm_start(model, demos, steps=rest, seed=seed + 1, **common)
 
 
 def warm_start(model: Any, episodes: list[Any], *, steps: int, batch: int, lr: float, pad_id: int,
@@ -546,8 +575,9 @@ class RunResult:
         eval_split: The split the fixed evaluation runs on: ``test`` (records never trained on) for the
             :data:`OBSERVATION` families, else ``train``.
         control_before: Success of the warm-started policy on the same evaluation with every observed value
-            replaced by an independent draw (:func:`decoy_observations`); None when not measured.
-        control_after: The same for the trained policy: near chance (1/9) when its success needs the observation.
+            replaced by a wrong one (:func:`decoy_observations`); None when not measured.
+        control_after: The same for the trained policy: 0 for a policy that submits what it reads, chance (1/9)
+            for one that guesses; its success on the real records above this needs the observation.
         reward_before: Mean reward on the fixed evaluation before RL (here the correctness reward: equal to
             ``before`` unless a grader failed).
         reward_after: The same after RL.
@@ -596,18 +626,19 @@ def wilson(successes: float, n: int, z: float = 1.96) -> tuple[float, float]:
 
 def decoy_observations(root: str | os.PathLike, out: str | os.PathLike, *, split: str = "test",
                        seed: int = 0) -> Path:
-    """A copy of ``toy_lookup`` under the tasks root ``out`` whose ``split`` records hold other values.
+    """A copy of ``toy_lookup`` under the tasks root ``out`` whose ``split`` records hold a wrong value.
 
-    Every record's database gets a value drawn independently (uniform on 1..9, like the family's own values),
-    while the instance's gold answer stays: the prompts, queries and observation format are unchanged, only what
-    the observation says is unrelated to the answer. A policy that reads the observation is then right only by
-    chance (1/9 of the time); one that found the answer some other way (memorised records, a constant) keeps its
-    score. This is the control of the observation proof.
+    Every record's database gets another value than the instance's gold answer (uniform on the other eight of
+    1..9), while the answer stays: the prompts, queries and observation format are unchanged, only what the
+    observation says is now wrong. A policy that submits what it read scores 0 there; one that ignores the
+    observation (a constant, a guess, memory) keeps its score, which for a guess is chance (1/9). So success on the
+    real records above success here is success that needs the observation. This is the control of the
+    observation proof.
 
     Args:
         root: The tasks root holding a built ``toy_lookup``.
         out: Tasks root to write the copy into (replaced if present).
-        split: Whose records to replace.
+        split: Whose records to change.
         seed: Seeds the replacement values.
 
     Returns:
@@ -627,7 +658,7 @@ def decoy_observations(root: str | os.PathLike, out: str | os.PathLike, *, split
     for inst in tasks.make(OBSERVATION, root=out).instances(split):
         con = sqlite3.connect(dst / inst.metadata["sql_database"])
         try:
-            con.execute("UPDATE reading SET value = ?", (rng.randint(1, 9),))
+            con.execute("UPDATE reading SET value = ?", (rng.choice([v for v in range(1, 10) if v != inst.answer]),))
             con.commit()
         finally:
             con.close()
@@ -648,13 +679,13 @@ def learning_run(method: str, family: str, model_dir: str | os.PathLike, workdir
         model_dir: The tiny model folder (``medcopilot.tiny.build_tiny_model``); it is not modified.
         workdir: Scratch folder (tasks root and trainer output).
         seed: Seeds the warm start, RL sampling and the fixed evaluation.
-        steps: RL steps (default from :data:`GRPO_DEFAULTS` / :data:`PPO_DEFAULTS`).
+        steps: RL steps (default from :data:`GRPO_DEFAULTS` / :data:`PPO_DEFAULTS` and :data:`FAMILY_RL`).
         lr: RL learning rate (same defaults).
         group: Episodes per task in a step (same defaults).
         eval_episodes: Episodes of the fixed evaluation (at least; every evaluated task gets the same number).
         eval_every: Evaluate every this many steps for the curve (0: before and after only).
-        control: Also score the warm and the trained policy with the observations replaced
-            (:func:`decoy_observations`); default: for the :data:`OBSERVATION` families, whose fixed evaluation
+        control: Also score the warm and the trained policy with every observed value replaced by a wrong one
+            (:func:`decoy_observations`); default: for the :data:`OBSERVATION` family, whose fixed evaluation
             runs on held-out records.
         sandbox: Sandbox backend for the episodes (``auto``, ``bwrap`` or ``local``).
         warm: Overrides of :data:`WARM_DEFAULTS` for the family (``steps``, ``batch``, ``lr``, ...).
@@ -678,7 +709,7 @@ def learning_run(method: str, family: str, model_dir: str | os.PathLike, workdir
     control = observation if control is None else control
     if control and not observation:
         raise ValueError(f"the observation control needs {OBSERVATION}; {family!r} has no observed values to replace")
-    defaults = dict(GRPO_DEFAULTS if method == "grpo" else PPO_DEFAULTS)
+    defaults = {**(GRPO_DEFAULTS if method == "grpo" else PPO_DEFAULTS), **FAMILY_RL.get(family, {}).get(method, {})}
     settings = {**defaults, **{k: v for k, v in {"steps": steps, "lr": lr, "group": group}.items() if v is not None},
                 **extra}
     warm_settings = {**WARM_DEFAULTS[family], **(warm or {})}
@@ -755,7 +786,7 @@ def learning_run(method: str, family: str, model_dir: str | os.PathLike, workdir
                                              for m in (warm_model, final))
         finally:
             decoy.close()
-        say(f"control (observed values replaced): {control_before:.3f} -> {control_after:.3f}")
+        say(f"control (observed values made wrong): {control_before:.3f} -> {control_after:.3f}")
     return RunResult(method, family, seed, before, after, curve, [(step, round(r, 4)) for step, r in rewards],
                      eval_split, control_before, control_after, first.reward, last.reward,
                      list(getattr(play.pool, "layers", [])),

@@ -10,8 +10,9 @@ run), trains with the method, and measures again (and every ``--eval-every`` ste
 ``say_number`` is one turn (submit the number the question shows); ``clinic_code`` is two turns (query a
 database, submit the code it holds, the same for every task); ``toy_lookup`` is two turns whose answer exists only
 in the observation (run SQL, submit the value it returned): its evaluation runs on held-out records, and its
-*control* scores the same policies with every observed value replaced by an independent draw
-(:func:`medcopilot.learning.decoy_observations`), where reading the observation is right only by chance (1/9).
+*control* scores the same policies on copies of those records whose stored value was made wrong
+(:func:`medcopilot.learning.decoy_observations`): a policy that submits what it reads scores 0 there, one that
+guesses 1/9, so success on the real records above the control's needs the observation.
 
 Writes into ``--out``: ``<method>-<family>-seed<k>.json`` per run (a rerun skips runs already there, so an
 interrupted benchmark resumes; a run made with other settings is refused, not mixed in), ``curves.png`` (success
@@ -21,12 +22,12 @@ JSON line::
 
     {"families": {family: {method: {seeds, seeds_improved, median_gain, min_gain, max_gain, collapsed,
                                     median_before, median_after}}},
-     "control": {method: {median_before, median_after, max_after, chance, at_chance}},
+     "control": {method: {median_before, median_after, max_after, chance, not_above_chance}},
      "observation_proof": {method: bool}, "per_run": [...], "cpu_s", "wall_s", "curves_png", "quick"}
 
 A run has *collapsed* when its success ends below half of where it started (or below 0.05). The observation
 proof holds for a method when at least 4 of 5 seeds improved, the median gain is at least 0.15, none collapsed,
-and the control of every seed is at chance (1/9 inside the 95 % interval of its control success after RL).
+and no seed's control is above chance after RL (1/9 at or above the low end of its 95 % interval).
 
 ``--quick`` runs all three families and both methods on 5 seeds with evaluations of 64 episodes and a curve
 point every 20 steps, two runs at a time: sized to finish within 15 minutes on a quiet 2-core machine
@@ -80,22 +81,22 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def control_summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """The control of one method's observation runs: success with the observed values replaced."""
+    """The control of one method's observation runs: success with every observed value made wrong."""
     from medcopilot.learning import wilson
 
     n = [r["settings"]["eval_episodes"] for r in runs]
     after = [r["control_after"] for r in runs]
-    intervals = [wilson(a * k, k) for a, k in zip(after, n)]
+    lows = [wilson(a * k, k)[0] for a, k in zip(after, n)]
     return {"median_before": round(statistics.median(r["control_before"] for r in runs), 4),
             "median_after": round(statistics.median(after), 4), "max_after": round(max(after), 4),
-            "chance": round(CHANCE, 4), "at_chance": all(lo <= CHANCE <= hi for lo, hi in intervals)}
+            "chance": round(CHANCE, 4), "not_above_chance": all(low <= CHANCE for low in lows)}
 
 
 def proof(summary: dict[str, Any], control: dict[str, Any] | None) -> bool:
     """The observation proof for one method (see the module doc)."""
     return (summary["seeds"] >= 5 and summary["seeds_improved"] >= PROOF["seeds_improved"]
             and summary["median_gain"] >= PROOF["median_gain"] and summary["collapsed"] == 0
-            and control is not None and control["at_chance"])
+            and control is not None and control["not_above_chance"])
 
 
 def one_run(job: dict[str, Any]) -> dict[str, Any]:
@@ -138,7 +139,7 @@ def plot(runs: list[dict[str, Any]], path: Path) -> None:
                             yerr=[[statistics.median(c) - min(c) for c in ctrl],
                                   [max(c) - statistics.median(c) for c in ctrl]],
                             color=colour, linestyle="--", marker="x", capsize=4,
-                            label=f"{method}: control (observed values replaced)")
+                            label=f"{method}: control (observed values wrong)")
         if family == OBSERVATION:
             ax.axhline(CHANCE, color="grey", linewidth=1, linestyle=":", label="chance (1/9)")
         split = "held-out records" if family == OBSERVATION else "training tasks"
@@ -152,8 +153,8 @@ def plot(runs: list[dict[str, Any]], path: Path) -> None:
 
 def table(runs: list[dict[str, Any]]) -> str:
     """One line per (method, family): gains over seeds, and the control where there is one."""
-    lines = [f"{'method':6} {'family':11} {'seeds':>5} {'before':>7} {'after':>7} {'median gain':>11} "
-             f"{'min':>6} {'max':>6} {'improved':>8} {'collapsed':>9} {'control':>13} {'cpu s/run':>9}"]
+    lines = [(f"{'method':6} {'family':11} {'seeds':>5} {'before':>7} {'after':>7} {'median gain':>11} "
+              f"{'min':>6} {'max':>6} {'improved':>8} {'collapsed':>9} {'control':>13} {'cpu s/run':>9}")]
     for family in FAMILIES:
         for method in sorted({r["method"] for r in runs if r["family"] == family}):
             group = [r for r in runs if r["method"] == method and r["family"] == family]

@@ -15,9 +15,9 @@
 4. GRPO (TRL's ``GRPOTrainer`` with ``medcopilot.rollout_func.EnvRolloutFunc``): two-turn episodes in the
    bubblewrap sandbox, exact token ids, environment tokens masked, the oracle grader's reward; ``--steps`` steps of
    16 episodes on the training records, the held-out evaluation every ``--eval-every`` steps.
-5. The control: the warm and the trained policy scored on copies of the held-out records whose stored values are
-   replaced by independent draws. A policy that reads the observation is then right only by chance, so its
-   held-out gain is the gain of reading the tool's output.
+5. The control: the warm and the trained policy scored on copies of the held-out records whose stored value was
+   made wrong. A policy that submits what it reads scores 0 there and one that guesses 1/9, so held-out success
+   above the control's is success that needs the tool's output.
 6. ``<out>/reward_curve.png`` (every held-out evaluation with its 95 % interval, each step's training reward,
    the control), ``<out>/summary.json`` and the trained model in ``<out>/model``.
 
@@ -83,7 +83,7 @@ def plot(run, group: int, path: Path) -> None:
         ctrl = [run.control_before, run.control_after]
         ci = [wilson(c * n, n) for c in ctrl]
         ax.errorbar(ends, ctrl, yerr=[[c - lo for c, (lo, _) in zip(ctrl, ci)], [hi - c for c, (_, hi) in zip(ctrl, ci)]],
-                    color="C2", marker="x", linestyle="--", capsize=4, label="control: observed values replaced")
+                    color="C2", marker="x", linestyle="--", capsize=4, label="control: observed values wrong")
     ax.axhline(CHANCE, color="grey", linestyle=":", linewidth=1, label="chance (1/9)")
     ax.set(xlabel="GRPO step", ylabel="success = reward", ylim=(0, 1),
            title=f"{FAMILY}: run SQL, submit the value it returned")
@@ -105,7 +105,7 @@ def report(summary: dict) -> str:
         (f"  held-out success {fmt(summary['success_before'])} -> {fmt(summary['success_after'])}   "
          f"({summary['heldout_records']} records never trained on, {summary['eval_episodes']} episodes)"),
         (f"  control          {fmt(summary['control_before'])} -> {fmt(summary['control_after'])}   "
-         f"(observed values replaced; chance {summary['chance']:.3f})"),
+         f"(the same policies when the observed value is wrong; chance {summary['chance']:.3f})"),
         f"  sandbox layers   {', '.join(summary['sandbox_layers']) or 'none (unisolated)'}",
         f"  time             {summary['wall_s']:.0f} s ({summary['cpu_s']:.0f} s CPU)",
         f"  curve            {summary['curve_png']}",
