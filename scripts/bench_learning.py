@@ -23,16 +23,19 @@ JSON line::
     {"families": {family: {method: {seeds, seeds_improved, median_gain, min_gain, max_gain, collapsed,
                                     median_before, median_after}}},
      "control": {method: {median_before, median_after, max_after, chance, not_above_chance}},
-     "observation_proof": {method: bool}, "per_run": [...], "cpu_s", "wall_s", "curves_png", "quick"}
+     "observation_proof": {method: bool}, "per_run": [...], "cpu_s", "cpu_s_total", "wall_s", "curves_png", "quick"}
 
 A run has *collapsed* when its success ends below half of where it started (or below 0.05). The observation
 proof holds for a method when at least 4 of 5 seeds improved, the median gain is at least 0.15, none collapsed,
 and no seed's control is above chance after RL (1/9 at or above the low end of its 95 % interval).
 
-``--quick`` runs all three families and both methods on 5 seeds with evaluations of 64 episodes and a curve
-point every 20 steps, two runs at a time: sized to finish within 15 minutes on a quiet 2-core machine
-(docs/benchmarks.md, "Learning"). The full run (``--seeds 5 --eval-every 10``, 96-episode evaluations) is the
-one the docs quote.
+``--quick`` runs all three families and both methods on 5 seeds, two runs at a time, with a curve point every 20
+steps, into ``runs/bench_learning_quick``: toy_lookup at its full settings (the observation proof: GRPO and PPO 60
+steps), and GRPO and PPO 20 steps on say_number and clinic_code (:data:`QUICK_STEPS`).
+About 1,700 CPU seconds in all, sandbox workers included, so about 15 minutes on a quiet 2-core machine
+(docs/benchmarks.md, "Learning": measured and extrapolated). The full run (``--seeds 5 --eval-every 10``) is the
+one the docs' say_number and clinic_code tables quote. ``cpu_s`` in the JSON line is the runs' own CPU,
+``cpu_s_total`` that of this invocation with every process it started.
 """
 
 from __future__ import annotations
@@ -60,7 +63,11 @@ from medcopilot.learning import FAMILIES, OBSERVATION, RunResult  # noqa: E402
 CHANCE = 1 / 9
 #: What the observation proof asks of each method (issue 20).
 PROOF = {"seeds_improved": 4, "median_gain": 0.15}
-QUICK = {"eval_episodes": 64, "eval_every": 20, "jobs": 2, "seeds": 5, "out": Path("runs/bench_learning_quick")}
+QUICK = {"eval_episodes": 96, "eval_every": 20, "jobs": 2, "seeds": 5, "out": Path("runs/bench_learning_quick")}
+#: RL steps of ``--quick`` on say_number and clinic_code, whose gain both methods make by step 20 (defaults: GRPO
+#: 60, PPO 30; docs/benchmarks.md, "Learning"). toy_lookup keeps its 60 for both methods. An evaluation (~3 s CPU)
+#: costs little next to a step (~1 s), so --quick keeps the full 96-episode evaluation and saves on steps.
+QUICK_STEPS = {(method, family): 20 for method in ("grpo", "ppo") for family in ("say_number", "clinic_code")}
 #: Run settings a stored run must share with this invocation to be reused.
 KEYED = ("steps", "lr", "group", "eval_every", "eval_episodes")
 
@@ -168,7 +175,15 @@ def table(runs: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def results(runs: list[dict[str, Any]], *, started: float, curves: Path, quick: bool) -> dict[str, Any]:
+def cpu_seconds() -> float:
+    """User + system CPU of this process and of every finished child: the run processes and, through them, their
+    sandbox workers (each closed and waited for at the end of its run)."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
+def results(runs: list[dict[str, Any]], *, started: float, cpu0: float, curves: Path,
+            quick: bool) -> dict[str, Any]:
     """The JSON line (see the module doc)."""
     methods = sorted({r["method"] for r in runs})
 
@@ -185,7 +200,8 @@ def results(runs: list[dict[str, Any]], *, started: float, curves: Path, quick: 
         "per_run": [{k: r.get(k) for k in ("method", "family", "seed", "before", "after", "gain", "control_before",
                                            "control_after", "cpu_s")} for r in runs],
         "settings": {f"{r['method']}/{r['family']}": r["settings"] for r in runs},
-        "cpu_s": round(sum(r["cpu_s"] for r in runs), 1), "wall_s": round(time.monotonic() - started, 1),
+        "cpu_s": round(sum(r["cpu_s"] for r in runs), 1), "cpu_s_total": round(cpu_seconds() - cpu0, 1),
+        "wall_s": round(time.monotonic() - started, 1),
         "curves_png": str(curves), "quick": quick,
     }
 
@@ -221,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.seeds < 1 or args.jobs < 1 or args.eval_episodes < 1 or args.eval_every < 0:
         p.error(f"--seeds={args.seeds}, --jobs={args.jobs} and --eval-episodes={args.eval_episodes} must be >= 1, "
                 f"--eval-every={args.eval_every} >= 0")
-    started = time.monotonic()
+    started, cpu0 = time.monotonic(), cpu_seconds()
     args.out.mkdir(parents=True, exist_ok=True)
     model_dir = args.model
     if model_dir is None and not args.summarize:
@@ -233,7 +249,10 @@ def main(argv: list[str] | None = None) -> int:
         runs = [json.loads(f.read_text(encoding="utf-8")) for f in sorted(args.out.glob("*-seed*.json"))]
     for method in [] if args.summarize else args.methods:
         for family in args.families:
-            keyed = {k: getattr(args, k) for k in KEYED}
+            steps = args.steps
+            if steps is None and args.quick:
+                steps = QUICK_STEPS.get((method, family))
+            keyed = {**{k: getattr(args, k) for k in KEYED}, "steps": steps}
             for seed in range(args.first_seed, args.first_seed + args.seeds):
                 path = args.out / f"{method}-{family}-seed{seed}.json"
                 if path.is_file():
@@ -244,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
                     runs.append(stored)
                     continue
                 jobs.append({"path": str(path), "keyed": keyed, "method": method, "family": family,
-                             "model_dir": model_dir, "seed": seed, "steps": args.steps, "lr": args.lr,
+                             "model_dir": model_dir, "seed": seed, "steps": steps, "lr": args.lr,
                              "group": args.group, "eval_every": args.eval_every,
                              "eval_episodes": args.eval_episodes})
     print(f"[bench_learning] {len(jobs)} runs to do, {len(runs)} already in {args.out}", flush=True)
@@ -260,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     print(table(runs))
     plot(runs, args.out / "curves.png")
-    result = results(runs, started=started, curves=args.out / "curves.png", quick=args.quick)
+    result = results(runs, started=started, cpu0=cpu0, curves=args.out / "curves.png", quick=args.quick)
     (args.out / "summary.json").write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
     print(f"[bench_learning] curves: {args.out / 'curves.png'}; summary: {args.out / 'summary.json'}")
     if args.json:
