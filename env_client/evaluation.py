@@ -437,8 +437,9 @@ def render_markdown(report: EvalReport) -> str:
     r = report
     infra = (f", **{r.infra_failures} episode(s) failed to run** (counted as failures; rerun to retry them)"
              if r.infra_failures else "")
-    lines = [f"# Evaluation: {r.policy}", "",
-             f"{r.episodes} episodes over {r.tasks} tasks (K = {r.k}){infra}", "",
+    lines = [f"# Evaluation: {r.policy}", ""]
+    lines += [f"> **Warning: {w}**\n" for w in r.meta.get("warnings", ())]
+    lines += [f"{r.episodes} episodes over {r.tasks} tasks (K = {r.k}){infra}", "",
              (f"**Success rate: {_pct(r.success_rate)}** (95 % CI {_ci(r.ci95)}, {r.ci_method}), "
               f"Pass@{r.k}: {_pct(r.pass_at_k[str(r.k)])}, "
               f"Best@{r.k}: {_pct(r.best_at_k[str(r.k)]) if r.best_at_k else 'N/A (no scores)'}, "
