@@ -27,9 +27,9 @@ result      a public benchmark's result list (see below)     ``yes_no``, ``rel_t
 =========== ================================================ =================================================
 
 "Nothing found": a scalar gold of ``None`` (an aggregate over no rows, a first time that never happened) is
-answered by exactly one explicit no-value token (``None``, ``null``, ``nan``, ``[]``, ``[None]``, "no result",
-"nothing found"); a set or list gold of ``[]`` by ``[]`` or such a token. An empty submission is never an answer,
-and a no-value token never answers a gold that has a value.
+answered by exactly one explicit no-value token (``None``, ``null``, ``nan``, ``[None]``, "no value", "nothing
+found"); a set or list gold of ``[]`` by an empty collection (``[]``, ``()``). The two are kept apart, so no one
+constant answers both. An empty submission is never an answer, and neither token answers a gold with a value.
 
 ``result`` is the ``public`` answer convention of imported EHR records (EHRSQL, MIMICSQL/TREQS as MedAgentGym
 stores them: a list of strings, ``'None'`` for SQL NULL). A submission is right when its distinct values are
@@ -83,20 +83,26 @@ _SLASH_YMD_RE = re.compile(r"\b(\d{4})/(\d{1,2})/(\d{1,2})\b")
 _US_DATE_RE = re.compile(r"\b(\d{1,2})/(\d{1,2})/(\d{4})\b")
 
 
-#: A whole submission that states "no value" (Python's None, SQL/JSON null, pandas' NaN, an empty result).
-_NOTHING_RE = re.compile(
-    r"^\s*(?:none|null|nan|nothing(?: found)?|no results?(?: found)?|\[\s*\]|\(\s*\)|"
+#: A whole submission that states "no value" (Python's None, SQL/JSON null, pandas' NaN, a NULL row).
+_NO_VALUE_RE = re.compile(
+    r"^\s*(?:none|null|nan|nothing(?: found)?|no (?:value|results?)(?: found)?|"
     r"\[\s*(?:none|null|nan|\(\s*(?:none|null)\s*,?\s*\))\s*\])\s*\.?\s*$",
     re.IGNORECASE,
 )
+#: A whole submission that is an empty collection.
+_EMPTY_RE = re.compile(r"^\s*(?:\[\s*\]|\(\s*\))\s*$")
 
 
-def is_nothing(submission: Any) -> bool:
-    """True when the whole submission is one explicit "no value / nothing found" token (``None``, ``[]`` ...)."""
+def is_nothing(submission: Any, *, collection: bool = False) -> bool:
+    """True when the whole submission is one explicit "nothing found" answer: a no-value token (``None``,
+    ``null``, ``nan``, ``[None]`` ...) for a scalar, an empty collection (``[]``, ``()``) when ``collection``.
+
+    The two are kept apart so that no one constant answers both a missing value and an empty list.
+    """
     if submission is None:
         return False
     text = submission if isinstance(submission, str) else json.dumps(submission)
-    return bool(_NOTHING_RE.match(text))
+    return bool((_EMPTY_RE if collection else _NO_VALUE_RE).match(text))
 
 
 def _ok(reason: str) -> Verdict:
@@ -398,7 +404,7 @@ def grade_set(
     gold: Any, submission: Any, *, rel_tol: float = DEFAULT_REL_TOL, abs_tol: float = DEFAULT_ABS_TOL, **_: Any
 ) -> Verdict:
     """Order-insensitive equality of distinct elements (numbers within tolerance, text normalised)."""
-    if isinstance(gold, (list, tuple)) and not gold and is_nothing(submission):
+    if isinstance(gold, (list, tuple)) and not gold and is_nothing(submission, collection=True):
         return _ok("empty, as expected")
     got, want, bad = _collection_inputs(gold, submission)
     if bad:
@@ -428,7 +434,7 @@ def grade_list(
     gold: Any, submission: Any, *, rel_tol: float = DEFAULT_REL_TOL, abs_tol: float = DEFAULT_ABS_TOL, **_: Any
 ) -> Verdict:
     """Order-sensitive element-wise equality (numbers within tolerance, text normalised); lengths must match."""
-    if isinstance(gold, (list, tuple)) and not gold and is_nothing(submission):
+    if isinstance(gold, (list, tuple)) and not gold and is_nothing(submission, collection=True):
         return _ok("empty, as expected")
     got, want, bad = _collection_inputs(gold, submission)
     if bad:
@@ -456,8 +462,8 @@ def _public_none(value: Any) -> bool:
 
 
 def _gold_list(gold: Any) -> list[Any]:
-    if not isinstance(gold, (list, tuple)) or not gold:
-        raise GraderError(f"gold {gold!r} is not a non-empty result list")
+    if not isinstance(gold, (list, tuple)):
+        raise GraderError(f"gold {gold!r} is not a result list")
     return list(gold)
 
 
@@ -540,6 +546,8 @@ def grade_result(gold: Any, submission: Any, *, yes_no: bool = False, rel_tol: f
     text, bad = _precheck(submission, scalar=False)
     if bad:
         return bad
+    if not want_raw:  # no row at all
+        return _ok("empty, as expected") if is_nothing(text, collection=True) else _wrong("expected no row")
     if yes_no:
         want = _result_value(want_raw[0])
         if len(want_raw) != 1 or want not in (0.0, 1.0):
@@ -597,7 +605,7 @@ def grade_nothing(gold: Any, submission: Any, **_: Any) -> Verdict:
         return _wrong("empty submission")
     if is_nothing(submission):
         return _ok("no value, as expected")
-    return _wrong("nothing is found for this question; submit None")
+    return _wrong("expected no value")
 
 
 def grade(answer_type: str, gold: Any, submission: Any, **options: Any) -> Verdict:
