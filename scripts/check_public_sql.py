@@ -10,7 +10,7 @@ coverage (distinct compared literals present in our columns), id coverage (named
 question and answer mix of the public file beside our generated instances' (time windows, top-N,
 event-after-event, yes/no, current visit, two attributes; "nothing found" answers: zero, None, empty; words;
 ``medagentgym.tasks.ehr_synth.mix``), with the largest gap.
-Databases come from ``--tasks-root`` (``<root>/{mimic_iii,eicu,treqs}/*.db``, built by scripts/build_tasks.py;
+Databases come from ``--tasks-root`` (``<root>/{mimic_iii,eicu,treqs}/*.db``, built by medagentgym build;
 its instances give "our" question mix) or, without it, only the databases are built into a scratch folder at
 ``--size`` / ``--seed``. ``--public-ids`` gives ordinary patients the ids the files name (their histories are the
 ordinary draw). ``--plant`` builds them with the given question files as input (``public_questions=``): patients
