@@ -163,8 +163,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{'':<10} mix {side:<6}: " + ", ".join(f"{_LABELS[k]} {m[k]}%" for k in _LABELS)
                   + f"; {m['question_words']} words (n={m['n']}, answers known {m['n_answers']})")
         if d["mix_public"]["n"] and d["mix_ours"]["n"]:
-            gaps = {k: round(d["mix_ours"][k] - d["mix_public"][k], 1) for k in _LABELS}
+            gaps = {k: round(d["mix_ours"][k] - d["mix_public"][k], 1) for k in _LABELS
+                    if not k.startswith("nothing_") or k == "nothing_found"}  # the kinds are shown, not matched
             worst = max(gaps, key=lambda k: abs(gaps[k]))
+            d["largest_gap"] = {"feature": worst, "points": gaps[worst]}
             print(f"{'':<10} largest gap: {_LABELS[worst]} {gaps[worst]:+.1f} points")
     if built:
         print(f"build seconds: {built}")

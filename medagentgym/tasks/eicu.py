@@ -26,7 +26,7 @@ Grading:
     exact; number within rel 1e-4; datetime to the second; text normalised exact; boolean exactly one truth
     word (a bare 1/0 is a count here); set order-insensitive with exactly the gold elements. "Nothing found": a
     count is 0, a list ``[]``, any other value ``None`` (each only by its own token). Shotgun, traceback and empty
-    submissions fail. Imported records may keep MedAgentGym's published answers (``import_tasks.py --answers
+    submissions fail. Imported records may keep MedAgentGym's published answers (``medagentgym import --answers
     public``: EHRSQL's result, graded as its scorer does).
 
 Episode end:

@@ -28,7 +28,7 @@ Grading:
     of true/false/yes/no (a bare 1/0 is a count here, not a yes/no); set order-insensitive with the exact
     elements. "Nothing found": a count is 0, a list ``[]``, any other value ``None`` (each only by its own token).
     Several candidates, tracebacks and empty submissions are wrong (no substring matching, unlike the original
-    harness). Imported records may keep MedAgentGym's published answers instead (``import_tasks.py --answers
+    harness). Imported records may keep MedAgentGym's published answers instead (``medagentgym import --answers
     public``: EHRSQL's result, graded as its scorer does; ``medagentgym.tasks.importers.public``).
 
 Episode end:

@@ -27,7 +27,7 @@ Grading:
     exact; number within rel 1e-4; text normalised exact; datetime to the second; set order-insensitive; a
     two-attribute answer is a list in the question's order. "Nothing found": a count is 0, any other value
     ``None``. Shotgun, traceback and empty submissions fail. Imported records may keep MedAgentGym's published
-    answers (``import_tasks.py --answers public``: the first row MedAgentGym kept, graded as TREQS's scorer
+    answers (``medagentgym import --answers public``: the first row MedAgentGym kept, graded as TREQS's scorer
     compares it; queries that can return several rows are set aside).
 
 Episode end:

@@ -262,19 +262,21 @@ def test_public_ids_are_carried_by_ordinary_patients_whose_histories_do_not_chan
 
 
 def test_a_planted_build_says_so_in_its_manifest_and_checks(tmp_path, capsys, load_script):
-    from medagentgym.tasks.mimic_iii import MimicIII
-
-    manifest = MimicIII().build(tmp_path, size="tiny", seed=0, public_questions=[PUBLIC["mimic_iii"]])
-    assert manifest["planted"]["files"] == ["public_mimic_iii.json"]
-    assert "smoke" in manifest["planted"]["warning"] and "no number" in manifest["planted"]["warning"]
-    assert "planted" not in MimicIII().build(tmp_path / "plain", size="tiny", seed=0)
     from env_client.rollout import describe_run
+    from medagentgym.tasks.treqs import TREQS
 
+    manifest = TREQS().build(tmp_path, size="tiny", seed=0, public_questions=[PUBLIC["mimicsql"]])
+    assert manifest["planted"]["files"] == ["public_treqs.jsonl"]
+    assert "smoke" in manifest["planted"]["warning"] and "no number" in manifest["planted"]["warning"]
+    assert "planted" not in TREQS().build(tmp_path / "plain", size="tiny", seed=0)
     info = describe_run("oracle", "oracle", {}, config=None, fmt="json", split="test", tasks_root=tmp_path,
-                        families=["mimic_iii"])
-    assert info["families"]["mimic_iii"]["planted"] is True
+                        families=["treqs"])
+    assert info["families"]["treqs"]["planted"] is True
+    plain = describe_run("oracle", "oracle", {}, config=None, fmt="json", split="test", tasks_root=tmp_path / "plain",
+                         families=["treqs"])
+    assert "planted" not in plain["families"]["treqs"]  # run keys of ordinary builds are unchanged
     main = load_script("check_public_sql").main
-    assert main(["--mimic-iii", str(PUBLIC["mimic_iii"]), "--tasks-root", str(tmp_path), "--json"]) == 0
+    assert main(["--mimicsql", str(PUBLIC["mimicsql"]), "--tasks-root", str(tmp_path), "--json"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("WARNING: mimic_iii: schema/coverage smoke build")
+    assert out.startswith("WARNING: treqs: schema/coverage smoke build")
     assert "smoke" in json.loads(out.strip().splitlines()[-1])["warning"]

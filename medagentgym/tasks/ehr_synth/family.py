@@ -52,6 +52,21 @@ ANSWER_RULES = ("Answer yes/no questions with yes or no. When nothing matches, a
                 "other value is None.")
 
 
+#: A reference program that runs the gold SQL and prints the answer as submitted (see ``reference_solution``).
+_ANSWER_PROGRAM = """import json
+import sqlite3
+
+con = sqlite3.connect("file:/data/{db}?mode=ro", uri=True)
+values = [v for row in con.execute({sql!r}).fetchall() for v in row if v is not None]
+{show}
+"""
+_SCALAR_SHOW = "print(values[0] if values else None)  # nothing found: None (a count of nothing is 0)"
+_SHOW = {"boolean": 'print("yes" if values and values[0] else "no")',
+         "set": "print(json.dumps(sorted(set(values), key=str)))  # nothing found: []",
+         "list": "print(json.dumps(values))  # nothing found: []",
+         **dict.fromkeys(("integer", "number", "text", "date", "datetime"), _SCALAR_SHOW)}
+
+
 class EHRSQLFamily:
     """Base of the EHR SQL families. Subclasses set the class attributes and ``write_database``."""
 
@@ -176,8 +191,20 @@ class EHRSQLFamily:
         return load_instances(self.root, split, family=self.name)
 
     def reference_solution(self, instance: Instance) -> list[dict[str, Any]]:
-        """Run the gold SQL, then submit the rendered gold answer."""
-        return run_then_submit("sql", instance.solution, render_answer(instance.answer_type, instance.answer))
+        """Run the gold SQL, then submit the rendered gold answer.
+
+        Where SQLite's own output is not yet the answer (a yes/no question prints 1/0; a query that finds nothing
+        prints no row), the gold SQL runs from Python, which prints the answer as it is submitted (``yes``,
+        ``None``, ``[]``): the reference program shows the conventions it follows.
+        """
+        from medagentgym.tasks.ehr_synth.mix import nothing_kind
+
+        rendered = render_answer(instance.answer_type, instance.answer)
+        if instance.answer_type == "boolean" or nothing_kind(instance.answer, instance.answer_type):
+            db = instance.metadata.get("sql_database") or self.db_file
+            return run_then_submit("python", _ANSWER_PROGRAM.format(db=db, sql=instance.solution,
+                                                                    show=_SHOW[instance.answer_type]), rendered)
+        return run_then_submit("sql", instance.solution, rendered)
 
     def grade(self, instance: Instance, submission: str, ctx: GradeContext | None = None) -> Verdict:
         """The strict grader of the instance's answer type (exactly one answer; sets order-free)."""

@@ -378,7 +378,7 @@ def plan_mix(categories: list[tuple[frozenset[str], int, dict[str, int]]], targe
 
     kinds_order = ("zero", "none", "empty")
     cells = [(features | {f"can_{k}" for k, n in kinds.items() if n >= max(1, items // 2)},
-              items + min(sum(kinds.values()), items // 2)) for features, items, kinds in categories]
+              items + min(sum(kinds.values()), items // 2 if items else 1)) for features, items, kinds in categories]
     fit = {k: v for k, v in target.items() if not k.startswith("nothing_")}
     fit.update({f"can_{k[8:]}": min(0.95, 3.3 * v) for k, v in target.items() if k.startswith("nothing_")})
     sizes = quotas(cells, fit, floor=[1 if a else 0 for _f, a in cells])

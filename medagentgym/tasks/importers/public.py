@@ -1,6 +1,6 @@
 """The ``public`` answer convention: imported records keep the benchmark's own gold, graded as its scorer grades.
 
-``scripts/import_tasks.py --answers public`` (``ImportOptions.answers == "public"``) keeps each record's published
+``medagentgym import --answers public`` (``ImportOptions.answers == "public"``) keeps each record's published
 answer as the gold instead of recomputing it (the default ``recompute`` convention), and grades it the way the
 benchmark's own scorer does, without the original harness's loopholes:
 
