@@ -422,10 +422,11 @@ def grade_set(
     return _ok(f"set of {len(want_u)} matches")
 
 
-def _dedupe(items: list[Any], rel_tol: float, abs_tol: float) -> list[Any]:
+def _dedupe(items: list[Any], rel_tol: float, abs_tol: float,
+            equal: Callable[[Any, Any, float, float], bool] = _elements_equal) -> list[Any]:
     out: list[Any] = []
     for item in items:
-        if not any(_elements_equal(item, seen, rel_tol, abs_tol) for seen in out):
+        if not any(equal(item, seen, rel_tol, abs_tol) for seen in out):
             out.append(item)
     return out
 
@@ -519,11 +520,7 @@ def _result_items(value: Any, depth: int = 0) -> list[Any] | None:
 
 
 def _distinct_results(values: list[Any], rel_tol: float, abs_tol: float) -> list[Any]:
-    out: list[Any] = []
-    for v in values:
-        if not any(_result_equal(v, seen, rel_tol, abs_tol) for seen in out):
-            out.append(v)
-    return out
+    return _dedupe(values, rel_tol, abs_tol, equal=_result_equal)
 
 
 def _same_results(got: list[Any], want: list[Any], rel_tol: float, abs_tol: float) -> bool:

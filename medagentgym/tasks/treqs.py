@@ -63,7 +63,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import ClassVar
 
-from medagentgym.tasks.ehr_synth.family import ANSWER_RULES, EHRSQLFamily
+from medagentgym.tasks.ehr_synth.family import NOTHING_RULE, EHRSQLFamily
 from medagentgym.tasks.ehr_synth.hospital import RawHospital
 from medagentgym.tasks.ehr_synth.treqs_db import build_treqs
 
@@ -85,6 +85,6 @@ class TREQS(EHRSQLFamily):
         f"SQLite database: /data/{DB_FILE} (MIMICSQL schema, 5 tables: DEMOGRAPHIC (one row per hospital "
         "admission), DIAGNOSES, PROCEDURES, PRESCRIPTIONS, LAB; joined on HADM_ID), read-only. Every column holds "
         "text, all values lower-case (e.g. GENDER 'f'/'m', ADMISSION_TYPE 'emergency'). Run SQL with code_execution (lang 'sql') or Python's sqlite3, then submit only "
-        "the final answer; for several values submit a JSON list. " + ANSWER_RULES
+        "the final answer; for several values submit a JSON list. " + NOTHING_RULE
     )
     write_database = staticmethod(_write)

@@ -8,7 +8,14 @@ import json
 import pytest
 
 from medagentgym.tasks.ehr_synth.family import DATA_DIR
-from medagentgym.tasks.ehr_synth.mix import features, load_target, measure, nothing_kind, question_features, quotas
+from medagentgym.tasks.ehr_synth.mix import (
+    features,
+    load_target,
+    measure,
+    nothing_kind,
+    question_features,
+    quotas,
+)
 
 EICU_EAE = ("select count( distinct t1.uniquepid ) from ( select patient.uniquepid, diagnosis.diagnosistime from "
             "diagnosis join patient on diagnosis.patientunitstayid = patient.patientunitstayid where "
@@ -21,8 +28,8 @@ EICU_EAE = ("select count( distinct t1.uniquepid ) from ( select patient.uniquep
     ("select count(*)>0 from admissions where admissions.subject_id = 3 and admissions.dischtime is null", None,
      {"yes_no", "current_visit"}),
     ("select ( select lab.labresult from lab ) > ( select lab.labresult from lab )", None, {"yes_no"}),
-    ("select t1.drug from ( select drug, dense_rank() over ( order by count(*) desc ) as c1 from p ) as t1 "
-     "where t1.c1 <= 3", "set", {"top_n"}),
+    (("select t1.drug from ( select drug, dense_rank() over ( order by count(*) desc ) as c1 from p ) as t1 "
+      "where t1.c1 <= 3"), "set", {"top_n"}),
     ("select demographic.'marital_status',demographic.'language' from demographic where x = '1'", None,
      {"two_attribute"}),
     ('SELECT DISTINCT DEMOGRAPHIC."GENDER", DEMOGRAPHIC."DOB" FROM DEMOGRAPHIC', "list", {"two_attribute"}),

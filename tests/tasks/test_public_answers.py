@@ -15,7 +15,6 @@ import pytest
 
 from medagentgym import tasks
 from medagentgym.tasks.base import TaskError
-from medagentgym.tasks.ehr_synth.hospital import SIZES, cached_draw
 from medagentgym.tasks.graders import grade
 from medagentgym.tasks.importers import import_files
 from medagentgym.tasks.importers.public import (
@@ -36,15 +35,6 @@ EXPECTED = {
     "treqs": (9, 6, {"gold_first_row": 3}),
     "npowerai": (27, 12, {"gold_constant": 10, "gold_not_reproducible": 5}),
 }
-
-
-@pytest.fixture(scope="module")
-def dbs(tmp_path_factory):
-    out = tmp_path_factory.mktemp("dbs")
-    raw = cached_draw(SIZES["tiny"], 0)
-    for fam in ("mimic_iii", "eicu", "treqs"):
-        tasks.registry.family_class(fam).write_database(raw, out / f"{fam}.db", 0)
-    return out
 
 
 @pytest.fixture(scope="module")

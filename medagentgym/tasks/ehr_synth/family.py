@@ -48,8 +48,8 @@ PLANTED_WARNING = ("schema/coverage smoke build: patients were planted from publ
 #: 0 and 1 are answers here too (a constant "0" would otherwise answer every empty count and every "no").
 GRADING: dict[str, dict[str, Any]] = {"boolean": {"digits": False}}
 #: The sentence every EHR SQL context ends with: how to answer yes/no and "nothing found" questions.
-ANSWER_RULES = ("Answer yes/no questions with yes or no. When nothing matches, a count is 0, a list is [] and any "
-                "other value is None.")
+NOTHING_RULE = "When nothing matches, a count is 0, a list is [] and any other value is None."
+ANSWER_RULES = "Answer yes/no questions with yes or no. " + NOTHING_RULE
 
 
 #: A reference program that runs the gold SQL and prints the answer as submitted (see ``reference_solution``).

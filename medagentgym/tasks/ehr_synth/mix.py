@@ -175,7 +175,7 @@ def quotas(cells: list[tuple[frozenset[str], int]], target: dict[str, float], *,
                 continue
             up, down = share / (have / total), (1 - share) / (1 - have / total)
             w = [min(x * (up if feat in f else down), a) for x, (f, _a), a in zip(w, cells, avail)]
-    out = [int(round(x)) for x in w]
+    out = [round(x) for x in w]
     if floor is not None:
         out = [max(o, min(fl, a)) for o, fl, a in zip(out, floor, avail)]
     return out

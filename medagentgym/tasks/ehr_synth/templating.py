@@ -255,21 +255,30 @@ class Instantiator:
             row, donor = dict(rng.choice(rows)), rng.choice(rows)
             key = rng.choice(sorted(row))
             row[key] = donor[key]
-            slots = {k: v for k, v in row.items() if k != "t"}
-            slots.update(_time_slots(row.get("t"), rng))
-            question, sql = render(template, flt, slots)
-            if sql in seen:
+            drawn = self._draw(template, variant, row, rng, seen)
+            if drawn is None:
                 continue
-            seen.add(sql)
             tried += 1
-            try:
-                result = self.con.execute(sql).fetchmany(template.max_items + 1)
-            except sqlite3.Error as exc:
-                raise TaskError(f"{self.family}: gold SQL of {template.id}.{variant} failed ({exc}): {sql}") from None
+            slots, question, sql, result = drawn
             answer = nothing_answer(template, result)
             if answer is not NOTHING:
                 out.append((slots, question, sql, answer))
         return out
+
+    def _draw(self, template: Template, variant: str, row: dict[str, Any], rng: random.Random, seen: set[str]
+              ) -> tuple[dict[str, Any], str, str, list[tuple]] | None:
+        """(slots, question, sql, executed rows) of one pool row, or None when its SQL was drawn before."""
+        slots = {k: v for k, v in row.items() if k != "t"}
+        slots.update(_time_slots(row.get("t"), rng))
+        question, sql = render(template, self.filters[variant], slots)
+        if sql in seen:
+            return None
+        seen.add(sql)
+        try:
+            result = self.con.execute(sql).fetchmany(template.max_items + 1)
+        except sqlite3.Error as exc:
+            raise TaskError(f"{self.family}: gold SQL of {template.id}.{variant} failed ({exc}): {sql}") from None
+        return slots, question, sql, result
 
     def category(self, template: Template, variant: str, n: int) -> list[tuple[dict[str, Any], str, str, Any]]:
         """Up to ``n`` distinct (slots, question, sql, answer) for one category."""
@@ -283,17 +292,10 @@ class Instantiator:
         for _ in range(max(n * 15, 600)):
             if len(out) >= n or not rows:
                 break
-            row = dict(rng.choice(rows))
-            slots = {k: v for k, v in row.items() if k != "t"}
-            slots.update(_time_slots(row.get("t"), rng))
-            question, sql = render(template, flt, slots)
-            if sql in seen:
+            drawn = self._draw(template, variant, dict(rng.choice(rows)), rng, seen)
+            if drawn is None:
                 continue
-            seen.add(sql)
-            try:
-                result = self.con.execute(sql).fetchmany(template.max_items + 1)
-            except sqlite3.Error as exc:
-                raise TaskError(f"{self.family}: gold SQL of {template.id}.{variant} failed ({exc}): {sql}") from None
+            slots, question, sql, result = drawn
             answer = gold_answer(template, result)
             if answer is None:
                 continue

@@ -110,15 +110,15 @@ def ehr_gold_defect(family: str, raw_sql: str) -> tuple[str, str] | None:
     """
     if family == "treqs":
         if not treqs_single_row(raw_sql):
-            return ("gold_first_row", "the query can return several rows; MedAgentGym kept only the first, "
-                                      "TREQS's scorer compares every row")
+            return ("gold_first_row", ("the query can return several rows; MedAgentGym kept only the first, "
+                                       "TREQS's scorer compares every row"))
         return None
     if _CLOCK.search(raw_sql):
-        return ("gold_wall_clock", "the SQL uses current_time; MedAgentGym's answer was computed with SQLite's time "
-                                   "of day (read as 2000-01-01), not EHRSQL's fixed 2105-12-31 23:59:00")
+        return ("gold_wall_clock", ("the SQL uses current_time; MedAgentGym's answer was computed with SQLite's "
+                                    "time of day (read as 2000-01-01), not EHRSQL's fixed 2105-12-31 23:59:00"))
     if "%j" in raw_sql:
-        return ("gold_day_of_year", "strftime('%j') is the day of the year; EHRSQL's evaluator computes '%J' "
-                                    "(Julian day), so a stay across a year end has a wrong length")
+        return ("gold_day_of_year", ("strftime('%j') is the day of the year; EHRSQL's evaluator computes '%J' "
+                                     "(Julian day), so a stay across a year end has a wrong length"))
     return None
 
 
