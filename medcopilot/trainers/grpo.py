@@ -18,6 +18,13 @@ Reads top to bottom: model → env → trainer → train → save.
   the prompt (model and environment tokens).
 - **Saved**: the model (or LoRA adapter), tokenizer, ``trainer_state.json`` (``log_history``: TRL's
   ``reward``, ``loss``, ... and our ``env/*`` metrics per logging step) and ``run_summary.json``.
+- **Exact policy**: dropout is off during the update (``disable_dropout``, LoRA's included), vLLM's
+  importance-sampling correction is per token (``token_truncate``), and with vLLM the LoRA weights reach the
+  engine merged in fp32 into fresh tensors (:mod:`medcopilot.vllm_sync`): TRL's own sync merges into the bf16
+  base and back every step, which changes the frozen base. An episode whose next turn cannot fit the
+  generator's context (``vllm_max_model_length``, else the model's ``max_position_embeddings``) ends as
+  truncated before the call; a resumed run continues the sampling seeds where it stopped
+  (:meth:`EnvRolloutFunc.round_index`).
 - **Generation backend**: ``rollout.backend: transformers`` runs ``model.generate`` inside the hook (CPU or
   GPU; each episode samples from its own seeded stream, the rank included, see ``EnvRolloutFunc.run``); it is
   refused under ZeRO-3 or FSDP with several processes, where ranks making different numbers of ``generate``
@@ -148,7 +155,16 @@ def vllm_start(model: Any, cfg: RecipeConfig) -> str | None:
 
 
 def vllm_started(trainer: Any, model: Any, own: str | None) -> None:
-    """Undo :func:`vllm_start` once TRL's engine exists, so new adapters record their real base (the folder)."""
+    """Once TRL's engine exists: make its weight sync exact, and undo :func:`vllm_start` so new adapters record
+    their real base (the folder).
+
+    TRL's sync merges LoRA into the bf16 base in place and unmerges it every step, which changes the frozen base;
+    :func:`medcopilot.vllm_sync.install_exact_sync` computes the merged weights into fresh tensors instead.
+    """
+    if getattr(trainer.args, "use_vllm", False):
+        from medcopilot.vllm_sync import install_exact_sync
+
+        install_exact_sync(trainer.vllm_generation)
     if own is None:
         return
     model.name_or_path = own
@@ -156,8 +172,16 @@ def vllm_started(trainer: Any, model: Any, own: str | None) -> None:
         config.base_model_name_or_path = own  # PEFT read the base's name during the trainer's construction
 
 
+#: GRPOConfig values this trainer uses unless the recipe sets them: the policy that sampled is the one trained
+#: (TRL leaves dropout, LoRA's included, on during the update, so the importance ratio would compare two
+#: different policies), and vLLM's importance-sampling correction is per token (TRL's default ``sequence_mask``
+#: drops a whole episode whose summed log-ratio passes ln 3, which long multi-turn episodes do).
+DEFAULTS = {"disable_dropout": True, "vllm_importance_sampling_mode": "token_truncate"}
+
+
 def _trainer_args(cfg: RecipeConfig) -> Any:
-    """TRL's ``GRPOConfig`` from the recipe, with the keys that the rollout sections own filled in."""
+    """TRL's ``GRPOConfig`` from the recipe, with the keys that the rollout sections own filled in and
+    :data:`DEFAULTS` where the recipe is silent."""
     owned = {"temperature": cfg.rollout.temperature, "use_vllm": cfg.rollout.backend == "vllm",
              "reward_weights": list(cfg.reward.weights.values())}
     for key, value in owned.items():
@@ -165,7 +189,7 @@ def _trainer_args(cfg: RecipeConfig) -> Any:
             where = {"temperature": "rollout.temperature", "use_vllm": "rollout.backend",
                      "reward_weights": "reward.weights"}[key]
             raise RecipeError(f"trainer.{key}={cfg.trainer[key]!r} contradicts {where}; set {where} only")
-    return cfg.trainer_args(**owned)
+    return cfg.trainer_args(**DEFAULTS, **owned)
 
 
 def run(cfg: RecipeConfig) -> dict[str, Any]:
