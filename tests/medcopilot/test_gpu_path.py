@@ -15,6 +15,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import re
 import types
 from pathlib import Path
 
@@ -543,3 +544,54 @@ def test_the_paper_table_shows_the_difference_from_base_with_n_and_intervals():
     # a report without an interval gets Wilson's from n
     wilson = paper_table({"base": [{"per_family": {"eicu": {"success_rate": 0.8, "n": 10}}}]})["rows"][0]
     assert wilson["ci95"]["eicu"] == pytest.approx([49.0, 94.3], abs=0.1)
+
+
+def test_a_grpo_run_on_vllm_syncs_exact_weights_through_trls_trainer(tiny_model_dir, tmp_path, train_main,
+                                                                    quiet_training_env, monkeypatch):
+    """``train.py`` with ``rollout.backend=vllm``: TRL's GRPOTrainer, its VLLMGeneration and its sync, with only the
+    engine faked (it starts no vLLM; a turn is a submit, right half of the time). After the run the frozen bf16 base
+    is bit-identical and a sync hands the engine the fp32 merge of the trained adapter."""
+    from transformers import AutoModelForCausalLM
+    from trl.generation.vllm_generation import VLLMGeneration
+    from trl.trainer import grpo_trainer
+
+    made: list = []
+    coin = torch.Generator().manual_seed(0)
+
+    class EngineFaked(VLLMGeneration):
+        def _init_vllm(self):  # where TRL starts vLLM's LLM
+            self.llm = _Engine()
+            made.append(self)
+
+        def generate(self, prompts, images, num_generations, profiler=None):  # vLLM's sampling
+            tok = self.processing_class
+            replies = []
+            for prompt in prompts:  # submit the asked number half of the time: rewards differ within a group
+                asked = re.findall(r"Submit the number (\d+)", tok.decode(prompt))[-1]
+                answer = asked if torch.rand((), generator=coin) < 0.5 else "x"
+                text = f'<tool_call>\n{{"name": "submit_answer", "arguments": {{"answer": "{answer}"}}}}\n</tool_call>'
+                replies.append(tok(text, add_special_tokens=False)["input_ids"] + [tok.eos_token_id])
+            return prompts, replies, [[[-0.5]] * len(r) for r in replies], None
+
+    monkeypatch.setattr(grpo_trainer, "VLLMGeneration", EngineFaked)
+    root = _echo_family(tmp_path / "tasks")
+    assert train_main(["recipe=grpo_tiny", f"model.name_or_path={tiny_model_dir}", "model.dtype=bfloat16",
+                       "model.lora={r: 4, alpha: 8, dropout: 0.0, target_modules: all-linear}", f"tasks.root={root}",
+                       "tasks.families=[echo_digit]", "env.sandbox=local", "env.workers=2", "env.max_turns=2",
+                       "rollout.backend=vllm", "rollout.concurrency=4", "rollout.max_new_tokens=32",
+                       "trainer.per_device_train_batch_size=4", "trainer.num_generations=2", "trainer.max_steps=3",
+                       "trainer.learning_rate=5e-2", "trainer.vllm_mode=colocate",
+                       "trainer.vllm_max_model_length=4096", "trainer.max_completion_length=64",
+                       f"output.dir={tmp_path / 'grpo'}"]) == 0
+    (vg,) = made
+    assert vg.llm.loads > 0, "TRL synced the weights before generating"
+    policy = vg.model
+    start = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.bfloat16).state_dict()
+    base = {n.removeprefix("base_model.model.").replace(".base_layer", ""): p
+            for n, p in policy.named_parameters() if "lora_" not in n}
+    assert all(torch.equal(base[n], start[n]) for n in base), "the frozen base changed"
+    assert any(p.abs().sum() > 0 for n, p in policy.named_parameters() if "lora_B" in n), "the adapter trained"
+    vg.sync_weights()
+    merged = copy.deepcopy(policy).float().merge_and_unload().to(torch.bfloat16)
+    for name, p in merged.named_parameters():
+        assert torch.equal(vg.llm.weights[name], p.detach()), name
