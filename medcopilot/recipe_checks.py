@@ -52,8 +52,8 @@ from typing import Any
 
 from medcopilot.config import RecipeConfig, RecipeError
 
-__all__ = ["ATTENTION_KERNELS", "ModelShape", "check_runnable", "gpu_gib", "memory_plan", "model_shape",
-           "vllm_base_model"]
+__all__ = ["ATTENTION_KERNELS", "LOGITS_BYTES", "ModelShape", "check_runnable", "gpu_gib", "logits_gib", "memory_plan",
+           "model_shape", "recipe_memory_plan", "shape_from_config", "vllm_base_model"]
 
 GIB = 1024 ** 3
 #: Usable memory of an 80 GB GPU (H100/A100-80G report ~79.2 GiB to torch).
@@ -126,14 +126,15 @@ def model_shape(name_or_path: str) -> ModelShape | None:
     base = vllm_base_model(name_or_path)
     path = Path(base)
     if (path / "config.json").is_file():
-        return _shape_from_config(json.loads((path / "config.json").read_text(encoding="utf-8")))
+        return shape_from_config(json.loads((path / "config.json").read_text(encoding="utf-8")))
     name = base.lower().rsplit("/", 1)[-1]
     if name.startswith("qwen2.5-"):
         return QWEN25.get(name.split("-")[1])
     return None
 
 
-def _shape_from_config(conf: dict[str, Any]) -> ModelShape:
+def shape_from_config(conf: dict[str, Any]) -> ModelShape:
+    """The :class:`ModelShape` of a model ``config.json`` (a dict)."""
     hidden, layers = int(conf["hidden_size"]), int(conf["num_hidden_layers"])
     heads = int(conf["num_attention_heads"])
     kv_heads = int(conf.get("num_key_value_heads") or heads)
@@ -316,7 +317,18 @@ def _check_attention(cfg: RecipeConfig) -> str:
     return f"attention: {kernel} (extra [{extra}]: pip install -e '.[{extra}]'; {here})"
 
 
-def _check_memory(cfg: RecipeConfig, args: Any, shape: ModelShape, gpu: float, uses_vllm: bool) -> str:
+def recipe_memory_plan(cfg: RecipeConfig, args: Any, shape: ModelShape, gpu: float) -> dict[str, Any]:
+    """:func:`memory_plan` for a recipe as ``--dry-run`` computes it (``scripts/bench_gpu.py`` sets the estimate
+    next to what it measures with this).
+
+    Returns:
+        The plan plus ``micro``, ``seq`` (tokens per trained sequence), ``generation`` (``model.generate``'s
+        ``{"batch", "tokens"}`` or None) and ``vllm_settings`` (the colocated engine's, or None).
+
+    Raises:
+        RecipeError: A colocated vLLM engine without ``trainer.vllm_max_model_length``.
+    """
+    uses_vllm = cfg.method == "grpo" and cfg.rollout.backend == "vllm"
     micro, seq, scored = _batch_geometry(cfg, args)
     lora = cfg.model.lora.r if cfg.model.lora else None
     checkpointing = bool(getattr(args, "activation_checkpointing", getattr(args, "gradient_checkpointing", True)))
@@ -330,8 +342,15 @@ def _check_memory(cfg: RecipeConfig, args: Any, shape: ModelShape, gpu: float, u
                 "sleep": bool(args.vllm_enable_sleep_mode)}
         seq = min(seq, int(max_len))
     generation = _hf_generation(cfg, args, seq) if not uses_vllm else None
-    plan = memory_plan(shape, lora_rank=lora, micro_batch=micro, seq_tokens=seq, scored_tokens=min(scored, seq),
-                       checkpointing=checkpointing, gpu=gpu, vllm=vllm, method=cfg.method, generation=generation)
+    plan: dict[str, Any] = memory_plan(shape, lora_rank=lora, micro_batch=micro, seq_tokens=seq,
+                                       scored_tokens=min(scored, seq), checkpointing=checkpointing, gpu=gpu,
+                                       vllm=vllm, method=cfg.method, generation=generation)
+    return {**plan, "micro": micro, "seq": seq, "generation": generation, "vllm_settings": vllm}
+
+
+def _check_memory(cfg: RecipeConfig, args: Any, shape: ModelShape, gpu: float, uses_vllm: bool) -> str:
+    plan = recipe_memory_plan(cfg, args, shape, gpu)
+    micro, seq, generation, vllm = plan["micro"], plan["seq"], plan["generation"], plan["vllm_settings"]
     line = (f"memory on a {gpu:.1f} GiB GPU: weights {plan['weights']:.1f} + trainable states "
             f"{plan['adapters']:.1f} + activations {plan['activations']:.1f} ({micro} x {seq} tokens; logits "
             f"{plan['logits']:.1f}) + slack {TRAIN_SLACK_GIB:.0f} = training {plan['train']:.1f} GiB")

@@ -49,7 +49,7 @@ from medcopilot.mixture import apply_mixture
 from medcopilot.rewards_adapter import EpisodeReward
 from medcopilot.rollout_func import EnvRolloutFunc, PromptIndex, check_generation_layout
 
-__all__ = ["build_index", "make_env_factory", "make_verifier", "reward_components", "run", "vllm_start",
+__all__ = ["build_index", "build_trainer", "make_env_factory", "make_verifier", "reward_components", "run", "vllm_start",
            "vllm_started"]
 
 log = logging.getLogger(__name__)
@@ -192,6 +192,47 @@ def _trainer_args(cfg: RecipeConfig) -> Any:
     return cfg.trainer_args(**DEFAULTS, **owned)
 
 
+def build_trainer(cfg: RecipeConfig, *, model: Any, tokenizer: Any, pool: Any, verifier: Any = None,
+                  rollout_cls: type = EnvRolloutFunc, callbacks: list[Any] | None = None) -> tuple[Any, Any, PromptIndex]:
+    """TRL's ``GRPOTrainer`` for ``cfg`` around a loaded ``model``, with our rollout hook on ``pool``.
+
+    What :func:`run` trains with; ``scripts/bench_gpu.py`` builds the same trainer around a randomly initialised
+    model (``rollout_cls`` lets it script the first turn of each episode).
+
+    Returns:
+        ``(trainer, rollout, index)``: the trainer, its rollout hook and the prompt index of the dataset.
+    """
+    from datasets import Dataset
+    from trl import GRPOTrainer
+
+    from medcopilot.modeling import lora_config
+
+    args = _trainer_args(cfg)
+    index = build_index(cfg)
+    dataset = Dataset.from_list(apply_mixture(cfg.tasks, index.rows, seed=args.seed, tag="grpo"))
+    if pool is not None and cfg.rollout.concurrency > cfg.env.workers:
+        log.warning("rollout.concurrency=%d > env.workers=%d: an episode holds a sandbox session from reset to end, "
+                    "so episodes will wait for workers and turns batch poorly; set env.workers >= rollout.concurrency",
+                    cfg.rollout.concurrency, cfg.env.workers)
+    components = reward_components(cfg.reward.weights)
+    rollout = rollout_cls(
+        make_env=make_env_factory(cfg, pool), index=index, tokenizer=tokenizer,
+        max_new_tokens=cfg.rollout.max_new_tokens, max_completion_tokens=args.max_completion_length,
+        concurrency=cfg.rollout.concurrency, rewards=components, weights=cfg.reward.weights, seed=args.seed,
+        verifier=verifier,
+    )
+    reward_funcs = [EpisodeReward(name, group_size=args.num_generations, log_metrics=i == 0)
+                    for i, name in enumerate(components)]
+    started_from = vllm_start(model, cfg) if args.use_vllm else None
+    trainer = GRPOTrainer(model=model, reward_funcs=reward_funcs, args=args, train_dataset=dataset,
+                          processing_class=tokenizer, rollout_func=rollout, peft_config=lora_config(cfg.model.lora),
+                          callbacks=callbacks)
+    if not args.use_vllm:
+        check_generation_layout(trainer.accelerator)  # before any step: ZeRO-3 / FSDP ranks would hang
+    vllm_started(trainer, model, started_from)
+    return trainer, rollout, index
+
+
 def run(cfg: RecipeConfig) -> dict[str, Any]:
     """Train a policy with GRPO on environment episodes and save it to ``output.dir``.
 
@@ -207,17 +248,8 @@ def run(cfg: RecipeConfig) -> dict[str, Any]:
     Raises:
         RecipeError: Invalid sections (unknown reward, contradicting keys, missing tasks or model).
     """
-    from datasets import Dataset
-    from trl import GRPOTrainer
-
     import sandbox
-    from medcopilot.modeling import (
-        load_model,
-        load_tokenizer,
-        lora_config,
-        resume_checkpoint,
-        trainable_parameter_count,
-    )
+    from medcopilot.modeling import load_model, load_tokenizer, resume_checkpoint, trainable_parameter_count
     from medcopilot.trainers._common import finish_run, rl_summary
 
     if cfg.method != "grpo":
@@ -230,36 +262,13 @@ def run(cfg: RecipeConfig) -> dict[str, Any]:
     tokenizer = load_tokenizer(cfg.model.name_or_path)
     model = load_model(cfg.model)
 
-    # ---- env: dataset of opening chats, a sandbox pool, one Env per episode
-    args = _trainer_args(cfg)
-    index = build_index(cfg)
-    dataset = Dataset.from_list(apply_mixture(cfg.tasks, index.rows, seed=args.seed, tag="grpo"))
+    # ---- env: a sandbox pool (one Env per episode on it); dataset, rollout hook and trainer
     pool = None if cfg.env.urls else sandbox.make_pool(cfg.env.sandbox, workers=cfg.env.workers,
                                                        allow_unisolated=cfg.env.sandbox == "local")
     layers = [f"env servers {', '.join(cfg.env.urls)}"] if pool is None else list(getattr(pool, "layers", []))
-    if pool is not None and cfg.rollout.concurrency > cfg.env.workers:
-        log.warning("rollout.concurrency=%d > env.workers=%d: an episode holds a sandbox session from reset to end, "
-                    "so episodes will wait for workers and turns batch poorly; set env.workers >= rollout.concurrency",
-                    cfg.rollout.concurrency, cfg.env.workers)
-    components = reward_components(cfg.reward.weights)
-    rollout = EnvRolloutFunc(
-        make_env=make_env_factory(cfg, pool), index=index, tokenizer=tokenizer,
-        max_new_tokens=cfg.rollout.max_new_tokens, max_completion_tokens=args.max_completion_length,
-        concurrency=cfg.rollout.concurrency, rewards=components, weights=cfg.reward.weights, seed=args.seed,
-        verifier=verifier,
-    )
-    reward_funcs = [EpisodeReward(name, group_size=args.num_generations, log_metrics=i == 0)
-                    for i, name in enumerate(components)]
-
-    # ---- trainer
-    started_from = vllm_start(model, cfg) if args.use_vllm else None
     try:
-        trainer = GRPOTrainer(model=model, reward_funcs=reward_funcs, args=args, train_dataset=dataset,
-                              processing_class=tokenizer, rollout_func=rollout,
-                              peft_config=lora_config(cfg.model.lora))
-        if not args.use_vllm:
-            check_generation_layout(trainer.accelerator)  # before any step: ZeRO-3 / FSDP ranks would hang
-        vllm_started(trainer, model, started_from)
+        trainer, _, index = build_trainer(cfg, model=model, tokenizer=tokenizer, pool=pool, verifier=verifier)
+        args = trainer.args
         trainable, total = trainable_parameter_count(trainer.model)
         resumed_from = resume_checkpoint(cfg.trainer, cfg.output.dir)
         print(f"[grpo] {len(index.rows)} tasks x {args.num_generations} generations; sandbox {cfg.env.sandbox} "
