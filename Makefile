@@ -66,13 +66,15 @@ docs: venv
 
 # What the GPU device machine lacks, packed into an ignored folder to carry there (issue #21): its image has Python
 # 3.12, torch, transformers, accelerate, peft, pandas and pyarrow but no TRL, datasets, pydantic or bubblewrap, and no
-# network. cp312 wheels (no dependencies resolved: the image has the rest) and the bubblewrap .deb, unpacked with
+# network. cp312 wheels (no dependencies resolved: the image has the rest; pyseccomp builds the jail's syscall
+# filter) and the bubblewrap .deb, unpacked with
 # dpkg -x. On the device: pip install --no-index --no-deps --target /tmp/site .gpu_pack/wheels/*.whl, then
 # PYTHONPATH=/tmp/site:$$PWD PATH=$$PWD/.gpu_pack/bwrap/usr/bin:$$PATH python3 scripts/bench_gpu.py --shape 7b --json
 # (docs/benchmarks.md has the whole command). vLLM cannot travel (far too large): its path stays unmeasured.
 GPU_PACK   := .gpu_pack
 GPU_WHEELS := trl==1.16.0 datasets==4.7.0 dill==0.4.0 multiprocess==0.70.18 fsspec==2026.2.0 pydantic==2.14.4 \
-              pydantic-core==2.50.5 annotated-types==0.7.0 typing-inspection==0.4.4 'typing_extensions>=4.16'
+              pydantic-core==2.50.5 annotated-types==0.7.0 typing-inspection==0.4.4 'typing_extensions>=4.16' \
+              pyseccomp==0.1.2
 .PHONY: gpu-pack
 gpu-pack: venv
 	@rm -rf $(GPU_PACK).tmp && mkdir -p $(GPU_PACK).tmp/wheels $(GPU_PACK).tmp/deb
