@@ -148,6 +148,9 @@ class EnvConfig:
     max_turns: int | None = None  # assistant turns per episode; null = the family's registered default
     sandbox: Literal["bwrap", "docker", "local"] = "bwrap"  # executor backend; "local" has no isolation
     workers: int = 2  # warm sandbox workers shared by concurrent episodes (in process; per server when remote)
+    # Most sandbox workers: the pool grows past `workers` to the episodes in flight, up to this; null = half the
+    # host's memory at sandbox.pool.WORKER_MB per worker (or $MEDAGENTGYM_SANDBOX_MAX_WORKERS).
+    max_workers: int | None = None
     # Env servers (scripts/serve_env.py) that run the episodes instead of this process: one URL or a list,
     # used round-robin with health checks and retry (env_client.http_client.EnvServers); null = in process.
     # A server started with --token needs MEDAGENTGYM_ENV_TOKEN set to the same token.
@@ -156,6 +159,8 @@ class EnvConfig:
     def __post_init__(self) -> None:
         _check(self.max_turns is None or self.max_turns >= 1, "env.max_turns", self.max_turns, "an integer >= 1")
         _check(self.workers >= 1, "env.workers", self.workers, "an integer >= 1")
+        _check(self.max_workers is None or self.max_workers >= 1, "env.max_workers", self.max_workers,
+               "an integer >= 1, or null for the cap derived from memory")
         for i, url in enumerate(self.urls):
             _check(url.startswith(("http://", "https://")) and len(url) > 8, f"env.url[{i}]", url,
                    "an http(s)://host:port URL of scripts/serve_env.py")
