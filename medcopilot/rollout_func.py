@@ -44,8 +44,8 @@ from env_client.tokens import TokenEpisode, generate_batch, token_rollout
 from medcopilot.metrics import episode_outcome
 from rewards import combine
 
-__all__ = ["BatchGenerate", "EnvRolloutFunc", "PromptIndex", "TurnBatcher", "check_generation_layout", "episode_seed",
-           "hf_batch_generate", "prompt_key"]
+__all__ = ["BatchGenerate", "EnvRolloutFunc", "PromptIndex", "TurnBatcher", "check_generation_layout", "context_limit",
+           "episode_seed", "hf_batch_generate", "prompt_key"]
 
 log = logging.getLogger(__name__)
 
@@ -149,6 +149,18 @@ def check_generation_layout(accelerator: Any) -> None:
                            f"{accelerator.num_processes} processes (generate needs the same number of calls on "
                            f"every process); use DDP or ZeRO-2 (recipes/accelerate/zero2.yaml), or "
                            f"rollout.backend=vllm")
+
+
+def context_limit(trainer: Any) -> int | None:
+    """The generator's context limit in TRL's GRPO: ``vllm_max_model_length`` with vLLM (when set), else the
+    model's ``max_position_embeddings`` (None when neither is known)."""
+    args = trainer.args
+    if getattr(args, "use_vllm", False) and getattr(args, "vllm_max_model_length", None):
+        return int(args.vllm_max_model_length)
+    model = trainer.accelerator.unwrap_model(trainer.model) if hasattr(trainer, "accelerator") else trainer.model
+    config = getattr(model, "config", None)
+    limit = getattr(config, "max_position_embeddings", None)
+    return int(limit) if limit else None
 
 
 def hf_batch_generate(model: Any, tokenizer: Any, contexts: list[list[int]], *, seeds: list[int],
@@ -313,13 +325,17 @@ class EnvRolloutFunc:
             total is missing by ``rewards.combine``'s rules (a weighted term is None) gets None for *every*
             component, so TRL counts it unscorable (advantage 0) instead of summing the other terms around the
             hole, which would score a failed grader like a wrong answer. PPO drops the same rows.
+        max_context_tokens: The generator's context limit; an episode whose next turn could not fit ends as
+            truncated before the call (see :func:`env_client.tokens.token_rollout`). None: as TRL's hook, the
+            trainer's ``vllm_max_model_length`` with vLLM, else the model's ``max_position_embeddings``.
     """
 
     def __init__(self, *, make_env: Callable[[], Any], index: PromptIndex, tokenizer: Any, max_new_tokens: int,
                  max_completion_tokens: int | None = None, concurrency: int = 16,
                  rewards: dict[str, Callable[..., float | None]] | None = None, seed: int = 0,
                  flush_s: float = 0.25, policy_name: str = "grpo", verifier: Any = None,
-                 weights: dict[str, float] | None = None, batching: str = "continuous"):
+                 weights: dict[str, float] | None = None, batching: str = "continuous",
+                 max_context_tokens: int | None = None):
         from rewards import correctness
 
         if max_new_tokens < 1 or concurrency < 1:
@@ -336,7 +352,9 @@ class EnvRolloutFunc:
             raise ValueError(f"reward weights {sorted(self.weights)} and reward components {sorted(self.rewards)} "
                              f"must name the same terms")
         self.verifier = verifier
+        self.max_context_tokens = max_context_tokens
         self.calls = 0
+        self._rounds_before: int | None = None  # generation rounds a resumed GRPO run had done (see round_index)
 
     # ------------------------------------------------------------------ the hook TRL calls
     def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
@@ -351,8 +369,10 @@ class EnvRolloutFunc:
             function kwargs ``reward_<name>`` (one per component) and ``episode_stats``: lists, one per row.
         """
         args = trainer.args
+        call = self.round_index(trainer)
+        limit = self.max_context_tokens or context_limit(trainer)
         if args.use_vllm:
-            return self._run_vllm(prompts, trainer)
+            return self._run_vllm(prompts, trainer, call=call, limit=limit)
         from trl.models import unwrap_model_for_generation
 
         check_generation_layout(trainer.accelerator)
@@ -363,7 +383,7 @@ class EnvRolloutFunc:
             try:
                 out = self.run(prompts, self.hf_generator(model, temperature=args.temperature, top_p=args.top_p,
                                                           top_k=args.top_k),
-                               rank=trainer.accelerator.process_index)
+                               call=call, rank=trainer.accelerator.process_index, max_context_tokens=limit)
             finally:
                 model.train(was_training)
         out["logprobs"] = None  # only vLLM's importance-sampling correction reads them
@@ -376,7 +396,26 @@ class EnvRolloutFunc:
                                      temperature=temperature, top_p=top_p, top_k=top_k)
         return gen
 
-    def _run_vllm(self, prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
+    def round_index(self, trainer: Any) -> int:
+        """The number of this generation round in the whole run (1, 2, ...), continued across a resume.
+
+        TRL's GRPO calls the hook every ``steps_per_generation * num_iterations`` micro-steps and restarts its
+        micro-step counter when a run resumes, so counting calls alone would replay the first rounds' seeds. The
+        rounds done before this trainer's first call are read from ``trainer.state.global_step`` and added to the
+        call count (they are 0 on a fresh run, which numbers its rounds 1, 2, ... as before).
+        """
+        if self._rounds_before is None:
+            args = trainer.args
+            accumulation = int(getattr(trainer, "current_gradient_accumulation_steps", 0)
+                               or args.gradient_accumulation_steps)
+            every = int(args.steps_per_generation or accumulation) * int(getattr(args, "num_iterations", 1) or 1)
+            micro_steps = int(trainer.state.global_step) * accumulation
+            self._rounds_before = -(-micro_steps // every)  # rounds start at micro-steps 0, every, 2 * every, ...
+        self.calls += 1
+        return self._rounds_before + self.calls
+
+    def _run_vllm(self, prompts: list[Any], trainer: Any, *, call: int | None = None,
+                  limit: int | None = None) -> dict[str, list[Any]]:
         vg = trainer.vllm_generation
         if (vg.mode == "server" and trainer.accelerator.num_processes > 1) or vg.tensor_parallel_size > 1:
             raise NotImplementedError("multi-turn vLLM rollouts need vllm_mode='colocate' with tensor parallel size "
@@ -390,7 +429,7 @@ class EnvRolloutFunc:
             return completion_ids, [[lp[0] for lp in seq] for seq in logprobs]
 
         with self._vllm_awake(vg, trainer.state.global_step):
-            return self.run(prompts, gen, rank=trainer.accelerator.process_index)
+            return self.run(prompts, gen, call=call, rank=trainer.accelerator.process_index, max_context_tokens=limit)
 
     @contextlib.contextmanager
     def _vllm_awake(self, vg: Any, step: int) -> Iterator[None]:
@@ -417,7 +456,7 @@ class EnvRolloutFunc:
 
     # ------------------------------------------------------------------ the rollout itself
     def run(self, prompts: Sequence[Any], batch_generate: BatchGenerate, *, call: int | None = None,
-            rank: int = 0) -> dict[str, list[Any]]:
+            rank: int = 0, max_context_tokens: int | None = None) -> dict[str, list[Any]]:
         """Run one episode per prompt row and collate them in row order.
 
         Episode ``row`` samples with the seed ``episode_seed(self.seed, rank, call, row)``: the same arguments give
@@ -430,6 +469,7 @@ class EnvRolloutFunc:
             call: Round number the seeds derive from; None takes the next one (``self.calls + 1``). A fixed
                 evaluation passes the same ``call`` before and after training.
             rank: The process index (``accelerator.process_index``).
+            max_context_tokens: The generator's context limit (default ``self.max_context_tokens``; None: none).
 
         Returns:
             The hook's dict (``logprobs`` filled from the generator).
@@ -442,6 +482,7 @@ class EnvRolloutFunc:
         if call is None:
             self.calls += 1
             call = self.calls
+        limit = max_context_tokens if max_context_tokens is not None else self.max_context_tokens
         seeds = [episode_seed(self.seed, rank, call, row) for row in range(len(instances))]
         episodes: list[TokenEpisode | None] = [None] * len(instances)
         batcher = TurnBatcher(batch_generate, len(instances), flush_s=self.flush_s, batching=self.batching)
@@ -457,7 +498,7 @@ class EnvRolloutFunc:
                             env, instances[row], tokenizer=self.tokenizer, generate_fn=batcher.generate_fn(row),
                             seed=seeds[row], max_new_tokens=self.max_new_tokens,
                             max_completion_tokens=self.max_completion_tokens, sample_idx=sample_idx[row],
-                            policy_name=self.policy_name)
+                            policy_name=self.policy_name, max_context_tokens=limit)
                     finally:
                         env.close()
                 finally:
@@ -493,7 +534,8 @@ class EnvRolloutFunc:
             unscorable = combine(values, self.weights).total is None
             for name, value in values.items():
                 components[name].append(None if unscorable else value)
-            stats.append(dataclasses.replace(st, grader_error=unscorable).to_dict())
+            stats.append(dataclasses.replace(st, grader_error=unscorable,
+                                             truncated=st.truncated or ep.truncated).to_dict())
         return {
             "prompt_ids": [e.prompt_ids for e in episodes],
             "completion_ids": [e.completion_ids for e in episodes],

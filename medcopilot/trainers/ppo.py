@@ -518,7 +518,8 @@ def run(cfg: RecipeConfig) -> dict[str, Any]:
         make_env=make_env_factory(cfg, pool), index=index, tokenizer=tokenizer,
         max_new_tokens=cfg.rollout.max_new_tokens, max_completion_tokens=args.max_completion_length,
         concurrency=cfg.rollout.concurrency, rewards=components, weights=cfg.reward.weights, verifier=verifier,
-        seed=args.seed, policy_name="ppo")
+        seed=args.seed, policy_name="ppo",
+        max_context_tokens=getattr(model.config, "max_position_embeddings", None))  # the context guard
 
     # ---- trainer, train
     try:

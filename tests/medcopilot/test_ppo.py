@@ -337,7 +337,8 @@ def test_ppo_tiny_through_train_py_then_resume(tiny_model_dir, sandbox_backend, 
     for key in ("reward", "kl", "kl_coef", "policy_loss", "value_loss", "clipfrac", "entropy", "approx_kl",
                 "env/success_rate", "env/turns_mean", "env/truncation_rate", "learning_rate"):
         assert key in history[-1], key
-    assert history[0]["kl"] == pytest.approx(0.0, abs=1e-6) and history[1]["kl"] > 0  # moved off the reference
+    # moved off the reference (k1, the recipe's estimator, sums to either sign on one episode)
+    assert history[0]["kl"] == pytest.approx(0.0, abs=1e-6) and abs(history[1]["kl"]) > 1e-6
 
     capsys.readouterr()
     assert train_main([*argv, "trainer.max_steps=3", "trainer.report_to=[wandb]"]) == 0
