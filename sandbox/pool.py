@@ -36,7 +36,7 @@ from ._caps import mask
 from ._jail import JAIL_BRIDGE_DIR, Slot, ipc_limits, mount_tmpfs, set_bwrap_ipc_limits, sync_bwrap_mounts, umount
 from .api import ErrorKind, ExecResult, Limits
 from .bridge import SessionBridges, check_bridges
-from .errors import SandboxBusy, SandboxError, SandboxUnavailable, SessionClosed, WorkerLost
+from .errors import SandboxBusy, SandboxError, SandboxUnavailable, SessionClosed, WorkerLost, WorkerRefused
 
 log = logging.getLogger("sandbox")
 _UIDS = itertools.count(60000 + (os.getpid() % 300) * 16)
@@ -143,14 +143,16 @@ class _Worker:
                 deadline = time.monotonic() + timeout
                 _send(self.proc.stdin.fileno(), msg, deadline)
                 reply = _recv(self.proc.stdout.fileno(), deadline)
-            except (OSError, TimeoutError, ValueError) as exc:
+                if reply is not None and not isinstance(reply, dict):
+                    raise ValueError(f"a reply that is not a JSON object ({type(reply).__name__})")
+            except Exception as exc:  # noqa: BLE001 - wedged, dead, or a reply we cannot read (RecursionError too)
                 self.kill()
-                raise WorkerLost(f"worker {self.slot.index} failed: {type(exc).__name__}: {exc}") from None
+                raise WorkerLost(f"worker {self.slot.index} failed: {type(exc).__name__}: {str(exc)[:200]}") from None
             if reply is None:
                 self.kill()
                 raise WorkerLost(f"worker {self.slot.index} died (exit status {self.proc.poll()})")
             if not reply.get("ok"):
-                raise SandboxError(f"worker {self.slot.index} refused {msg.get('op')!r}: {reply.get('error')}")
+                raise WorkerRefused(f"worker {self.slot.index} refused {msg.get('op')!r}: {str(reply.get('error'))[:300]}")
             return reply
 
     def kill(self) -> None:
@@ -748,10 +750,13 @@ class Session:
             try:
                 reply = self._worker.request(msg, timeout=limits.wall_s + _GRACE_S)
                 return ExecResult.from_dict(reply["result"])
-            except (WorkerLost, KeyError, TypeError, ValueError) as exc:
-                # Dead, wedged, or a reply that does not parse: never reuse that worker or its files.
-                why = exc if isinstance(exc, WorkerLost) else f"worker {self._worker.slot.index} replied " \
-                    f"nonsense ({type(exc).__name__})"
+            except (WorkerLost, WorkerRefused, KeyError, TypeError, ValueError, RecursionError) as exc:
+                # Dead, wedged, a call the server could not complete or a reply that does not parse: whatever the
+                # call's code did, it is the call's outcome (killed), never an error of the host. Never reuse
+                # that worker or its files; only failing to start a fresh one (SandboxUnavailable) is ours.
+                why = exc if isinstance(exc, (WorkerLost, WorkerRefused)) else \
+                    f"worker {self._worker.slot.index} replied nonsense ({type(exc).__name__})"
+                log.warning("sandbox call killed, worker %d replaced: %s", self._worker.slot.index, why)
                 self._worker = self._pool._replace(self._worker)
                 self._open()
                 res = ExecResult.sandbox_error(lang, source, f"{why}; the session continues on a fresh worker "

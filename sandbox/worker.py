@@ -139,7 +139,8 @@ class ReplyReader:
         """Read what is available. Returns the reply once complete, else None (``closed`` is set at EOF).
 
         Raises:
-            ValueError: A frame is larger than :data:`MAX_REPLY`, not JSON, or not a JSON object.
+            ValueError: A frame is larger than :data:`MAX_REPLY`, not JSON (or nested past the decoder's depth), or
+                not a JSON object.
         """
         while True:
             try:
@@ -158,7 +159,10 @@ class ReplyReader:
                 raise ValueError(f"reply frame of {size} bytes announced")
             if len(self.buf) < _HDR.size + size:
                 return None
-            reply = json.loads(bytes(self.buf[_HDR.size:_HDR.size + size]))
+            try:
+                reply = json.loads(bytes(self.buf[_HDR.size:_HDR.size + size]))
+            except RecursionError:  # nesting past the decoder's depth: as unreadable as bad JSON
+                raise ValueError("reply frame nested too deeply") from None
             del self.buf[:_HDR.size + size]
             if not isinstance(reply, dict):
                 raise ValueError("reply is not a JSON object")
@@ -168,22 +172,39 @@ class ReplyReader:
 
 
 def _clean_reply(reply: dict) -> tuple[int | None, int | None, str, dict | None]:
-    """The typed fields of a runner's reply: whatever the user's code wrote there, the host gets sane types."""
+    """The typed fields of a runner's reply: whatever the user's code wrote there, the host gets sane types.
+
+    The user's code can rewrite any module of the runner it runs in (what it reports as error context, say), so
+    every field is rebuilt from scratch: ints in range, strings only where strings belong (anything else, however
+    deeply nested, becomes its type's name, without ever being converted), and the context through
+    ``sandbox.grounding.clean_context`` (documented keys and shapes only).
+    """
     def small_int(value: Any) -> int | None:
         return value if isinstance(value, int) and not isinstance(value, bool) and -(1 << 31) <= value < 1 << 31 \
             else None
 
+    def text(value: Any, cap: int) -> str:
+        return value[:cap] if isinstance(value, str) else "" if value is None else f"<{type(value).__name__}>"
+
     kind = reply.get("error_kind")
-    kind = kind if kind in _KINDS else "python_error"
+    kind = kind if isinstance(kind, str) and kind in _KINDS else "python_error"
     exc = reply.get("exception")
     exception = None
     if isinstance(exc, dict):
-        exception = {"type": str(exc.get("type", ""))[:200], "message": str(exc.get("message", ""))[:4000],
-                     "lineno": small_int(exc.get("lineno")), "traceback": str(exc.get("traceback", ""))[:20000],
-                     "context": exc.get("context") if isinstance(exc.get("context"), dict) else None}
+        exception = {"type": text(exc.get("type"), 200), "message": text(exc.get("message"), 4000),
+                     "lineno": small_int(exc.get("lineno")), "traceback": text(exc.get("traceback"), 20000),
+                     "context": _clean_context(exc.get("context"))}
         if "offset" in exc:
             exception["offset"] = small_int(exc.get("offset"))
     return small_int(reply.get("exit_code")), small_int(reply.get("signal")), kind, exception
+
+
+def _clean_context(ctx: Any) -> dict | None:
+    try:
+        from sandbox.grounding import clean_context
+    except Exception:  # the optional grounding module is unavailable: no context at all
+        return None
+    return clean_context(ctx)
 
 
 class Capture:
@@ -806,7 +827,7 @@ class Server:
                 if fd == runner["resp"]:
                     try:
                         reply = frame.feed()
-                    except (ValueError, OSError) as exc:
+                    except Exception as exc:  # noqa: BLE001 - anything unreadable is a lie, never our failure
                         died, lied = True, str(exc)
                         err.feed(f"\n[sandbox] the call's reply channel was corrupted ({lied}); its process "
                                  f"was killed\n".encode())
