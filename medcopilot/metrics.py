@@ -37,7 +37,7 @@ __all__ = ["EpisodeStats", "batch_metrics", "episode_outcome", "zero_advantage_f
 #: Actions that always run in the sandbox (their step duration is sandbox latency).
 SANDBOX_ACTIONS = frozenset({"code_execution", "terminal"})
 #: Step statuses that count as a failed tool call.
-FAILED_STATUSES = frozenset({"error", "parse_error", "forbidden", "fatal"})
+FAILED_STATUSES = frozenset({"error", "parse_error", "forbidden", "agent_error", "fatal"})
 
 
 @dataclass(frozen=True)
