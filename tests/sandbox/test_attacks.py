@@ -332,6 +332,9 @@ def test_server_and_zygotes_have_an_isolated_sys_path(solo):
     "os.write(4, b'\\xff\\xff\\xff\\xff')\ntime.sleep(60)",                          # an absurd length
     "os.write(4, b'\\x00\\x00\\x00\\x05hello')\ntime.sleep(60)",                     # not JSON
     "os.write(4, b'\\x00\\x00\\x00\\x02[]')\ntime.sleep(60)",                        # JSON, not an object
+    # JSON nested past the decoder's depth: RecursionError in the server was answered as its own failure
+    # (SandboxError on the host, which grading counted as infrastructure: reward None for a wrong answer)
+    "b = b'[' * 100000 + b']' * 100000\nos.write(4, len(b).to_bytes(4, 'big') + b)\ntime.sleep(60)",
 ])
 def test_a_lying_reply_channel_is_killed_not_waited_for(solo, forgery, still_serves):
     with solo.session() as s:
@@ -517,4 +520,37 @@ def test_a_runner_that_stops_reading_cannot_wedge_the_server(solo, still_serves)
         res = s.run_python(big, limits=Limits(wall_s=2.0))
         assert res.timed_out and time.monotonic() - start < 8, res
         assert s.run_python("print('fresh runner')").stdout == "fresh runner\n"
+    still_serves(solo)
+
+
+def test_a_runner_rewriting_its_reply_module_reaches_the_host_with_documented_shapes(solo, still_serves):
+    """The code can replace any module of its own runner: what it sends as error context is rebuilt by the server."""
+    from sandbox.grounding import ground
+
+    deep = "ctx = cur = {}\nfor _ in range(960):\n    cur['k'] = {}\n    cur = cur['k']\n"
+    odd = ('ctx = {"tables": {"t": 5, "u": [[1]]}, "suggestions": 7, "frames": [1], "columns": {"a": 1}, '
+           '"defined": None, "note": [[1]], "extra": "x" * 10**6, "missing": {"a": [1]}}\n')
+    with solo.session() as s:
+        for ctx in (deep, odd):
+            assert s.run_python(ctx + "import sandbox._runner as r\nr._context = lambda *a, **k: ctx").ok
+            res = s.run_python("undefined_name")
+            assert res.error_kind == ErrorKind.PYTHON, res  # the host read the reply (RecursionError before)
+            context = res.exception["context"]
+            assert set(context) <= {"tables", "suggestions", "frames", "columns", "defined", "note", "missing"}
+            assert len(json.dumps(context)) < 20_000
+            for value in context.values():
+                assert isinstance(value, (str, list, dict))
+                for item in (value.values() if isinstance(value, dict) else [value]):
+                    assert isinstance(item, str) or all(isinstance(x, str) for x in item), context
+            assert "NameError" in ground(res)
+        # Exception fields of other types (a forged reply of this very call) become strings without conversion.
+        forged = ("import os, sys, json\nf = sys._getframe()\nwhile 'req' not in f.f_locals: f = f.f_back\n"
+                  "seq = f.f_locals['req']['seq']\nv = []\nfor _ in range(900): v = [v]\n"
+                  "body = json.dumps({'seq': seq, 'error_kind': 'python_error', 'exception': {'type': v, "
+                  "'message': v, 'traceback': v, 'lineno': v, 'context': {'tables': v}}}).encode()\n"
+                  "os.write(4, len(body).to_bytes(4, 'big') + body)\n")
+        res = s.run_python(forged)
+        assert res.exception["type"] == "<list>" and res.exception["lineno"] is None, res
+        assert ground(res)
+        assert s.run_python("print('next')").stdout == "next\n"
     still_serves(solo)
