@@ -279,7 +279,12 @@ def _remove_stale_pools(parent: Path) -> None:
         log.info("removed stale sandbox pool directory %s (owner %s is gone)", base, owner)
 
 
-def _wipe(path: Path, uid: int | None) -> None:
+def _slot_mode(slot: Slot) -> int:
+    """Mode of a slot's writable directories: its two runner uids share the group ``slot.uid``."""
+    return 0o770 if slot.alt_uid is not None else 0o700
+
+
+def _wipe(path: Path, uid: int | None, mode: int = 0o700) -> None:
     """Empty ``path`` without following links planted by the jailed code; restore owner and mode."""
     os.chmod(path, 0o700)
     with os.scandir(path) as entries:
@@ -291,7 +296,7 @@ def _wipe(path: Path, uid: int | None) -> None:
                     os.unlink(entry.path)
                 except FileNotFoundError:
                     pass
-    os.chmod(path, 0o700)
+    os.chmod(path, mode)
     if uid is not None and os.geteuid() == 0:
         os.chown(path, uid, uid)
 
@@ -335,7 +340,8 @@ class Pool:
         self._spawn_lock = threading.Lock()
         self._finalizer = weakref.finalize(self, _cleanup, self._base, self._workers, self._mounted)
         as_root = os.geteuid() == 0 and self.backend == "bwrap"
-        slots = [Slot(i, self._base / f"w{i}", next(_UIDS) if as_root else None) for i in range(workers)]
+        slots = [Slot(i, self._base / f"w{i}", next(_UIDS) if as_root else None,
+                      alt_uid=next(_UIDS) if as_root else None) for i in range(workers)]
         try:
             futures = [self._submit_spawn(self._prepare_slot(slot)) for slot in slots]
             for fut in futures:
@@ -356,7 +362,7 @@ class Pool:
             self.layers.append("caps")  # the server holds only CAP_KILL effective, the runners nothing
         if ready.get("ipc_limits"):
             self.layers.append("ipc-limits")
-        self.jail_uids = [s.uid for s in slots if s.uid is not None]
+        self.jail_uids = [u for s in slots for u in s.uids]
         log.info("sandbox pool ready: backend=%s workers=%d layers=%s seccomp=%s",
                  self.backend, workers, ",".join(self.layers), ready.get("seccomp"))
 
@@ -419,6 +425,8 @@ class Pool:
             sub.mkdir(mode=0o700, exist_ok=True)
             if slot.uid is not None:
                 os.chown(sub, slot.uid, slot.uid)
+        for sub in (slot.workspace, slot.tmp, slot.shm):
+            os.chmod(sub, _slot_mode(slot))
         os.chmod(slot.data, 0o755)
         if slot.uid is not None:
             os.chown(slot.bridge, 0, 0)  # relay sockets are created by the host; the jail only connects
@@ -524,7 +532,7 @@ class Pool:
         if self._closed:
             raise SessionClosed("the pool is closed: create a new one with make_pool()")
         for path in (worker.slot.workspace, worker.slot.tmp, worker.slot.shm):
-            _wipe(path, worker.slot.uid)
+            _wipe(path, worker.slot.uid, _slot_mode(worker.slot))
         log.warning("sandbox worker %d replaced (log: %s)", worker.slot.index, worker.log_path)
         return self._submit_spawn(worker.slot).result()
 
@@ -635,7 +643,7 @@ class Pool:
                 raise WorkerLost("worker not usable")
             worker.request({"op": "reset"}, timeout=_GRACE_S)
             for path in (worker.slot.workspace, worker.slot.tmp, worker.slot.shm):
-                _wipe(path, worker.slot.uid)
+                _wipe(path, worker.slot.uid, _slot_mode(worker.slot))
         except (SandboxError, OSError):
             try:
                 worker = self._replace(worker)

@@ -554,3 +554,57 @@ def test_a_runner_rewriting_its_reply_module_reaches_the_host_with_documented_sh
         assert ground(res)
         assert s.run_python("print('next')").stdout == "next\n"
     still_serves(solo)
+
+
+_STOP_MY_UID = """
+import os, resource, signal, threading, time
+me = os.getpid()
+def mine():
+    for name in os.listdir('/proc'):
+        if name.isdigit() and int(name) != me:
+            try:
+                with open(f'/proc/{name}/status') as fh:
+                    uid = next(line.split()[1] for line in fh if line.startswith('Uid:'))
+            except (OSError, StopIteration):
+                continue
+            if int(uid) == os.getuid():
+                yield int(name)
+def hit():
+    hits = 0
+    for pid in mine():
+        for act in (lambda: os.kill(pid, signal.SIGSTOP),
+                    lambda: resource.prlimit(pid, resource.RLIMIT_AS, (8 << 20, 8 << 20))):
+            try:
+                act()
+                hits += 1
+            except OSError:
+                pass
+    return hits
+def keep_hitting():
+    while True:
+        hit()
+        time.sleep(0.005)
+threading.Thread(target=keep_hitting, daemon=True).start()
+print('hit', hit())
+"""
+
+
+def test_a_session_cannot_touch_the_runner_of_the_next_session(solo, still_serves):
+    """Spare runners forked while a session's code lives must not share its uid: a SIGSTOP (or a prlimit) on them
+    made the next session's first call time out (or fail) although that session did nothing wrong."""
+    with solo.session() as s:
+        assert s.run_python("print('warm')").ok
+        time.sleep(0.5)  # the worker forks its spares once the host is quiet
+        res = s.run_python(_STOP_MY_UID)
+        assert res.ok, res
+        time.sleep(0.5)  # the thread keeps at it while the session stays open
+    for _ in range(3):  # the next sessions on the same worker: every kind of first call
+        with solo.session() as s:
+            start = time.monotonic()
+            results = [s.run_python("import numpy\nprint(numpy.zeros(1000).sum())", limits=Limits(wall_s=5)),
+                       s.run_sql("SELECT 1", database=":memory:", limits=Limits(wall_s=5)),
+                       s.run_shell("echo ok", limits=Limits(wall_s=5))]
+            assert results[0].ok and results[0].stdout == "0.0\n", results[0]
+            assert results[2].ok, results[2]
+            assert time.monotonic() - start < 12
+    still_serves(solo)
