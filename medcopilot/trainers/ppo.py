@@ -507,7 +507,7 @@ def run(cfg: RecipeConfig) -> dict[str, Any]:
     # ---- env: task prompts, a sandbox pool, one Env per episode
     index = build_index(cfg)
     pool = None if cfg.env.urls else sandbox.make_pool(cfg.env.sandbox, workers=cfg.env.workers,
-                                                       allow_unisolated=cfg.env.sandbox == "local")
+                                                       allow_unisolated=cfg.env.allow_unisolated)
     layers = [f"env servers {', '.join(cfg.env.urls)}"] if pool is None else list(getattr(pool, "layers", []))
     if pool is not None and cfg.rollout.concurrency > cfg.env.workers:
         log.warning("rollout.concurrency=%d > env.workers=%d: an episode holds a sandbox session from reset to end, "
@@ -517,7 +517,7 @@ def run(cfg: RecipeConfig) -> dict[str, Any]:
         make_env=make_env_factory(cfg, pool), index=index, tokenizer=tokenizer,
         max_new_tokens=cfg.rollout.max_new_tokens, max_completion_tokens=args.max_completion_length,
         concurrency=cfg.rollout.concurrency, rewards=components, weights=cfg.reward.weights, verifier=verifier,
-        seed=args.seed, policy_name="ppo")
+        seed=args.seed, policy_name="ppo", max_infra_share=cfg.rollout.max_infra_failure_share)
 
     # ---- trainer, train
     try:
