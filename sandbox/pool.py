@@ -176,7 +176,21 @@ def _cleanup(base: Path, workers: list, mounted: list) -> None:
         w.kill()
     for path in mounted:
         umount(path)
+    shutil.rmtree(_stage_dir_of(base), ignore_errors=True)
     shutil.rmtree(base, ignore_errors=True)
+
+
+def _stage_dir_of(base: Path) -> Path:
+    """The pool's staging directory: a sibling with a random name of its own, recorded in ``base/stage-dir``.
+
+    A bind mount shows its source's path in the jail's ``/proc/self/mountinfo``; staging under the pool's directory
+    would name that directory (where the slots' workspaces live) to every jail. The sibling's name says nothing.
+    """
+    try:
+        name = (base / "stage-dir").read_text().strip()
+    except OSError:
+        return base / "stage"
+    return base.parent / name if name.startswith("s-") and "/" not in name else base / "stage"
 
 
 def _force_writable(func, path, _exc) -> None:
@@ -329,6 +343,8 @@ class Pool:
         _remove_stale_pools(Path(tempfile.gettempdir()))
         self._base = Path(tempfile.mkdtemp(prefix="sandbox-pool-"))
         (self._base / "owner").write_text(_process_identity(os.getpid()) or "")
+        self._stage_dir = Path(tempfile.mkdtemp(prefix="s-", dir=self._base.parent))  # see _stage_dir_of
+        (self._base / "stage-dir").write_text(self._stage_dir.name)
         self._staged: dict[tuple, Path] = {}
         self._stage_lock = threading.Lock()
         self.data_root = Path(data_root).resolve() if data_root else None
@@ -388,11 +404,11 @@ class Pool:
         return wanted
 
     def _stage(self, source: Path) -> Path:
-        """The path a jail binds for host ``source``: a hard-linked copy under the pool's own directory.
+        """The path a jail binds for host ``source``: a hard-linked copy in the pool's staging directory.
 
         A bind mount shows its source's path within its filesystem in the jail's ``/proc/self/mountinfo``;
-        binding a staged copy shows the pool's directory instead of the tasks root or the user's data
-        layout. Hard links cost no space and share the bytes; where the source is on another filesystem a file
+        binding a staged copy shows a randomly named directory (:func:`_stage_dir_of`) instead of the tasks root,
+        the user's data layout or the pool's own directory. Hard links cost no space and share the bytes; where the source is on another filesystem a file
         tree up to ``_STAGE_COPY_MB`` is copied, and a larger one is bound as it is (its path then shows: logged).
         The local backend (no jail) binds nothing and uses the source itself.
         """
@@ -403,8 +419,7 @@ class Pool:
         with self._stage_lock:
             staged = self._staged.get(key)
             if staged is None:
-                target = self._base / "stage" / f"{len(self._staged)}-{source.name}"
-                target.parent.mkdir(mode=0o700, exist_ok=True)
+                target = self._stage_dir / f"{len(self._staged)}-{source.name}"
                 try:
                     _link_tree(source, target)
                     staged = target

@@ -504,6 +504,8 @@ def test_a_session_sees_only_its_own_mounts_and_no_host_paths(solo, tmp_path, st
         assert s.run_python("print(open('/data/labels/labels.csv').read())").stdout.startswith("patient")
         info = s.run_shell("cat /proc/self/mountinfo /proc/1/mountinfo 2>/dev/null").stdout
         assert "tasks-root-marker" not in info and str(tmp_path) not in info, info
+        # ... nor the pool's own directory, where every slot's workspace lives (the staged copies showed it)
+        assert solo._base.name not in info and "sandbox-pool" not in info, info
     with solo.session() as s:  # the next session on the same worker does not see the earlier one's mount
         res = s.run_shell("ls /data; cat /data/labels/labels.csv 2>&1")
         assert "patient" not in res.stdout, res.stdout
