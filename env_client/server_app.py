@@ -202,7 +202,8 @@ class ServedEnv:
         self.env.close()
 
 
-def build_app(tasks_root: str | Path, *, backend: str = "bwrap", workers: int = 4, allow_unisolated: bool = False,
+def build_app(tasks_root: str | Path, *, backend: str = "bwrap", workers: int = 4, max_workers: int | None = None,
+              allow_unisolated: bool = False,
               config: EnvConfig | None = None, capacity: int = 64, idle_timeout_s: float = 600.0,
               pool: Any = None, hide_gold: bool = True, tokens: tuple[str, ...] | list[str] = (),
               max_body_bytes: int = 1 << 20, max_sessions_per_client: int | None = None,
@@ -213,7 +214,9 @@ def build_app(tasks_root: str | Path, *, backend: str = "bwrap", workers: int = 
     Args:
         tasks_root: Built tasks root (``scripts/build_tasks.py --out``).
         backend: Sandbox backend for the pool the app starts (ignored when ``pool`` is given).
-        workers: Sandbox workers, i.e. episodes that can run code at the same time.
+        workers: Warm sandbox workers (the pool's floor).
+        max_workers: The pool's cap: it grows to the open episodes up to this many workers (None: from memory,
+            see ``sandbox.make_pool``). Each open episode holds one worker.
         allow_unisolated: Required for ``backend="local"``.
         config: Episode rules for every session.
         capacity: Open sessions allowed (503 past it).
@@ -245,11 +248,14 @@ def build_app(tasks_root: str | Path, *, backend: str = "bwrap", workers: int = 
     if bad or not splits:
         raise ValueError(f"splits={splits!r} is invalid: choose from train, test")
     own_pool = pool is None
-    n_workers = workers if own_pool else len(getattr(pool, "_workers", ())) or workers
+    pool = pool or make_pool(backend, workers=workers, max_workers=max_workers, allow_unisolated=allow_unisolated)
+    # Sessions per client never exceed the workers the pool may run (its cap; an older pool: its workers).
+    n_workers = int(getattr(pool, "max_workers", 0) or len(getattr(pool, "_workers", ())) or workers)
     if max_sessions_per_client is not None and max_sessions_per_client > n_workers:
+        if own_pool:
+            pool.close()
         raise ValueError(f"max_sessions_per_client={max_sessions_per_client} exceeds the {n_workers} sandbox workers: "
                          f"one client could queue past every worker; use at most {n_workers} (or more workers)")
-    pool = pool or make_pool(backend, workers=workers, allow_unisolated=allow_unisolated)
     if worker_wait_s is not None:
         pool.acquire_timeout = float(worker_wait_s)  # a /reset waits this long for a worker, then 503
     lock, cache = threading.Lock(), {}

@@ -150,6 +150,9 @@ class EnvConfig:
     # "local" runs model-written code with your user's rights: refused unless this says so explicitly.
     allow_unisolated: bool = False
     workers: int = 2  # warm sandbox workers shared by concurrent episodes (in process; per server when remote)
+    # Most sandbox workers: the pool grows past `workers` to the episodes in flight, up to this; null = half the
+    # host's memory at sandbox.pool.WORKER_MB per worker (or $MEDAGENTGYM_SANDBOX_MAX_WORKERS).
+    max_workers: int | None = None
     # Env servers (scripts/serve_env.py) that run the episodes instead of this process: one URL or a list,
     # used round-robin with health checks and retry (env_client.http_client.EnvServers); null = in process.
     # A server started with --token needs MEDAGENTGYM_ENV_TOKEN set to the same token.
@@ -158,6 +161,8 @@ class EnvConfig:
     def __post_init__(self) -> None:
         _check(self.max_turns is None or self.max_turns >= 1, "env.max_turns", self.max_turns, "an integer >= 1")
         _check(self.workers >= 1, "env.workers", self.workers, "an integer >= 1")
+        _check(self.max_workers is None or self.max_workers >= 1, "env.max_workers", self.max_workers,
+               "an integer >= 1, or null for the cap derived from memory")
         if self.sandbox == "local" and not self.allow_unisolated:
             raise RecipeError("env.sandbox=local runs model-written code WITHOUT isolation (with your user's rights); "
                               "use env.sandbox=bwrap, or accept it explicitly with env.allow_unisolated=true")

@@ -49,7 +49,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="built tasks root (scripts/build_tasks.py --out); default artifacts/tasks")
     p.add_argument("--host", default="127.0.0.1", help="interface to bind; default 127.0.0.1 (loopback)")
     p.add_argument("--port", type=int, default=8000, help="TCP port; default 8000")
-    p.add_argument("--workers", type=int, default=4, help="sandbox workers (episodes running code at once)")
+    p.add_argument("--workers", type=int, default=4, help="warm sandbox workers kept ready; default 4")
+    p.add_argument("--max-workers", type=int, default=None,
+                   help="most sandbox workers: the pool grows to the open episodes (each holds one) up to this; "
+                        "default half the memory at 48 MiB per worker, or $MEDAGENTGYM_SANDBOX_MAX_WORKERS")
     p.add_argument("--sandbox", choices=["bwrap", "docker", "local"], default="bwrap",
                    help="sandbox backend; default bwrap ('local' is unisolated)")
     p.add_argument("--allow-unisolated", action="store_true", help="permit --sandbox local")
@@ -99,7 +102,8 @@ def main(argv: list[str] | None = None) -> int:
 
         config = EnvConfig(**({"max_turns": args.max_turns} if args.max_turns else {}))
         splits = tuple(s.strip() for s in args.splits.split(",") if s.strip())
-        options = {"backend": args.sandbox, "workers": args.workers, "allow_unisolated": args.allow_unisolated,
+        options = {"backend": args.sandbox, "workers": args.workers, "max_workers": args.max_workers,
+                   "allow_unisolated": args.allow_unisolated,
                    "config": config, "capacity": args.capacity, "idle_timeout_s": args.idle_timeout,
                    "hide_gold": not args.show_gold, "tokens": tokens, "max_body_bytes": args.max_body_bytes,
                    "max_sessions_per_client": args.max_sessions_per_client, "worker_wait_s": args.worker_wait,

@@ -248,7 +248,7 @@ def test_abandoned_session_frees_its_worker_and_waiting_is_bounded(vault):
     """One sandbox worker: an abandoned episode holds it, a second reset gets 503 (not a hang) until the reaper
     closes the abandoned session, after which the pool serves again; a finished episode frees it at once."""
     inst = tasks.make("toy_sql", root=vault).instances("test")[0]
-    with make_pool(BACKEND, workers=1, allow_unisolated=True) as pool:
+    with make_pool(BACKEND, workers=1, max_workers=1, allow_unisolated=True) as pool:
         app = build_app(vault, pool=pool, idle_timeout_s=1.0, worker_wait_s=0.3)
         with background_server(app) as url:
             abandoned = HTTPEnv(url)
@@ -292,7 +292,7 @@ def test_serve_env_refuses_a_public_bind_without_a_token(load_script, capsys, mo
 def test_a_client_holds_at_most_as_many_sessions_as_there_are_workers(vault):
     """The per-client cap defaults to the pool's workers and may never exceed them (it defaulted to 32 over 4)."""
     inst = tasks.make("toy_sql", root=vault).instances("test")[0]
-    with make_pool(BACKEND, workers=2, allow_unisolated=True) as pool:
+    with make_pool(BACKEND, workers=2, max_workers=2, allow_unisolated=True) as pool:  # the cap is 2 workers
         with pytest.raises(ValueError, match="exceeds the 2 sandbox workers"):
             build_app(vault, pool=pool, max_sessions_per_client=3)
         app = build_app(vault, pool=pool, capacity=8, worker_wait_s=0.3)
