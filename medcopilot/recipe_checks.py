@@ -273,6 +273,7 @@ def check_runnable(cfg: RecipeConfig, args: Any, *, base_model: str | None = Non
     from medagentgym.tasks import SUITES
 
     notes = [describe_mixture(cfg.tasks)]
+    notes.append(cfg.env.isolation())
     ood = [f for f in cfg.tasks.families if f in SUITES["ood"]]
     if ood and cfg.tasks.split == "train":
         notes.append(f"trains on out-of-distribution families {', '.join(ood)}: their --suite ood numbers are no "

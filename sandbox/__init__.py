@@ -68,7 +68,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .api import ErrorKind, ExecResult, Limits
-from .errors import SandboxBusy, SandboxError, SandboxUnavailable, SessionClosed, WorkerLost
+from .errors import SandboxBusy, SandboxError, SandboxUnavailable, SessionClosed, WorkerLost, WorkerRefused
 
 if TYPE_CHECKING:
     from .pool import Pool, Session
@@ -84,6 +84,7 @@ __all__ = [
     "Session",
     "SessionClosed",
     "WorkerLost",
+    "WorkerRefused",
     "make_pool",
 ]
 

@@ -38,7 +38,7 @@ from ._caps import mask
 from ._jail import JAIL_BRIDGE_DIR, Slot, ipc_limits, mount_tmpfs, set_bwrap_ipc_limits, sync_bwrap_mounts, umount
 from .api import ErrorKind, ExecResult, Limits
 from .bridge import SessionBridges, check_bridges
-from .errors import SandboxBusy, SandboxError, SandboxUnavailable, SessionClosed, WorkerLost
+from .errors import SandboxBusy, SandboxError, SandboxUnavailable, SessionClosed, WorkerLost, WorkerRefused
 
 log = logging.getLogger("sandbox")
 _MOUNT_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
@@ -146,14 +146,16 @@ class _Worker:
                 deadline = time.monotonic() + timeout
                 _send(self.proc.stdin.fileno(), msg, deadline)
                 reply = _recv(self.proc.stdout.fileno(), deadline)
-            except (OSError, TimeoutError, ValueError) as exc:
+                if reply is not None and not isinstance(reply, dict):
+                    raise ValueError(f"a reply that is not a JSON object ({type(reply).__name__})")
+            except Exception as exc:  # noqa: BLE001 - wedged, dead, or a reply we cannot read (RecursionError too)
                 self.kill()
-                raise WorkerLost(f"worker {self.slot.index} failed: {type(exc).__name__}: {exc}") from None
+                raise WorkerLost(f"worker {self.slot.index} failed: {type(exc).__name__}: {str(exc)[:200]}") from None
             if reply is None:
                 self.kill()
                 raise WorkerLost(f"worker {self.slot.index} died (exit status {self.proc.poll()})")
             if not reply.get("ok"):
-                raise SandboxError(f"worker {self.slot.index} refused {msg.get('op')!r}: {reply.get('error')}")
+                raise WorkerRefused(f"worker {self.slot.index} refused {msg.get('op')!r}: {str(reply.get('error'))[:300]}")
             return reply
 
     def kill(self) -> None:
@@ -177,6 +179,7 @@ def _cleanup(base: Path, workers: list, mounted: list, uids: list) -> None:
         w.kill()
     for path in mounted:
         umount(path)
+    shutil.rmtree(_stage_dir_of(base), ignore_errors=True)
     shutil.rmtree(base, ignore_errors=True)
     for uid in uids:
         _uids.release(uid)
@@ -192,6 +195,19 @@ def _shrink_loop(ref: weakref.ref) -> None:
         pool._shrink(time.monotonic())
         del pool
         time.sleep(period)
+
+
+def _stage_dir_of(base: Path) -> Path:
+    """The pool's staging directory: a sibling with a random name of its own, recorded in ``base/stage-dir``.
+
+    A bind mount shows its source's path in the jail's ``/proc/self/mountinfo``; staging under the pool's directory
+    would name that directory (where the slots' workspaces live) to every jail. The sibling's name says nothing.
+    """
+    try:
+        name = (base / "stage-dir").read_text().strip()
+    except OSError:
+        return base / "stage"
+    return base.parent / name if name.startswith("s-") and "/" not in name else base / "stage"
 
 
 def _force_writable(func, path, _exc) -> None:
@@ -294,7 +310,12 @@ def _remove_stale_pools(parent: Path) -> None:
         log.info("removed stale sandbox pool directory %s (owner %s is gone)", base, owner)
 
 
-def _wipe(path: Path, uid: int | None) -> None:
+def _slot_mode(slot: Slot) -> int:
+    """Mode of a slot's writable directories: its two runner uids share the group ``slot.uid``."""
+    return 0o770 if slot.alt_uid is not None else 0o700
+
+
+def _wipe(path: Path, uid: int | None, mode: int = 0o700) -> None:
     """Empty ``path`` without following links planted by the jailed code; restore owner and mode."""
     os.chmod(path, 0o700)
     with os.scandir(path) as entries:
@@ -306,7 +327,7 @@ def _wipe(path: Path, uid: int | None) -> None:
                     os.unlink(entry.path)
                 except FileNotFoundError:
                     pass
-    os.chmod(path, 0o700)
+    os.chmod(path, mode)
     if uid is not None and os.geteuid() == 0:
         os.chown(path, uid, uid)
 
@@ -418,6 +439,8 @@ class Pool:
         _remove_stale_pools(Path(tempfile.gettempdir()))
         self._base = Path(tempfile.mkdtemp(prefix="sandbox-pool-"))
         (self._base / "owner").write_text(_process_identity(os.getpid()) or "")
+        self._stage_dir = Path(tempfile.mkdtemp(prefix="s-", dir=self._base.parent))  # see _stage_dir_of
+        (self._base / "stage-dir").write_text(self._stage_dir.name)
         self._staged: dict[tuple, Path] = {}
         self._stage_lock = threading.Lock()
         self.data_root = Path(data_root).resolve() if data_root else None
@@ -477,7 +500,7 @@ class Pool:
     @property
     def jail_uids(self) -> list[int]:
         """Host uids the jailed code of this pool's slots runs as (one per slot ever started)."""
-        return [s.uid for s in list(self._slots) if s.uid is not None]
+        return [u for s in list(self._slots) for u in s.uids]
 
     def stats(self) -> dict[str, int]:
         """Live capacity counts: ``live`` workers (``idle`` + ``busy``), ``starting``, sessions ``waiting``,
@@ -509,11 +532,11 @@ class Pool:
         return wanted
 
     def _stage(self, source: Path) -> Path:
-        """The path a jail binds for host ``source``: a hard-linked copy under the pool's own directory.
+        """The path a jail binds for host ``source``: a hard-linked copy in the pool's staging directory.
 
         A bind mount shows its source's path within its filesystem in the jail's ``/proc/self/mountinfo``;
-        binding a staged copy shows the pool's directory instead of the tasks root or the user's data
-        layout. Hard links cost no space and share the bytes; where the source is on another filesystem a file
+        binding a staged copy shows a randomly named directory (:func:`_stage_dir_of`) instead of the tasks root,
+        the user's data layout or the pool's own directory. Hard links cost no space and share the bytes; where the source is on another filesystem a file
         tree up to ``_STAGE_COPY_MB`` is copied, and a larger one is bound as it is (its path then shows: logged).
         The local backend (no jail) binds nothing and uses the source itself.
         """
@@ -524,8 +547,7 @@ class Pool:
         with self._stage_lock:
             staged = self._staged.get(key)
             if staged is None:
-                target = self._base / "stage" / f"{len(self._staged)}-{source.name}"
-                target.parent.mkdir(mode=0o700, exist_ok=True)
+                target = self._stage_dir / f"{len(self._staged)}-{source.name}"
                 try:
                     _link_tree(source, target)
                     staged = target
@@ -546,6 +568,8 @@ class Pool:
             sub.mkdir(mode=0o700, exist_ok=True)
             if slot.uid is not None:
                 os.chown(sub, slot.uid, slot.uid)
+        for sub in (slot.workspace, slot.tmp, slot.shm):
+            os.chmod(sub, _slot_mode(slot))
         os.chmod(slot.data, 0o755)
         if slot.uid is not None:
             os.chown(slot.bridge, 0, 0)  # relay sockets are created by the host; the jail only connects
@@ -557,11 +581,11 @@ class Pool:
         with self._spawn_lock:
             if self._free_slots:
                 return self._free_slots.pop()
-            uid = None
-            if self._as_root:
-                uid = _uids.lease()
-                self._uids.append(uid)
-            slot = Slot(len(self._slots), self._base / f"w{len(self._slots)}", uid)
+            uid = alt = None
+            if self._as_root:  # two uids: sessions alternate between them (sandbox.worker.Server)
+                uid, alt = _uids.lease(), _uids.lease()
+                self._uids += [uid, alt]
+            slot = Slot(len(self._slots), self._base / f"w{len(self._slots)}", uid, alt_uid=alt)
             self._slots.append(slot)
         return self._prepare_slot(slot)
 
@@ -826,7 +850,7 @@ class Pool:
             if worker in self._workers:
                 self._workers.remove(worker)
             for path in (worker.slot.workspace, worker.slot.tmp, worker.slot.shm):
-                _wipe(path, worker.slot.uid)
+                _wipe(path, worker.slot.uid, _slot_mode(worker.slot))
             with self._spawn_lock:
                 self._free_slots.append(worker.slot)
         if victims:
@@ -844,7 +868,7 @@ class Pool:
         if self._closed:
             raise SessionClosed("the pool is closed: create a new one with make_pool()")
         for path in (worker.slot.workspace, worker.slot.tmp, worker.slot.shm):
-            _wipe(path, worker.slot.uid)
+            _wipe(path, worker.slot.uid, _slot_mode(worker.slot))
         log.warning("sandbox worker %d replaced (log: %s)", worker.slot.index, worker.log_path)
         return self._submit_spawn(worker.slot, priority=0).result()
 
@@ -951,7 +975,7 @@ class Pool:
                 raise WorkerLost("worker not usable")
             worker.request({"op": "reset"}, timeout=_GRACE_S)
             for path in (worker.slot.workspace, worker.slot.tmp, worker.slot.shm):
-                _wipe(path, worker.slot.uid)
+                _wipe(path, worker.slot.uid, _slot_mode(worker.slot))
         except (SandboxError, OSError):
             try:
                 worker = self._replace(worker)
@@ -1077,10 +1101,13 @@ class Session:
             try:
                 reply = self._worker.request(msg, timeout=limits.wall_s + _GRACE_S)
                 return ExecResult.from_dict(reply["result"])
-            except (WorkerLost, KeyError, TypeError, ValueError) as exc:
-                # Dead, wedged, or a reply that does not parse: never reuse that worker or its files.
-                why = exc if isinstance(exc, WorkerLost) else f"worker {self._worker.slot.index} replied " \
-                    f"nonsense ({type(exc).__name__})"
+            except (WorkerLost, WorkerRefused, KeyError, TypeError, ValueError, RecursionError) as exc:
+                # Dead, wedged, a call the server could not complete or a reply that does not parse: whatever the
+                # call's code did, it is the call's outcome (killed), never an error of the host. Never reuse
+                # that worker or its files; only failing to start a fresh one (SandboxUnavailable) is ours.
+                why = exc if isinstance(exc, (WorkerLost, WorkerRefused)) else \
+                    f"worker {self._worker.slot.index} replied nonsense ({type(exc).__name__})"
+                log.warning("sandbox call killed, worker %d replaced: %s", self._worker.slot.index, why)
                 self._worker = self._pool._replace(self._worker)
                 self._open()
                 res = ExecResult.sandbox_error(lang, source, f"{why}; the session continues on a fresh worker "

@@ -220,7 +220,7 @@ def build_trainer(cfg: RecipeConfig, *, model: Any, tokenizer: Any, pool: Any, v
         make_env=make_env_factory(cfg, pool), index=index, tokenizer=tokenizer,
         max_new_tokens=cfg.rollout.max_new_tokens, max_completion_tokens=args.max_completion_length,
         concurrency=cfg.rollout.concurrency, rewards=components, weights=cfg.reward.weights, seed=args.seed,
-        verifier=verifier,
+        verifier=verifier, max_infra_share=cfg.rollout.max_infra_failure_share,
     )
     reward_funcs = [EpisodeReward(name, group_size=args.num_generations, log_metrics=i == 0)
                     for i, name in enumerate(components)]
@@ -266,7 +266,7 @@ def run(cfg: RecipeConfig) -> dict[str, Any]:
     # ---- env: a sandbox pool (one Env per episode on it); dataset, rollout hook and trainer
     pool = None if cfg.env.urls else sandbox.make_pool(cfg.env.sandbox, workers=cfg.env.workers,
                                                        max_workers=cfg.env.max_workers,
-                                                       allow_unisolated=cfg.env.sandbox == "local")
+                                                       allow_unisolated=cfg.env.allow_unisolated)
     layers = [f"env servers {', '.join(cfg.env.urls)}"] if pool is None else list(getattr(pool, "layers", []))
     try:
         trainer, _, index = build_trainer(cfg, model=model, tokenizer=tokenizer, pool=pool, verifier=verifier)
