@@ -509,7 +509,7 @@ def test_a_real_grpo_run_resumes_with_the_next_rounds_seeds(tiny_model_dir, tmp_
     root = _echo_family(tmp_path / "tasks")
     out = tmp_path / "run"
     argv = ["recipe=grpo_tiny", f"model.name_or_path={tiny_model_dir}", f"tasks.root={root}",
-            "tasks.families=[echo_digit]", "env.sandbox=local", "env.workers=2", "env.max_turns=1",
+            "tasks.families=[echo_digit]", "env.sandbox=local", "env.allow_unisolated=true", "env.workers=2", "env.max_turns=1",
             "rollout.concurrency=4", "rollout.max_new_tokens=4", "trainer.per_device_train_batch_size=4",
             "trainer.num_generations=2", "trainer.max_completion_length=64", f"output.dir={out}",
             "trainer.save_strategy=steps", "trainer.save_steps=1"]
@@ -577,7 +577,7 @@ def test_a_grpo_run_on_vllm_syncs_exact_weights_through_trls_trainer(tiny_model_
     root = _echo_family(tmp_path / "tasks")
     assert train_main(["recipe=grpo_tiny", f"model.name_or_path={tiny_model_dir}", "model.dtype=bfloat16",
                        "model.lora={r: 4, alpha: 8, dropout: 0.0, target_modules: all-linear}", f"tasks.root={root}",
-                       "tasks.families=[echo_digit]", "env.sandbox=local", "env.workers=2", "env.max_turns=2",
+                       "tasks.families=[echo_digit]", "env.sandbox=local", "env.allow_unisolated=true", "env.workers=2", "env.max_turns=2",
                        "rollout.backend=vllm", "rollout.concurrency=4", "rollout.max_new_tokens=32",
                        "trainer.per_device_train_batch_size=4", "trainer.num_generations=2", "trainer.max_steps=3",
                        "trainer.learning_rate=5e-2", "trainer.vllm_mode=colocate",
