@@ -35,6 +35,7 @@ from pathlib import Path
 from . import _uids
 from . import worker as _proto
 from ._caps import mask
+from ._clock import hard_wall_s
 from ._jail import JAIL_BRIDGE_DIR, Slot, ipc_limits, mount_tmpfs, set_bwrap_ipc_limits, sync_bwrap_mounts, umount
 from .api import ErrorKind, ExecResult, Limits
 from .bridge import SessionBridges, check_bridges
@@ -1075,7 +1076,8 @@ class Session:
             msg = {"op": "run", "lang": lang, "source": source, "limits": limits.to_dict(), **extra}
             start = time.monotonic()
             try:
-                reply = self._worker.request(msg, timeout=limits.wall_s + _GRACE_S)
+                # The worker ends a call by its own clock (sandbox._clock), at the latest at the hard cap.
+                reply = self._worker.request(msg, timeout=hard_wall_s(limits.wall_s) + _GRACE_S)
                 return ExecResult.from_dict(reply["result"])
             except (WorkerLost, KeyError, TypeError, ValueError) as exc:
                 # Dead, wedged, or a reply that does not parse: never reuse that worker or its files.

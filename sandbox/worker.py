@@ -40,6 +40,7 @@ import errno
 import fcntl
 import gc
 import json
+import math
 import os
 import re
 import select
@@ -51,6 +52,7 @@ import time
 from typing import Any
 
 from sandbox import _caps
+from sandbox._clock import CallClock
 
 _HDR = struct.Struct(">I")
 MAX_FRAME = 256 << 20
@@ -760,8 +762,18 @@ class Server:
             return {"ok": True, "result": self.run(req)}
         return {"ok": False, "error": f"unknown op {op!r}: expected open, run, reset or ping"}
 
+    def _call_pids(self) -> list[int]:
+        """Pids of the call in flight: every process of the jail but ours (server, zygotes, spares), or without a
+        pid namespace the runner's process group."""
+        if self.args.pidns:
+            skip = {os.getpid(), *(z.pid for z in self.zygotes.values() if z is not None),
+                    *(r["pid"] for r in self.spares.values() if r is not None)}
+            return [int(n) for n in os.listdir("/proc") if n.isdigit() and int(n) not in skip]
+        pgid = self.runner["pid"] if self.runner else None
+        return [pid for pid, _ppid, group, _state in _proc_table({os.getpid()}) if group == pgid]
+
     def run(self, req: dict) -> dict:
-        """Execute one call in the runner, draining its output, enforcing the wall-clock limit."""
+        """Execute one call in the runner, draining its output, enforcing its time limits (``sandbox._clock``)."""
         limits = dict(self.session_limits)
         limits.update(req.get("limits") or {})
         wall = float(limits.get("wall_s", 30.0))
@@ -784,6 +796,8 @@ class Server:
         self.seq = int.from_bytes(os.urandom(8), "big") >> 2
         call.update(limits=limits, once=not self.persistent, seq=self.seq)
         reply, died, timed_out = None, False, False
+        clock = CallClock(wall, float(limits.get("cpu_s", 30.0)), time.monotonic(), self._call_pids)
+        verdict = None
         try:
             # A runner that does not read (its code holds the GIL in a thread, say) must not wedge the server.
             timed_out = not _write_within(runner["req"], call, start + wall)
@@ -797,12 +811,13 @@ class Server:
         # too: read it without blocking, under the call's deadline, and treat a frame that is too large, not
         # JSON or not an object as a lie (the runner is killed and the call reported as such).
         frame = ReplyReader(runner["resp"], self.seq)
-        while not died and reply is None:
-            remaining = start + wall - time.monotonic()
-            if remaining <= 0:
+        while not died and not timed_out and reply is None:
+            now = time.monotonic()
+            verdict = clock.check(now)
+            if verdict is not None:
                 timed_out = True
                 break
-            for fd, _ in poller.poll(remaining * 1000):
+            for fd, _ in poller.poll(math.ceil(clock.timeout_s(now) * 1000)):
                 if fd == runner["resp"]:
                     try:
                         reply = frame.feed()
@@ -823,7 +838,8 @@ class Server:
             if reply is None:
                 status = self._status_of(runner["pid"])
             self._close_runner()
-        return self._result(req, limits, reply, status, timed_out, out, err, time.monotonic() - start)
+        note = clock.note(verdict, time.monotonic()) if verdict else None
+        return self._result(req, limits, reply, status, timed_out, out, err, time.monotonic() - start, note)
 
     @staticmethod
     def _drain(fd: int, sink: Capture | None, once: bool = False) -> bool:
@@ -843,7 +859,7 @@ class Server:
                 return True
 
     def _result(self, req: dict, limits: dict, reply: dict | None, status: int | None,
-                timed_out: bool, out: Capture, err: Capture, duration: float) -> dict:
+                timed_out: bool, out: Capture, err: Capture, duration: float, clock_note: str | None = None) -> dict:
         lang = req.get("lang", "python")
         exit_code, sig, exception = None, None, None
         notes = []
@@ -852,7 +868,8 @@ class Server:
         elif timed_out:
             kind = "timeout"
             sig = signal.SIGKILL
-            notes.append(f"wall-clock limit of {limits.get('wall_s')} s reached; every process of the call was killed")
+            notes.append(clock_note or f"wall-clock limit of {limits.get('wall_s')} s reached; every process of the "
+                         f"call was killed")
         else:
             if status is not None and os.WIFEXITED(status):
                 exit_code = os.WEXITSTATUS(status)
