@@ -379,6 +379,14 @@ class Pool:
     close, at most ``acquire_timeout`` seconds, then raises :class:`SandboxBusy` with one line naming the cap and
     how to raise it. Waiting sessions are served first come, first served.
 
+    Memory: one worker serves one session at a time, and a session keeps its worker from open to close, idle
+    turns included, because a persistent session's variables live in its runner process and its files in its jail.
+    The ``workers`` warm workers preload ``preload`` (numpy and pandas: fastest first calls, ~80 MiB of host memory
+    each, ~200 MiB once a session imported scikit-learn, whose zygote stays); workers started on demand are *lean*:
+    they preload ``grow_preload`` (sqlite3 only) and keep no zygote, so an idle or SQL session costs ~25 MiB and a
+    session frees what it imported (numpy, pandas, scikit-learn: 0.3-3 s of CPU on first use) when it ends.
+    ``grow_preload=None`` starts every worker like the warm ones. ``scripts/bench_scale.py`` measures all of this.
+
     Attributes:
         backend: ``"bwrap"``, ``"docker"`` or ``"local"``.
         layers: Isolation layers in force, e.g. ``["bwrap", "uid-drop", "pidns", "netns", "seccomp", ...]``.
@@ -392,7 +400,7 @@ class Pool:
                  mounts: dict[str, Path] | None = None, workspace_mb: int = 512,
                  preload: tuple[str, ...] = ("numpy", "pandas", "sqlite3"), start_timeout: float = 120.0,
                  acquire_timeout: float = 30.0, sysv_shm_mb: int = 64, max_workers: int | None = None,
-                 idle_s: float = 60.0) -> None:
+                 idle_s: float = 60.0, grow_preload: tuple[str, ...] | None = ("sqlite3",)) -> None:
         if workers < 1:
             raise ValueError(f"workers={workers} is invalid: use at least 1")
         if max_workers is not None and (not isinstance(max_workers, int) or max_workers < 1):
@@ -404,6 +412,8 @@ class Pool:
         self.backend = launcher.backend
         self.limits = limits
         self.preload = ",".join(preload)
+        self.grow_preload = self.preload if grow_preload is None else ",".join(grow_preload)
+        self._slot_preload: dict[int, str] = {}  # slot index -> the preload of the workers started there
         self.start_timeout = start_timeout
         self.acquire_timeout = acquire_timeout
         self.workspace_quota_mb = workspace_mb
@@ -446,7 +456,7 @@ class Pool:
         try:
             with self._cond:
                 self._starting = workers
-            futures = [self._submit_spawn(self._new_slot()) for _ in range(workers)]
+            futures = [self._submit_spawn(self._new_slot(self.preload)) for _ in range(workers)]
             started = [fut.result() for fut in futures]
         except BaseException:
             self.close()
@@ -553,17 +563,21 @@ class Pool:
         os.chmod(slot.bridge, 0o755)
         return slot
 
-    def _new_slot(self) -> Slot:
-        """A slot for one more worker: one stopped for idleness (already wiped), else a new one with its own uid."""
+    def _new_slot(self, preload: str) -> Slot:
+        """A slot for one more worker (started with ``preload``): one stopped for idleness (already wiped), else a
+        new one with its own uid."""
         with self._spawn_lock:
             if self._free_slots:
-                return self._free_slots.pop()
+                slot = self._free_slots.pop()
+                self._slot_preload[slot.index] = preload
+                return slot
             uid = None
             if self._as_root:
                 uid = _uids.lease()
                 self._uids.append(uid)
             slot = Slot(len(self._slots), self._base / f"w{len(self._slots)}", uid)
             self._slots.append(slot)
+            self._slot_preload[slot.index] = preload
         return self._prepare_slot(slot)
 
     def _sync_local_data(self, slot: Slot) -> None:
@@ -612,7 +626,7 @@ class Pool:
         if self.backend == "local":
             self._sync_local_data(slot)
         log_path = self._base / f"w{slot.index}.log"
-        argv, pass_fds = self.launcher.argv(slot, self.preload), ()
+        argv, pass_fds = self.launcher.argv(slot, self._slot_preload.get(slot.index, self.preload)), ()
         if getattr(self.launcher, "args_via_fd", False):
             # bwrap reads its options from a pipe, so the jail's /proc/1/cmdline shows no host paths; the seccomp
             # filter (BPF) comes through another pipe and is in force before the jailed interpreter starts.
@@ -685,7 +699,7 @@ class Pool:
         """Start ``n`` workers (already counted in ``_starting``); each goes to the first waiting session."""
         for _ in range(n):
             try:
-                slot = self._new_slot()
+                slot = self._new_slot(self.grow_preload)
                 fut = self._submit_spawn(slot, priority=2)
             except BaseException as exc:
                 self._started(None, exc)

@@ -403,6 +403,11 @@ ML_PRELOAD = ("scipy.stats", "sklearn.linear_model", "sklearn.ensemble", "sklear
 _ML_IMPORT = re.compile(r"^[ \t]*(?:from|import)[ \t]+(?:scipy|sklearn|statsmodels|lifelines)\b", re.MULTILINE)
 
 
+def is_lean(preload: str) -> bool:
+    """Whether a worker with this ``--preload`` is lean (neither numpy nor pandas preloaded: no zygotes)."""
+    return not {"numpy", "pandas"} & {name.strip() for name in preload.split(",")}
+
+
 def runner_kind(lang: str | None, source: str | None) -> str:
     """Which runner a session's first call starts: ``light`` (SQL, shell), ``ml`` or ``full`` (Python)."""
     if lang in ("sql", "shell"):
@@ -586,15 +591,16 @@ class Server:
     """
 
     def __init__(self, args: argparse.Namespace, chan_in: int, chan_out: int,
-                 light: Zygote | None = None) -> None:
+                 light: Zygote | None = None, lean: bool = False) -> None:
         self.args = args
+        self.lean = lean  # no zygotes: every runner is a fork of this (small) process
         self.chan_in, self.chan_out = chan_in, chan_out
         self.persistent = True
         self.session_limits: dict = {}
         self.bridges: dict[str, str] = {}  # in-jail port -> Unix socket path (sandbox.bridge)
         self.runner: dict | None = None
         #: Spare runners forked ahead of need: ``full`` from this process, the others from their zygote.
-        self.spares: dict[str, dict | None] = {"full": None, "light": None}
+        self.spares: dict[str, dict | None] = {"full": None} if lean else {"full": None, "light": None}
         #: Zygotes by kind; None once one died (its kind then forks from this process).
         self.zygotes: dict[str, Zygote | None] = {"light": light} if light else {}
         self.status: dict[int, int] = {}  # wait status of the current runner, once reaped
@@ -787,7 +793,7 @@ class Server:
             # scikit-learn/SciPy/statsmodels when the first call imports one of them. A later call needing more
             # than its runner holds still works: its imports just load on demand.
             # A zygote still importing may take up to half the call's wall-clock budget.
-            self.runner = self._take_runner(runner_kind(req.get("lang"), req.get("source")),
+            self.runner = self._take_runner("full" if self.lean else runner_kind(req.get("lang"), req.get("source")),
                                             wait_s=min(_ZYGOTE_WAIT_S, wall / 2))
         runner = self.runner
         for fd in (runner["resp"], runner["out"], runner["err"]):
@@ -986,7 +992,11 @@ def main(argv: list[str] | None = None) -> None:
     sys.stdout = sys.stderr
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER: orphans of a call come back to us to be reaped
-    light = Zygote.start("light", args)  # before the preload: it stays small
+    # A lean worker (its preload leaves out numpy and pandas: the pool's workers started on demand) is small
+    # itself, so it keeps no zygote: every runner forks from the server and a session imports what it uses, which
+    # it frees when it ends (an idle lean worker holds ~15 MiB instead of ~80; see sandbox.pool.Pool).
+    lean = is_lean(args.preload)
+    light = None if lean else Zygote.start("light", args)  # before the preload: it stays small
     preloaded = []
     for name in filter(None, args.preload.split(",")):
         try:
@@ -1007,7 +1017,7 @@ def main(argv: list[str] | None = None) -> None:
                            **hardening, "caps": {k: caps[k] for k in ("CapEff", "CapPrm", "CapBnd", "CapAmb")},
                            "preloaded": preloaded, "python": sys.version.split()[0],
                            "light_zygote": light.pid if light else None})
-    Server(args, chan_in, chan_out, light).serve()
+    Server(args, chan_in, chan_out, light, lean=lean).serve()
 
 
 if __name__ == "__main__":
