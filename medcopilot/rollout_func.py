@@ -40,6 +40,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from env_client.http_client import retry_lost
 from env_client.tokens import TokenEpisode, generate_batch, token_rollout
 from medcopilot.metrics import episode_outcome
 from rewards import combine
@@ -447,19 +448,23 @@ class EnvRolloutFunc:
         batcher = TurnBatcher(batch_generate, len(instances), flush_s=self.flush_s, batching=self.batching)
         started = threading.Semaphore(self.concurrency)
 
+        def play(row: int) -> TokenEpisode:
+            env = self.make_env()
+            try:
+                return token_rollout(
+                    env, instances[row], tokenizer=self.tokenizer, generate_fn=batcher.generate_fn(row),
+                    seed=seeds[row], max_new_tokens=self.max_new_tokens,
+                    max_completion_tokens=self.max_completion_tokens, sample_idx=sample_idx[row],
+                    policy_name=self.policy_name)
+            finally:
+                env.close()
+
         def one(row: int) -> None:
             with started:
                 batcher.start()
                 try:
-                    env = self.make_env()
-                    try:
-                        episodes[row] = token_rollout(
-                            env, instances[row], tokenizer=self.tokenizer, generate_fn=batcher.generate_fn(row),
-                            seed=seeds[row], max_new_tokens=self.max_new_tokens,
-                            max_completion_tokens=self.max_completion_tokens, sample_idx=sample_idx[row],
-                            policy_name=self.policy_name)
-                    finally:
-                        env.close()
+                    # an episode whose env server died mid-way is played again, same seed, on another server
+                    episodes[row] = retry_lost(lambda: play(row), what=f"episode of row {row}")
                 finally:
                     batcher.done()
 

@@ -31,47 +31,17 @@ def _declare(root: Path) -> Path:
 
 
 @pytest.fixture()
-def two_env_servers(tmp_path, sandbox_backend):
-    """Two serve_env.py processes on free loopback ports: ``[(url, log path)]``; each is stopped afterwards."""
+def two_env_servers(tmp_path, env_server_processes):
+    """Two serve_env.py processes serving say_seven: ``(root, [(url, log path)], [process])``."""
     root = _declare(tmp_path / "tasks")
-    started = []
-    try:
-        for i in range(2):
-            with socket.socket() as sock:
-                sock.bind(("127.0.0.1", 0))
-                port = sock.getsockname()[1]
-            log = tmp_path / f"server{i}.log"
-            cmd = [sys.executable, str(REPO / "scripts" / "serve_env.py"), "--tasks-root", str(root),
-                   "--port", str(port), "--workers", "2", "--sandbox", sandbox_backend]
-            if sandbox_backend == "local":
-                cmd.append("--allow-unisolated")
-            proc = subprocess.Popen(cmd, stdout=log.open("w"), stderr=subprocess.STDOUT,
-                                    env={**os.environ, "OPENBLAS_NUM_THREADS": "1"})
-            started.append((proc, f"http://127.0.0.1:{port}", log))
-        for proc, url, log in started:
-            deadline = time.monotonic() + 120
-            while True:
-                try:
-                    if httpx.get(url + "/health", timeout=2).status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    pass
-                assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-2000:]
-                time.sleep(0.3)
-        yield root, [(url, log) for _, url, log in started]
-    finally:
-        for proc, _, _ in started:
-            proc.terminate()
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+    started = env_server_processes(root, 2, "--workers", "2")
+    return root, [(url, log) for _, url, log in started], [proc for proc, _, _ in started]
 
 
 @pytest.mark.slow  # two server processes start (pandas, the sandbox) and TRL loads: ~1 min on a busy machine
 def test_grpo_trains_with_episodes_on_two_env_servers(two_env_servers, tiny_model_dir, tmp_path, train_main,
                                                       quiet_training_env, capsys):
-    root, servers = two_env_servers
+    root, servers, _ = two_env_servers
     urls = [url for url, _ in servers]
     out = tmp_path / "grpo"
     argv = ["recipe=grpo_tiny", f"model.name_or_path={tiny_model_dir}", f"tasks.root={root}",
