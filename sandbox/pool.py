@@ -183,6 +183,21 @@ def _cleanup(base: Path, workers: list, mounted: list, uids: list) -> None:
         _uids.release(uid)
 
 
+def _raise_fd_limit(workers: int) -> None:
+    """Raise this process's soft open-files limit towards its hard limit when ``workers`` need more: each worker
+    holds two pipes here (and its session's bridges more), and the usual soft limit of 1024 ends a pool at a few
+    hundred workers with EMFILE."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = 8 * workers + 256
+    if soft != resource.RLIM_INFINITY and soft < want:
+        new = want if hard == resource.RLIM_INFINITY else min(want, hard)
+        if new > soft:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (new, hard))
+            log.info("sandbox pool: open-files limit raised from %d to %d for %d workers", soft, new, workers)
+
+
 def _shrink_loop(ref: weakref.ref) -> None:
     """A pool's shrinker: stops workers idle for ``idle_s`` beyond the floor. Holds the pool only weakly."""
     while True:
@@ -323,10 +338,11 @@ class _Ticket:
         self.event = threading.Event()
 
 
-#: Host memory one worker with a live session costs, in MiB: the private (anonymous) pages of its bwrap, server,
-#: light zygote, spare runners and the session's runner, which is what grows with the number of workers (their
-#: file-backed pages are shared by all). ``scripts/bench_scale.py`` measures it ("MiB per live session").
-WORKER_MB = 48
+#: Host memory one worker with a live session costs, in MiB (PSS of its processes: the pages shared by all workers
+#: count once in all): ``scripts/bench_scale.py`` measured 34 MiB per session with 256 sessions of the flagship
+#: mix open on lean workers (an SQL session ~25, pandas ~60, scikit-learn ~150; a warm worker ~80); 40 leaves a
+#: margin. Mixes heavier than that are stopped by the memory reserve before the cap (``Pool._memory_low``).
+WORKER_MB = 40
 #: Share of the host's memory (or of the cgroup's limit) the default cap of a pool may take.
 MEMORY_SHARE = 0.5
 #: Environment variable that sets the default cap of every pool (``make_pool(max_workers=...)`` wins).
@@ -424,6 +440,7 @@ class Pool:
             self.cap_source = f"max_workers={max_workers}"
         self.max_workers = max(max_workers, workers)
         self.min_workers = workers
+        _raise_fd_limit(self.max_workers)
         self.idle_s = idle_s
         self._closed = False
         _remove_stale_pools(Path(tempfile.gettempdir()))
