@@ -12,11 +12,11 @@ import time
 import httpx
 import pytest
 
-from medagentgym import tasks
 from env_client.http_client import EnvServers, ServerError
 from env_client.policies import make_policy
 from env_client.rollout import rollout
 from env_client.server_app import background_server, build_app
+from medagentgym import tasks
 
 
 def _dead_url() -> str:
