@@ -284,16 +284,18 @@ class EnvServers:
             self._checked[url] = (time.monotonic(), healthy)
 
     def pick(self) -> str:
-        """The next healthy server in round-robin order.
+        """The next healthy server in round-robin order; when the last checks found none, each is checked again
+        now (a server too busy to answer a check in time is not dead).
 
         Raises:
             ServerError: None of the servers is healthy (naming them).
         """
-        for _ in range(len(self.urls)):
-            with self._lock:
-                url = self.urls[next(self._order)]
-            if self.healthy(url):
-                return url
+        for refresh in (False, True):
+            for _ in range(len(self.urls)):
+                with self._lock:
+                    url = self.urls[next(self._order)]
+                if self.healthy(url, refresh=refresh):
+                    return url
         raise ServerError(f"no healthy env server among {', '.join(self.urls)} (GET /health failed on each); "
                           f"start scripts/serve_env.py there or fix env.url")
 
@@ -328,7 +330,15 @@ class BalancedEnv:
         delay, last, failures = self.servers.backoff_s, None, 0
         busy_until = time.monotonic() + self.servers.busy_wait_s
         while True:
-            url = self.servers.pick()
+            try:
+                url = self.servers.pick()
+            except ServerError:  # none answered its health check: an overloaded one may answer the next
+                failures += 1
+                if failures >= self.servers.attempts:
+                    raise
+                time.sleep(delay)
+                delay = min(delay * 2, 2.0)
+                continue
             env = HTTPEnv(url, timeout_s=self.servers.timeout_s, token=self.servers.token)
             try:
                 out = env.reset(task, seed=seed, options=options)

@@ -47,7 +47,8 @@ What this sandbox does NOT protect against:
     * Memory pressure on the host: the limit is RLIMIT_AS per process (plus the IPC caps), not a cgroup;
       many processes of a call can together use ``processes x memory_mb``. Disk use is capped only where
       ``ws-quota`` is active.
-    * CPU contention: rlimits bound time, not share; a call may use a full core until its limits hit.
+    * CPU contention: limits bound a call's CPU time and its time not spent waiting for a CPU (``sandbox._clock``),
+      not its share; a call may use a full core until its limits hit, and a starved one ends at the hard cap.
     * Files the jailed code writes to the workspace: they may be symlinks, FIFOs, hard links or huge; the
       host must read them with care (``sandbox.hostio``, ``Session.workspace``).
     * The status fields of a session's own calls (see above).

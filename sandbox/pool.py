@@ -339,9 +339,9 @@ class _Ticket:
 
 
 #: Host memory one worker with a live session costs, in MiB (PSS of its processes: the pages shared by all workers
-#: count once in all): ``scripts/bench_scale.py`` measured 34 MiB per session with 256 sessions of the flagship
-#: mix open on lean workers (an SQL session ~25, pandas ~60, scikit-learn ~150; a warm worker ~80); 40 leaves a
-#: margin. Mixes heavier than that are stopped by the memory reserve before the cap (``Pool._memory_low``).
+#: count once in all): ``scripts/bench_scale.py`` measured 39.6 MiB per session (38.7 marginal) with 256 sessions
+#: of the flagship mix open on lean workers, idle between turns (an SQL session ~25, pandas ~60, scikit-learn
+#: ~150-200; a warm worker ~80). Heavier mixes are stopped by the memory reserve before the cap (``_memory_low``).
 WORKER_MB = 40
 #: Share of the host's memory (or of the cgroup's limit) the default cap of a pool may take.
 MEMORY_SHARE = 0.5

@@ -58,6 +58,7 @@ from env_client.policies import PolicyOutput, bind, make_policy
 from env_client.rollout import EnvSpec
 from medagentgym.tasks.base import TaskError
 from sandbox import SandboxError, make_pool
+from sandbox._clock import process_cpu_s
 from sandbox.pool import default_max_workers, memory_limit_mb
 
 _ROLLUP_KEYS = ("Rss", "Pss", "Pss_Anon", "Private_Clean", "Private_Dirty")
@@ -117,26 +118,9 @@ def pool_memory(pool: Any) -> dict[str, Any]:
 
 
 def pool_cpu_s(pool: Any) -> float:
-    """CPU seconds used so far by every worker's processes (and the children they reaped)."""
-    total = 0.0
-    tick = os.sysconf("SC_CLK_TCK")
-    for worker in list(pool._workers):
-        try:
-            with open(f"/proc/{worker.proc.pid}/stat", "rb") as fh:
-                raw = fh.read()
-        except OSError:
-            continue
-        total += sum(int(f) for f in raw[raw.rfind(b")") + 2:].split()[11:15]) / tick
-        for pid in _tree(worker.proc.pid)[1:]:
-            try:
-                with open(f"/proc/{pid}/stat", "rb") as fh:
-                    raw = fh.read()
-            except OSError:
-                continue
-            fields = raw[raw.rfind(b")") + 2:].split()
-            if int(fields[1]) == worker.proc.pid:  # the server (bwrap's child): it and all it reaped
-                total += sum(int(f) for f in fields[11:15]) / tick
-    return total
+    """CPU seconds used so far by every worker's processes, and by the ones they started and reaped (each live
+    process's own and its reaped children's times: nothing counted twice)."""
+    return sum(process_cpu_s(pid) or 0.0 for worker in list(pool._workers) for pid in _tree(worker.proc.pid))
 
 
 def _self_rss_mib() -> float:
@@ -394,6 +378,8 @@ def plot(result: dict[str, Any], path: Path) -> None:
     ax1b.plot(xs, [lv["memory_at_peak_mib"]["pss"] / 1024 for lv in levels], "^:", color="tab:red",
               label="PSS total (GiB)")
     ax1.set_xscale("log", base=2)
+    ax1.set_ylim(bottom=0)
+    ax1b.set_ylim(bottom=0)
     ax1.set_xlabel("concurrent episodes")
     ax1.set_ylabel("MiB per session")
     ax1b.set_ylabel("GiB in total", color="tab:red")

@@ -25,6 +25,14 @@ def _declare(root: Path) -> Path:
     return root
 
 
+def _grpo_argv(model: Path, root: Path, urls: list[str], out: Path) -> list[str]:
+    """Two tiny GRPO steps of 4 one-turn episodes each, on the env servers at ``urls``."""
+    return ["recipe=grpo_tiny", f"model.name_or_path={model}", f"tasks.root={root}", "tasks.families=[say_seven]",
+            f"env.url=[{', '.join(urls)}]", f"output.dir={out}", "env.max_turns=1", "rollout.concurrency=4",
+            "rollout.max_new_tokens=8", "trainer.max_steps=2", "trainer.per_device_train_batch_size=4",
+            "trainer.num_generations=2", "trainer.max_completion_length=32", "trainer.report_to=[]"]
+
+
 @pytest.fixture()
 def two_env_servers(tmp_path, env_server_processes):
     """Two serve_env.py processes serving say_seven: ``(root, [(url, log path)], [process])``."""
@@ -39,11 +47,7 @@ def test_grpo_trains_with_episodes_on_two_env_servers(two_env_servers, tiny_mode
     root, servers, _ = two_env_servers
     urls = [url for url, _ in servers]
     out = tmp_path / "grpo"
-    argv = ["recipe=grpo_tiny", f"model.name_or_path={tiny_model_dir}", f"tasks.root={root}",
-            "tasks.families=[say_seven]", f"env.url=[{', '.join(urls)}]", f"output.dir={out}",
-            "env.max_turns=1", "rollout.concurrency=4", "rollout.max_new_tokens=8", "trainer.max_steps=2",
-            "trainer.per_device_train_batch_size=4", "trainer.num_generations=2", "trainer.max_completion_length=32",
-            "trainer.report_to=[]"]
+    argv = _grpo_argv(tiny_model_dir, root, urls, out)
     assert train_main(argv) == 0
     printed = capsys.readouterr().out
     assert f"env servers {', '.join(urls)}" in printed, "the trainer opened no sandbox of its own"
@@ -79,11 +83,7 @@ def test_grpo_survives_an_env_server_killed_mid_run(two_env_servers, tiny_model_
     killer = threading.Thread(target=kill_first_mid_episode, daemon=True)
     killer.start()
     out = tmp_path / "grpo"
-    argv = ["recipe=grpo_tiny", f"model.name_or_path={tiny_model_dir}", f"tasks.root={root}",
-            "tasks.families=[say_seven]", f"env.url=[{', '.join(urls)}]", f"output.dir={out}",
-            "env.max_turns=1", "rollout.concurrency=4", "rollout.max_new_tokens=8", "trainer.max_steps=2",
-            "trainer.per_device_train_batch_size=4", "trainer.num_generations=2", "trainer.max_completion_length=32",
-            "trainer.report_to=[]"]
+    argv = _grpo_argv(tiny_model_dir, root, urls, out)
     with caplog.at_level(logging.WARNING, logger="env_client.http"):
         assert train_main(argv) == 0
     killer.join(timeout=5)
