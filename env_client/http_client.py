@@ -8,7 +8,7 @@ locally; a server failure raises :class:`ServerError` naming the endpoint and th
 server that is full or out of free sandbox workers (429 / 503) raises its subclass :class:`ServerBusy`.
 A server started with ``--token`` needs the same token: ``HTTPEnv(url, token=...)`` or the
 ``MEDAGENTGYM_ENV_TOKEN`` environment variable (sent as ``Authorization: Bearer``; use it over loopback or TLS).
-A server that hides gold answers (``serve_env.py``'s default) returns verdicts without their reason.
+A server that hides gold answers (``medagentgym serve``'s default) returns verdicts without their reason.
 
 Several servers (sandboxes on CPU nodes, the trainer on GPU nodes): :class:`EnvServers` hands out envs that pick
 a server per episode round-robin among the healthy ones (``GET /health``, re-checked every ``health_every_s``),
@@ -47,7 +47,7 @@ from env_client.trajectory import Trajectory
 __all__ = ["EPISODE_ATTEMPTS", "TOKEN_ENV", "BalancedEnv", "EnvServers", "HTTPEnv", "ServerBusy", "ServerError",
            "ServerLost", "retry_lost"]
 
-#: Environment variable holding the bearer token (read by the client and by ``scripts/serve_env.py``).
+#: Environment variable holding the bearer token (read by the client and by ``medagentgym serve``).
 TOKEN_ENV = "MEDAGENTGYM_ENV_TOKEN"
 
 _TYPED_ERRORS: dict[str, type[Exception]] = {"ResetNeeded": ResetNeeded, "InvalidAction": InvalidAction}
@@ -297,7 +297,7 @@ class EnvServers:
                 if self.healthy(url, refresh=refresh):
                     return url
         raise ServerError(f"no healthy env server among {', '.join(self.urls)} (GET /health failed on each); "
-                          f"start scripts/serve_env.py there or fix env.url")
+                          f"start medagentgym serve there or fix env.url")
 
     def env(self) -> BalancedEnv:
         """A fresh env (the ``Env`` interface) whose episodes run on these servers."""
@@ -318,6 +318,7 @@ class BalancedEnv:
         self.servers = servers
         self._env: HTTPEnv | None = None
         self.url: str | None = None
+        self._lost_counted = False  # the current episode was counted in servers.lost
 
     def reset(self, task: Any, *, seed: int | None = None, options: dict[str, Any] | None = None
               ) -> tuple[Observation, dict[str, Any]]:
@@ -357,7 +358,7 @@ class BalancedEnv:
                 time.sleep(delay)
                 delay = min(delay * 2, 2.0)
                 continue
-            self._env, self.url = env, url
+            self._env, self.url, self._lost_counted = env, url, False
             with self.servers._lock:
                 self.servers.episodes[url] += 1
             return out
@@ -379,19 +380,33 @@ class BalancedEnv:
         try:
             return env.step(model_text, n_tokens=n_tokens, n_prompt_tokens=n_prompt_tokens)
         except ServerLost:
-            self.servers.mark(self.url, False)
-            with self.servers._lock:
-                self.servers.lost[self.url] += 1
+            self._lost()
             raise
+
+    def _lost(self) -> None:
+        """The episode's server is gone: mark it unhealthy and count the episode lost there (once)."""
+        self.servers.mark(self.url, False)
+        with self.servers._lock:
+            if not self._lost_counted:
+                self._lost_counted = True
+                self.servers.lost[self.url] += 1
 
     def state(self) -> dict[str, Any]:
         """The episode's state on its server."""
-        return self._current().state()
+        try:
+            return self._current().state()
+        except ServerLost:
+            self._lost()
+            raise
 
     @property
     def trajectory(self) -> Trajectory:
-        """The record of the current (or last closed) episode."""
-        return self._current().trajectory
+        """The record of the current (or last closed) episode (``ServerLost`` when its server took it along)."""
+        try:
+            return self._current().trajectory
+        except ServerLost:
+            self._lost()
+            raise
 
     def close(self) -> None:
         """Close the episode on its server (the last trajectory stays readable); idempotent."""

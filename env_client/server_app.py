@@ -204,7 +204,7 @@ def build_app(tasks_root: str | Path, *, backend: str = "bwrap", workers: int = 
     """The MedAgentGym env server: ``sandbox.server.create_app`` over ``Env`` sessions sharing one pool.
 
     Args:
-        tasks_root: Built tasks root (``scripts/build_tasks.py --out``).
+        tasks_root: Built tasks root (``medagentgym build --out``).
         backend: Sandbox backend for the pool the app starts (ignored when ``pool`` is given).
         workers: Warm sandbox workers (the pool's floor).
         max_workers: The pool's cap: it grows to the open episodes up to this many workers (None: from memory,

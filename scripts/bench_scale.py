@@ -22,7 +22,7 @@ the jails (workers: starts, imports, user code), and where the episodes' wall ti
 env overhead, close); overall the memory per session measured at the largest level and the number of concurrent
 sessions that would fill the machine's memory. ``--plot`` draws memory and latency against concurrency.
 
-``--scale-out`` simulates two machines on this one instead: two ``scripts/serve_env.py`` processes whose pools
+``--scale-out`` simulates two machines on this one instead: two ``medagentgym serve`` processes whose pools
 hold at most ``--server-cap`` workers each; the same ``4 x cap`` episodes on one server (``cap`` at once) and on
 both (``2 x cap`` at once, ``EnvServers`` round-robin), the ratio from that one run; then ``4 x cap`` more with one
 server killed (SIGKILL to its process group) while it holds open episodes, counting what the store holds (stored,
@@ -52,10 +52,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from medagentgym import tasks
 from env_client.errors import EnvClientError
 from env_client.policies import PolicyOutput, bind, make_policy
 from env_client.rollout import EnvSpec
+from medagentgym import tasks
 from medagentgym.tasks.base import TaskError
 from sandbox import SandboxError, make_pool
 from sandbox._clock import process_cpu_s
@@ -432,13 +432,13 @@ def _wait_up(check: Any, proc: Any, what: str, timeout_s: float = 300.0) -> None
 
 
 def start_env_server(root: Path, cap: int, log: Path) -> tuple[Any, str]:
-    """A ``scripts/serve_env.py`` process (its own process group) whose pool holds at most ``cap`` workers."""
+    """A ``medagentgym serve`` process (its own process group) whose pool holds at most ``cap`` workers."""
     import subprocess
 
     import httpx
 
     port = _free_port()
-    proc = subprocess.Popen([sys.executable, str(Path(__file__).with_name("serve_env.py")), "--tasks-root", str(root),
+    proc = subprocess.Popen([sys.executable, "-m", "medagentgym", "serve", "--tasks-root", str(root),
                              "--port", str(port), "--workers", "2", "--max-workers", str(cap), "--capacity",
                              str(4 * cap), "--max-sessions-per-client", str(4 * cap), "--log-level", "warning"],
                             stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True)
@@ -554,7 +554,9 @@ def run_ray(instances: list[Any], root: Path, tmp: Path, cpus_per_node: int) -> 
         t0 = time.perf_counter()
         result = rollout(instances, "oracle", spec, concurrency=2 * cpus_per_node, backend="ray", on_error="skip")
         wall = time.perf_counter() - t0
-        from ray._private.state import actors as actor_table  # the GCS's table (no dashboard needed)
+        from ray._private.state import (
+            actors as actor_table,  # the GCS's table (no dashboard needed)
+        )
 
         per_node: dict[str, int] = {}
         for actor in actor_table().values():

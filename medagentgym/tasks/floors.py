@@ -2,7 +2,7 @@
 
 A policy optimised for reward finds any constant answer that pays (a "do nothing" answer such as ``[-1]``, a
 common count such as ``2``, ``yes``). :func:`constant_floor` measures the best such constant per family and
-split; ``scripts/evaluate.py`` reports it beside each family's success, and ``tasks.check_family`` refuses a
+split; ``medagentgym eval`` reports it beside each family's success, and ``tasks.check_family`` refuses a
 build whose floor exceeds its bound (:data:`FLOOR_BOUND`, or 50 % for yes/no families).
 
 Example:

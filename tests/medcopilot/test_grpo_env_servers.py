@@ -1,4 +1,4 @@
-"""A tiny GRPO run whose episodes run on two ``scripts/serve_env.py`` processes (``env.url`` as a list): it trains,
+"""A tiny GRPO run whose episodes run on two ``medagentgym serve`` processes (``env.url`` as a list): it trains,
 both servers serve episodes, and the trainer starts no sandbox of its own; with one server killed mid-run, its
 episodes are played again on the other and the run completes."""
 
@@ -35,7 +35,7 @@ def _grpo_argv(model: Path, root: Path, urls: list[str], out: Path) -> list[str]
 
 @pytest.fixture()
 def two_env_servers(tmp_path, env_server_processes):
-    """Two serve_env.py processes serving say_seven: ``(root, [(url, log path)], [process])``."""
+    """Two medagentgym serve processes serving say_seven: ``(root, [(url, log path)], [process])``."""
     root = _declare(tmp_path / "tasks")
     started = env_server_processes(root, 2, "--workers", "2")
     return root, [(url, log) for _, url, log in started], [proc for proc, _, _ in started]

@@ -1,5 +1,5 @@
-"""The kill-a-server run: ``scripts/collect.py --env-url A --env-url B`` spreads episodes over two real
-``scripts/serve_env.py`` processes; A is killed (SIGKILL) while episodes run on it; the run still ends with every
+"""The kill-a-server run: ``medagentgym collect --env-url A --env-url B`` spreads episodes over two real
+``medagentgym serve`` processes; A is killed (SIGKILL) while episodes run on it; the run still ends with every
 (task, sample) stored exactly once and correct, the episodes lost with A played again on B.
 
 Slow (two servers start their sandboxes; about a minute on a busy machine). Its fast twin, with in-process
@@ -15,13 +15,10 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
 from medagentgym import tasks
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.slow
@@ -49,7 +46,7 @@ def test_collect_over_two_servers_survives_killing_one(tmp_path, env_server_proc
 
     killer = threading.Thread(target=kill_a_mid_episode)
     killer.start()
-    run = subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "collect.py"), "--tasks-root", str(root),
+    run = subprocess.run([sys.executable, "-m", "medagentgym", "collect", "--tasks-root", str(root),
                           "--families", "toy_sql", "--split", "test", "-k", "4", "--concurrency", "8",
                           "--env-url", url_a, "--env-url", url_b, "--out", str(out), "--no-progress", "--json"],
                          capture_output=True, text=True, timeout=900, check=False,
