@@ -58,7 +58,9 @@ def test_cpu_spin_past_limit(pool, still_serves):
     with pool.session() as s:
         start = time.monotonic()
         res = s.run_python("x = 0\nwhile True:\n    x += 1", limits=Limits(cpu_s=1, wall_s=1.5))
-        assert res.timed_out and res.error_kind == ErrorKind.TIMEOUT and time.monotonic() - start < 5
+        # ended by its CPU: on a busy host that takes longer on the clock, never past the hard cap
+        assert res.timed_out and res.error_kind == ErrorKind.TIMEOUT
+        assert time.monotonic() - start < hard_wall_s(1.5) + 5
     still_serves(pool)
 
 
