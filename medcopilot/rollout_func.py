@@ -41,6 +41,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from env_client.http_client import retry_lost
 from env_client.tokens import TokenEpisode, generate_batch, token_rollout
 from medcopilot.metrics import EpisodeStats, episode_outcome
 from rewards import combine
@@ -558,14 +559,26 @@ class EnvRolloutFunc:
     def _episode(self, row: int, instance: Any, batcher: TurnBatcher, seed: int, sample_idx: int,
                  episodes: list[TokenEpisode | None], failures: dict[int, str],
                  max_context_tokens: int | None = None) -> None:
-        """Play one episode into ``episodes[row]``; whatever escapes the env is recorded in ``failures[row]``."""
-        env = None
-        try:
+        """Play one episode into ``episodes[row]``; whatever escapes the env is recorded in ``failures[row]``.
+
+        An episode whose env server died mid-way (``ServerLost``) is played again from its reset, same seed, on
+        another server (:func:`env_client.http_client.retry_lost`) before it counts as a failure."""
+
+        def play() -> TokenEpisode:
             env = self.make_env()
-            episodes[row] = token_rollout(
-                env, instance, tokenizer=self.tokenizer, generate_fn=batcher.generate_fn(row), seed=seed,
-                max_new_tokens=self.max_new_tokens, max_completion_tokens=self.max_completion_tokens,
-                sample_idx=sample_idx, policy_name=self.policy_name, max_context_tokens=max_context_tokens)
+            try:
+                return token_rollout(
+                    env, instance, tokenizer=self.tokenizer, generate_fn=batcher.generate_fn(row), seed=seed,
+                    max_new_tokens=self.max_new_tokens, max_completion_tokens=self.max_completion_tokens,
+                    sample_idx=sample_idx, policy_name=self.policy_name, max_context_tokens=max_context_tokens)
+            finally:
+                try:
+                    env.close()
+                except Exception as exc:  # noqa: BLE001 - the episode is recorded; a failed close only logs
+                    log.warning("closing the env of row %d failed: %s: %s", row, type(exc).__name__, exc)
+
+        try:
+            episodes[row] = retry_lost(play, what=f"episode of row {row}")
         except Exception as exc:  # noqa: BLE001 - one episode's failure is that episode's outcome
             if batcher.failed:  # generation itself failed: serve() re-raises it in the trainer's thread
                 return
@@ -574,12 +587,6 @@ class EnvRolloutFunc:
             log.error("episode of row %d (%s) failed outside the environment's handling, counted as an "
                       "infrastructure failure (reward None): %s", row, getattr(instance, "id", "?"), failures[row],
                       exc_info=exc)
-        finally:
-            if env is not None:
-                try:
-                    env.close()
-                except Exception as exc:  # noqa: BLE001 - the episode is recorded; a failed close only logs
-                    log.warning("closing the env of row %d failed: %s: %s", row, type(exc).__name__, exc)
 
     def _placeholder(self, prompt: Any) -> TokenEpisode:
         """A row for an episode that could not be played: the prompt, one masked end-of-turn token, reward None."""

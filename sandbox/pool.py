@@ -35,6 +35,7 @@ from pathlib import Path
 from . import _uids
 from . import worker as _proto
 from ._caps import mask
+from ._clock import hard_wall_s
 from ._jail import JAIL_BRIDGE_DIR, Slot, ipc_limits, mount_tmpfs, set_bwrap_ipc_limits, sync_bwrap_mounts, umount
 from .api import ErrorKind, ExecResult, Limits
 from .bridge import SessionBridges, check_bridges
@@ -183,6 +184,21 @@ def _cleanup(base: Path, workers: list, mounted: list, uids: list) -> None:
     shutil.rmtree(base, ignore_errors=True)
     for uid in uids:
         _uids.release(uid)
+
+
+def _raise_fd_limit(workers: int) -> None:
+    """Raise this process's soft open-files limit towards its hard limit when ``workers`` need more: each worker
+    holds two pipes here (and its session's bridges more), and the usual soft limit of 1024 ends a pool at a few
+    hundred workers with EMFILE."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = 8 * workers + 256
+    if soft != resource.RLIM_INFINITY and soft < want:
+        new = want if hard == resource.RLIM_INFINITY else min(want, hard)
+        if new > soft:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (new, hard))
+            log.info("sandbox pool: open-files limit raised from %d to %d for %d workers", soft, new, workers)
 
 
 def _shrink_loop(ref: weakref.ref) -> None:
@@ -343,10 +359,11 @@ class _Ticket:
         self.event = threading.Event()
 
 
-#: Host memory one worker with a live session costs, in MiB: the private (anonymous) pages of its bwrap, server,
-#: light zygote, spare runners and the session's runner, which is what grows with the number of workers (their
-#: file-backed pages are shared by all). ``scripts/bench_scale.py`` measures it ("MiB per live session").
-WORKER_MB = 48
+#: Host memory one worker with a live session costs, in MiB (PSS of its processes: the pages shared by all workers
+#: count once in all): ``scripts/bench_scale.py`` measured 39.6 MiB per session (38.7 marginal) with 256 sessions
+#: of the flagship mix open on lean workers, idle between turns (an SQL session ~25, pandas ~60, scikit-learn
+#: ~150-200; a warm worker ~80). Heavier mixes are stopped by the memory reserve before the cap (``_memory_low``).
+WORKER_MB = 40
 #: Share of the host's memory (or of the cgroup's limit) the default cap of a pool may take.
 MEMORY_SHARE = 0.5
 #: Environment variable that sets the default cap of every pool (``make_pool(max_workers=...)`` wins).
@@ -399,6 +416,14 @@ class Pool:
     close, at most ``acquire_timeout`` seconds, then raises :class:`SandboxBusy` with one line naming the cap and
     how to raise it. Waiting sessions are served first come, first served.
 
+    Memory: one worker serves one session at a time, and a session keeps its worker from open to close, idle
+    turns included, because a persistent session's variables live in its runner process and its files in its jail.
+    The ``workers`` warm workers preload ``preload`` (numpy and pandas: fastest first calls, ~80 MiB of host memory
+    each, ~200 MiB once a session imported scikit-learn, whose zygote stays); workers started on demand are *lean*:
+    they preload ``grow_preload`` (sqlite3 only) and keep no zygote, so an idle or SQL session costs ~25 MiB and a
+    session frees what it imported (numpy, pandas, scikit-learn: 0.3-3 s of CPU on first use) when it ends.
+    ``grow_preload=None`` starts every worker like the warm ones. ``scripts/bench_scale.py`` measures all of this.
+
     Attributes:
         backend: ``"bwrap"``, ``"docker"`` or ``"local"``.
         layers: Isolation layers in force, e.g. ``["bwrap", "uid-drop", "pidns", "netns", "seccomp", ...]``.
@@ -412,7 +437,7 @@ class Pool:
                  mounts: dict[str, Path] | None = None, workspace_mb: int = 512,
                  preload: tuple[str, ...] = ("numpy", "pandas", "sqlite3"), start_timeout: float = 120.0,
                  acquire_timeout: float = 30.0, sysv_shm_mb: int = 64, max_workers: int | None = None,
-                 idle_s: float = 60.0) -> None:
+                 idle_s: float = 60.0, grow_preload: tuple[str, ...] | None = ("sqlite3",)) -> None:
         if workers < 1:
             raise ValueError(f"workers={workers} is invalid: use at least 1")
         if max_workers is not None and (not isinstance(max_workers, int) or max_workers < 1):
@@ -424,6 +449,8 @@ class Pool:
         self.backend = launcher.backend
         self.limits = limits
         self.preload = ",".join(preload)
+        self.grow_preload = self.preload if grow_preload is None else ",".join(grow_preload)
+        self._slot_preload: dict[int, str] = {}  # slot index -> the preload of the workers started there
         self.start_timeout = start_timeout
         self.acquire_timeout = acquire_timeout
         self.workspace_quota_mb = workspace_mb
@@ -434,6 +461,7 @@ class Pool:
             self.cap_source = f"max_workers={max_workers}"
         self.max_workers = max(max_workers, workers)
         self.min_workers = workers
+        _raise_fd_limit(self.max_workers)
         self.idle_s = idle_s
         self._closed = False
         _remove_stale_pools(Path(tempfile.gettempdir()))
@@ -468,7 +496,7 @@ class Pool:
         try:
             with self._cond:
                 self._starting = workers
-            futures = [self._submit_spawn(self._new_slot()) for _ in range(workers)]
+            futures = [self._submit_spawn(self._new_slot(self.preload)) for _ in range(workers)]
             started = [fut.result() for fut in futures]
         except BaseException:
             self.close()
@@ -576,17 +604,21 @@ class Pool:
         os.chmod(slot.bridge, 0o755)
         return slot
 
-    def _new_slot(self) -> Slot:
-        """A slot for one more worker: one stopped for idleness (already wiped), else a new one with its own uid."""
+    def _new_slot(self, preload: str) -> Slot:
+        """A slot for one more worker (started with ``preload``): one stopped for idleness (already wiped), else a
+        new one with its own uid."""
         with self._spawn_lock:
             if self._free_slots:
-                return self._free_slots.pop()
+                slot = self._free_slots.pop()
+                self._slot_preload[slot.index] = preload
+                return slot
             uid = alt = None
             if self._as_root:  # two uids: sessions alternate between them (sandbox.worker.Server)
                 uid, alt = _uids.lease(), _uids.lease()
                 self._uids += [uid, alt]
             slot = Slot(len(self._slots), self._base / f"w{len(self._slots)}", uid, alt_uid=alt)
             self._slots.append(slot)
+            self._slot_preload[slot.index] = preload
         return self._prepare_slot(slot)
 
     def _sync_local_data(self, slot: Slot) -> None:
@@ -635,7 +667,7 @@ class Pool:
         if self.backend == "local":
             self._sync_local_data(slot)
         log_path = self._base / f"w{slot.index}.log"
-        argv, pass_fds = self.launcher.argv(slot, self.preload), ()
+        argv, pass_fds = self.launcher.argv(slot, self._slot_preload.get(slot.index, self.preload)), ()
         if getattr(self.launcher, "args_via_fd", False):
             # bwrap reads its options from a pipe, so the jail's /proc/1/cmdline shows no host paths; the seccomp
             # filter (BPF) comes through another pipe and is in force before the jailed interpreter starts.
@@ -708,7 +740,7 @@ class Pool:
         """Start ``n`` workers (already counted in ``_starting``); each goes to the first waiting session."""
         for _ in range(n):
             try:
-                slot = self._new_slot()
+                slot = self._new_slot(self.grow_preload)
                 fut = self._submit_spawn(slot, priority=2)
             except BaseException as exc:
                 self._started(None, exc)
@@ -1099,7 +1131,8 @@ class Session:
             msg = {"op": "run", "lang": lang, "source": source, "limits": limits.to_dict(), **extra}
             start = time.monotonic()
             try:
-                reply = self._worker.request(msg, timeout=limits.wall_s + _GRACE_S)
+                # The worker ends a call by its own clock (sandbox._clock), at the latest at the hard cap.
+                reply = self._worker.request(msg, timeout=hard_wall_s(limits.wall_s) + _GRACE_S)
                 return ExecResult.from_dict(reply["result"])
             except (WorkerLost, WorkerRefused, KeyError, TypeError, ValueError, RecursionError) as exc:
                 # Dead, wedged, a call the server could not complete or a reply that does not parse: whatever the

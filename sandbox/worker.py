@@ -40,6 +40,7 @@ import errno
 import fcntl
 import gc
 import json
+import math
 import os
 import re
 import select
@@ -51,6 +52,7 @@ import time
 from typing import Any
 
 from sandbox import _caps
+from sandbox._clock import CallClock
 
 _HDR = struct.Struct(">I")
 MAX_FRAME = 256 << 20
@@ -430,6 +432,11 @@ ML_PRELOAD = ("scipy.stats", "sklearn.linear_model", "sklearn.ensemble", "sklear
 _ML_IMPORT = re.compile(r"^[ \t]*(?:from|import)[ \t]+(?:scipy|sklearn|statsmodels|lifelines)\b", re.MULTILINE)
 
 
+def is_lean(preload: str) -> bool:
+    """Whether a worker with this ``--preload`` is lean (neither numpy nor pandas preloaded: no zygotes)."""
+    return not {"numpy", "pandas"} & {name.strip() for name in preload.split(",")}
+
+
 def runner_kind(lang: str | None, source: str | None) -> str:
     """Which runner a session's first call starts: ``light`` (SQL, shell), ``ml`` or ``full`` (Python)."""
     if lang in ("sql", "shell"):
@@ -617,15 +624,16 @@ class Server:
     """
 
     def __init__(self, args: argparse.Namespace, chan_in: int, chan_out: int,
-                 light: Zygote | None = None) -> None:
+                 light: Zygote | None = None, lean: bool = False) -> None:
         self.args = args
+        self.lean = lean  # no zygotes: every runner is a fork of this (small) process
         self.chan_in, self.chan_out = chan_in, chan_out
         self.persistent = True
         self.session_limits: dict = {}
         self.bridges: dict[str, str] = {}  # in-jail port -> Unix socket path (sandbox.bridge)
         self.runner: dict | None = None
         #: Spare runners forked ahead of need: ``full`` from this process, the others from their zygote.
-        self.spares: dict[str, dict | None] = {"full": None, "light": None}
+        self.spares: dict[str, dict | None] = {"full": None} if lean else {"full": None, "light": None}
         #: Zygotes by kind; None once one died (its kind then forks from this process).
         self.zygotes: dict[str, Zygote | None] = {"light": light} if light else {}
         self.status: dict[int, int] = {}  # wait status of the current runner, once reaped
@@ -815,8 +823,18 @@ class Server:
             return {"ok": True, "result": self.run(req)}
         return {"ok": False, "error": f"unknown op {op!r}: expected open, run, reset or ping"}
 
+    def _call_pids(self) -> list[int]:
+        """Pids of the call in flight: every process of the jail but ours (server, zygotes, spares), or without a
+        pid namespace the runner's process group."""
+        if self.args.pidns:
+            skip = {os.getpid(), *(z.pid for z in self.zygotes.values() if z is not None),
+                    *(r["pid"] for r in self.spares.values() if r is not None)}
+            return [int(n) for n in os.listdir("/proc") if n.isdigit() and int(n) not in skip]
+        pgid = self.runner["pid"] if self.runner else None
+        return [pid for pid, _ppid, group, _state in _proc_table({os.getpid()}) if group == pgid]
+
     def run(self, req: dict) -> dict:
-        """Execute one call in the runner, draining its output, enforcing the wall-clock limit."""
+        """Execute one call in the runner, draining its output, enforcing its time limits (``sandbox._clock``)."""
         limits = dict(self.session_limits)
         limits.update(req.get("limits") or {})
         wall = float(limits.get("wall_s", 30.0))
@@ -830,7 +848,7 @@ class Server:
             # scikit-learn/SciPy/statsmodels when the first call imports one of them. A later call needing more
             # than its runner holds still works: its imports just load on demand.
             # A zygote still importing may take up to half the call's wall-clock budget.
-            self.runner = self._take_runner(runner_kind(req.get("lang"), req.get("source")),
+            self.runner = self._take_runner("full" if self.lean else runner_kind(req.get("lang"), req.get("source")),
                                             wait_s=min(_ZYGOTE_WAIT_S, wall / 2))
         runner = self.runner
         for fd in (runner["resp"], runner["out"], runner["err"]):
@@ -839,6 +857,8 @@ class Server:
         self.seq = int.from_bytes(os.urandom(8), "big") >> 2
         call.update(limits=limits, once=not self.persistent, seq=self.seq)
         reply, died, timed_out = None, False, False
+        clock = CallClock(wall, float(limits.get("cpu_s", 30.0)), time.monotonic(), self._call_pids)
+        verdict = None
         try:
             # A runner that does not read (its code holds the GIL in a thread, say) must not wedge the server.
             timed_out = not _write_within(runner["req"], call, start + wall)
@@ -852,12 +872,13 @@ class Server:
         # too: read it without blocking, under the call's deadline, and treat a frame that is too large, not
         # JSON or not an object as a lie (the runner is killed and the call reported as such).
         frame = ReplyReader(runner["resp"], self.seq)
-        while not died and reply is None:
-            remaining = start + wall - time.monotonic()
-            if remaining <= 0:
+        while not died and not timed_out and reply is None:
+            now = time.monotonic()
+            verdict = clock.check(now)
+            if verdict is not None:
                 timed_out = True
                 break
-            for fd, _ in poller.poll(remaining * 1000):
+            for fd, _ in poller.poll(math.ceil(clock.timeout_s(now) * 1000)):
                 if fd == runner["resp"]:
                     try:
                         reply = frame.feed()
@@ -878,7 +899,8 @@ class Server:
             if reply is None:
                 status = self._status_of(runner["pid"])
             self._close_runner()
-        return self._result(req, limits, reply, status, timed_out, out, err, time.monotonic() - start)
+        note = clock.note(verdict, time.monotonic()) if verdict else None
+        return self._result(req, limits, reply, status, timed_out, out, err, time.monotonic() - start, note)
 
     @staticmethod
     def _drain(fd: int, sink: Capture | None, once: bool = False) -> bool:
@@ -898,7 +920,7 @@ class Server:
                 return True
 
     def _result(self, req: dict, limits: dict, reply: dict | None, status: int | None,
-                timed_out: bool, out: Capture, err: Capture, duration: float) -> dict:
+                timed_out: bool, out: Capture, err: Capture, duration: float, clock_note: str | None = None) -> dict:
         lang = req.get("lang", "python")
         exit_code, sig, exception = None, None, None
         notes = []
@@ -907,7 +929,8 @@ class Server:
         elif timed_out:
             kind = "timeout"
             sig = signal.SIGKILL
-            notes.append(f"wall-clock limit of {limits.get('wall_s')} s reached; every process of the call was killed")
+            notes.append(clock_note or f"wall-clock limit of {limits.get('wall_s')} s reached; every process of the "
+                         f"call was killed")
         else:
             if status is not None and os.WIFEXITED(status):
                 exit_code = os.WEXITSTATUS(status)
@@ -1030,7 +1053,11 @@ def main(argv: list[str] | None = None) -> None:
     sys.stdout = sys.stderr
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER: orphans of a call come back to us to be reaped
-    light = Zygote.start("light", args)  # before the preload: it stays small
+    # A lean worker (its preload leaves out numpy and pandas: the pool's workers started on demand) is small
+    # itself, so it keeps no zygote: every runner forks from the server and a session imports what it uses, which
+    # it frees when it ends (an idle lean worker holds ~15 MiB instead of ~80; see sandbox.pool.Pool).
+    lean = is_lean(args.preload)
+    light = None if lean else Zygote.start("light", args)  # before the preload: it stays small
     preloaded = []
     for name in filter(None, args.preload.split(",")):
         try:
@@ -1051,7 +1078,7 @@ def main(argv: list[str] | None = None) -> None:
                            **hardening, "caps": {k: caps[k] for k in ("CapEff", "CapPrm", "CapBnd", "CapAmb")},
                            "preloaded": preloaded, "python": sys.version.split()[0],
                            "light_zygote": light.pid if light else None})
-    Server(args, chan_in, chan_out, light).serve()
+    Server(args, chan_in, chan_out, light, lean=lean).serve()
 
 
 if __name__ == "__main__":

@@ -52,7 +52,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--workers", type=int, default=4, help="warm sandbox workers kept ready; default 4")
     p.add_argument("--max-workers", type=int, default=None,
                    help="most sandbox workers: the pool grows to the open episodes (each holds one) up to this; "
-                        "default half the memory at 48 MiB per worker, or $MEDAGENTGYM_SANDBOX_MAX_WORKERS")
+                        "default half the memory at 40 MiB per worker, or $MEDAGENTGYM_SANDBOX_MAX_WORKERS")
     p.add_argument("--sandbox", choices=["bwrap", "docker", "local"], default="bwrap",
                    help="sandbox backend; default bwrap ('local' is unisolated)")
     p.add_argument("--allow-unisolated", action="store_true", help="permit --sandbox local")
