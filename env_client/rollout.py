@@ -544,6 +544,8 @@ def describe_run(policy_spec: str, policy: Any, policy_kwargs: dict[str, Any], *
         manifest = Path(tasks_root) / name / "manifest.json"
         digest = hashlib.sha256(manifest.read_bytes()).hexdigest()[:16] if manifest.exists() else None
         facts[name] = {"version": getattr(tasks.make(name, root=tasks_root), "version", None), "manifest": digest}
+        if digest is not None and "planted" in json.loads(manifest.read_text(encoding="utf-8")):
+            facts[name]["planted"] = True  # a schema/coverage smoke build (ehr_synth.plant): reports must say so
     return {"policy": describe_policy(policy_spec, None if isinstance(policy, str) else policy, **policy_kwargs),
             "env": EnvConfig(**(config or {})).model_dump(), "format": fmt, "split": split, "families": facts}
 
