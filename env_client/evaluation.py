@@ -77,7 +77,7 @@ ERROR_CLASSES = ("infra_error", "grader_error", "loop", "wrong_answer", "syntax_
 _IO_RE = re.compile(r"FileNotFoundError|PermissionError|IsADirectoryError|NotADirectoryError|No such file|"
                     r"no such table|unable to open database|EmptyDataError|\bOSError\b|UnicodeDecodeError",
                     re.IGNORECASE)
-_FAILED_STATUSES = {"error", "fatal", "parse_error", "forbidden"}
+_FAILED_STATUSES = {"error", "fatal", "parse_error", "forbidden", "agent_error"}
 
 
 class EvalError(EnvClientError, ValueError):
@@ -520,8 +520,9 @@ def render_markdown(report: EvalReport) -> str:
     r = report
     infra = (f", **{r.infra_failures} episode(s) failed to run** (counted as failures; rerun to retry them)"
              if r.infra_failures else "")
-    lines = [f"# Evaluation: {md_cell(r.policy)}", "",
-             f"{r.episodes} episodes over {r.tasks} tasks (K = {r.k}){infra}", "", _headline(r), "",
+    lines = [f"# Evaluation: {md_cell(r.policy)}", ""]
+    lines += [f"> **Warning: {md_cell(w)}**\n" for w in r.meta.get("warnings", ())]
+    lines += [f"{r.episodes} episodes over {r.tasks} tasks (K = {r.k}){infra}", "", _headline(r), "",
              "## Per family", "",
              "| family | episodes | tasks | success | 95 % CI | SE | pass@K | base rate | constant floor | "
              "floor bound | infra failures | main error |",

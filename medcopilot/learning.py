@@ -178,9 +178,9 @@ class Playground:
     def open(cls, name: str, root: str | os.PathLike, tokenizer: Any, *, sandbox: str = "auto", workers: int = 16,
              split: str = "train", prompt: str = PROMPT) -> Playground:
         """Load family ``name`` from the tasks root ``root`` (a :data:`DECLARED` one is declared there if missing,
-        ``toy_lookup`` built at size tiny) and start a sandbox pool of ``workers``: ``bwrap``, ``local``
-        (unisolated), or ``auto`` (bwrap where it runs, else local). Episodes open with the ``prompt`` style
-        (``env_client.prompts.PROMPTS``; default :data:`PROMPT`)."""
+        ``toy_lookup`` built at size tiny) and start a sandbox pool of ``workers``: ``bwrap`` (``auto`` is the same:
+        it fails where bwrap cannot run rather than fall back), or ``local`` (unisolated, asked for by name).
+        Episodes open with the ``prompt`` style (``env_client.prompts.PROMPTS``; default :data:`PROMPT`)."""
         import sandbox as sandbox_pkg
         from medagentgym import tasks
 
@@ -195,13 +195,10 @@ class Playground:
         index = _index(family, split, prompt)
         # Workers start with the family's data mounted, so no episode restarts one to mount it.
         mounts = {name: root / family.name / rel for inst in family.instances(split) for name, rel in inst.data.items()}
-        if sandbox == "auto":
-            try:
-                pool = sandbox_pkg.make_pool("bwrap", workers=workers, mounts=mounts)
-            except sandbox_pkg.SandboxUnavailable:
-                pool = sandbox_pkg.make_pool("local", workers=workers, allow_unisolated=True, mounts=mounts)
-        else:
-            pool = sandbox_pkg.make_pool(sandbox, workers=workers, allow_unisolated=sandbox == "local", mounts=mounts)
+        # ``auto`` is the jail: isolation is never lost silently (bwrap that cannot start raises, naming the fix);
+        # unisolated runs are asked for by name, ``sandbox="local"``.
+        backend = "bwrap" if sandbox == "auto" else sandbox
+        pool = sandbox_pkg.make_pool(backend, workers=workers, allow_unisolated=backend == "local", mounts=mounts)
         return cls(root, family, index, tokenizer, pool, *FAMILIES[name], prompt=prompt)
 
     @property

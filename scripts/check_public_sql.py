@@ -2,16 +2,20 @@
 
     python scripts/check_public_sql.py --mimic-iii valid_tasks.jsonl train_tasks.jsonl \\
         --eicu eicu/valid_tasks.jsonl --mimicsql treqs/test_tasks.jsonl --tasks-root artifacts/tasks
-    python scripts/check_public_sql.py --mimic-iii FILE --size default --seed 0 --plant --json
+    python scripts/check_public_sql.py --mimic-iii FILE --size default --seed 0 --public-ids --json
 
 Prints, per dataset, how many answerable gold queries execute and how many return a meaningful answer (not
 empty, not only NULL / 0 / ''), after EHRSQL's post-processing (``medagentgym.tasks.ehr_synth.public_sql``), plus value
 coverage (distinct compared literals present in our columns), id coverage (named patients present) and the
-question mix of the public file beside our generated instances' (time windows, top-N, event-after-event, words).
+question and answer mix of the public file beside our generated instances' (time windows, top-N,
+event-after-event, yes/no, current visit, two attributes; "nothing found" answers: zero, None, empty; words;
+``medagentgym.tasks.ehr_synth.mix``), with the largest gap.
 Databases come from ``--tasks-root`` (``<root>/{mimic_iii,eicu,treqs}/*.db``, built by medagentgym build;
 its instances give "our" question mix) or, without it, only the databases are built into a scratch folder at
-``--size`` / ``--seed``; ``--plant`` builds them with the given question files as input (``public_questions=``),
-so the patients they name exist. Nothing is written unless
+``--size`` / ``--seed``. ``--public-ids`` gives ordinary patients the ids the files name (their histories are the
+ordinary draw). ``--plant`` builds them with the given question files as input (``public_questions=``): patients
+shaped by those questions, a schema/coverage SMOKE check whose output says so (an answer key: never report its
+numbers); a ``--tasks-root`` whose manifest says ``planted`` is labelled the same way. Nothing is written unless
 ``--json-out`` is given. The public files are not part of this repository; point at your own copies.
 """
 
@@ -25,6 +29,8 @@ import time
 from pathlib import Path
 
 from medagentgym.tasks.base import TaskError
+from medagentgym.tasks.ehr_synth.family import PLANTED_WARNING
+from medagentgym.tasks.ehr_synth.mix import measure
 from medagentgym.tasks.ehr_synth.public_sql import (
     add_file_arguments,
     check,
@@ -34,40 +40,55 @@ from medagentgym.tasks.ehr_synth.public_sql import (
     question_mix,
 )
 
+#: Mix features printed, with their labels (``medagentgym.tasks.ehr_synth.mix``).
+_LABELS = {"time_window": "time windows", "top_n": "top-N", "event_after_event": "event-after-event",
+           "yes_no": "yes/no", "current_visit": "current visit", "two_attribute": "two attributes",
+           "nothing_found": "nothing found", "nothing_zero": "zero", "nothing_none": "None", "nothing_empty": "empty"}
 #: dataset -> (family, database file)
 _DBS = {"mimic_iii": ("mimic_iii", "mimic_iii.db"), "eicu": ("eicu", "eicu.db"), "mimicsql": ("treqs", "treqs.db")}
 
 
 def _build(root: Path, files: dict[str, list[Path]], *, size: str, seed: int, plant: bool,
-           anonymous: bool = True) -> dict[str, float]:
+           anonymous: bool = True, public_ids: bool = False) -> dict[str, float]:
     """Write the databases the files need under ``root`` (no instances); returns seconds per database, the
     shared hospital draw counted in the first."""
     from medagentgym import tasks
     from medagentgym.tasks.ehr_synth.hospital import SIZES, cached_draw
 
-    public = tuple(str(p) for paths in files.values() for p in paths) if plant else ()
+    every = tuple(str(p) for paths in files.values() for p in paths)
+    public = every if plant else ()
+    ids = every if public_ids else ()
     seconds = {}
     for dataset in files:
         family_name, db = _DBS[dataset]
         family = tasks.make(family_name, root=root / family_name)
         started = time.perf_counter()
         (root / family_name).mkdir(parents=True, exist_ok=True)
-        type(family).write_database(cached_draw(SIZES[size], seed, public, anonymous), root / family_name / db, seed)
+        type(family).write_database(cached_draw(SIZES[size], seed, public, anonymous, ids), root / family_name / db,
+                                    seed)
         seconds[family_name] = round(time.perf_counter() - started, 1)
     return seconds
 
 
-def _our_pairs(family_dir: Path) -> list[tuple[str, str]]:
-    """(question, gold SQL) of the built family's instances (train and test)."""
-    pairs = []
+def _planted_warning(root: Path, files: dict[str, list[Path]]) -> str | None:
+    """The manifest's ``planted`` warning of any family checked under ``root`` (a smoke build), else None."""
+    for dataset in files:
+        manifest = root / _DBS[dataset][0] / "manifest.json"
+        if manifest.is_file():
+            planted = json.loads(manifest.read_text(encoding="utf-8")).get("planted")
+            if planted:
+                return f"{_DBS[dataset][0]}: {planted['warning']}"
+    return None
+
+
+def _our_instances(family_dir: Path) -> list[dict]:
+    """The built family's instances (train and test) as dicts (question, solution, answer, answer_type)."""
+    out = []
     for split in ("train", "test"):
         path = family_dir / f"{split}.jsonl"
         if path.is_file():
-            for line in path.read_text(encoding="utf-8").splitlines():
-                if line.strip():
-                    rec = json.loads(line)
-                    pairs.append((rec.get("question", ""), rec.get("solution", "")))
-    return pairs
+            out += [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -77,7 +98,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tasks-root", type=Path, help="built tasks root to check (default: build into a scratch dir)")
     ap.add_argument("--size", default="default", choices=("tiny", "default"), help="size to build without --tasks-root")
     ap.add_argument("--seed", type=int, default=0, help="seed to build without --tasks-root")
-    ap.add_argument("--plant", action="store_true", help="build with the question files as input (named ids exist)")
+    ap.add_argument("--public-ids", action="store_true",
+                    help="ordinary patients carry the ids the files name (histories drawn as usual)")
+    ap.add_argument("--plant", action="store_true",
+                    help="SMOKE ONLY: plant patients shaped by the questions (an answer key; never report its numbers)")
     ap.add_argument("--named-only", action="store_true",
                     help="with --plant: plan only the patients the files name, not one per question naming nobody")
     ap.add_argument("--timeout", type=float, default=30.0, help="per-query limit in seconds (EHRSQL allows 60)")
@@ -97,24 +121,35 @@ def main(argv: list[str] | None = None) -> int:
             if root is None:
                 root = Path(tmp)
                 built = _build(root, files, size=args.size, seed=args.seed, plant=args.plant,
-                               anonymous=not args.named_only)
+                               anonymous=not args.named_only, public_ids=args.public_ids)
             summary = {"tasks_root": str(args.tasks_root) if args.tasks_root else None, "size": args.size,
                        "seed": args.seed, "plant": args.plant, "named_only": args.named_only,
-                       "build_seconds": built, "datasets": {}}
+                       "public_ids": args.public_ids, "build_seconds": built, "datasets": {}}
+            warning = _planted_warning(root, files) if args.tasks_root else (PLANTED_WARNING if args.plant else None)
+            if warning:
+                summary["warning"] = warning
             for dataset, paths in files.items():
                 records = [r for p in paths for r in load_records(p)]
                 family_name, db = _DBS[dataset]
                 report = check(records, root / family_name / db, dataset, timeout_s=args.timeout)
                 summary["datasets"][dataset] = report.as_dict()
-                summary["datasets"][dataset]["mix_public"] = question_mix(
-                    (r.get("question", r.get("question_refine", "")), gold_sql(r, dataset) or "") for r in records
-                    if gold_sql(r, dataset))
-                summary["datasets"][dataset]["mix_ours"] = question_mix(_our_pairs(root / family_name))
+                answerable = [r for r in records if gold_sql(r, dataset)]
+                ours = _our_instances(root / family_name)
+                summary["datasets"][dataset]["mix_public"] = {
+                    **measure((gold_sql(r, dataset), r.get("answer"), None if isinstance(r.get("answer"), list)
+                               else "unknown") for r in answerable),
+                    "question_words": question_mix((r.get("question", r.get("question_refine", "")), "")
+                                                   for r in answerable)["question_words"]}
+                summary["datasets"][dataset]["mix_ours"] = {
+                    **measure((i["solution"], i["answer"], i["answer_type"]) for i in ours),
+                    "question_words": question_mix((i["question"], "") for i in ours)["question_words"]}
     except TaskError as exc:
         if args.debug:
             raise
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    if summary.get("warning"):
+        print(f"WARNING: {summary['warning']}")
     print(f"{'dataset':<10} {'answerable':>10} {'executes':>9} {'meaningful':>11} {'values':>8} {'ids':>8}")
     for dataset, d in summary["datasets"].items():
         print(f"{dataset:<10} {d['answerable']:>10} {d['executed_pct']:>8.1f}% {d['meaningful_pct']:>10.1f}% "
@@ -125,8 +160,14 @@ def main(argv: list[str] | None = None) -> int:
             m = d[f"mix_{side}"]
             if not m["n"]:
                 continue
-            print(f"{'':<10} mix {side:<6}: time windows {m['time_window']}%, top-N {m['top_n']}%, "
-                  f"event-after-event {m['event_after_event']}%, {m['question_words']} words (n={m['n']})")
+            print(f"{'':<10} mix {side:<6}: " + ", ".join(f"{_LABELS[k]} {m[k]}%" for k in _LABELS)
+                  + f"; {m['question_words']} words (n={m['n']}, answers known {m['n_answers']})")
+        if d["mix_public"]["n"] and d["mix_ours"]["n"]:
+            gaps = {k: round(d["mix_ours"][k] - d["mix_public"][k], 1) for k in _LABELS
+                    if not k.startswith("nothing_") or k == "nothing_found"}  # the kinds are shown, not matched
+            worst = max(gaps, key=lambda k: abs(gaps[k]))
+            d["largest_gap"] = {"feature": worst, "points": gaps[worst]}
+            print(f"{'':<10} largest gap: {_LABELS[worst]} {gaps[worst]:+.1f} points")
     if built:
         print(f"build seconds: {built}")
     text = json.dumps(summary, sort_keys=True)

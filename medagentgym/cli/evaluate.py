@@ -20,7 +20,8 @@ and are retried by a rerun; the endpoint's own error is printed once with a hint
 interval that never collapses (Wilson; over tasks when ``-k`` > 1) and a standard error clustered over tasks, and
 the report gives the macro average over families beside the micro one; base rates cover the whole split; the report records
 its provenance (policy and sampling, caps, commit, date, task-set hash) so that ``medagentgym leaderboard`` ranks
-only runs over the same tasks side by side.
+only runs over the same tasks side by side. A family built with planted patients (``public_questions``,
+a schema/coverage smoke build) makes the report, its markdown and the JSON line carry a ``warnings`` entry.
 
 Suites (``tasks.SUITES``, disjoint, as in the MedAgentGym paper): ``--suite id`` is the eight in-distribution
 families (mimic_iii, eicu, treqs, medcalcbench, medagentbench, biocoder, biodsbench, ehrshot), ``--suite ood``
@@ -106,7 +107,11 @@ def ensure_built(names: list[str], root: Path, size: str | None, seed: int) -> d
 def read_scores(path: Path) -> dict[tuple[str, int], float]:
     """``(task_id, sample_idx) -> score`` from a JSONL file of ``{"task_id", "sample_idx", "score"}``."""
     scores: dict[tuple[str, int], float] = {}
-    for lineno, line in enumerate(path.read_text().splitlines(), 1):
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise EvalError(f"--scores {path}: cannot read it ({type(exc).__name__}: {exc})") from exc
+    for lineno, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         try:
@@ -146,6 +151,7 @@ def _report_failures(failures: list[dict[str, Any]]) -> None:
 def run(args: argparse.Namespace) -> dict:
     """Roll out, evaluate and write the report; returns the summary printed as the JSON line."""
     split = "test" if args.suite else args.split
+    scores = read_scores(args.scores) if args.scores else None  # a bad file fails now, not after every episode ran
     names = choose_families(args.families, args.suite, args.tasks_root)
     sizes = ensure_built(names, args.tasks_root, args.size, args.seed)
     instances, base_rates, floors = [], {}, {}
@@ -168,10 +174,11 @@ def run(args: argparse.Namespace) -> dict:
     run_info = describe_run(args.policy, policy, kwargs, config=config, fmt=args.format, split=split,
                             tasks_root=args.tasks_root, families=names)
     families, env_config = run_info["families"], run_info["env"]
+    warnings = [f"{n}: {json.loads((args.tasks_root / n / 'manifest.json').read_text())['planted']['warning']}"
+                for n, f in sorted(families.items()) if f.get("planted")]
     result = rollout(instances, policy, spec, k=args.k, seed=args.seed, concurrency=args.concurrency,
                      store=store, policy_name=args.policy, on_error="skip", progress=not args.no_progress,
                      run_info=run_info, max_consecutive_failures=failures_in_a_row(args))
-    scores = read_scores(args.scores) if args.scores else None
     if args.verifier:
         scores = verifier_scores(args.verifier, result.trajectories, out / "scores.jsonl")
     built = sorted(set(sizes.values()))
@@ -182,7 +189,7 @@ def run(args: argparse.Namespace) -> dict:
             "families": families, "commit": code_version(),
             "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "task_set": task_set_hash(instances, {n: f["version"] for n, f in families.items()}),
-            "run_key": run_key({**run_info, "seed": args.seed})}
+            "run_key": run_key({**run_info, "seed": args.seed}), **({"warnings": warnings} if warnings else {})}
     report = evaluate(result.trajectories, policy=args.policy, scores=scores, base_rates=base_rates, floors=floors,
                       meta=meta, failures=result.summary.failures)
     write_report(report, out, plots=not args.no_plots)
@@ -193,7 +200,8 @@ def run(args: argparse.Namespace) -> dict:
             "base_rate": base_rates, "floor": floors, "pass_at_k": report.pass_at_k, "best_at_k": report.best_at_k,
             "errors": report.errors, "failed_episodes": result.summary.failed,
             "infra_failures": report.infra_failures, "prompt_tokens": report.prompt_tokens,
-            "completion_tokens": report.total_tokens, "out": str(out), "_store": str(store)}
+            "completion_tokens": report.total_tokens, "out": str(out), "_store": str(store),
+            **({"warnings": warnings} if warnings else {})}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -248,6 +256,8 @@ def main(argv: list[str] | None = None) -> int:
             traceback.print_exc()
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    for line in summary.get("warnings", ()):
+        print(f"warning: {line}", file=sys.stderr)
     lo, hi = summary["ci95"]
     infra = f"; {summary['infra_failures']} failed to run (counted as failures)" if summary["infra_failures"] else ""
     print(f"{summary['policy']}: success {summary['success_rate']:.1%} (95 % CI {lo:.1%}-{hi:.1%}) over "

@@ -13,7 +13,9 @@ family, MedCalc-Bench rows (see ``medagentgym/tasks/importers/``). One bad recor
 printed as ``path:line: reason: detail`` (the first ``--show``), then a count per reason, the files or packages
 the user must supply and how to pass them, and the summary. SQL families re-instantiate slot values absent from
 the target database (``--db``, or the family's synthetic database built at ``--size``) and recompute answers by
-executing the rewritten gold SQL. Exit status: 0 when something was imported (and, with ``--strict``, nothing
+executing the rewritten gold SQL; ``--answers public`` keeps the published answers instead (MedAgentGym's EHR
+answers, N-PowerAI's numbers), graded as the benchmark's scorer grades them, and sets aside records whose
+published answer is defective (``gold_*`` reasons). Exit status: 0 when something was imported (and, with ``--strict``, nothing
 rejected), 1 otherwise, 2 on bad arguments, 130 on Ctrl-C (one line says whether the import was written).
 """
 
@@ -70,6 +72,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sandbox", choices=["bwrap", "local"], default="bwrap",
                    help="where reference programs run (biocoder, biodsbench); 'local' only for trusted files")
     p.add_argument("--no-verify", action="store_true", help="biodsbench: keep records without running their references")
+    p.add_argument("--answers", choices=["recompute", "public"], default="recompute",
+                   help="recompute answers on the target database / from the question (default), or keep the "
+                        "benchmark's published answers, graded as its own scorer grades them; records whose "
+                        "published answer is defective are set aside (mimic_iii, eicu, treqs, npowerai)")
     p.add_argument("--force", action="store_true", help="replace an existing <out>/<family>/")
     p.add_argument("--strict", action="store_true", help="exit 1 when any record was rejected")
     p.add_argument("--check", action="store_true",
@@ -82,7 +88,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         manifest, report = import_files(
             args.family, args.files, args.out, force=args.force, db=args.db, data=args.data, fhir_url=args.fhir_url,
-            split=args.split, seed=args.seed, size=args.size, verify=not args.no_verify, backend=args.sandbox)
+            split=args.split, seed=args.seed, size=args.size, verify=not args.no_verify, backend=args.sandbox,
+            answers=args.answers)
         check = check_import(args.family, args.out, backend=args.sandbox) if args.check and manifest else None
     except KeyboardInterrupt:
         print(f"\n{interrupted_line(args.out / args.family, started, checking=args.check)}", file=sys.stderr)
@@ -101,6 +108,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"rejected {n:>5}  {reason}")
     for what in report.needs:
         print(f"to import the rest: {what}")
+    for line in report.warnings:
+        print(f"warning: {line}")
     print(report.summary() + (f"; written to {args.out / args.family}" if manifest else "; nothing written"))
     if check is not None:
         print(f"check: {json.dumps(check, sort_keys=True)}")

@@ -12,18 +12,33 @@ value of the expected type and compare it exactly (numbers within a tolerance). 
 
 Answer types (``grade(answer_type, gold, submission, **options)``):
 
-=========== ================================================ =========================================
+=========== ================================================ =================================================
 type        accepted submission                              options
-=========== ================================================ =========================================
-number      exactly one number (``1,234.5``, ``-3e-2`` ok)    ``rel_tol`` (1e-4), ``abs_tol`` (1e-6)
+=========== ================================================ =================================================
+number      exactly one number (``1,234.5``, ``-3e-2`` ok)    ``rel_tol`` (1e-4), ``abs_tol`` (1e-6), ``strict``
 integer     exactly one number with an integral value        —
-boolean     exactly one of true/false, yes/no (or 1/0 alone) —
-set         JSON/Python list, or comma/newline separated      ``rel_tol``, ``abs_tol`` (per element)
+boolean     exactly one of true/false, yes/no (or 1/0 alone) ``digits`` (False: no bare 1/0)
+set         JSON/Python list, or comma/newline separated     ``rel_tol``, ``abs_tol`` (per element)
 list        same, order matters                              ``rel_tol``, ``abs_tol``
-date        exactly one date (ISO, YYYY/MM/DD, MM/DD/YYYY)    —
+date        exactly one date (ISO, YYYY/MM/DD, MM/DD/YYYY)   —
 datetime    exactly one date and time (ISO or ``D HH:MM``)   —
 text        the normalised text (case, spaces, quotes)       —
-=========== ================================================ =========================================
+result      a public benchmark's result list (see below)     ``yes_no``, ``rel_tol``, ``abs_tol``
+=========== ================================================ =================================================
+
+"Nothing found": a scalar gold of ``None`` (an aggregate over no rows, a first time that never happened) is
+answered by exactly one explicit no-value token (``None``, ``null``, ``nan``, ``[None]``, "no value", "nothing
+found"); a set or list gold of ``[]`` by an empty collection (``[]``, ``()``). The two are kept apart, so no one
+constant answers both. An empty submission is never an answer, and neither token answers a gold with a value.
+
+``result`` is the ``public`` answer convention of imported EHR records (EHRSQL, MIMICSQL/TREQS as MedAgentGym
+stores them: a list of strings, ``'None'`` for SQL NULL). A submission is right when its distinct values are
+exactly the gold's distinct values, in any order (EHRSQL's scorer sorts rows; a value repeated by the SQL's shape
+need not be repeated): numbers within ``rel_tol`` (1e-6: the benchmark compares printed values, so a rounded
+average is wrong there too), datetimes to the second, text ignoring case; a code with a leading zero (``'0389'``)
+stays text. Yes/no questions (``yes_no=True``, EHRSQL's ``count(*) > 0``, stored ``['1']``/``['0']``) take 1/0,
+true/false or yes/no, bare or in a list. JSON or Python lists, one-column rows (``[(x,), (y,)]``) and one row of
+several columns (TREQS) are read; a lone value may contain commas.
 
 Example:
     >>> grade("number", 42.0, "The answer is 42").correct
@@ -44,7 +59,7 @@ from typing import Any
 
 from medagentgym.tasks.base import GraderError, Verdict
 
-__all__ = ["ANSWER_TYPES", "GRADERS", "grade", "looks_like_error", "render_answer"]
+__all__ = ["ANSWER_TYPES", "GRADERS", "grade", "is_nothing", "looks_like_error", "render_answer"]
 
 DEFAULT_REL_TOL = 1e-4
 DEFAULT_ABS_TOL = 1e-6
@@ -66,6 +81,28 @@ _BOOL_WORD_RE = re.compile(r"\b(true|false|yes|no)\b", re.IGNORECASE)
 _ISO_DT_RE = re.compile(r"\b(\d{4})-(\d{2})-(\d{2})(?:[T ](\d{2}):(\d{2})(?::(\d{2}))?)?\b")
 _SLASH_YMD_RE = re.compile(r"\b(\d{4})/(\d{1,2})/(\d{1,2})\b")
 _US_DATE_RE = re.compile(r"\b(\d{1,2})/(\d{1,2})/(\d{4})\b")
+
+
+#: A whole submission that states "no value" (Python's None, SQL/JSON null, pandas' NaN, a NULL row).
+_NO_VALUE_RE = re.compile(
+    r"^\s*(?:none|null|nan|nothing(?: found)?|no (?:value|results?)(?: found)?|"
+    r"\[\s*(?:none|null|nan|\(\s*(?:none|null)\s*,?\s*\))\s*\])\s*\.?\s*$",
+    re.IGNORECASE,
+)
+#: A whole submission that is an empty collection.
+_EMPTY_RE = re.compile(r"^\s*(?:\[\s*\]|\(\s*\))\s*$")
+
+
+def is_nothing(submission: Any, *, collection: bool = False) -> bool:
+    """True when the whole submission is one explicit "nothing found" answer: a no-value token (``None``,
+    ``null``, ``nan``, ``[None]`` ...) for a scalar, an empty collection (``[]``, ``()``) when ``collection``.
+
+    The two are kept apart so that no one constant answers both a missing value and an empty list.
+    """
+    if submission is None:
+        return False
+    text = submission if isinstance(submission, str) else json.dumps(submission)
+    return bool((_EMPTY_RE if collection else _NO_VALUE_RE).match(text))
 
 
 def _ok(reason: str) -> Verdict:
@@ -126,9 +163,14 @@ def _one_number(text: str) -> tuple[float | None, str]:
 
 
 def grade_number(
-    gold: Any, submission: Any, *, rel_tol: float = DEFAULT_REL_TOL, abs_tol: float = DEFAULT_ABS_TOL, **_: Any
+    gold: Any, submission: Any, *, rel_tol: float = DEFAULT_REL_TOL, abs_tol: float = DEFAULT_ABS_TOL,
+    strict: bool = False, **_: Any
 ) -> Verdict:
-    """Exactly one number, equal to ``gold`` within ``rel_tol`` / ``abs_tol`` (math.isclose)."""
+    """Exactly one number, equal to ``gold`` within ``rel_tol`` / ``abs_tol`` (math.isclose).
+
+    ``strict=True`` is a benchmark's own rule instead: strictly within ``rel_tol`` of the gold itself
+    (N-PowerAI: ``0.99 a < x < 1.01 a``).
+    """
     text, bad = _precheck(submission, scalar=True)
     if bad:
         return bad
@@ -136,6 +178,10 @@ def grade_number(
     value, why = _one_number(text)
     if value is None:
         return _wrong(why)
+    if strict:
+        ok = abs(value - gold_value) < rel_tol * abs(gold_value)
+        return (_ok(f"{value:g} within {rel_tol:g} of {gold_value:g}") if ok
+                else _wrong(f"{value:g} not within {rel_tol:g} of {gold_value:g}"))
     if _close(value, gold_value, rel_tol, abs_tol):
         return _ok(f"{value:g} matches {gold_value:g}")
     return _wrong(f"{value:g} != {gold_value:g} (rel_tol={rel_tol:g}, abs_tol={abs_tol:g})")
@@ -159,9 +205,11 @@ def grade_integer(gold: Any, submission: Any, **_: Any) -> Verdict:
     return _wrong(f"{int(value)} != {int(gold_value)}")
 
 
-def _parse_bool(text: str) -> tuple[bool | None, str]:
+def _parse_bool(text: str, *, digits: bool = True) -> tuple[bool | None, str]:
     bare = text.strip().strip(".!\"'`").strip().lower()
     if bare in {"1", "0"}:
+        if not digits:
+            return None, "a bare 1/0 is a number here; answer yes or no"
         return bare == "1", ""
     words = {w.lower() for w in _BOOL_WORD_RE.findall(text)}
     has_true, has_false = bool(words & _TRUE_WORDS), bool(words & _FALSE_WORDS)
@@ -184,13 +232,17 @@ def _gold_bool(gold: Any) -> bool:
     raise GraderError(f"gold {gold!r} is not a boolean")
 
 
-def grade_boolean(gold: Any, submission: Any, **_: Any) -> Verdict:
-    """Exactly one truth value: true/false/yes/no as words, or a bare 1/0; both polarities present → wrong."""
+def grade_boolean(gold: Any, submission: Any, *, digits: bool = True, **_: Any) -> Verdict:
+    """Exactly one truth value: true/false/yes/no as words, or a bare 1/0; both polarities present → wrong.
+
+    ``digits=False`` refuses the bare 1/0 (families whose counts of 0 and 1 are answers too: there a constant "0"
+    would otherwise answer every count of zero and every "no").
+    """
     text, bad = _precheck(submission, scalar=True)
     if bad:
         return bad
     gold_value = _gold_bool(gold)
-    value, why = _parse_bool(text)
+    value, why = _parse_bool(text, digits=digits)
     if value is None:
         return _wrong(why)
     return _ok(f"{value} matches") if value == gold_value else _wrong(f"{value} != {gold_value}")
@@ -352,6 +404,8 @@ def grade_set(
     gold: Any, submission: Any, *, rel_tol: float = DEFAULT_REL_TOL, abs_tol: float = DEFAULT_ABS_TOL, **_: Any
 ) -> Verdict:
     """Order-insensitive equality of distinct elements (numbers within tolerance, text normalised)."""
+    if isinstance(gold, (list, tuple)) and not gold and is_nothing(submission, collection=True):
+        return _ok("empty, as expected")
     got, want, bad = _collection_inputs(gold, submission)
     if bad:
         return bad
@@ -368,10 +422,11 @@ def grade_set(
     return _ok(f"set of {len(want_u)} matches")
 
 
-def _dedupe(items: list[Any], rel_tol: float, abs_tol: float) -> list[Any]:
+def _dedupe(items: list[Any], rel_tol: float, abs_tol: float,
+            equal: Callable[[Any, Any, float, float], bool] = _elements_equal) -> list[Any]:
     out: list[Any] = []
     for item in items:
-        if not any(_elements_equal(item, seen, rel_tol, abs_tol) for seen in out):
+        if not any(equal(item, seen, rel_tol, abs_tol) for seen in out):
             out.append(item)
     return out
 
@@ -380,6 +435,8 @@ def grade_list(
     gold: Any, submission: Any, *, rel_tol: float = DEFAULT_REL_TOL, abs_tol: float = DEFAULT_ABS_TOL, **_: Any
 ) -> Verdict:
     """Order-sensitive element-wise equality (numbers within tolerance, text normalised); lengths must match."""
+    if isinstance(gold, (list, tuple)) and not gold and is_nothing(submission, collection=True):
+        return _ok("empty, as expected")
     got, want, bad = _collection_inputs(gold, submission)
     if bad:
         return bad
@@ -391,6 +448,140 @@ def grade_list(
     return _ok(f"list of {len(want)} matches")
 
 
+# ---------------------------------------------------------------------------------------------------------------
+# The ``public`` convention of imported EHR records: a benchmark's result list (EHRSQL, MIMICSQL/TREQS)
+
+#: Relative tolerance of ``result`` numbers: the benchmarks compare printed values, so only float noise is forgiven.
+RESULT_REL_TOL = 1e-6
+_LEADING_ZERO = re.compile(r"^[-+]?0\d")
+_FULL_DT = re.compile(r"^(\d{4})-(\d{2})-(\d{2})(?:[T ](\d{2}):(\d{2})(?::(\d{2}))?)?$")
+_NONE_WORDS = {"none", "null", "nan"}
+
+
+def _public_none(value: Any) -> bool:
+    return value is None or (isinstance(value, str) and value.strip().lower() in _NONE_WORDS)
+
+
+def _gold_list(gold: Any) -> list[Any]:
+    if not isinstance(gold, (list, tuple)):
+        raise GraderError(f"gold {gold!r} is not a result list")
+    return list(gold)
+
+
+_NONE = ("none",)
+
+
+def _result_value(value: Any) -> Any:
+    """Canonical form of one result value: the NONE marker, a float, a datetime, or case-folded text."""
+    if _public_none(value):
+        return _NONE
+    if isinstance(value, bool):
+        return float(value)
+    if isinstance(value, (int, float)):
+        return float(value) if math.isfinite(value) else ("text", str(value))
+    text = _norm_text(value)
+    if re.fullmatch(r"[-+]?(?:\d+(?:\.\d+)?|\.\d+)(?:e[-+]?\d+)?", text) and not _LEADING_ZERO.match(text):
+        number = float(text)
+        if math.isfinite(number):
+            return number
+    m = _FULL_DT.match(text)
+    if m:
+        try:
+            return dt.datetime(*(int(g or 0) for g in m.groups()))
+        except ValueError:
+            pass
+    return ("text", text)
+
+
+def _result_equal(a: Any, b: Any, rel_tol: float, abs_tol: float) -> bool:
+    if isinstance(a, float) and isinstance(b, float):
+        return _close(a, b, rel_tol, abs_tol)
+    return type(a) is type(b) and a == b
+
+
+def _result_items(value: Any, depth: int = 0) -> list[Any] | None:
+    """Values of a submitted result: a list of values, of one-column rows, or one row of several columns."""
+    if not isinstance(value, (list, tuple)):
+        return [value]
+    if depth > 0:
+        return list(value) if all(not isinstance(v, (list, tuple)) for v in value) else None
+    out: list[Any] = []
+    rows = [v for v in value if isinstance(v, (list, tuple))]
+    if rows and len(rows) != len(value):
+        return None  # values and rows mixed: not a result
+    if len(rows) > 1 and any(len(r) != 1 for r in rows):
+        return None  # several rows of several columns: not one answer list
+    for item in value:
+        inner = _result_items(item, depth + 1)
+        if inner is None:
+            return None
+        out.extend(inner)
+    return out
+
+
+def _distinct_results(values: list[Any], rel_tol: float, abs_tol: float) -> list[Any]:
+    return _dedupe(values, rel_tol, abs_tol, equal=_result_equal)
+
+
+def _same_results(got: list[Any], want: list[Any], rel_tol: float, abs_tol: float) -> bool:
+    got_u, want_u = _distinct_results(got, rel_tol, abs_tol), _distinct_results(want, rel_tol, abs_tol)
+    if len(got_u) != len(want_u):
+        return False
+    unused = list(got_u)
+    for w in want_u:
+        k = next((i for i, g in enumerate(unused) if _result_equal(g, w, rel_tol, abs_tol)), None)
+        if k is None:
+            return False
+        unused.pop(k)
+    return True
+
+
+def grade_result(gold: Any, submission: Any, *, yes_no: bool = False, rel_tol: float = RESULT_REL_TOL,
+                 abs_tol: float = DEFAULT_ABS_TOL, **_: Any) -> Verdict:
+    """A public benchmark's result list (the ``public`` convention of imported EHR records; see the module doc)."""
+    want_raw = _gold_list(gold)
+    text, bad = _precheck(submission, scalar=False)
+    if bad:
+        return bad
+    if not want_raw:  # no row at all
+        return _ok("empty, as expected") if is_nothing(text, collection=True) else _wrong("expected no row")
+    if yes_no:
+        want = _result_value(want_raw[0])
+        if len(want_raw) != 1 or want not in (0.0, 1.0):
+            raise GraderError(f"gold {gold!r} of a yes/no question is not ['1'] or ['0']")
+        bare = text
+        while len(bare) >= 2 and bare[0] + bare[-1] in ("[]", "()"):
+            bare = bare[1:-1].strip().rstrip(",").strip()
+        value, why = _parse_bool(bare)
+        if value is None:
+            return _wrong(why)
+        return _ok(f"{value} matches") if value == bool(want) else _wrong(f"{value} != {bool(want)}")
+    want = [_result_value(v) for v in want_raw]
+    candidates: list[list[Any]] = []
+    if len(_distinct_results(want, rel_tol, abs_tol)) == 1 and len(text) <= MAX_SCALAR_CHARS:
+        candidates.append([_result_value(text)])  # one value, commas and all
+    parsed = None
+    if text[:1] in "[(" and text[-1:] in "])":
+        for loader in (json.loads, ast.literal_eval):
+            try:
+                parsed = loader(text)
+                break
+            except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+                continue
+    items = _result_items(parsed) if isinstance(parsed, (list, tuple)) else _parse_collection(text)
+    if items is None:
+        return _wrong("not a list of values, one-column rows or one row")
+    if len(items) > 4 * len(want) + MAX_EXTRA_ELEMENTS:
+        return _wrong(f"{len(items)} values submitted, {len(want)} expected")
+    candidates.append([_result_value(v) for v in items])
+    if any(_same_results(c, want, rel_tol, abs_tol) for c in candidates):
+        return _ok(f"result of {len(_distinct_results(want, rel_tol, abs_tol))} value(s) matches")
+    return _wrong(f"{len(candidates[-1])} value(s) submitted do not equal the {len(want)} expected")
+
+
+_SCALAR_TYPES = frozenset({"number", "integer", "date", "datetime", "text"})
+
+
 GRADERS: dict[str, Callable[..., Verdict]] = {
     "number": grade_number,
     "integer": grade_integer,
@@ -400,8 +591,18 @@ GRADERS: dict[str, Callable[..., Verdict]] = {
     "date": grade_date,
     "datetime": grade_datetime,
     "text": grade_text,
+    "result": grade_result,
 }
 ANSWER_TYPES = tuple(GRADERS)
+
+
+def grade_nothing(gold: Any, submission: Any, **_: Any) -> Verdict:
+    """A scalar gold of ``None`` ("nothing found"): exactly one explicit no-value token is right."""
+    if submission is None or (isinstance(submission, str) and not submission.strip()):
+        return _wrong("empty submission")
+    if is_nothing(submission):
+        return _ok("no value, as expected")
+    return _wrong("expected no value")
 
 
 def grade(answer_type: str, gold: Any, submission: Any, **options: Any) -> Verdict:
@@ -423,6 +624,8 @@ def grade(answer_type: str, gold: Any, submission: Any, **options: Any) -> Verdi
         grader = GRADERS[answer_type]
     except KeyError:
         raise GraderError(f"unknown answer_type {answer_type!r}; use one of {', '.join(ANSWER_TYPES)}") from None
+    if gold is None and answer_type in _SCALAR_TYPES:
+        return grade_nothing(gold, submission)
     return grader(gold, submission, **options)
 
 
@@ -433,8 +636,12 @@ def render_answer(answer_type: str, gold: Any) -> str:
         >>> render_answer("boolean", True), render_answer("set", ["a", "b"])
         ('true', '["a", "b"]')
     """
+    if gold is None and answer_type in _SCALAR_TYPES:
+        return "None"
     if answer_type == "boolean":
         return "true" if _gold_bool(gold) else "false"
+    if answer_type == "result":
+        return json.dumps([None if _public_none(v) else v for v in _gold_list(gold)])
     if answer_type in {"set", "list"}:
         return json.dumps(list(gold))
     if answer_type == "integer":

@@ -25,8 +25,11 @@ Allowed actions:
 Grading:
     One ``submit_answer`` per episode, graded by the strict grader of the answer type (medagentgym.tasks.graders):
     integer exact; number within rel 1e-4; datetime to the second; text normalised exact; boolean exactly one
-    of true/false/yes/no; set order-insensitive with the exact elements. Several candidates, tracebacks and
-    empty submissions are wrong (no substring matching, unlike the original harness).
+    of true/false/yes/no (a bare 1/0 is a count here, not a yes/no); set order-insensitive with the exact
+    elements. "Nothing found": a count is 0, a list ``[]``, any other value ``None`` (each only by its own token).
+    Several candidates, tracebacks and empty submissions are wrong (no substring matching, unlike the original
+    harness). Imported records may keep MedAgentGym's published answers instead (``medagentgym import --answers
+    public``: EHRSQL's result, graded as its scorer does; ``medagentgym.tasks.importers.public``).
 
 Episode end:
     The graded submit (terminated) or a budget (turns, tokens, wall time: truncated). 15 turns.
@@ -35,8 +38,10 @@ Arguments:
     ``tasks.make("mimic_iii", root=DIR)``; ``build(out_dir, size="tiny"|"default", seed=0)`` writes
     ``<out_dir>/mimic_iii/{mimic_iii.db, train.jsonl, test.jsonl, manifest.json}``, byte-identical per seed.
     tiny: 30 patients, up to 3 instances per category; default: 1,000 patients, up to 150 per category.
-    ``public_questions=[FILES]`` (EHRSQL / MedAgentGym / MIMICSQL question files) adds the patients they name,
-    with the events and time windows their questions ask about (``medagentgym.tasks.ehr_synth.plant``).
+    ``public_ids=[FILES]`` gives the first ordinary patients the ids public question files name (their
+    histories are the ordinary draw). ``public_questions=[FILES]`` is a schema/coverage SMOKE option: it plants
+    patients shaped by those questions (``medagentgym.tasks.ehr_synth.plant``, an answer key for them); the
+    manifest says ``planted`` and so does every evaluation report built on it; never report its numbers.
     40 % of each category goes to test. The instance mounts only the database (never the instance files).
 
 Version history:
@@ -47,6 +52,13 @@ Version history:
        ``build(..., public_questions=FILES)`` adds the patients public question files name.
        Test instances are chosen per category to spread answers, and no answer holds more than 8 % of a split
        (``templating.MAX_ANSWER_SHARE``), so no constant answer nears the 10 % floor bound.
+    3: question and answer mix matched to MedAgentGym's public files (``data/mimic_iii/mix.json``, measured by
+       ``scripts/check_public_sql.py``): each category's instances are chosen so that time windows, top-N,
+       event-after-event, yes/no and current-visit questions hold the public shares, and 15.5 % of the answers
+       say "nothing found" (a count of 0, no value, an empty list; drawn by crossing slot values between pool
+       rows), graded by their own tokens; yes/no questions take yes/no words, not a bare 1/0 (a count of 0 is an
+       answer now). ``public_questions`` builds are labelled schema/coverage smoke builds; ``public_ids``
+       gives ordinary patients the public files' ids.
 """
 
 from __future__ import annotations
@@ -54,7 +66,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import ClassVar
 
-from medagentgym.tasks.ehr_synth.family import EHRSQLFamily
+from medagentgym.tasks.ehr_synth.family import ANSWER_RULES, EHRSQLFamily
 from medagentgym.tasks.ehr_synth.hospital import RawHospital
 from medagentgym.tasks.ehr_synth.mimic_iii_db import build_mimic_iii
 
@@ -69,7 +81,7 @@ class MimicIII(EHRSQLFamily):
     """The mimic_iii family (see the module docstring for the spec card)."""
 
     name = "mimic_iii"
-    version = 2
+    version = 3
     db_file = DB_FILE
     per_category: ClassVar[dict[str, int]] = {"tiny": 3, "default": 150}
     context_text = (
@@ -78,6 +90,6 @@ class MimicIII(EHRSQLFamily):
         "prescriptions, chartevents, inputevents_cv, outputevents, d_items, microbiologyevents, cost), read-only. "
         "All text values are lower-case. The current time is 2105-12-31 23:59:00: use it instead of the wall clock "
         "(a hospital visit with a NULL dischtime is the current one). Run SQL with code_execution (lang 'sql') or "
-        "Python's sqlite3, then submit only the final answer; for several values submit a JSON list."
+        "Python's sqlite3, then submit only the final answer; for several values submit a JSON list. " + ANSWER_RULES
     )
     write_database = staticmethod(_write)

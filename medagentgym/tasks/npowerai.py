@@ -14,6 +14,11 @@ Description:
     original data set, no group shares one constant answer and each design follows one convention. N-PowerAI's
     public records (MedAgentGym's ``npowerai`` JSONL) are imported by ``medagentgym import --family
     npowerai``: their answers are recomputed from the raw quantities each question states (medagentgym/tasks/power/importer.py).
+    ``--answers public`` keeps the published answers instead, graded as N-PowerAI's scorer grades them (sizes
+    exact, powers strictly within 1 %), and sets aside the groups whose published answers are defective: the
+    two-sample sizes and Cox powers (one constant per group), the paired powers (the exact one-sided power at
+    n = 42, df 41, not at the n each question states: a stale sample size, the ~0.044 offset), and the ANOVA
+    powers (noncentrality f^2 x 10n instead of f^2 x 4n) (``medagentgym.tasks.importers.public``).
 
 Example instance:
     question: "A trial randomises adults with prediabetes to one of two diets and compares fasting glucose at 6

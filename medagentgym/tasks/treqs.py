@@ -24,8 +24,11 @@ Allowed actions:
 
 Grading:
     One ``submit_answer`` per episode, graded by the strict grader of the answer type (medagentgym.tasks.graders): integer
-    exact; number within rel 1e-4; text normalised exact; datetime to the second; set order-insensitive.
-    Shotgun, traceback and empty submissions fail.
+    exact; number within rel 1e-4; text normalised exact; datetime to the second; set order-insensitive; a
+    two-attribute answer is a list in the question's order. "Nothing found": a count is 0, any other value
+    ``None``. Shotgun, traceback and empty submissions fail. Imported records may keep MedAgentGym's published
+    answers (``medagentgym import --answers public``: the first row MedAgentGym kept, graded as TREQS's scorer
+    compares it; queries that can return several rows are set aside).
 
 Episode end:
     The graded submit (terminated) or a budget (turns, tokens, wall time: truncated). 15 turns.
@@ -34,8 +37,10 @@ Arguments:
     ``tasks.make("treqs", root=DIR)``; ``build(out_dir, size="tiny"|"default", seed=0)`` writes
     ``<out_dir>/treqs/{treqs.db, train.jsonl, test.jsonl, manifest.json}``, byte-identical per seed.
     tiny: 30 patients, up to 3 instances per template; default: 1,000 patients, up to 300 per template.
-    ``public_questions=[FILES]`` (EHRSQL / MedAgentGym / MIMICSQL question files) adds the patients they name,
-    with the events and time windows their questions ask about (``medagentgym.tasks.ehr_synth.plant``).
+    ``public_ids=[FILES]`` gives the first ordinary patients the ids public question files name (their
+    histories are the ordinary draw). ``public_questions=[FILES]`` is a schema/coverage SMOKE option: it plants
+    patients shaped by those questions (``medagentgym.tasks.ehr_synth.plant``, an answer key for them); the
+    manifest says ``planted`` and so does every evaluation report built on it; never report its numbers.
     40 % of each category goes to test. The instance mounts only the database.
 
 Version history:
@@ -47,6 +52,10 @@ Version history:
        Test instances are chosen per category to spread answers, and no answer holds more than 8 % of a split
        (``templating.MAX_ANSWER_SHARE``), so no constant answer nears the 10 % floor bound. tiny builds draw 6
        instances per category (was 3) so a test split of small counts has answers to choose from.
+    3: nine two-attribute templates ("what is the X and Y of ...", MIMICSQL's ~15 % of public questions; the
+       answer is the one row, as a list in the question's order) and the public answer mix: 7 % of the answers
+       say "nothing found" (a count of 0, no value), chosen per category to the shares in ``data/treqs/mix.json``
+       (``scripts/check_public_sql.py``). ``public_questions`` builds are labelled schema/coverage smoke builds.
 """
 
 from __future__ import annotations
@@ -54,7 +63,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import ClassVar
 
-from medagentgym.tasks.ehr_synth.family import EHRSQLFamily
+from medagentgym.tasks.ehr_synth.family import NOTHING_RULE, EHRSQLFamily
 from medagentgym.tasks.ehr_synth.hospital import RawHospital
 from medagentgym.tasks.ehr_synth.treqs_db import build_treqs
 
@@ -69,13 +78,13 @@ class TREQS(EHRSQLFamily):
     """The treqs family (see the module docstring for the spec card)."""
 
     name = "treqs"
-    version = 2
+    version = 3
     db_file = DB_FILE
     per_category: ClassVar[dict[str, int]] = {"tiny": 6, "default": 300}
     context_text = (
         f"SQLite database: /data/{DB_FILE} (MIMICSQL schema, 5 tables: DEMOGRAPHIC (one row per hospital "
         "admission), DIAGNOSES, PROCEDURES, PRESCRIPTIONS, LAB; joined on HADM_ID), read-only. Every column holds "
         "text, all values lower-case (e.g. GENDER 'f'/'m', ADMISSION_TYPE 'emergency'). Run SQL with code_execution (lang 'sql') or Python's sqlite3, then submit only "
-        "the final answer; for several values submit a JSON list."
+        "the final answer; for several values submit a JSON list. " + NOTHING_RULE
     )
     write_database = staticmethod(_write)

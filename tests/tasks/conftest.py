@@ -1,4 +1,4 @@
-"""Fixtures for the task tests: toy_sql built once (tiny, seed 0) into a session temp root."""
+"""Fixtures for the task tests: toy_sql built once (tiny, seed 0) into a session temp root; the EHR SQL databases."""
 
 from __future__ import annotations
 
@@ -27,3 +27,16 @@ def task_pool(make_test_pool):
     pool = make_test_pool(1)
     yield pool
     pool.close()
+
+
+@pytest.fixture(scope="session")
+def dbs(tmp_path_factory):
+    """The tiny synthetic databases of the three SQL families (30 patients, seed 0): ``<dir>/<family>.db``.
+    Read-only use (importers copy them)."""
+    from medagentgym.tasks.ehr_synth.hospital import SIZES, cached_draw
+
+    out = tmp_path_factory.mktemp("dbs")
+    raw = cached_draw(SIZES["tiny"], 0)
+    for fam in ("mimic_iii", "eicu", "treqs"):
+        tasks.registry.family_class(fam).write_database(raw, out / f"{fam}.db", 0)
+    return out

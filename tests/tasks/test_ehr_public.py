@@ -245,3 +245,38 @@ def test_check_public_sql_cli_prints_rates_and_mix(medium, tmp_path, capsys, loa
     summary = json.loads(out.read_text())["datasets"]["mimicsql"]
     assert summary["answerable"] == 3 and summary["executed_pct"] == 100.0
     assert main(["--mimic-iii", str(tmp_path / "nope.json"), "--tasks-root", str(root)]) == 2
+
+
+# ---------------------------------------------------------------------------------------------------- labels, ids
+def test_public_ids_are_carried_by_ordinary_patients_whose_histories_do_not_change():
+    from medagentgym.tasks.ehr_synth.plant import public_ids_from_files
+
+    ids = public_ids_from_files(list(PUBLIC.values()))
+    assert 90001 in ids.subject_ids and "031-90003" in ids.uniquepids and "ada lovell" in ids.names
+    plain, named = draw_hospital(12, seed=1), draw_hospital(12, seed=1, public_ids=ids)
+    assert not named.pinned and set(ids.subject_ids) <= set(named.tables["PATIENTS"]["SUBJECT_ID"])
+    for table in ("ADMISSIONS", "PRESCRIPTIONS", "LABEVENTS"):  # the same draw, relabelled: nothing shaped
+        a, b = plain.tables[table].drop(columns=["SUBJECT_ID"]), named.tables[table].drop(columns=["SUBJECT_ID"])
+        assert a.equals(b), table
+    assert set(named.uniquepids.values()) == set(ids.uniquepids) and set(named.names.values()) == set(ids.names)
+
+
+def test_a_planted_build_says_so_in_its_manifest_and_checks(tmp_path, capsys, load_script):
+    from env_client.rollout import describe_run
+    from medagentgym.tasks.treqs import TREQS
+
+    manifest = TREQS().build(tmp_path, size="tiny", seed=0, public_questions=[PUBLIC["mimicsql"]])
+    assert manifest["planted"]["files"] == ["public_treqs.jsonl"]
+    assert "smoke" in manifest["planted"]["warning"] and "no number" in manifest["planted"]["warning"]
+    assert "planted" not in TREQS().build(tmp_path / "plain", size="tiny", seed=0)
+    info = describe_run("oracle", "oracle", {}, config=None, fmt="json", split="test", tasks_root=tmp_path,
+                        families=["treqs"])
+    assert info["families"]["treqs"]["planted"] is True
+    plain = describe_run("oracle", "oracle", {}, config=None, fmt="json", split="test", tasks_root=tmp_path / "plain",
+                         families=["treqs"])
+    assert "planted" not in plain["families"]["treqs"]  # run keys of ordinary builds are unchanged
+    main = load_script("check_public_sql").main
+    assert main(["--mimicsql", str(PUBLIC["mimicsql"]), "--tasks-root", str(tmp_path), "--json"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("WARNING: treqs: schema/coverage smoke build")
+    assert "smoke" in json.loads(out.strip().splitlines()[-1])["warning"]

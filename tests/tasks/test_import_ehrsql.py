@@ -14,7 +14,6 @@ import pytest
 
 from medagentgym import tasks
 from medagentgym.tasks.base import TaskError
-from medagentgym.tasks.ehr_synth.hospital import SIZES, cached_draw
 from medagentgym.tasks.graders import render_answer
 from medagentgym.tasks.importers import check_import, import_files
 from medagentgym.tasks.importers._slots import find_slots, replace_in_text, result_of
@@ -23,16 +22,6 @@ from medagentgym.tasks.importers.ehrsql import render_mimicsql
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures" / "import_ehr"
 SANDBOX = "bwrap" if shutil.which("bwrap") else "local"
-
-
-@pytest.fixture(scope="module")
-def dbs(tmp_path_factory):
-    """The tiny synthetic databases of the three SQL families (30 patients, seed 0)."""
-    out = tmp_path_factory.mktemp("dbs")
-    raw = cached_draw(SIZES["tiny"], 0)
-    for fam in ("mimic_iii", "eicu", "treqs"):
-        tasks.registry.family_class(fam).write_database(raw, out / f"{fam}.db", 0)
-    return out
 
 
 def _import(dbs: Path, root: Path, family: str, *files: str):

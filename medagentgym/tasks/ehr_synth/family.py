@@ -38,6 +38,33 @@ from medagentgym.tasks.graders import grade, render_answer
 DATA_DIR = Path(__file__).resolve().parent.parent / "data"
 SQL_ACTIONS = frozenset({"request_info", "code_execution", "debugging", "submit_answer"})
 TEST_FRACTION = 0.4
+#: What a build made with ``public_questions`` says about itself (manifest ``planted.warning``, evaluation reports,
+#: ``scripts/check_public_sql.py --plant``).
+PLANTED_WARNING = ("schema/coverage smoke build: patients were planted from public question files, with the events "
+                   "their questions ask about (an answer key for those questions); no number from it may be reported")
+
+
+#: Grader options per answer type: yes/no questions take yes/no (or true/false), not a bare 1/0, because counts of
+#: 0 and 1 are answers here too (a constant "0" would otherwise answer every empty count and every "no").
+GRADING: dict[str, dict[str, Any]] = {"boolean": {"digits": False}}
+#: The sentence every EHR SQL context ends with: how to answer yes/no and "nothing found" questions.
+NOTHING_RULE = "When nothing matches, a count is 0, a list is [] and any other value is None."
+ANSWER_RULES = "Answer yes/no questions with yes or no. " + NOTHING_RULE
+
+
+#: A reference program that runs the gold SQL and prints the answer as submitted (see ``reference_solution``).
+_ANSWER_PROGRAM = """import json
+import sqlite3
+
+con = sqlite3.connect("file:/data/{db}?mode=ro", uri=True)
+values = [v for row in con.execute({sql!r}).fetchall() for v in row if v is not None]
+{show}
+"""
+_SCALAR_SHOW = "print(values[0] if values else None)  # nothing found: None (a count of nothing is 0)"
+_SHOW = {"boolean": 'print("yes" if values and values[0] else "no")',
+         "set": "print(json.dumps(sorted(set(values), key=str)))  # nothing found: []",
+         "list": "print(json.dumps(values))  # nothing found: []",
+         **dict.fromkeys(("integer", "number", "text", "date", "datetime"), _SCALAR_SHOW)}
 
 
 class EHRSQLFamily:
@@ -77,8 +104,20 @@ class EHRSQLFamily:
         n = len(self.categories)
         return {"categories": n, "instances": n * self.per_category[size]}
 
+    def mix_target(self) -> dict[str, float] | None:
+        """The question-type and answer mix the build aims at (``data/<name>/mix.json``), or None."""
+        from medagentgym.tasks.ehr_synth.mix import load_target
+
+        path = DATA_DIR / self.name / "mix.json"
+        return load_target(path) if path.is_file() else None
+
     def _templates_sha(self) -> str:
-        return hashlib.sha256((DATA_DIR / self.name / "templates.yaml").read_bytes()).hexdigest()
+        """sha256 of what decides the counts: the template file, then the mix target when there is one."""
+        digest = hashlib.sha256((DATA_DIR / self.name / "templates.yaml").read_bytes())
+        mix = DATA_DIR / self.name / "mix.json"
+        if mix.is_file():
+            digest.update(mix.read_bytes())
+        return digest.hexdigest()
 
     def record_counts(self, manifests: dict[str, dict[str, Any]]) -> None:
         """Write ``counts.json`` from seed-0 build manifests keyed by size (maintainers run this after editing templates)."""
@@ -92,7 +131,8 @@ class EHRSQLFamily:
             raise TaskError(f"size {size!r} is not one of {sorted(self.per_category)}; use 'tiny' or 'default'")
 
     def build(self, out_dir: Path | str, *, size: Size = "tiny", seed: int = 0,
-              public_questions: Sequence[Path | str] | None = None) -> dict[str, Any]:
+              public_questions: Sequence[Path | str] | None = None,
+              public_ids: Sequence[Path | str] | None = None) -> dict[str, Any]:
         """Write ``<out_dir>/<name>/``: the SQLite database, train/test instances and a manifest.
 
         Args:
@@ -100,8 +140,14 @@ class EHRSQLFamily:
             size: ``"tiny"`` (30 patients, a few instances per category) or ``"default"`` (1,000 patients).
             seed: Seeds the synthetic hospital, the database conventions and the slot draws; the same seed gives
                 byte-identical files.
-            public_questions: Public EHRSQL / MedAgentGym / MIMICSQL question files: the patients they name are
-                added with histories their questions can be asked about (``medagentgym.tasks.ehr_synth.plant``).
+            public_questions: SCHEMA/COVERAGE SMOKE ONLY. Public EHRSQL / MedAgentGym / MIMICSQL question files:
+                the patients they name are added with histories shaped by their questions
+                (``medagentgym.tasks.ehr_synth.plant``), an answer key for exactly those questions. The manifest
+                says so (``planted``) and so does every report built on it; never use such a build for a number
+                in docs or reports. Off by default.
+            public_ids: Public question files whose named patient ids (MIMIC ``subject_id``, eICU ``uniquepid``,
+                MIMICSQL names) the first ordinary patients carry; their histories are the ordinary draw, so a
+                public question about such a patient asks about a plausible history, not one made for it.
 
         Returns:
             The manifest (counts per split and category, table sizes, seed, size, version, sha256 per file).
@@ -110,12 +156,14 @@ class EHRSQLFamily:
         started = time.perf_counter()
         family_dir = Path(out_dir) / self.name
         family_dir.mkdir(parents=True, exist_ok=True)
-        raw = cached_draw(SIZES[size], seed, tuple(str(Path(p)) for p in public_questions or ()))
+        raw = cached_draw(SIZES[size], seed, tuple(str(Path(p)) for p in public_questions or ()),
+                          public_id_files=tuple(str(Path(p)) for p in public_ids or ()))
         tables = type(self).write_database(raw, family_dir / self.db_file, seed)
         inst = Instantiator(family_dir / self.db_file, self._filters, self._templates, family=self.name, seed=seed)
         try:
             splits = make_instances(inst, per_category=self.per_category[size], test_fraction=TEST_FRACTION,
-                                    context=self.context_text, data={self.db_file: self.db_file}, db_name=self.db_file)
+                                    context=self.context_text, data={self.db_file: self.db_file}, db_name=self.db_file,
+                                    target=self.mix_target(), grading=GRADING)
         finally:
             inst.close()
         empty = [c for c in self.categories if not any(i.category == c for s in splits.values() for i in s)]
@@ -127,9 +175,13 @@ class EHRSQLFamily:
         for items in splits.values():
             for item in items:
                 per_cat[item.category] = per_cat.get(item.category, 0) + 1
+        planted = ({"planted": {"files": sorted(Path(p).name for p in public_questions), "warning": PLANTED_WARNING}}
+                   if public_questions else {})
+        if public_ids:
+            planted["public_ids"] = {"files": sorted(Path(p).name for p in public_ids)}
         manifest = write_manifest(
             family_dir, family=self.name, version=self.version, size=size, seed=seed, tables=tables,
-            counts={split: len(items) for split, items in splits.items()}, categories=per_cat,
+            counts={split: len(items) for split, items in splits.items()}, categories=per_cat, **planted,
         )
         manifest["build_seconds"] = round(time.perf_counter() - started, 2)  # returned only, not written
         return manifest
@@ -139,8 +191,20 @@ class EHRSQLFamily:
         return load_instances(self.root, split, family=self.name)
 
     def reference_solution(self, instance: Instance) -> list[dict[str, Any]]:
-        """Run the gold SQL, then submit the rendered gold answer."""
-        return run_then_submit("sql", instance.solution, render_answer(instance.answer_type, instance.answer))
+        """Run the gold SQL, then submit the rendered gold answer.
+
+        Where SQLite's own output is not yet the answer (a yes/no question prints 1/0; a query that finds nothing
+        prints no row), the gold SQL runs from Python, which prints the answer as it is submitted (``yes``,
+        ``None``, ``[]``): the reference program shows the conventions it follows.
+        """
+        from medagentgym.tasks.ehr_synth.mix import nothing_kind
+
+        rendered = render_answer(instance.answer_type, instance.answer)
+        if instance.answer_type == "boolean" or nothing_kind(instance.answer, instance.answer_type):
+            db = instance.metadata.get("sql_database") or self.db_file
+            return run_then_submit("python", _ANSWER_PROGRAM.format(db=db, sql=instance.solution,
+                                                                    show=_SHOW[instance.answer_type]), rendered)
+        return run_then_submit("sql", instance.solution, rendered)
 
     def grade(self, instance: Instance, submission: str, ctx: GradeContext | None = None) -> Verdict:
         """The strict grader of the instance's answer type (exactly one answer; sets order-free)."""

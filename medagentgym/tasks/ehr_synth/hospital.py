@@ -16,8 +16,9 @@ real CSVs into exactly this shape, so synthetic and real data share one code pat
 
 Items come from ``vocab.merged()``: the hand-made core plus every value the public EHRSQL / MIMICSQL questions
 compare against (``medagentgym/tasks/data/ehr_vocab``), so those questions find their drugs, labs, items, codes and categories
-(3 % of patients are newborns; some normal labs carry MIMIC's ``delta`` flag). ``draw_hospital(..., plan=...)``
-adds the patients public question files name (``plant``).
+(3 % of patients are newborns; some normal labs carry MIMIC's ``delta`` flag). ``draw_hospital(...,
+public_ids=...)`` gives ordinary patients the ids public question files name; ``draw_hospital(..., plan=...)``
+adds patients shaped by those questions (``plant``: a schema/coverage smoke option, never for reported numbers).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ import numpy as np
 import pandas as pd
 
 from medagentgym.tasks.ehr_synth import vocab_items as v
-from medagentgym.tasks.ehr_synth.plant import Plan, draw_planned, plan_from_files
+from medagentgym.tasks.ehr_synth.plant import Plan, PublicIds, draw_planned, plan_from_files, public_ids_from_files
 from medagentgym.tasks.ehr_synth.vocab import merged
 
 #: Patients per size.
@@ -382,14 +383,18 @@ def _dictionaries() -> dict[str, pd.DataFrame]:
     return {"D_ICD_DIAGNOSES": d_dx, "D_ICD_PROCEDURES": d_px, "D_LABITEMS": d_lab, "D_ITEMS": d_items}
 
 
-def draw_hospital(n_patients: int, seed: int = 0, plan: Plan | None = None) -> RawHospital:
+def draw_hospital(n_patients: int, seed: int = 0, plan: Plan | None = None,
+                  public_ids: PublicIds | None = None) -> RawHospital:
     """Draw one synthetic hospital.
 
     Args:
         n_patients: Number of patients (``SIZES["tiny"]`` = 30 for tests, ``SIZES["default"]`` = 1,000).
         seed: Seed of every random draw; the same seed gives identical frames.
         plan: Patients planned from public question files (``plant.plan_from_files``), drawn after the
-            ``n_patients`` random ones (whose ids then avoid the planned ids).
+            ``n_patients`` random ones (whose ids then avoid the planned ids). A schema/coverage smoke option.
+        public_ids: Ids public question files name (``plant.public_ids_from_files``), given to the first random
+            patients (subject ids, eICU ``uniquepid``s, MIMICSQL names; at most ``n_patients`` of each). Their
+            histories are the ordinary draw: the same as without ids.
 
     Returns:
         The raw tables (MIMIC-III CSV shape) and the allergy list.
@@ -407,9 +412,16 @@ def draw_hospital(n_patients: int, seed: int = 0, plan: Plan | None = None) -> R
     else:
         taken = plan.subject_ids()
         ids = [i for i in drawer.rng.sample(range(100, 99999), n_patients + len(taken)) if i not in taken][:n_patients]
+    if public_ids is not None:
+        named = [i for i in dict.fromkeys(public_ids.subject_ids) if plan is None or i not in plan.subject_ids()]
+        named = named[:n_patients]
+        ids = named + [i for i in ids if i not in set(named)][:n_patients - len(named)]
     for subject_id in ids:
         drawer.patient(subject_id)
     planted = draw_planned(drawer, plan, set(ids)) if plan is not None else ({}, {}, frozenset())
+    if public_ids is not None:
+        planted = ({**dict(zip(ids, public_ids.uniquepids)), **planted[0]},
+                   {**dict(zip(ids, public_ids.names)), **planted[1]}, planted[2])
     tables = {name: pd.DataFrame(drawer.rows[name], columns=list(cols)) for name, cols in _COLUMNS.items()}
     tables.update(_dictionaries())
     allergies = pd.DataFrame(drawer.rows["ALLERGIES"], columns=["SUBJECT_ID", "ALLERGYNAME", "DRUGNAME"])
@@ -418,13 +430,15 @@ def draw_hospital(n_patients: int, seed: int = 0, plan: Plan | None = None) -> R
 
 @functools.lru_cache(maxsize=2)
 def cached_draw(n_patients: int, seed: int = 0, public_questions: tuple[str, ...] = (),
-                anonymous: bool = True) -> RawHospital:
+                anonymous: bool = True, public_id_files: tuple[str, ...] = ()) -> RawHospital:
     """:func:`draw_hospital`, memoised per process (the three families of one build share one draw).
 
     ``public_questions`` (question file paths) plans the patients they name, and with ``anonymous`` one more per
-    question that names none (``plant.plan_from_files``).
+    question that names none (``plant.plan_from_files``): a schema/coverage smoke option, an answer key.
+    ``public_id_files`` only gives ordinary patients the ids those files name (``plant.public_ids_from_files``).
 
     Callers must not mutate the returned frames (the builders copy before changing anything).
     """
     plan = plan_from_files(public_questions, anonymous=anonymous) if public_questions else None
-    return draw_hospital(n_patients, seed, plan)
+    ids = public_ids_from_files(public_id_files) if public_id_files else None
+    return draw_hospital(n_patients, seed, plan, ids)

@@ -267,6 +267,37 @@ def plan_from_records(records: Iterable[dict[str, Any]], *, anonymous: bool = Fa
     return Plan(list(by_key.values()) + anon)
 
 
+@dataclass(frozen=True)
+class PublicIds:
+    """Patient ids public question files name, for ORDINARY patients to carry: the ids exist, their histories are
+    drawn by the generator like everyone else's (nothing shaped by a question, unlike :class:`Plan`)."""
+
+    subject_ids: tuple[int, ...] = ()
+    uniquepids: tuple[str, ...] = ()
+    names: tuple[str, ...] = ()
+
+
+def public_ids_from_files(paths: Sequence[Path | str]) -> PublicIds:
+    """The MIMIC subject ids, eICU ``uniquepid``s and MIMICSQL names the files' gold SQL names, first mention first.
+
+    Example:
+        >>> public_ids_from_records([{"db_id": "eicu", "query": "... patient.uniquepid = '027-1' ..."}]).uniquepids
+        ('027-1',)
+    """
+    return public_ids_from_records([r for p in paths for r in load_records(p)])
+
+
+def public_ids_from_records(records: Iterable[dict[str, Any]]) -> PublicIds:
+    """:func:`public_ids_from_files` over records."""
+    found: dict[str, dict[str, None]] = {"subject_id": {}, "uniquepid": {}, "name": {}}
+    for rec in records:
+        dataset = _dataset(rec)
+        sql = gold_sql(rec, dataset) if dataset else None
+        for kind, value in sorted(patient_keys(sql or "")):
+            found[kind][value] = None
+    return PublicIds(tuple(int(v) for v in found["subject_id"]), tuple(found["uniquepid"]), tuple(found["name"]))
+
+
 def plan_from_files(paths: Sequence[Path | str], *, anonymous: bool = False) -> Plan:
     """:func:`plan_from_records` over the records of every file (JSON list or JSON lines)."""
     return plan_from_records([r for p in paths for r in load_records(p)], anonymous=anonymous)

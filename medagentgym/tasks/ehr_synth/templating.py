@@ -33,6 +33,7 @@ from typing import Any
 import yaml
 
 from medagentgym.tasks.base import Instance, Split, TaskError
+from medagentgym.tasks.ehr_synth.public_sql import authorize_read_only
 
 NOW = "2105-12-31 23:59:00"
 _NOW_DT = dt.datetime(2105, 12, 31, 23, 59)
@@ -140,7 +141,13 @@ def render(template: Template, flt: Filter, slots: dict[str, Any]) -> tuple[str,
 
 
 def gold_answer(template: Template, rows: list[tuple]) -> Any:
-    """The answer from executed rows, or None when the instance is degenerate."""
+    """The answer from executed rows, or None when the instance is degenerate (nothing found: see
+    :func:`nothing_answer`; a numeric 1, which would also answer every "yes" where a bare 1 is a yes)."""
+    if template.type == "list" and rows and len(rows[0]) > 1:  # one row of several columns ("X and Y of ...")
+        distinct = {tuple(r) for r in rows}
+        if len(distinct) != 1 or any(v is None or v == "" for v in next(iter(distinct))):
+            return None
+        return list(next(iter(distinct)))
     if template.type in ("set", "list"):
         values = [r[0] for r in rows if r and r[0] is not None]
         if not values or len(values) > template.max_items:
@@ -164,11 +171,40 @@ def gold_answer(template: Template, rows: list[tuple]) -> Any:
     return value
 
 
+#: A "nothing found" answer is not degenerate: it is the answer (``nothing_answer``).
+NOTHING = object()
+
+
+def nothing_answer(template: Template, rows: list[tuple]) -> Any:
+    """The "nothing found" answer of executed rows (0 for a count, None for a value, [] for a set), or
+    :data:`NOTHING` when the rows hold something (or the template is yes/no, which always has an answer).
+
+    Example:
+        >>> nothing_answer(Template("t", "integer", "", "", ""), [(0,)]), nothing_answer(Template("t", "set", "", "", ""), [])
+        (0, [])
+    """
+    if template.type == "boolean":
+        return NOTHING
+    values = [v for r in rows for v in r if v is not None and v != ""]
+    if template.type in ("set", "list"):
+        return [] if not values else NOTHING
+    if not values:
+        return None
+    if template.type in ("integer", "number") and len(rows) == 1 and len(values) == 1:
+        try:
+            if float(values[0]) == 0.0:
+                return 0
+        except (TypeError, ValueError):
+            return NOTHING
+    return NOTHING
+
+
 class Instantiator:
     """Draws instances of every category over one database (one cached read-only connection)."""
 
     def __init__(self, db: Path, filters: dict[str, Filter], templates: list[Template], *, family: str, seed: int) -> None:
         self.con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+        self.con.set_authorizer(authorize_read_only)  # template SQL comes from a file: read-only, no ATTACH
         self.filters, self.templates, self.family, self.seed = filters, templates, family, seed
         self._pools: dict[str, list[dict[str, Any]]] = {}
 
@@ -187,16 +223,70 @@ class Instantiator:
             self._pools[sql] = [dict(zip(names, row)) for row in cur.fetchall()]
         return self._pools[sql]
 
-    def category(self, template: Template, variant: str, n: int) -> list[tuple[dict[str, Any], str, str, Any]]:
-        """Up to ``n`` distinct (slots, question, sql, answer) for one category."""
-        flt = self.filters[variant]
-        n = min(n, template.cap) if template.cap else n
+    def _rows(self, template: Template, flt: Filter) -> list[dict[str, Any]]:
+        """Pool rows the filter can be asked about (its anchor period, its patients)."""
         rows = self.pool(template.pool)
         if flt.anchor:
             rows = [r for r in rows if str(r.get("t") or "").startswith(flt.anchor)]
         if flt.patients and rows and "patient_id" in rows[0]:
             allowed = {r[next(iter(r))] for r in self.pool(flt.patients)}
             rows = [r for r in rows if r["patient_id"] in allowed]
+        return rows
+
+    def nothing(self, template: Template, variant: str, n: int, exclude: set[str] | frozenset[str] = frozenset()
+                ) -> list[tuple[dict[str, Any], str, str, Any]]:
+        """Up to ``n`` distinct (slots, question, sql, answer) of one category whose answer is "nothing found"
+        (:func:`nothing_answer`: 0, None or []).
+
+        Slot values are crossed between pool rows (one row's patient with another row's drug, or another row's
+        time window), as public question sets draw values that need not co-occur; only crossings whose executed
+        gold SQL finds nothing are kept. Yes/no templates have none (they always answer yes or no).
+        """
+        flt = self.filters[variant]
+        n = min(n, template.cap) if template.cap else n
+        rows = self._rows(template, flt)
+        if n <= 0 or template.type == "boolean" or len(rows) < 2:
+            return []
+        rng = random.Random(f"{self.family}:{self.seed}:{template.id}.{variant}:nothing")
+        out: list[tuple[dict[str, Any], str, str, Any]] = []
+        seen: set[str] = set(exclude)
+        tried = 0
+        for _ in range(max(n * 4, 60)):
+            if len(out) >= n or (tried >= 30 and not out):  # crossings that never find nothing: stop early
+                break
+            row, donor = dict(rng.choice(rows)), rng.choice(rows)
+            key = rng.choice(sorted(row))
+            row[key] = donor[key]
+            drawn = self._draw(template, variant, row, rng, seen)
+            if drawn is None:
+                continue
+            tried += 1
+            slots, question, sql, result = drawn
+            answer = nothing_answer(template, result)
+            if answer is not NOTHING:
+                out.append((slots, question, sql, answer))
+        return out
+
+    def _draw(self, template: Template, variant: str, row: dict[str, Any], rng: random.Random, seen: set[str]
+              ) -> tuple[dict[str, Any], str, str, list[tuple]] | None:
+        """(slots, question, sql, executed rows) of one pool row, or None when its SQL was drawn before."""
+        slots = {k: v for k, v in row.items() if k != "t"}
+        slots.update(_time_slots(row.get("t"), rng))
+        question, sql = render(template, self.filters[variant], slots)
+        if sql in seen:
+            return None
+        seen.add(sql)
+        try:
+            result = self.con.execute(sql).fetchmany(template.max_items + 1)
+        except sqlite3.Error as exc:
+            raise TaskError(f"{self.family}: gold SQL of {template.id}.{variant} failed ({exc}): {sql}") from None
+        return slots, question, sql, result
+
+    def category(self, template: Template, variant: str, n: int) -> list[tuple[dict[str, Any], str, str, Any]]:
+        """Up to ``n`` distinct (slots, question, sql, answer) for one category."""
+        flt = self.filters[variant]
+        n = min(n, template.cap) if template.cap else n
+        rows = self._rows(template, flt)
         rng = random.Random(f"{self.family}:{self.seed}:{template.id}.{variant}")
         out: list[tuple[dict[str, Any], str, str, Any]] = []
         seen: set[str] = set()
@@ -204,17 +294,10 @@ class Instantiator:
         for _ in range(max(n * 15, 600)):
             if len(out) >= n or not rows:
                 break
-            row = dict(rng.choice(rows))
-            slots = {k: v for k, v in row.items() if k != "t"}
-            slots.update(_time_slots(row.get("t"), rng))
-            question, sql = render(template, flt, slots)
-            if sql in seen:
+            drawn = self._draw(template, variant, dict(rng.choice(rows)), rng, seen)
+            if drawn is None:
                 continue
-            seen.add(sql)
-            try:
-                result = self.con.execute(sql).fetchmany(template.max_items + 1)
-            except sqlite3.Error as exc:
-                raise TaskError(f"{self.family}: gold SQL of {template.id}.{variant} failed ({exc}): {sql}") from None
+            slots, question, sql, result = drawn
             answer = gold_answer(template, result)
             if answer is None:
                 continue
@@ -234,11 +317,13 @@ class Instantiator:
 MAX_ANSWER_SHARE = 0.08
 
 
-def cap_answer_share(items: list[Instance], max_share: float = MAX_ANSWER_SHARE) -> list[Instance]:
+def cap_answer_share(items: list[Instance], max_share: float = MAX_ANSWER_SHARE,
+                     elsewhere: frozenset[str] | set[str] = frozenset()) -> list[Instance]:
     """``items`` without the instances that let one answer exceed ``max_share`` of them.
 
     Excess instances of an over-common answer are dropped from the categories that hold most of it, latest
-    first, never a category's last instance (a category with nothing left would vanish). Deterministic.
+    first, never a category's last instance (a category with nothing left would vanish) unless the category is in
+    ``elsewhere`` (it has instances in the other split). Deterministic.
 
     Example:
         >>> counts = Counter(render_answer(i.answer_type, i.answer) for i in cap_answer_share(items))
@@ -265,7 +350,7 @@ def cap_answer_share(items: list[Instance], max_share: float = MAX_ANSWER_SHARE)
         for k in range(len(keep) - 1, -1, -1):
             if dropped >= excess:
                 break
-            if rendered[k] == answer and per_cat[keep[k].category] > 1:
+            if rendered[k] == answer and (per_cat[keep[k].category] > 1 or keep[k].category in elsewhere):
                 per_cat[keep[k].category] -= 1
                 del keep[k], rendered[k]
                 dropped += 1
@@ -273,41 +358,148 @@ def cap_answer_share(items: list[Instance], max_share: float = MAX_ANSWER_SHARE)
             blocked.add(answer)
 
 
+def plan_mix(categories: list[tuple[frozenset[str], int, dict[str, int]]], target: dict[str, float]
+             ) -> list[tuple[int, dict[str, int]]]:
+    """How many meaningful and nothing-found instances (per kind) each category keeps to approach ``target``.
+
+    First the category sizes: :func:`~medagentgym.tasks.ehr_synth.mix.quotas` fits the question-type shares, each
+    category offering its meaningful instances plus at most half as many nothing-found ones (every category keeps
+    one), and gives the categories that can hold a third of a kind's nothing-found answers ("can_<kind>") 3.3
+    times that kind's target share, so that the target is reachable. Then, kind by kind (``zero``, ``none``,
+    ``empty``), nothing-found instances take the same share ``r`` of every category that has them (``r`` found
+    by bisection to reach the kind's target share of the whole family), never more than a third of a category
+    beyond what its meaningful instances leave open. A scarce kind falls short of its target instead of shrinking
+    the build.
+
+    Args:
+        categories: ``(question features, meaningful instances, {kind: nothing-found instances})`` per category.
+        target: Feature -> share (0-1), question features and ``nothing_<kind>``.
+
+    Returns:
+        ``(meaningful kept, {kind: nothing-found kept})`` per category.
+    """
+    from medagentgym.tasks.ehr_synth.mix import quotas
+
+    kinds_order = ("zero", "none", "empty")
+    cells = [(features | {f"can_{k}" for k, n in kinds.items() if n >= max(1, items // 2)},
+              items + min(sum(kinds.values()), items // 2 if items else 1)) for features, items, kinds in categories]
+    fit = {k: v for k, v in target.items() if not k.startswith("nothing_")}
+    fit.update({f"can_{k[8:]}": min(0.95, 3.3 * v) for k, v in target.items() if k.startswith("nothing_")})
+    sizes = quotas(cells, fit, floor=[1 if a else 0 for _f, a in cells])
+    total = sum(sizes)
+    want = {k: round(target.get(f"nothing_{k}", 0.0) * total) for k in kinds_order}
+    taken: list[dict[str, int]] = [{} for _ in categories]
+    have = dict.fromkeys(kinds_order, 0)
+    # A category whose size exceeds its meaningful instances takes nothing-found ones first, of the kinds furthest
+    # below their targets.
+    for i, (_f, items, kinds) in enumerate(categories):
+        short = sizes[i] - items
+        while short > 0:
+            open_kinds = [k for k in kinds_order if kinds.get(k, 0) > taken[i].get(k, 0)]
+            if not open_kinds:
+                break
+            kind = max(open_kinds, key=lambda k: want[k] - have[k])
+            taken[i][kind] = taken[i].get(kind, 0) + 1
+            have[kind] += 1
+            short -= 1
+    room = [max(min(size // 3, size - 1), 0) for size in sizes]
+    for kind in kinds_order:
+        if want[kind] - have[kind] <= 0:
+            continue
+
+        def allot(r: float, kind: str = kind) -> list[int]:
+            return [max(0, min(kinds.get(kind, 0) - taken[i].get(kind, 0), room[i] - sum(taken[i].values()),
+                               int(r * sizes[i]) - taken[i].get(kind, 0)))
+                    for i, (_f, _items, kinds) in enumerate(categories)]
+
+        lo, hi = 0.0, 1.0
+        for _ in range(40):
+            mid = (lo + hi) / 2
+            lo, hi = (mid, hi) if sum(allot(mid)) < want[kind] - have[kind] else (lo, mid)
+        for i, n in enumerate(allot(hi)):
+            if n > 0:
+                taken[i][kind] = taken[i].get(kind, 0) + n
+                have[kind] += n
+    return [(max(0, min(items, sizes[i] - sum(taken[i].values()))), taken[i])
+            for i, (_f, items, _kinds) in enumerate(categories)]
+
+
 def make_instances(inst: Instantiator, *, per_category: int, test_fraction: float, context: str,
-                   data: dict[str, str], db_name: str) -> dict[Split, list[Instance]]:
+                   data: dict[str, str], db_name: str, target: dict[str, float] | None = None,
+                   grading: dict[str, dict[str, Any]] | None = None) -> dict[Split, list[Instance]]:
     """All instances of a family, ``test_fraction`` of each category to test.
+
+    With a ``target`` mix (feature -> share, ``medagentgym.tasks.ehr_synth.mix``), each category also draws up to
+    ``per_category`` "nothing found" instances (:meth:`Instantiator.nothing`), and
+    :func:`~medagentgym.tasks.ehr_synth.mix.quotas` decides how many of each category's meaningful and
+    nothing-found instances are kept (:func:`plan_mix`), so that the family's question-type and answer mix
+    approach the target (every category keeps at least one instance; nothing-found ones are at most a third of a
+    category).
 
     Which of a category's instances go to test is chosen to spread answers: each pick is the one whose answer the
     test split holds least so far (ties: the earliest drawn), so a count of 2 does not pile up in a small test
-    split. Then each split is capped so that no answer exceeds :data:`MAX_ANSWER_SHARE` of it
-    (:func:`cap_answer_share`).
+    split; nothing-found instances go to test in the same proportion as the rest. Then each split is capped so
+    that no answer exceeds :data:`MAX_ANSWER_SHARE` of it (:func:`cap_answer_share`).
+
+    Args:
+        grading: Answer type -> grader options added to every instance of that type (template options win).
     """
     from collections import Counter
 
+    from medagentgym.tasks.ehr_synth.mix import nothing_kind, question_features
     from medagentgym.tasks.graders import render_answer
 
-    splits: dict[Split, list[Instance]] = {"train": [], "test": []}
-    in_test: Counter = Counter()
+    drawn = []
     for template in inst.templates:
         for variant in template.variants:
             items = inst.category(template, variant, per_category)
-            n_test = round(len(items) * test_fraction) if len(items) > 1 else 0
-            rendered = [render_answer(template.type, answer) for *_, answer in items]
-            chosen: set[int] = set()
-            for _ in range(n_test):
-                pick = min((k for k in range(len(items)) if k not in chosen), key=lambda k: (in_test[rendered[k]], k))
-                chosen.add(pick)
-                in_test[rendered[pick]] += 1
-            for k, (slots, question, sql, answer) in enumerate(items):
-                split: Split = "test" if k in chosen else "train"
-                splits[split].append(Instance(
-                    id=f"{inst.family}/{split}/{len(splits[split]):06d}", family=inst.family,
-                    category=f"{template.id}.{variant}", split=split, question=question, context=context,
-                    answer=answer, answer_type=template.type, solution=sql, solution_lang="sql", data=dict(data),
-                    metadata={"slots": {k2: v for k2, v in slots.items()}, "template": template.id, "variant": variant,
-                              "sql_database": db_name, "grading": dict(template.grading)},
-                ))
-    for split, items in splits.items():
+            nothing = inst.nothing(template, variant, per_category, {sql for _s, _q, sql, _a in items}) if target else []
+            drawn.append((template, variant, items, nothing))
+    if target:
+        shape = []
+        for template, _variant, items, nothing in drawn:
+            some = (items or nothing)[:1]
+            kinds = Counter(nothing_kind(x[3], template.type) for x in nothing)
+            shape.append((frozenset(question_features(some[0][2], template.type) if some else ()), len(items),
+                          {k: n for k, n in kinds.items() if k}))
+        trimmed = []
+        for (template, variant, items, nothing), (n_items, by_kind) in zip(drawn, plan_mix(shape, target)):
+            used: Counter = Counter()
+            chosen_nothing = []
+            for x in nothing:
+                kind = nothing_kind(x[3], template.type)
+                if used[kind] < by_kind.get(kind, 0):
+                    used[kind] += 1
+                    chosen_nothing.append(x)
+            trimmed.append((template, variant, items[:n_items], chosen_nothing))
+        drawn = trimmed
+
+    splits: dict[Split, list[Instance]] = {"train": [], "test": []}
+    in_test: Counter = Counter()
+    for template, variant, items, nothing in drawn:
+        total = len(items) + len(nothing)
+        n_test = round(total * test_fraction) if total > 1 else 0
+        n_test_nothing = min(len(nothing), round(len(nothing) * test_fraction))
+        n_test_items = min(len(items), n_test - n_test_nothing)
+        rendered = [render_answer(template.type, answer) for *_, answer in items]
+        chosen: set[int] = set()
+        for _ in range(max(0, n_test_items)):
+            pick = min((k for k in range(len(items)) if k not in chosen), key=lambda k: (in_test[rendered[k]], k))
+            chosen.add(pick)
+            in_test[rendered[pick]] += 1
+        chosen |= {len(items) + k for k in range(n_test_nothing)}
+        options = {**(grading or {}).get(template.type, {}), **template.grading}
+        for k, (slots, question, sql, answer) in enumerate(items + nothing):
+            split: Split = "test" if k in chosen else "train"
+            splits[split].append(Instance(
+                id=f"{inst.family}/{split}/{len(splits[split]):06d}", family=inst.family,
+                category=f"{template.id}.{variant}", split=split, question=question, context=context,
+                answer=answer, answer_type=template.type, solution=sql, solution_lang="sql", data=dict(data),
+                metadata={"slots": {k2: v for k2, v in slots.items()}, "template": template.id, "variant": variant,
+                          "sql_database": db_name, "grading": dict(options)},
+            ))
+    for split, other in (("train", "test"), ("test", "train")):  # a category may leave one split, not both
+        capped = cap_answer_share(splits[split], elsewhere={i.category for i in splits[other]})
         splits[split] = [item.model_copy(update={"id": f"{inst.family}/{split}/{k:06d}"})
-                         for k, item in enumerate(cap_answer_share(items))]
+                         for k, item in enumerate(capped)]
     return splits

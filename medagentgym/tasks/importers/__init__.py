@@ -55,7 +55,7 @@ def import_files(family: str, paths: list[Path], out_root: Path, *, force: bool 
         out_root: The tasks root to write into.
         force: Replace an existing ``<out_root>/<family>``.
         **options: :class:`ImportOptions` fields (``db``, ``data``, ``fhir_url``, ``split``, ``seed``, ``size``,
-            ``verify``, ``backend``).
+            ``verify``, ``backend``, ``answers``).
 
     Returns:
         ``(manifest, report)``; the manifest is None (nothing written) when no record was imported.
@@ -68,6 +68,14 @@ def import_files(family: str, paths: list[Path], out_root: Path, *, force: bool 
     if family not in IMPORTERS:
         tasks.registry.spec(family)  # an unknown name raises UnknownTask with "did you mean"
         raise TaskError(f"family {family!r} has no importer; importable: {', '.join(sorted(IMPORTERS))}")
+    from medagentgym.tasks.importers.public import CONVENTIONS, FAMILIES
+
+    answers = options.get("answers", "recompute")
+    if answers not in CONVENTIONS:
+        raise TaskError(f"answers={answers!r} is not one of {', '.join(CONVENTIONS)}")
+    if answers == "public" and family not in FAMILIES:
+        raise TaskError(f"--answers public keeps a benchmark's published answers; {family} has none to keep "
+                        f"(families with published answers: {', '.join(FAMILIES)})")
     out_root = Path(out_root)
     if (out_root / family).exists() and not force:
         raise TaskError(f"{out_root / family} already exists; pass --force to replace it, or another --out")

@@ -45,6 +45,10 @@ class ImportOptions:
         size: Size of the synthetic database built when ``db`` is None (``tiny`` or ``default``).
         verify: Run reference programs (BioCoder, BioDSBench) in a sandbox and drop records whose reference fails.
         backend: Sandbox backend for ``verify`` (``bwrap``, or ``local`` for trusted files only).
+        answers: ``recompute`` (answers recomputed on the target database / from the question) or ``public``
+            (the record's published answer, graded as the benchmark's scorer grades it; records whose published
+            answer is defective are set aside: ``medagentgym.tasks.importers.public``). EHR SQL families and
+            npowerai.
     """
 
     family: str
@@ -57,6 +61,7 @@ class ImportOptions:
     size: str = "default"
     verify: bool = True
     backend: str = "bwrap"
+    answers: str = "recompute"
 
 
 def each_record(paths: list[Path], report: ImportReport) -> Iterator[tuple[Path, int, dict[str, Any]]]:
@@ -140,7 +145,7 @@ def write_family(opts: ImportOptions, instances: list[Instance], report: ImportR
         staged, family=opts.family, version=version, source="import", seed=opts.seed,
         imported_from={Path(p).name: _sha(Path(p)) for p in sources},
         counts=report.splits, categories=dict(sorted(categories.items())),
-        records=report.records, rejected=report.by_reason,
+        records=report.records, rejected=report.by_reason, answers=opts.answers,
     )
     if final.exists():
         trash = final.with_name(f".{opts.family}.replaced")

@@ -12,7 +12,9 @@ Accepted records:
 The gold SQL is post-processed as EHRSQL's evaluator does (EHRSQL records), its slot values are re-instantiated
 against the target database (``medagentgym.tasks.importers._slots``), and the answer is what the rewritten SQL RETURNS there.
 Unanswerable records (``is_impossible``, a ``nan`` query) and records that stay degenerate are reported, never
-kept. The target database is ``--db`` (copied into the family directory under the family's file name), or the
+kept. With ``answers="public"`` (``--answers public``) MedAgentGym's published answers are kept instead, graded as
+EHRSQL's / TREQS's scorers grade them, and records whose published answer is defective are set aside
+(:func:`public_instance`, ``medagentgym.tasks.importers.public``). The target database is ``--db`` (copied into the family directory under the family's file name), or the
 family's synthetic hospital built at ``--size`` when none is given.
 """
 
@@ -37,7 +39,7 @@ from medagentgym.tasks.importers._slots import DIALECTS, Reinstantiator, find_sl
 from medagentgym.tasks.importers.records import split_of
 from medagentgym.tasks.importers.report import ImportReport
 
-__all__ = ["parse_record", "run", "target_database"]
+__all__ = ["parse_record", "public_instance", "run", "target_database"]
 
 
 def target_database(opts: ImportOptions) -> Path:
@@ -144,15 +146,66 @@ def _instance(family: str, split: str, key: str, question: str, draw: Any, db_fi
     )
 
 
+def public_instance(family: str, record: dict[str, Any], split: str, context: str, db_file: str) -> Instance:
+    """One record under the ``public`` answer convention: its published ``answer`` is the gold (answer type
+    ``result``), its SQL is kept as published (post-processed as EHRSQL's evaluator does).
+
+    Raises:
+        ValueError: ``"<reason>: <detail>"``: a missing field, no published answer, or a defective published gold
+            (``medagentgym.tasks.importers.public.ehr_gold_defect``).
+    """
+    from medagentgym.tasks.importers.public import ehr_gold_defect, is_yes_no
+
+    key, question, sql, _template, _values = parse_record(family, record)
+    answer = record.get("answer")
+    if not isinstance(answer, list):
+        raise ValueError("no_public_answer: the record has no 'answer' list (MedAgentGym's task files carry one; "
+                         "EHRSQL's and MIMICSQL's own files do not: import them with --answers recompute)")
+    defect = ehr_gold_defect(family, str(record.get("query") if record.get("query") is not None else record.get("sql")))
+    if defect is not None:
+        raise ValueError(f"{defect[0]}: {defect[1]}")
+    gold = [None if v is None else str(v) for v in answer]
+    yes_no = is_yes_no(sql)
+    if yes_no and gold not in (["1"], ["0"]):
+        raise ValueError(f"gold_malformed: a yes/no query whose published answer is {answer!r}, not ['1'] or ['0']")
+    return Instance(
+        id=f"{family}/{split}/{key}", family=family, category="imported", split=split, question=question,
+        context=context, answer=gold, answer_type="result", solution=sql, solution_lang="sql", data={db_file: db_file},
+        metadata={"sql_database": db_file, "source_id": key, "source_question": question, "answers": "public",
+                  "source_template": record.get("q_tag") or record.get("tag") or "",
+                  "grading": {"yes_no": True} if yes_no else {}},
+    )
+
+
+def _run_public(paths: list[Path], opts: ImportOptions, report: ImportReport, context: str) -> list[Imported]:
+    dialect = DIALECTS[opts.family]
+    if opts.db is None:
+        report.warn(f"--answers public keeps answers computed on the credentialed {opts.family} database; without "
+                    f"--db the family mounts the synthetic one, so episodes cannot reach them (grading still works)")
+    target_database(opts)
+    out: list[Imported] = []
+    for path, line, record in each_record(paths, report):
+        try:
+            inst = public_instance(opts.family, record, split_of(record, path, opts.split), context, dialect.db_file)
+        except ValueError as exc:
+            reject(report, path, line, exc)
+            continue
+        out.append(Imported(inst, str(path), line))
+        report.keep("public_answer")
+    return out
+
+
 def run(paths: list[Path], opts: ImportOptions, report: ImportReport) -> list[Imported]:
     """Import every record of ``paths`` (see the module docstring); rejected records go to ``report``."""
     from medagentgym.tasks.registry import family_class
 
     dialect = DIALECTS[opts.family]
-    db = target_database(opts)
     cls = family_class(opts.family)
     # The SQL families keep their context on the class; ehr_seqsql in its module.
     context = getattr(cls, "context_text", "") or importlib.import_module(cls.__module__).CONTEXT
+    if opts.answers == "public":
+        return _run_public(paths, opts, report, context)
+    db = target_database(opts)
     out: list[Imported] = []
     engine = Reinstantiator(db, dialect, seed=opts.seed)
     try:

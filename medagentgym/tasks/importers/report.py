@@ -55,6 +55,7 @@ class ImportReport:
         needs: ``statement -> reason``: each distinct "supply these files / packages, pass them with ..." line.
         notes: Counters of things done to kept records (``reinstantiated``, ``recomputed``, ``case_fixed`` ...).
         splits: Instances per split.
+        warnings: Lines about the import as a whole (e.g. public answers kept without the database they refer to).
     """
 
     family: str
@@ -65,6 +66,7 @@ class ImportReport:
     needs: dict[str, str] = field(default_factory=dict)
     notes: Counter = field(default_factory=Counter)
     splits: dict[str, int] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
 
     def seen(self) -> None:
         """Count one record read (call once per record, kept or not)."""
@@ -78,6 +80,11 @@ class ImportReport:
     def reject(self, path: str, line: int, reason: str, detail: str) -> None:
         """Record one rejected record."""
         self.rejected.append(Rejection(str(path), int(line), reason, " ".join(str(detail).split())))
+
+    def warn(self, line: str) -> None:
+        """Record one warning about the whole import (printed once by the CLI)."""
+        if line not in self.warnings:
+            self.warnings.append(line)
 
     def need(self, path: str, line: int, what: str, reason: str = "needs_data") -> None:
         """Reject a record that needs something the user must supply; ``what`` says which and how to pass it.

@@ -269,13 +269,15 @@ def _matches(target: str, ours: Any, original: Any) -> bool:
         return False
 
 
-def record_instance(record: dict[str, Any], *, split: Split = "test", key: str = "") -> Instance:
+def record_instance(record: dict[str, Any], *, split: Split = "test", key: str = "",
+                    resize_saturated: bool = True) -> Instance:
     """One N-PowerAI record -> an instance with a recomputed answer.
 
     Args:
         record: The record (fields ``task_type``, ``estimate_target``, ``question``, ``answer``; ``task_id``).
         split: The instance's split.
         key: A unique suffix for the id (default ``task_id``; the public files reuse ids within a group).
+        resize_saturated: Re-instantiate the stated size of a power item outside :data:`POWER_BAND` (False: keep it).
 
     Raises:
         ValueError: ``"<reason>: <detail>"`` with reason ``missing_field``, ``unknown_design``, ``bad_target``,
@@ -303,7 +305,7 @@ def record_instance(record: dict[str, Any], *, split: Split = "test", key: str =
     try:
         answer = execute_snippet(reference_code(design, target, params))
         resized = None
-        if target == "power" and not POWER_BAND[0] <= answer <= POWER_BAND[1]:
+        if resize_saturated and target == "power" and not POWER_BAND[0] <= answer <= POWER_BAND[1]:
             resized = resize(design, params, text, key or str(record.get("task_id")))
             if resized is None:
                 raise ValueError(f"degenerate: power {answer} is outside {POWER_BAND} for every sample size")
