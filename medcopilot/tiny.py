@@ -189,7 +189,7 @@ def build_tiny_tokenizer(*, seed: int = 0):
     return tokenizer
 
 
-def build_tiny_model(out_dir: str | os.PathLike, *, seed: int = 0) -> Path:
+def build_tiny_model(out_dir: str | os.PathLike, *, seed: int = 0, initializer_range: float | None = None) -> Path:
     """Write a random-init tiny Qwen2 model, its tokenizer and generation config to ``out_dir``.
 
     The folder loads with ``AutoModelForCausalLM`` / ``AutoTokenizer`` like any Hub checkpoint. It is written to a
@@ -199,6 +199,7 @@ def build_tiny_model(out_dir: str | os.PathLike, *, seed: int = 0) -> Path:
     Args:
         out_dir: Destination folder.
         seed: Seeds both the corpus and the weight initialisation (same seed, same files).
+        initializer_range: Std of the initial weights instead of ``TINY_ARCH``'s 0.1.
 
     Returns:
         The path of the written folder.
@@ -214,7 +215,8 @@ def build_tiny_model(out_dir: str | os.PathLike, *, seed: int = 0) -> Path:
     eos_id = tokenizer.convert_tokens_to_ids(EOS_TOKEN)
     pad_id = tokenizer.convert_tokens_to_ids(PAD_TOKEN)
     config = Qwen2Config(
-        vocab_size=len(tokenizer), bos_token_id=None, eos_token_id=eos_id, pad_token_id=pad_id, **TINY_ARCH
+        vocab_size=len(tokenizer), bos_token_id=None, eos_token_id=eos_id, pad_token_id=pad_id,
+        **{**TINY_ARCH, **({} if initializer_range is None else {"initializer_range": initializer_range})},
     )
     torch.manual_seed(seed)
     model = Qwen2ForCausalLM(config)

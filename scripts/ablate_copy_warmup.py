@@ -43,14 +43,8 @@ def one(variant: str, seed: int, steps: int, work: Path) -> dict:
         OBSERVATION, PROMPT, WARM_DEFAULTS, Playground, decoy_observations, evaluate, warm_up,
     )
 
-    arch = dict(tiny.TINY_ARCH)
-    if variant == "init_0.02":
-        tiny.TINY_ARCH["initializer_range"] = 0.02
-    try:
-        model_dir = tiny.build_tiny_model(work / f"tiny-{variant}", seed=0)
-    finally:
-        tiny.TINY_ARCH.clear()
-        tiny.TINY_ARCH.update(arch)
+    model_dir = tiny.build_tiny_model(work / f"tiny-{variant}", seed=0,
+                                      initializer_range=0.02 if variant == "init_0.02" else None)
     defaults = WARM_DEFAULTS[OBSERVATION]
     last_turn = 0 if variant == "no_last_turn" else min(defaults["last_turn"], steps)
     settings = {**defaults, "steps": steps, "last_turn": last_turn, "clean": steps - last_turn}

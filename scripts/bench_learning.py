@@ -32,8 +32,9 @@ and no seed's control is above chance after RL (1/9 at or above the low end of i
 ``--quick`` runs all three families and both methods on 5 seeds, two runs at a time, with a curve point every 20
 steps, into ``runs/bench_learning_quick``: toy_lookup at its full settings (the observation proof: GRPO and PPO 60
 steps), and GRPO and PPO 20 steps on say_number and clinic_code (:data:`QUICK_STEPS`).
-About 1,700 CPU seconds in all, sandbox workers included, so about 15 minutes on a quiet 2-core machine
-(docs/benchmarks.md, "Learning": measured and extrapolated). The full run (``--seeds 5 --eval-every 10``) is the
+About 1,790 CPU seconds in all, sandbox workers included, measured on a loaded 2-core machine: 13-15 minutes
+on a quiet one, extrapolated, not measured (docs/benchmarks.md, "Learning"); ``--quick --families toy_lookup``,
+the observation proof alone, is ~1,220 CPU seconds. The full run (``--seeds 5 --eval-every 10``) is the
 one the docs' say_number and clinic_code tables quote. ``cpu_s`` in the JSON line is the runs' own CPU,
 ``cpu_s_total`` that of this invocation with every process it started.
 """
