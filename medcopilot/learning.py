@@ -48,6 +48,7 @@ __all__ = [
     "Playground",
     "RunResult",
     "Score",
+    "copy_check",
     "declare_clinic_code",
     "declare_say_number",
     "decoy_observations",
@@ -660,6 +661,44 @@ def decoy_observations(root: str | os.PathLike, out: str | os.PathLike, *, split
         finally:
             con.close()
     return Path(out)
+
+
+def copy_check(model: Any, tokenizer: Any, workdir: str | os.PathLike, settings: dict[str, Any], *, seed: int,
+               prompt: str = PROMPT, reps: int = 3) -> tuple[Score, Score]:
+    """Warm ``model`` up on :data:`OBSERVATION` (:func:`warm_up` with ``settings``), then score sampled episodes on
+    the held-out records and on the same records with every observed value made wrong (:func:`decoy_observations`).
+
+    A model that learnt to copy the observed value scores high on the first and near 0 on the second. The fast
+    guard of the observation proof and ``scripts/ablate_copy_warmup.py`` use it.
+
+    Args:
+        model: The model to warm up (trained in place).
+        tokenizer: Its tokenizer.
+        workdir: Scratch folder: ``tasks`` (the family, built there if missing) and ``decoy`` (the control's copy).
+        settings: A :data:`WARM_DEFAULTS` entry, usually cut to its exact-demonstrator phases.
+        seed: Seeds the warm-up, the sampling and the decoy values.
+        prompt: The prompt style (``env_client.prompts.PROMPTS``).
+        reps: Episodes per held-out record in each evaluation.
+
+    Returns:
+        ``(held_out, control)`` scores.
+    """
+    workdir = Path(workdir)
+    root = workdir / "tasks"
+    play = Playground.open(OBSERVATION, root, tokenizer, workers=16, prompt=prompt)
+    try:
+        warm_up(model, play, settings, seed=seed)
+        index = play.split_index("test")
+        held = evaluate(play.rollout(seed=seed, index=index), model, [r["prompt"] for r in index.rows], reps=reps)
+    finally:
+        play.close()
+    decoy = Playground.open(OBSERVATION, decoy_observations(root, workdir / "decoy", seed=seed), tokenizer,
+                            workers=16, split="test", prompt=prompt)
+    try:
+        control = evaluate(decoy.rollout(seed=seed), model, decoy.prompts, reps=reps)
+    finally:
+        decoy.close()
+    return held, control
 
 
 def learning_run(method: str, family: str, model_dir: str | os.PathLike, workdir: str | os.PathLike, *, seed: int,

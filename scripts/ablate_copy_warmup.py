@@ -39,9 +39,7 @@ def one(variant: str, seed: int, steps: int, work: Path) -> dict:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from medcopilot import tiny
-    from medcopilot.learning import (
-        OBSERVATION, PROMPT, WARM_DEFAULTS, Playground, decoy_observations, evaluate, warm_up,
-    )
+    from medcopilot.learning import OBSERVATION, PROMPT, WARM_DEFAULTS, copy_check
 
     model_dir = tiny.build_tiny_model(work / f"tiny-{variant}", seed=0,
                                       initializer_range=0.02 if variant == "init_0.02" else None)
@@ -52,21 +50,8 @@ def one(variant: str, seed: int, steps: int, work: Path) -> dict:
     tok = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir)
     torch.manual_seed(seed)
-    root = work / f"tasks-{variant}-{seed}"
     cpu0 = time.process_time()
-    play = Playground.open(OBSERVATION, root, tok, workers=16, prompt=prompt)
-    try:
-        warm_up(model, play, settings, seed=seed)
-        index = play.split_index("test")
-        held = evaluate(play.rollout(seed=seed, index=index), model, [r["prompt"] for r in index.rows], reps=3)
-    finally:
-        play.close()
-    decoy = Playground.open(OBSERVATION, decoy_observations(root, work / f"decoy-{variant}-{seed}", seed=seed), tok,
-                            workers=16, split="test", prompt=prompt)
-    try:
-        control = evaluate(decoy.rollout(seed=seed), model, decoy.prompts, reps=3)
-    finally:
-        decoy.close()
+    held, control = copy_check(model, tok, work / f"{variant}-{seed}", settings, seed=seed, prompt=prompt)
     return {"variant": variant, "seed": seed, "steps": steps, "last_turn": last_turn, "prompt": prompt,
             "heldout": round(held.success, 4), "control": round(control.success, 4), "episodes": held.episodes,
             "cpu_s": round(time.process_time() - cpu0, 1)}

@@ -25,8 +25,8 @@ from medcopilot.learning import (
     OBSERVATION,
     WARM_DEFAULTS,
     Playground,
+    copy_check,
     decoy_observations,
-    evaluate,
     learning_run,
     warm_up,
     wilson,
@@ -122,20 +122,7 @@ def _copies(seed: int, model_dir, tmp_path) -> None:
     tok = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir)
     torch.manual_seed(seed)
-    root = tmp_path / "tasks"
-    play = Playground.open(OBSERVATION, root, tok, workers=16)
-    try:
-        warm_up(model, play, COPY, seed=seed)
-        index = play.split_index("test")
-        held = evaluate(play.rollout(seed=seed, index=index), model, [r["prompt"] for r in index.rows], reps=3)
-    finally:
-        play.close()
-    decoy = Playground.open(OBSERVATION, decoy_observations(root, tmp_path / "decoy", seed=seed), tok, workers=16,
-                            split="test")
-    try:
-        control = evaluate(decoy.rollout(seed=seed), model, decoy.prompts, reps=3)
-    finally:
-        decoy.close()
+    held, control = copy_check(model, tok, tmp_path, COPY, seed=seed)
     print(f"\n[observation] seed {seed}, {COPY['steps']} warm-up steps on the exact demonstrator: held-out success "
           f"{held.success:.3f} ({held.episodes} episodes), with wrong observed values {control.success:.3f}")
     assert held.success >= MIN_COPY, f"seed {seed}: the warm start does not copy the observed value ({held.success:.3f})"
