@@ -112,11 +112,11 @@ def verdict(summary: dict) -> str:
     if ctrl is None:
         return "no control measured"
     if after > before and low_after > high_before:
-        if after > ctrl:
+        if low_after > wilson_of(ctrl, summary["eval_episodes"])[1]:  # above the control beyond both intervals
             return (f"to read the tool's output: held-out success rose by {after - before:+.3f} and is "
                     f"{after - ctrl:.3f} above the same policy's when the observed value is wrong")
-        return (f"held-out success rose by {after - before:+.3f}, but as much without the right observation "
-                f"(control {ctrl:.3f}): not from reading the tool's output")
+        return (f"held-out success rose by {after - before:+.3f}, but not clearly above the same policy's with the "
+                f"observed value wrong (control {ctrl:.3f}): not shown to come from reading the tool's output")
     if after > before:
         return (f"held-out success rose by {after - before:+.3f}, inside the evaluation's noise at this seed and "
                 f"budget (rerun with --seed or more --steps)")

@@ -53,7 +53,8 @@ def test_the_curve_plots_every_evaluation_with_its_interval():
     (0.20, 0.50, 0.03, "to read the tool's output"),
     (0.20, 0.26, 0.03, "inside the evaluation's noise"),  # a gain the two intervals do not separate
     (0.30, 0.25, 0.03, "nothing measurable"),
-    (0.20, 0.50, 0.60, "not from reading"),  # as good with wrong observations: not reading them
+    (0.20, 0.50, 0.60, "not shown to come from reading"),  # as good with wrong observations: not reading them
+    (0.20, 0.50, 0.42, "not shown to come from reading"),  # the control's interval reaches the success's: not shown
 ])
 def test_the_verdict_claims_reading_only_when_the_numbers_show_it(before, after, control, claim):
     text = demo.verdict(_summary(_run(before, after, control)))
