@@ -20,7 +20,7 @@ all: test
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q $(TORCH_PIN)
-	$(PY) -m pip install -q -c constraints.txt -e '.[train,adapters,dev]'
+	$(PY) -m pip install -q -c constraints.txt -e '.[train,adapters,dev,bio]'
 	@touch $(STAMP)
 
 venv: $(STAMP) bwrap
