@@ -219,6 +219,11 @@ class EHRCon:
                       "claim": m.claim, "sql_database": DB_FILE},
         )
 
+    def question_template(self, instance: Instance) -> str:
+        """The entity's table (``lab``, ``rx`` ...): one question wording for all, and the entity's name tells the
+        table; the category's kind (``lab.value``) is the label itself (used by the per-template reward floor)."""
+        return str(instance.metadata.get("table") or instance.category.split(".", 1)[0])
+
     def instances(self, split: Split) -> list[Instance]:
         """Instances of ``split`` from the built directory (raises ``NotBuilt`` with the build command)."""
         return load_instances(self.root, split, family=self.name)

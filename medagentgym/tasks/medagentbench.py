@@ -378,6 +378,11 @@ class MedAgentBench:
             solution=solution_code(task, slots), solution_lang="python",
             metadata={"task": task, "slots": slots, "fhir_port": FHIR_PORT})
 
+    def question_template(self, instance: Instance) -> str:
+        """The task type (``task5``): its instruction wording is one template, whatever the outcome category
+        (``task5_normal`` / ``task5_mild``) says about the answer (used by the per-template reward floor)."""
+        return str(instance.metadata.get("task") or instance.category.split("_", 1)[0])
+
     def instances(self, split: Split) -> list[Instance]:
         """Instances of ``split`` from the built directory (raises ``NotBuilt`` with the build command)."""
         return load_instances(self.root, split, family=self.name)
