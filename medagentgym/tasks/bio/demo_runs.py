@@ -12,8 +12,9 @@ a fresh interpreter with its own fixed ``PYTHONHASHSEED`` (set iteration order).
 between worlds depends on entropy; because every world is fixed, the verdict is the same on every run (not a
 two-run coin flip). Entropy the worlds cannot pin (wall-clock time, process ids) still shows as a difference. A
 coincidence is still possible for a program printing, e.g., one of two values at random; so the probe also
-*traces* entropy use: a draw from a global generator the program never seeded, or an unseeded generator or
-``os.urandom`` call made by the program's own code, marks it nondeterministic whatever it printed.
+*traces* entropy use (``sys.setprofile`` on the global generators' methods): a draw from a global generator the
+program has not seeded (draws made while a module is imported aside), or an unseeded generator or ``os.urandom``
+call made by the program's own code, marks it nondeterministic whatever it printed.
 
 **Hidden seeds** (salts). Most demos build their inputs from a fixed seed (``random.seed(42)``). Under a salt,
 every explicit seed the program passes (``random.seed(a)``, ``np.random.seed(a)``, ``default_rng(a)``,
@@ -47,7 +48,7 @@ def __mg_setup():
         import numpy as np
     except Exception:
         np = None
-    st = {"world": None, "salt": None, "n": 0, "flags": set(), "seeded": {}, "state0": {}}
+    st = {"world": None, "salt": None, "n": 0, "flags": set(), "seeded": {}}
 
     def derive(tag, *parts):
         text = tag + ":" + ":".join(repr(p) for p in parts)
@@ -76,9 +77,6 @@ def __mg_setup():
     orig_seed = random.Random.seed
 
     def seed(self, a=None, version=2):
-        if st["world"] is not None and self is random._inst and not st["seeded"].get("random") \
-                and random.getstate() != st["state0"].get("random"):
-            st["flags"].add("draws from random's global generator before seeding it")
         if a is None:
             if st["world"] is None:
                 return orig_seed(self, a, version)
@@ -108,10 +106,6 @@ def __mg_setup():
         orig_np_seed, orig_rs, orig_rng = npr.seed, npr.RandomState, npr.default_rng
 
         def np_seed(a=None):
-            if st["world"] is not None and not st["seeded"].get("numpy"):
-                s0, s1 = st["state0"].get("numpy"), npr.get_state()
-                if s0 is not None and (s0[2] != s1[2] or not np.array_equal(s0[1], s1[1])):
-                    st["flags"].add("draws from numpy's global generator before seeding it")
             if a is None:
                 if st["world"] is None:
                     return orig_np_seed()
@@ -148,26 +142,39 @@ def __mg_setup():
         if np is not None:
             npr.seed, npr.RandomState, npr.default_rng = orig_np_seed, orig_rs, orig_rng
 
+    owners = {id(random._inst): "random"}
+    if np is not None:
+        owners[id(npr.mtrand._rand)] = "numpy"
+    quiet = {"seed", "getstate", "setstate", "get_state", "set_state", "__reduce__"}
+
+    def watch(frame, event, arg):
+        # A draw from a global generator the program has not seeded (C methods of random's or numpy's global
+        # instance); draws made while a module is being imported (rich, for one, draws an id at import) are
+        # the library's, made once per process, and do not count.
+        if event != "c_call":
+            return
+        kind = owners.get(id(getattr(arg, "__self__", None)))
+        if kind is None or st["seeded"].get(kind) or getattr(arg, "__name__", "") in quiet:
+            return
+        f = frame
+        while f is not None:
+            if f.f_code.co_filename.startswith("<frozen importlib"):
+                return
+            f = f.f_back
+        st["flags"].add(f"draws from {kind}'s global generator without seeding it")
+
     def control(world, salt):
-        st.update(world=world, salt=salt, n=0, flags=set(), seeded={}, state0={})
+        st.update(world=world, salt=salt, n=0, flags=set(), seeded={})
         if world is not None:
             orig_seed(random._inst, derive("plant", world))
-            st["state0"]["random"] = random.getstate()
             if np is not None:
                 orig_np_seed(derive("plant-np", world))
-                st["state0"]["numpy"] = npr.get_state()
+            sys.setprofile(watch)
         return st
 
     def finish():
-        if st["world"] is None:
-            return []
-        if not st["seeded"].get("random") and random.getstate() != st["state0"].get("random"):
-            st["flags"].add("draws from random's global generator without seeding it")
-        if np is not None and not st["seeded"].get("numpy"):
-            s0, s1 = st["state0"]["numpy"], npr.get_state()
-            if s0[2] != s1[2] or not np.array_equal(s0[1], s1[1]):
-                st["flags"].add("draws from numpy's global generator without seeding it")
-        return sorted(st["flags"])
+        sys.setprofile(None)
+        return sorted(st["flags"]) if st["world"] is not None else []
 
     return control, finish, restore
 
