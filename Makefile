@@ -7,6 +7,9 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 # The environment plus the training stack ([train]), the adapters ([adapters]) and test tools ([dev]), at the
 # known-good versions of constraints.txt. torch is installed first and pinned, so nothing later pulls a CUDA build.
+# The editable install is a plain path entry (editable_mode=compat), not setuptools' import finder: the finder
+# comes after sys.path, so a `sandbox/` or `rewards/` data folder in the working directory would stand in for our
+# package under `python -c`/pytest; a path entry lets the real package win (tests/test_cli.py checks it).
 TORCH_PIN := torch==2.13.0
 export OPENBLAS_NUM_THREADS ?= 1
 export WANDB_MODE ?= offline
@@ -20,7 +23,7 @@ all: test
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q $(TORCH_PIN)
-	$(PY) -m pip install -q -c constraints.txt -e '.[train,adapters,dev,bio]'
+	$(PY) -m pip install -q -c constraints.txt -e '.[train,adapters,dev,bio]' --config-settings editable_mode=compat
 	@touch $(STAMP)
 
 venv: $(STAMP) bwrap
@@ -37,7 +40,7 @@ bwrap:
 	fi
 
 demo: venv
-	$(PY) scripts/demo.py
+	$(VENV)/bin/medagentgym demo
 
 test: venv
 	$(PY) -m pytest -q
@@ -51,7 +54,7 @@ test-slow: venv
 # that the host's networking is as it was. An engine that already runs is used as it is.
 .PHONY: test-docker
 test-docker: venv
-	MEDAGENTGYM_TEST_BACKEND=docker scripts/with_dockerd.sh sh -c '$(PY) scripts/build_sandbox_image.py && \
+	MEDAGENTGYM_TEST_BACKEND=docker scripts/with_dockerd.sh sh -c '$(VENV)/bin/medagentgym sandbox-image && \
 		$(PY) -m pytest -q -p no:cacheprovider tests/sandbox/test_docker.py tests/sandbox/test_attacks.py'
 
 bench: venv

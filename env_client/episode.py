@@ -211,7 +211,7 @@ class Env:
         missing = [str(p) for p in self._mounts.values() if not p.exists()]
         if missing:
             raise tasks.NotBuilt(f"data of {task.id} is missing ({missing[0]}); build the family with "
-                                 f"`python scripts/build_tasks.py --families {task.family} --out {self.tasks_root}`")
+                                 f"`medagentgym build --families {task.family} --out {self.tasks_root}`")
         leaking = [name for name, p in self._mounts.items() if p.is_dir() and any((p / f).exists() for f in _GOLD_FILES)]
         if leaking:  # the agent would read the gold answers from its own data mount
             raise tasks.TaskError(f"{task.family}: mount {leaking[0]!r} exposes instance files with gold answers "

@@ -2,7 +2,7 @@
 
 :func:`evaluate` turns the trajectories of one run (``k`` samples per task) into an :class:`EvalReport`;
 :func:`write_report` writes ``report.md``, ``report.json`` and PNG plots; :func:`leaderboard` merges several
-``report.json`` files. Used by ``scripts/evaluate.py`` and ``scripts/leaderboard.py``.
+``report.json`` files. Used by ``medagentgym eval`` and ``medagentgym leaderboard``.
 
 Metrics:
 
@@ -27,8 +27,14 @@ Metrics:
 - **Infrastructure failures** (the policy's endpoint failed, the sandbox died): episodes that produced no
   trajectory. They count as failures in every success rate (class ``infra_error``), are reported apart, and
   are retried by a rerun; a run with any of them exits non-zero.
-- **Intervals**: a 95 % interval on every success rate: Wilson's score interval when each task has one
-  sample, else a percentile bootstrap over tasks (samples of one task are not independent), seeded.
+- **Intervals and standard errors**: every success rate has a 95 % interval that is clustered over tasks and
+  never collapses: Wilson's score interval (statsmodels) over the TASKS, each task counting with its share of
+  correct samples (with one sample per task, Wilson over episodes; with K > 1 samples per task, the K samples of
+  a task are not independent, so n is the number of tasks: 70 tasks all solved give [94.8 %, 100 %], never
+  [100 %, 100 %]); its standard error is the standard error of the mean of the per-task shares (scipy's
+  ``sem``, clustered over tasks; 0 when every task agrees, which is why the interval is Wilson's, not ±1.96 SE).
+- **Macro average** over families (each family weighs the same) beside the micro one (each episode weighs the
+  same), with its standard error (the per-family standard errors combined as independent estimates).
 
 Example:
     >>> report = evaluate(result.trajectories, policy="oracle")
@@ -56,8 +62,9 @@ from medagentgym.tasks.floors import FLOOR_BOUND, constant_floor
 
 __all__ = ["ERROR_CLASSES", "FLOOR_BOUND", "ID_FAMILIES", "OOD_FAMILIES", "EvalError", "EvalReport", "best_at_k",
            "bootstrap_interval", "classify_failure", "code_version", "constant_floor", "evaluate", "label_base_rate",
-           "leaderboard", "load_reports", "pass_at_k", "render_markdown", "success_interval", "task_set_hash",
-           "wilson_interval", "write_plots", "write_report"]
+           "leaderboard", "leaderboard_plots", "load_reports", "md_cell", "pass_at_k", "render_markdown",
+           "success_interval", "task_interval", "task_set_hash", "task_standard_error", "wilson_interval",
+           "write_plots", "write_report"]
 
 #: The paper's in-distribution families (``--suite id``) and the held-out ones (``--suite ood``): ``tasks.SUITES``.
 ID_FAMILIES = SUITES["id"]
@@ -119,48 +126,75 @@ def best_at_k(correct: list[bool], scores: list[float], k: int) -> float:
     return sum(math.comb(n - 1 - rank, k - 1) for rank, i in enumerate(ranked) if correct[i]) / total
 
 
-def wilson_interval(successes: int, n: int, z: float = 1.959964) -> tuple[float, float]:
-    """Wilson's score interval for a binomial proportion (95 % by default); ``(0, 1)`` when ``n`` is 0.
+def wilson_interval(successes: float, n: int, level: float = 0.95) -> tuple[float, float]:
+    """Wilson's score interval for a binomial proportion (statsmodels' ``proportion_confint``); ``(0, 1)`` when
+    ``n`` is 0. ``successes`` may be fractional (a sum of per-task shares, see :func:`task_interval`).
 
     Example:
         >>> [round(x, 3) for x in wilson_interval(8, 10)]
         [0.49, 0.943]
     """
+    from statsmodels.stats.proportion import proportion_confint
+
     if n <= 0:
         return (0.0, 1.0)
-    p = successes / n
-    denom = 1 + z * z / n
-    centre = (p + z * z / (2 * n)) / denom
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    return (round(max(0.0, centre - half), 6), round(min(1.0, centre + half), 6))
+    lo, hi = proportion_confint(successes, n, alpha=1 - level, method="wilson")
+    return (round(max(0.0, float(lo)), 6), round(min(1.0, float(hi)), 6))
+
+
+def _shares(groups: list[list[bool]]) -> list[float]:
+    return [sum(g) / len(g) for g in groups if g]
+
+
+def task_interval(groups: list[list[bool]], level: float = 0.95) -> tuple[float, float]:
+    """Wilson's interval over tasks: each task (a group of samples) counts once, with its share of successes.
+
+    With one sample per task this is Wilson over episodes; with K > 1 it is clustered over tasks (n = tasks), so
+    it never collapses when every task agrees.
+
+    Example:
+        >>> task_interval([[True, True]] * 70)[0] < 0.95   # 70 tasks all solved twice: [94.8 %, 100 %]
+        True
+    """
+    shares = _shares(groups)
+    return wilson_interval(sum(shares), len(shares), level)
+
+
+def task_standard_error(groups: list[list[bool]]) -> float | None:
+    """Standard error of the success rate clustered over tasks: ``scipy.stats.sem`` of the per-task shares;
+    None with fewer than two tasks."""
+    from scipy.stats import sem
+
+    shares = _shares(groups)
+    return round(float(sem(shares)), 6) if len(shares) >= 2 else None
 
 
 def bootstrap_interval(groups: list[list[bool]], *, n_boot: int = 2000, seed: int = 0,
                        level: float = 0.95) -> tuple[float, float]:
-    """Percentile bootstrap interval of the per-sample success rate, resampling whole tasks (``groups``)."""
-    import random
+    """Cluster bootstrap (scipy's ``bootstrap``, percentile) of the success rate, resampling whole tasks.
 
-    if not groups:
+    Kept for comparison with :func:`task_interval`, which the reports use: a bootstrap collapses to a point when
+    every task agrees (all resamples are equal), Wilson does not.
+    """
+    import numpy as np
+    from scipy.stats import bootstrap
+
+    shares = _shares(groups)
+    if len(shares) < 2:
         return (0.0, 1.0)
-    rng = random.Random(seed)
-    sums = [(sum(g), len(g)) for g in groups]
-    stats = []
-    for _ in range(n_boot):
-        draw = [sums[rng.randrange(len(sums))] for _ in sums]
-        stats.append(sum(c for c, _ in draw) / max(1, sum(n for _, n in draw)))
-    stats.sort()
-    lo = stats[int((1 - level) / 2 * (n_boot - 1))]
-    hi = stats[int((1 + level) / 2 * (n_boot - 1))]
-    return (round(lo, 6), round(hi, 6))
+    if len(set(shares)) == 1:
+        return (shares[0], shares[0])
+    res = bootstrap((np.asarray(shares),), np.mean, n_resamples=n_boot, confidence_level=level,
+                    method="percentile", random_state=np.random.default_rng(seed))
+    return (round(float(res.confidence_interval.low), 6), round(float(res.confidence_interval.high), 6))
 
 
 def success_interval(groups: list[list[bool]], seed: int = 0) -> tuple[list[float], str]:
-    """The 95 % interval of a success rate over task groups, and the method used (see the module docstring)."""
-    if all(len(g) <= 1 for g in groups):
-        lo, hi = wilson_interval(sum(sum(g) for g in groups), sum(len(g) for g in groups))
-        return [lo, hi], "wilson"
-    lo, hi = bootstrap_interval(groups, seed=seed)
-    return [lo, hi], "bootstrap-tasks"
+    """The 95 % interval of a success rate over task groups, and the method used (see the module docstring):
+    ``wilson`` (one sample per task) or ``wilson-tasks`` (K > 1, clustered over tasks). ``seed`` is unused
+    (kept for callers of the former bootstrap)."""
+    lo, hi = task_interval(groups)
+    return [lo, hi], ("wilson" if all(len(g) <= 1 for g in groups) else "wilson-tasks")
 
 
 def _get(obj: Any, name: str, default: Any = None) -> Any:
@@ -219,10 +253,12 @@ class EvalReport:
         policy: Policy name.
         episodes: Episodes attempted (finished ones plus infrastructure failures); ``tasks``: distinct task
             ids; ``k``: the largest K of Pass@K.
-        success_rate: Share of correct episodes among all attempted; ``ci95``: its 95 % interval
-            (``ci_method``: ``wilson`` or ``bootstrap-tasks``).
-        per_family: ``family -> {n, success_rate, ci95, pass_at_k (at K), errors, infra_failures, base_rate?,
-            floor?}``.
+        success_rate: Share of correct episodes among all attempted (micro average); ``ci95``: its 95 %
+            interval (``ci_method``: ``wilson``, or ``wilson-tasks`` when K > 1); ``se``: its standard error,
+            clustered over tasks.
+        macro_success_rate: The mean of the per-family success rates; ``macro_se``: its standard error.
+        per_family: ``family -> {n, tasks, success_rate, ci95, ci_method, se, pass_at_k (at K), errors,
+            infra_failures, base_rate?, floor?}``.
         per_category: ``family/category -> {n, success_rate}``.
         pass_at_k: ``str(k) -> unbiased Pass@k`` for ``k = 1..K``.
         best_at_k: ``str(k) -> Best@k``, or None without scores.
@@ -261,6 +297,14 @@ class EvalReport:
     ci_method: str = "wilson"
     prompt_tokens: int = 0
     mean_prompt_tokens: float = 0.0
+    se: float | None = None
+    macro_success_rate: float = 0.0
+    macro_se: float | None = None
+
+    @property
+    def all_failed(self) -> bool:
+        """Every episode failed to run (an endpoint that never answered): no success rate was measured."""
+        return self.episodes > 0 and self.infra_failures == self.episodes
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON-ready dict (``report.json``)."""
@@ -351,8 +395,9 @@ def evaluate(trajectories: Iterable[Any], *, policy: str | None = None,
         fam_tasks = [tid for tid, xs in groups.items() if xs[0].family == fam]
         fx = [x for tid in fam_tasks for x in groups[tid]]
         ci, method = success_interval([flags[tid] for tid in fam_tasks])
-        row: dict[str, Any] = {"n": len(fx), "success_rate": _mean([float(x.success) for x in fx]), "ci95": ci,
-                               "ci_method": method,
+        row: dict[str, Any] = {"n": len(fx), "tasks": len(fam_tasks),
+                               "success_rate": _mean([float(x.success) for x in fx]), "ci95": ci,
+                               "ci_method": method, "se": task_standard_error([flags[tid] for tid in fam_tasks]),
                                "pass_at_k": _mean([pass_at_k(len(flags[t]), sum(flags[t]), big_k) for t in fam_tasks]),
                                "infra_failures": sum(x.traj is None for x in fx)}
         fam_errors = Counter(_error_class(x) for x in fx if not x.success)
@@ -372,6 +417,9 @@ def evaluate(trajectories: Iterable[Any], *, policy: str | None = None,
     n_steps = sum(actions.values())
     ci, method = success_interval(list(flags.values()))
     prompt = [getattr(t.final, "prompt_tokens", 0) or 0 for t in trajs]
+    fam_se = [row["se"] for row in per_family.values()]
+    macro_se = (round(math.sqrt(sum(v * v for v in fam_se)) / len(fam_se), 6)
+                if fam_se and all(v is not None for v in fam_se) else None)
     return EvalReport(
         policy=policy or (trajs[0].header.policy if trajs else None) or "unknown", episodes=len(samples),
         tasks=len(groups), k=big_k, success_rate=_mean([float(x.success) for x in samples]),
@@ -386,6 +434,8 @@ def evaluate(trajectories: Iterable[Any], *, policy: str | None = None,
         total_wall_s=round(sum(t.final.wall_s for t in trajs), 4), meta=dict(meta or {}),
         infra_failures=sum(x.traj is None for x in samples), ci95=ci, ci_method=method,
         prompt_tokens=sum(prompt), mean_prompt_tokens=_mean([float(v) for v in prompt]),
+        se=task_standard_error(list(flags.values())),
+        macro_success_rate=_mean([row["success_rate"] for row in per_family.values()]), macro_se=macro_se,
     )
 
 
@@ -402,6 +452,23 @@ def _pct(x: float | None) -> str:
     return "N/A" if x is None else f"{x:.1%}"
 
 
+def _se(x: float | None) -> str:
+    return "N/A" if x is None else f"{x:.1%}"
+
+
+def md_cell(value: Any, *, code: bool = False) -> str:
+    """``value`` as one Markdown table cell: a pipe is escaped, a line break shown as ``\\n``, so an answer or
+    a policy name with either keeps the table's shape; ``code`` wraps it in a code span (backticks become ').
+
+    Example:
+        >>> print(md_cell("a|b\\nc"))
+        a\\|b\\nc
+    """
+    text = str(value).replace("\\", "\\\\").replace("\r\n", "\n").replace("\r", "\n")
+    text = text.replace("\n", "\\n").replace("|", "\\|")
+    return f"`{text.replace('`', chr(39))}`" if code else text
+
+
 def _main_error(errors: dict[str, int]) -> str:
     return f"{max(errors, key=errors.get)} ({max(errors.values())})" if errors else "–"
 
@@ -411,7 +478,7 @@ def _ci(ci: Any) -> str:
 
 
 #: Provenance keys of ``meta`` shown first, in this order (the rest follow sorted).
-_PROVENANCE = ("policy", "split", "suite", "format", "env", "commit", "date", "task_set")
+_PROVENANCE = ("policy", "split", "suite", "size", "format", "env", "commit", "date", "task_set")
 
 
 def _meta_value(value: Any) -> str:
@@ -421,7 +488,9 @@ def _meta_value(value: Any) -> str:
 def _floor_cell(floor: Mapping[str, Any] | None) -> str:
     if not floor:
         return "N/A"
-    return f"{_pct(floor['floor'])} (`{str(floor['constant'])[:24]}`)" if floor.get("constant") else _pct(floor["floor"])
+    if floor.get("constant"):
+        return f"{_pct(floor['floor'])} ({md_cell(str(floor['constant'])[:24], code=True)})"
+    return _pct(floor["floor"])
 
 
 def _bound_cell(floor: Mapping[str, Any] | None) -> str:
@@ -431,32 +500,49 @@ def _bound_cell(floor: Mapping[str, Any] | None) -> str:
     return f"**exceeds** {what}" if floor.get("exceeds") else what
 
 
+def _headline(r: EvalReport) -> str:
+    if r.all_failed:
+        return (f"**All {r.episodes} episodes failed to run** (no success rate was measured: the policy's "
+                "endpoint or the sandbox failed every time; rerun with the same --out to retry them)")
+    se = f" ± {_se(r.se)} SE" if r.se is not None else ""
+    return (f"**Success rate: {_pct(r.success_rate)}**{se} (95 % CI {_ci(r.ci95)}, {r.ci_method}), "
+            f"macro over {len(r.per_family)} families: {_pct(r.macro_success_rate)}"
+            f"{f' ± {_se(r.macro_se)} SE' if r.macro_se is not None else ''}, "
+            f"Pass@{r.k}: {_pct(r.pass_at_k[str(r.k)])}, "
+            f"Best@{r.k}: {_pct(r.best_at_k[str(r.k)]) if r.best_at_k else 'N/A (no scores)'}, "
+            f"grader errors: {r.grader_errors}")
+
+
 def render_markdown(report: EvalReport) -> str:
-    """The ``report.md`` text: headline with intervals, per family, Pass@K/Best@K, errors, actions, cost,
-    per category and the run's provenance."""
+    """The ``report.md`` text: headline with interval, standard error and macro average, per family (interval,
+    SE, floors), Pass@K/Best@K, errors, actions, cost, per category and the run's provenance. Every free-text
+    cell goes through :func:`md_cell`."""
     r = report
     infra = (f", **{r.infra_failures} episode(s) failed to run** (counted as failures; rerun to retry them)"
              if r.infra_failures else "")
-    lines = [f"# Evaluation: {r.policy}", "",
-             f"{r.episodes} episodes over {r.tasks} tasks (K = {r.k}){infra}", "",
-             (f"**Success rate: {_pct(r.success_rate)}** (95 % CI {_ci(r.ci95)}, {r.ci_method}), "
-              f"Pass@{r.k}: {_pct(r.pass_at_k[str(r.k)])}, "
-              f"Best@{r.k}: {_pct(r.best_at_k[str(r.k)]) if r.best_at_k else 'N/A (no scores)'}, "
-              f"grader errors: {r.grader_errors}"), "",
+    lines = [f"# Evaluation: {md_cell(r.policy)}", "",
+             f"{r.episodes} episodes over {r.tasks} tasks (K = {r.k}){infra}", "", _headline(r), "",
              "## Per family", "",
-             "| family | episodes | success | 95 % CI | pass@K | base rate | constant floor | floor bound | "
-             "infra failures | main error |",
-             "|---|---:|---:|---|---:|---:|---|---|---:|---|"]
+             "| family | episodes | tasks | success | 95 % CI | SE | pass@K | base rate | constant floor | "
+             "floor bound | infra failures | main error |",
+             "|---|---:|---:|---:|---|---:|---:|---:|---|---|---:|---|"]
     for fam, row in r.per_family.items():
-        lines.append(f"| {fam} | {row['n']} | {_pct(row['success_rate'])} | {_ci(row.get('ci95'))} | "
+        lines.append(f"| {md_cell(fam)} | {row['n']} | {row.get('tasks', '')} | {_pct(row['success_rate'])} | "
+                     f"{_ci(row.get('ci95'))} | {_se(row.get('se'))} | "
                      f"{_pct(row['pass_at_k'])} | {_pct(row.get('base_rate'))} | {_floor_cell(row.get('floor'))} | "
                      f"{_bound_cell(row.get('floor'))} | {row.get('infra_failures', 0)} | "
                      f"{_main_error(row.get('errors') or {})} |")
-    lines += ["", ("Base rate: share of the most common gold answer over the whole split. Constant floor: the best "
-              "score one constant answer (a common gold answer, `[-1]`, `0`, `1`, yes/no, ...) earns over the whole "
-              "split under the family's own grader, with that constant; bound: at most 10 %, or 50 % for binary "
-              "(yes/no) families. Families whose answers are programs count the most common reference program "
-              "instead of running constants."),
+    lines.append(f"| **micro (all episodes)** | {r.episodes} | {r.tasks} | {_pct(r.success_rate)} | {_ci(r.ci95)} | "
+                 f"{_se(r.se)} | {_pct(r.pass_at_k[str(r.k)])} | | | | {r.infra_failures} | "
+                 f"{_main_error(r.errors)} |")
+    lines.append(f"| **macro (mean of families)** | | | {_pct(r.macro_success_rate)} | | {_se(r.macro_se)} | | | | | | |")
+    lines += ["", (f"95 % CI: {'Wilson over tasks, each task counting with its share of the K samples (n = tasks)' if r.ci_method == 'wilson-tasks' else 'Wilson over episodes (one per task)'}; "
+                   "SE: standard error clustered over tasks. "
+                   "Base rate: share of the most common gold answer over the whole split. Constant floor: the best "
+                   "score one constant answer (a common gold answer, `[-1]`, `0`, `1`, yes/no, ...) earns over the whole "
+                   "split under the family's own grader, with that constant; bound: at most 10 %, or 50 % for binary "
+                   "(yes/no) families. Families whose answers are programs count the most common reference program "
+                   "instead of running constants."),
               "", "## Pass@K and Best@K", "", "| K | Pass@K | Best@K |", "|---:|---:|---:|"]
     for k, v in r.pass_at_k.items():
         lines.append(f"| {k} | {_pct(v)} | {_pct(r.best_at_k[k]) if r.best_at_k else 'N/A'} |")
@@ -467,16 +553,16 @@ def render_markdown(report: EvalReport) -> str:
     else:
         lines.append("No failed episodes.")
     lines += ["", "## Actions taken", "", "| action | count | share |", "|---|---:|---:|"]
-    lines += [f"| {a} | {n} | {_pct(r.action_shares[a])} |" for a, n in r.actions.items()]
+    lines += [f"| {md_cell(a)} | {n} | {_pct(r.action_shares[a])} |" for a, n in r.actions.items()]
     lines += ["", "## Cost", "", f"- mean turns per episode: {r.mean_turns:.2f}",
               f"- prompt tokens: {r.prompt_tokens} total, {r.mean_prompt_tokens:.1f} per episode",
               f"- completion tokens: {r.total_tokens} total, {r.mean_tokens:.1f} per episode",
               f"- wall time: {r.total_wall_s:.2f} s of episodes, {r.mean_wall_s:.3f} s per episode", "",
               "## Per category", "", "| family/category | episodes | success |", "|---|---:|---:|"]
-    lines += [f"| {c} | {row['n']} | {_pct(row['success_rate'])} |" for c, row in r.per_category.items()]
+    lines += [f"| {md_cell(c)} | {row['n']} | {_pct(row['success_rate'])} |" for c, row in r.per_category.items()]
     keys = [k for k in _PROVENANCE if k in r.meta] + sorted(k for k in r.meta if k not in _PROVENANCE)
     lines += ["", "## Provenance", "", "| | |", "|---|---|"]
-    lines += [f"| {k} | `{_meta_value(r.meta[k])}` |" for k in keys]
+    lines += [f"| {md_cell(k)} | {md_cell(_meta_value(r.meta[k]), code=True)} |" for k in keys]
     return "\n".join(lines) + "\n"
 
 
@@ -495,23 +581,45 @@ def _save(fig: Any, path: Path) -> None:
     os.replace(tmp, path)
 
 
+def _yerr(rows: list[tuple[float, Any]]) -> list[list[float]]:
+    """Matplotlib's asymmetric ``yerr`` (in %) from ``(rate, ci95)`` pairs; no bar where there is no interval."""
+    lower = [max(0.0, rate - ci[0]) * 100 if ci else 0.0 for rate, ci in rows]
+    upper = [max(0.0, ci[1] - rate) * 100 if ci else 0.0 for rate, ci in rows]
+    return [lower, upper]
+
+
 def write_plots(report: EvalReport, out_dir: Path) -> list[Path]:
-    """Write ``success_by_family.png``, ``pass_at_k.png`` and ``errors.png`` (matplotlib, Agg); returns paths."""
+    """Write ``success_by_family.png``, ``pass_at_k.png`` and ``errors.png`` (matplotlib, Agg); returns paths.
+
+    Every success bar has its 95 % interval as an error bar and its n (episodes / tasks) below the value; the
+    family's constant-answer floor (what one constant answer scores over the whole split) is a red tick.
+    """
     plt = _pyplot()
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = []
     fams = list(report.per_family)
-    fig, ax = plt.subplots(figsize=(max(6.0, 0.6 * len(fams) + 2), 4))
-    rates = [report.per_family[f]["success_rate"] * 100 for f in fams]
-    bars = ax.bar(fams, rates, color="#4c72b0", label="success")
-    bases = [(x, report.per_family[f].get("base_rate")) for x, f in enumerate(fams)]
-    bases = [(x, b) for x, b in bases if b is not None]
-    if bases:  # a red tick across each bar at the family's label base rate
-        ax.hlines([b * 100 for _, b in bases], [x - 0.4 for x, _ in bases], [x + 0.4 for x, _ in bases],
-                  colors="#c44e52", linewidth=2.5, label="label base rate")
-    ax.bar_label(bars, fmt="%.0f%%", fontsize=8)
+    rows = [report.per_family[f] for f in fams]
+    labels = fams + ["all (micro)", "macro"]
+    rates = [row["success_rate"] for row in rows] + [report.success_rate, report.macro_success_rate]
+    cis = [row.get("ci95") for row in rows] + [report.ci95, None]
+    ns = [f"n={row['n']}/{row.get('tasks', '?')}t" for row in rows] + [f"n={report.episodes}/{report.tasks}t",
+                                                                       f"{len(fams)} fam."]
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.7 * len(labels) + 2), 4.2))
+    colors = ["#4c72b0"] * len(fams) + ["#55a868", "#8172b2"]
+    bars = ax.bar(labels, [v * 100 for v in rates], color=colors, label="success (95 % CI)",
+                  yerr=_yerr(list(zip(rates, cis))), capsize=3, ecolor="#333333")
+    if report.macro_se is not None:  # the macro bar's error bar is ±1.96 SE (no task-level interval exists)
+        ax.errorbar([len(labels) - 1], [report.macro_success_rate * 100], yerr=[[1.96 * report.macro_se * 100]],
+                    fmt="none", ecolor="#333333", capsize=3)
+    floors = [(x, (row.get("floor") or {}).get("floor")) for x, row in enumerate(rows)]
+    floors = [(x, f) for x, f in floors if f is not None]
+    if floors:  # a red tick across each bar at the family's constant-answer floor
+        ax.hlines([f * 100 for _, f in floors], [x - 0.4 for x, _ in floors], [x + 0.4 for x, _ in floors],
+                  colors="#c44e52", linewidth=2.5, label="constant-answer floor")
+    ax.bar_label(bars, labels=[f"{v:.0%}\n{n}" for v, n in zip(rates, ns)], fontsize=7, padding=2)
     ax.legend(loc="upper left", ncol=2, fontsize=8)
-    ax.set(ylim=(0, 122), ylabel="success (%)", title=f"Success per family: {report.policy}")
+    title = f"Success per family: {report.policy}" + (" (ALL EPISODES FAILED TO RUN)" if report.all_failed else "")
+    ax.set(ylim=(0, 130), ylabel="success (%)", title=title)
     ax.tick_params(axis="x", rotation=45)
     plt.setp(ax.get_xticklabels(), ha="right")
     paths.append(out_dir / "success_by_family.png")
@@ -524,7 +632,7 @@ def write_plots(report: EvalReport, out_dir: Path) -> list[Path]:
     if report.best_at_k:
         ax.plot(ks, [v * 100 for v in report.best_at_k.values()], marker="s", label="Best@K (scorer)")
     ax.set(xlabel="K (samples per task)", ylabel="%", ylim=(0, 105), xticks=ks,
-           title=f"Pass@K{' and Best@K' if report.best_at_k else ''}: {report.policy}")
+           title=f"Pass@K{' and Best@K' if report.best_at_k else ''}: {report.policy} (n={report.tasks} tasks)")
     ax.legend(loc="lower right")
     ax.grid(alpha=0.3)
     paths.append(out_dir / "pass_at_k.png")
@@ -542,7 +650,8 @@ def write_plots(report: EvalReport, out_dir: Path) -> list[Path]:
     else:
         ax.text(0.5, 0.5, "no failed episodes", ha="center", va="center", transform=ax.transAxes)
         ax.set_axis_off()
-    ax.set_title(f"Error breakdown ({sum(report.errors.values())} failed): {report.policy}")
+    ax.set_title(f"Error breakdown ({sum(report.errors.values())} of {report.episodes} episodes failed): "
+                 f"{report.policy}")
     paths.append(out_dir / "errors.png")
     _save(fig, paths[-1])
     plt.close(fig)
@@ -577,9 +686,9 @@ def load_reports(paths: Iterable[Path | str]) -> list[dict[str, Any]]:
         try:
             data = load_json(p)
         except FileFormatError as exc:
-            raise EvalError(f"cannot read report {exc} (pass report.json files written by evaluate.py)") from None
+            raise EvalError(f"cannot read report {exc} (pass report.json files written by medagentgym eval)") from None
         if not isinstance(data, dict) or not {"policy", "success_rate", "per_family"} <= set(data):
-            raise EvalError(f"{p} is not an evaluate.py report.json (needs policy, success_rate, per_family)")
+            raise EvalError(f"{p} is not a medagentgym eval report.json (needs policy, success_rate, per_family)")
         reports.append(data)
     if not reports:
         raise EvalError("no reports given; pass one or more report.json paths")
@@ -590,51 +699,98 @@ def _task_set(report: dict[str, Any]) -> str:
     return str((report.get("meta") or {}).get("task_set", "unknown"))
 
 
+def _all_failed(report: dict[str, Any]) -> bool:
+    episodes = report.get("episodes") or 0
+    return episodes > 0 and report.get("infra_failures", 0) == episodes
+
+
+def _rank(reports: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Best success first; runs whose every episode failed to run last (they measured nothing)."""
+    return sorted(reports, key=lambda r: (_all_failed(r), -r["success_rate"]))
+
+
+def _by_task_set(reports: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    by_set: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for r in reports:
+        by_set[_task_set(r)].append(r)
+    return dict(by_set)
+
+
 def leaderboard(reports: list[dict[str, Any]], png: Path | str | None = None) -> str:
     """Markdown tables, one per task set (reports over different task sets are never ranked side by side),
-    best overall first; columns: overall with its 95 % interval, Pass@1, each family (empty where a report did
-    not evaluate that family). With ``png``, a grouped bar plot of success per family (missing cells not drawn).
+    best overall first; columns: episodes, success with its standard error and 95 % interval, the macro average,
+    Pass@1, infrastructure failures, then each family (empty where a report did not evaluate that family). A run
+    whose every episode failed to run is shown as such, last, with no success rate. With ``png``, one plot per
+    task set (:func:`leaderboard_plots`).
 
     Returns:
         The Markdown text.
     """
-    by_set: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for r in reports:
-        by_set[_task_set(r)].append(r)
+    by_set = _by_task_set(reports)
     lines: list[str] = []
     if len(by_set) > 1:
         lines += [f"These {len(reports)} reports cover {len(by_set)} different task sets, so they are ranked in "
                   "separate tables (compare rows within a table only).", ""]
     for task_set, group in by_set.items():
-        rows = sorted(group, key=lambda r: -r["success_rate"])
+        rows = _rank(group)
         fams = sorted({f for r in rows for f in r["per_family"]})
         if len(by_set) > 1:
-            lines += [f"### Task set `{task_set}`", ""]
-        head = ["policy", "episodes", "success", "95 % CI", "pass@1", *fams]
-        lines += ["| " + " | ".join(head) + " |", "|---|" + "---:|" * 2 + "---|" + "---:|" * (len(head) - 4)]
+            lines += [f"### Task set `{md_cell(task_set)}`", ""]
+        head = ["policy", "episodes", "success", "SE", "95 % CI", "macro", "pass@1", "infra failures",
+                *map(md_cell, fams)]
+        lines += ["| " + " | ".join(head) + " |", "|---|---:|---:|---:|---|---:|---:|---:|" + "---:|" * len(fams)]
         for r in rows:
-            cells = [r["policy"], str(r.get("episodes", "")), _pct(r["success_rate"]), _ci(r.get("ci95")),
-                     _pct((r.get("pass_at_k") or {}).get("1"))]
-            cells += [_pct(r["per_family"][f]["success_rate"]) if f in r["per_family"] else "" for f in fams]
+            if _all_failed(r):
+                cells = [md_cell(r["policy"]) + " (**all episodes failed to run**)", str(r.get("episodes", "")),
+                         "–", "–", "–", "–", "–", str(r.get("infra_failures", 0))] + ["–" if f in r["per_family"]
+                                                                                     else "" for f in fams]
+            else:
+                cells = [md_cell(r["policy"]), str(r.get("episodes", "")), _pct(r["success_rate"]),
+                         _se(r.get("se")), _ci(r.get("ci95")), _pct(r.get("macro_success_rate")),
+                         _pct((r.get("pass_at_k") or {}).get("1")), str(r.get("infra_failures", 0))]
+                cells += [_pct(r["per_family"][f]["success_rate"]) if f in r["per_family"] else "" for f in fams]
             lines.append("| " + " | ".join(cells) + " |")
         lines.append("")
     if png is not None:
-        plt = _pyplot()
-        rows = sorted(reports, key=lambda r: -r["success_rate"])
-        fams = sorted({f for r in rows for f in r["per_family"]})
-        cols, width = ["overall", *fams], 0.8 / len(rows)
-        fig, ax = plt.subplots(figsize=(min(14.0, max(6.0, 0.45 * len(cols) * len(rows) ** 0.5 + 2)), 4.2))
-        for i, r in enumerate(rows):
-            vals = [r["success_rate"]] + [r["per_family"].get(f, {}).get("success_rate", math.nan) for f in fams]
-            label = r["policy"] + (f" [{_task_set(r)[:8]}]" if len(by_set) > 1 else "")
-            ax.bar([j + i * width for j in range(len(cols))], [v * 100 for v in vals], width, label=label)
-        ax.set_xticks([j + 0.4 - width / 2 for j in range(len(cols))], cols, rotation=45, ha="right")
-        ax.set(ylim=(0, 105), ylabel="success (%)", title="Leaderboard: success per family (blank: not evaluated)")
-        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-        Path(png).parent.mkdir(parents=True, exist_ok=True)
-        _save(fig, Path(png))
-        plt.close(fig)
+        leaderboard_plots(reports, png)
     return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def leaderboard_plots(reports: list[dict[str, Any]], png: Path | str) -> list[Path]:
+    """One grouped bar plot of success per family (95 % intervals as error bars) per task set: ``png`` itself
+    when all reports share one task set, else ``<stem>_<task set>.png`` beside it. Runs whose every episode
+    failed to run are left out of the bars and named in the title. Returns the paths written."""
+    plt = _pyplot()
+    png = Path(png)
+    png.parent.mkdir(parents=True, exist_ok=True)
+    by_set = _by_task_set(reports)
+    written = []
+    for task_set, group in by_set.items():
+        path = png if len(by_set) == 1 else png.with_name(f"{png.stem}_{re.sub(r'[^A-Za-z0-9_.-]', '_', task_set)[:16]}.png")
+        rows = [r for r in _rank(group) if not _all_failed(r)]
+        failed = [r["policy"] for r in group if _all_failed(r)]
+        fams = sorted({f for r in rows for f in r["per_family"]})
+        cols, width = ["overall", *fams], 0.8 / max(1, len(rows))
+        fig, ax = plt.subplots(figsize=(min(14.0, max(6.0, 0.45 * len(cols) * max(1, len(rows)) ** 0.5 + 2)), 4.2))
+        for i, r in enumerate(rows):
+            cells = [(r["success_rate"], r.get("ci95"), r.get("episodes"))]
+            cells += [(r["per_family"][f]["success_rate"], r["per_family"][f].get("ci95"), r["per_family"][f].get("n"))
+                      if f in r["per_family"] else (math.nan, None, None) for f in fams]
+            xs = [j + i * width for j in range(len(cols))]
+            bars = ax.bar(xs, [v * 100 for v, _, _ in cells], width, label=r["policy"],
+                          yerr=_yerr([(0.0 if math.isnan(v) else v, ci) for v, ci, _ in cells]), capsize=2)
+            ax.bar_label(bars, labels=[f"n={n}" if n else "" for _, _, n in cells], fontsize=6, padding=1)
+        ax.set_xticks([j + 0.4 - width / 2 for j in range(len(cols))], cols, rotation=45, ha="right")
+        title = f"Leaderboard, task set {task_set[:16]}: success per family (95 % CI; blank: not evaluated)"
+        if failed:
+            title += f"\nall episodes failed to run (not drawn): {', '.join(failed)}"
+        ax.set(ylim=(0, 115), ylabel="success (%)", title=title)
+        if rows:
+            ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+        _save(fig, path)
+        plt.close(fig)
+        written.append(path)
+    return written
 
 
 def code_version() -> str:

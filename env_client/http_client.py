@@ -8,7 +8,7 @@ locally; a server failure raises :class:`ServerError` naming the endpoint and th
 server that is full or out of free sandbox workers (429 / 503) raises its subclass :class:`ServerBusy`.
 A server started with ``--token`` needs the same token: ``HTTPEnv(url, token=...)`` or the
 ``MEDAGENTGYM_ENV_TOKEN`` environment variable (sent as ``Authorization: Bearer``; use it over loopback or TLS).
-A server that hides gold answers (``serve_env.py``'s default) returns verdicts without their reason.
+A server that hides gold answers (``medagentgym serve``'s default) returns verdicts without their reason.
 
 Several servers (sandboxes on CPU nodes, the trainer on GPU nodes): :class:`EnvServers` hands out envs that pick
 a server per episode round-robin among the healthy ones (``GET /health``, re-checked every ``health_every_s``),
@@ -42,7 +42,7 @@ from env_client.trajectory import Trajectory
 
 __all__ = ["TOKEN_ENV", "BalancedEnv", "EnvServers", "HTTPEnv", "ServerBusy", "ServerError"]
 
-#: Environment variable holding the bearer token (read by the client and by ``scripts/serve_env.py``).
+#: Environment variable holding the bearer token (read by the client and by ``medagentgym serve``).
 TOKEN_ENV = "MEDAGENTGYM_ENV_TOKEN"
 
 _TYPED_ERRORS: dict[str, type[Exception]] = {"ResetNeeded": ResetNeeded, "InvalidAction": InvalidAction}
@@ -246,7 +246,7 @@ class EnvServers:
             if self.healthy(url):
                 return url
         raise ServerError(f"no healthy env server among {', '.join(self.urls)} (GET /health failed on each); "
-                          f"start scripts/serve_env.py there or fix env.url")
+                          f"start medagentgym serve there or fix env.url")
 
     def env(self) -> BalancedEnv:
         """A fresh env (the ``Env`` interface) whose episodes run on these servers."""

@@ -1,4 +1,4 @@
-"""The MedAgentGym paper's results table from ``scripts/evaluate.py`` reports: one row per model or training stage,
+"""The MedAgentGym paper's results table from ``medagentgym eval`` reports: one row per model or training stage,
 the 8 in-distribution families as columns (the paper's order), their mean, and the out-of-distribution suite.
 
 Every cell is a success rate in percent from a ``report.json`` (``per_family[f]["success_rate"]``); ``ID avg``

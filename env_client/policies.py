@@ -39,9 +39,29 @@ from env_client.prompts import inline_tools
 ActionFormat = Literal["tool_call", "json"]
 
 __all__ = [
-    "ConstantPolicy", "EmptyPolicy", "HFPolicy", "OpenAIPolicy", "OraclePolicy", "Policy", "PolicyError",
-    "POLICY_HELP", "PolicyOutput", "ShotgunPolicy", "TracebackPolicy", "VLLMPolicy", "add_policy_arguments",
-    "bind", "describe_policy", "endpoint_hint", "make_policy", "policy_kwargs", "render_action",
+    "POLICY_HELP",
+    "ConstantPolicy",
+    "EmptyPolicy",
+    "HFPolicy",
+    "OpenAIPolicy",
+    "OraclePolicy",
+    "Policy",
+    "PolicyError",
+    "PolicyOutput",
+    "ShotgunPolicy",
+    "TracebackPolicy",
+    "VLLMPolicy",
+    "add_policy_arguments",
+    "bind",
+    "describe_policy",
+    "endpoint_hint",
+    "failures_in_a_row",
+    "is_context_overflow",
+    "make_policy",
+    "model_path_problem",
+    "policy_kwargs",
+    "probe",
+    "render_action",
     "weights_fingerprint",
 ]
 
@@ -51,9 +71,15 @@ class PolicyError(EnvClientError, RuntimeError):
 
     Attributes:
         status: The endpoint's HTTP status when an endpoint failed (None otherwise or for connection errors).
+        context_overflow: The endpoint refused the chat as longer than the model's context: the episode ends
+            there as truncated (``reason: context_length``), its turns and usage kept; not an infrastructure
+            failure, and a rerun does not retry it.
+        unreachable: The endpoint could not be reached or did not answer in time (connection refused, timeout).
     """
 
     status: int | None = None
+    context_overflow: bool = False
+    unreachable: bool = False
 
 
 @dataclass
@@ -281,11 +307,42 @@ _ENDPOINT_HINTS = {
 }
 
 
+#: What OpenAI, vLLM, SGLang and TGI say when a chat does not fit the model's context (a 400).
+_CONTEXT_OVERFLOW = re.compile(r"context[_ ]length|maximum context|context window|prompt is too long|too many tokens|"
+                               r"maximum (?:input|model) length|exceeds the (?:model's )?(?:max|context)",
+                               re.IGNORECASE)
+
+
+def is_context_overflow(status: int | None, message: str) -> bool:
+    """Whether an endpoint error says the chat is longer than the model's context (400/413 with such words).
+
+    Example:
+        >>> is_context_overflow(400, "This model's maximum context length is 4096 tokens. However, you requested 5000")
+        True
+    """
+    return status in (400, 413, 422) and bool(_CONTEXT_OVERFLOW.search(message or ""))
+
+
 def endpoint_hint(status: int | None) -> str:
     """A one-line hint for an endpoint error status (5xx and connection errors: the server is down or busy)."""
     if status is None:
         return "the endpoint did not answer: check that the server runs and BASE_URL is right"
     return _ENDPOINT_HINTS.get(status, "the server failed: check its log" if status >= 500 else "see the message")
+
+
+#: The probe's timeout: a model list comes back at once from a live server, whatever the chat timeout.
+_PROBE_TIMEOUT_S = 15.0
+
+
+def probe(policy: Any) -> None:
+    """Probe a policy's endpoint once before a run (``OpenAIPolicy.probe``); other policies have none.
+
+    Raises:
+        PolicyError: The endpoint cannot be used (one line).
+    """
+    check = getattr(policy, "probe", None)
+    if callable(check):
+        check()
 
 
 @dataclass
@@ -302,8 +359,9 @@ class OpenAIPolicy:
         temperature: Sampling temperature (the original harness ignored it; we send it every call).
         max_tokens: Completion cap per turn.
         top_p: Nucleus sampling mass.
-        max_retries: Retries after a retryable error (the SDK's policy).
-        timeout_s: Per-request timeout.
+        max_retries: Retries after a retryable error (the SDK's policy; ``--max-retries``).
+        timeout_s: Per-request timeout in seconds (``--timeout``): a server that accepts and never answers
+            fails after ``timeout_s * (max_retries + 1)`` plus the backoff.
         native_tools: Send ``tools=`` (function calling) and the history as ``tool_calls`` / ``role: "tool"``
             messages; the endpoint's tool calls come back as ``<tool_call>`` text, so the env parses one
             format. Off: the endpoint never sees ``tools``, so their compact form is put into the system message
@@ -321,8 +379,8 @@ class OpenAIPolicy:
     temperature: float = 0.7
     max_tokens: int = 2048
     top_p: float = 1.0
-    max_retries: int = 4
-    timeout_s: float = 120.0
+    max_retries: int = 2
+    timeout_s: float = 60.0
     native_tools: bool = False
     extra_body: dict[str, Any] | None = None
     _client: Any = field(default=None, init=False, repr=False)
@@ -361,11 +419,45 @@ class OpenAIPolicy:
         status = getattr(exc, "status_code", None)
         body = getattr(exc, "message", None) or str(exc)
         where = self.base_url or "OpenAI"
+        unreachable = isinstance(exc, self._openai.APIConnectionError)  # APITimeoutError is one
+        hint = (f"no answer within --timeout {self.timeout_s:g} s after {self.max_retries} retries: check that the "
+                f"server runs and BASE_URL is right" if isinstance(exc, self._openai.APITimeoutError)
+                else endpoint_hint(status))
         err = PolicyError(f"{where} failed for model {self.model!r}: {type(exc).__name__}"
                           f"{f' {status}' if status else ''}: {' '.join(str(body).split())[:300]} "
-                          f"(hint: {endpoint_hint(status)})")
-        err.status = status
+                          f"(hint: {hint})")
+        err.status, err.unreachable = status, unreachable
+        err.context_overflow = is_context_overflow(status, str(body))
         return err
+
+    def probe(self) -> None:
+        """Ask the endpoint once for its models (``GET /models``, no retry), before a run starts.
+
+        A closed port or a wrong URL fails at once, a server that accepts and never answers after ``timeout_s``;
+        an endpoint that answers but does not list the model fails with the models it serves. An endpoint
+        without ``/models`` (404) passes: the first chat request will tell.
+
+        Raises:
+            PolicyError: One line saying what is wrong and what to do.
+        """
+        where = self.base_url or "OpenAI"
+        try:
+            probe = self._client.with_options(max_retries=0, timeout=min(self.timeout_s, _PROBE_TIMEOUT_S))
+            served = [m.id for m in probe.models.list()]
+        except self._openai.NotFoundError:
+            return
+        except self._openai.APITimeoutError as exc:
+            wait = min(self.timeout_s, _PROBE_TIMEOUT_S)
+            err = PolicyError(f"{where} accepted the connection but did not answer within {wait:g} s (probe: GET "
+                              f"/models); check that the server runs and is not overloaded")
+            err.unreachable = True
+            raise err from exc
+        except self._openai.APIError as exc:
+            raise self._failure(exc) from exc
+        if served and self.model not in served:
+            shown = ", ".join(served[:5]) + (f" and {len(served) - 5} more" if len(served) > 5 else "")
+            raise PolicyError(f"{where} does not serve model {self.model!r}; it serves {shown} "
+                              f"(use openai:MODEL@{self.base_url or 'URL'})")
 
     def act(self, messages: list[dict], *, tools: list[dict] | None = None, seed: int | None = None) -> PolicyOutput:
         """One chat-completions call; endpoint errors become ``PolicyError`` with the status and a hint."""
@@ -492,7 +584,9 @@ policy specs (--policy):
   shotgun | traceback | empty
                            grader-audit adversaries (many candidates / a traceback / an empty answer)
   openai:MODEL@BASE_URL    any OpenAI-compatible endpoint (vLLM, SGLang, a hosted API); the key comes from
-                           OPENAI_API_KEY; without @BASE_URL, OpenAI itself
+                           OPENAI_API_KEY; without @BASE_URL, OpenAI itself. Probed once (GET /models)
+                           before the run; --timeout S per request, --max-retries N; a chat longer than the
+                           model's context ends that episode as truncated (reason context_length)
   hf:PATH                  a local transformers model folder (CPU works), e.g. a train.py output
   vllm:PATH                an in-process vLLM engine (GPU; pip install 'medagentgym[gpu]')
 examples:
@@ -501,7 +595,8 @@ examples:
   --policy openai:gpt-4.1-mini --native-tools --extra-body '{"service_tier": "flex"}'
   --policy hf:runs/sft_tiny --temperature 0 --max-tokens 256
 sampling flags (model policies): --temperature, --top-p, --max-tokens (per turn), --native-tools (OpenAI
-function calling, with tool_calls / role "tool" history), --extra-body JSON (OpenAI-compatible endpoints)."""
+function calling, with tool_calls / role "tool" history), --extra-body JSON, --timeout, --max-retries
+(OpenAI-compatible endpoints)."""
 
 
 def add_policy_arguments(parser: Any) -> None:
@@ -514,8 +609,23 @@ def add_policy_arguments(parser: Any) -> None:
                         help="openai: use the endpoint's function calling (tools=, tool_calls history)")
     parser.add_argument("--extra-body", default=None, metavar="JSON",
                         help="openai: extra JSON fields for every request, e.g. '{\"top_k\": 20}'")
+    parser.add_argument("--timeout", type=float, default=None, metavar="S",
+                        help="openai: seconds to wait for one answer (default 60)")
+    parser.add_argument("--max-retries", type=int, default=None, metavar="N",
+                        help="openai: retries of a failed request (connection, timeout, 429, 5xx; default 2)")
+    parser.add_argument("--max-failures-in-a-row", type=int, default=10, metavar="N",
+                        help="stop the run (finished episodes kept) once N episodes in a row failed to run, e.g. "
+                             "an endpoint that went away; 0: never stop (default 10)")
     epilog = getattr(parser, "epilog", None)
     parser.epilog = f"{epilog}\n\n{POLICY_HELP}" if epilog else POLICY_HELP
+
+
+def failures_in_a_row(args: Any) -> int | None:
+    """``--max-failures-in-a-row`` as ``rollout(max_consecutive_failures=...)``: None when 0 (never stop)."""
+    value = getattr(args, "max_failures_in_a_row", None)
+    if value is not None and value < 0:
+        raise PolicyError(f"--max-failures-in-a-row {value} must be >= 0 (0: never stop)")
+    return value or None
 
 
 def policy_kwargs(args: Any) -> dict[str, Any]:
@@ -537,11 +647,20 @@ def policy_kwargs(args: Any) -> dict[str, Any]:
         if not isinstance(body, dict):
             raise PolicyError("--extra-body must be a JSON object, e.g. '{\"top_k\": 20}'")
         openai_only["extra_body"] = body
-    if any(openai_only.values()):
+    timeout, retries = getattr(args, "timeout", None), getattr(args, "max_retries", None)
+    if timeout is not None:
+        if not timeout > 0:
+            raise PolicyError(f"--timeout {timeout:g} must be > 0 seconds")
+        openai_only["timeout_s"] = float(timeout)
+    if retries is not None:
+        if retries < 0:
+            raise PolicyError(f"--max-retries {retries} must be >= 0")
+        openai_only["max_retries"] = int(retries)
+    if any(v is not None and v is not False for v in openai_only.values()):
         if not str(args.policy).startswith("openai:"):
-            raise PolicyError(f"--native-tools and --extra-body apply to 'openai:MODEL@URL' policies, not "
-                              f"{args.policy!r}")
-        kwargs.update({k: v for k, v in openai_only.items() if v})
+            raise PolicyError(f"--native-tools, --extra-body, --timeout and --max-retries apply to "
+                              f"'openai:MODEL@URL' policies, not {args.policy!r}")
+        kwargs.update({k: v for k, v in openai_only.items() if v is not None and v is not False})
     return kwargs
 
 
@@ -564,6 +683,46 @@ def weights_fingerprint(path: str) -> str:
         elif f.suffix in (".safetensors", ".bin", ".pt", ".pth", ".gguf"):
             digest.update(f"{rel}\0{st.st_size}\0{st.st_mtime_ns}".encode())
     return "sha256:" + digest.hexdigest()[:16]
+
+
+def model_path_problem(path: str) -> str | None:
+    """Why ``path`` (``hf:PATH``, ``vllm:PATH``, a recipe's ``model.name_or_path``) cannot be loaded, found
+    without touching the network; None when it may load.
+
+    A local folder must exist: a path that starts with ``/``, ``.`` or ``~``, has more than one ``/``, or whose
+    first part is a folder here (``runs/ppo_tny``) is local, and a missing one is named at once with the nearest
+    existing siblings (instead of a Hub lookup that waits for the network and reports a connection error). An
+    ``org/name`` Hub id passes, unless ``HF_HUB_OFFLINE`` is set and it is not in the local Hub cache.
+
+    Example:
+        >>> model_path_problem("/no/such/model")
+        "no model folder at '/no/such/model' (/no does not exist)"
+    """
+    import difflib
+    from pathlib import Path
+
+    p = Path(path).expanduser()
+    if p.is_dir():
+        return None if any(p.iterdir()) else f"the model folder {path!r} is empty"
+    if p.exists():
+        return f"{path!r} is a file, not a model folder"
+    parts = p.parts
+    local = path.startswith(("/", ".", "~")) or len(parts) > 2 or (len(parts) == 2 and Path(parts[0]).is_dir())
+    if local:
+        parent = next((a for a in p.parents if a.is_dir()), Path("."))  # the nearest folder that exists
+        first_missing = next((a for a in [p, *p.parents] if a.parent == parent), p)
+        near = difflib.get_close_matches(first_missing.name, [c.name for c in parent.iterdir() if c.is_dir()], n=2)
+        hint = f"; did you mean {' or '.join(str(parent / n) for n in near)}?" if near else ""
+        return f"no model folder at {path!r} ({first_missing} does not exist){hint}"
+    if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes") and len(parts) == 2:
+        try:
+            from huggingface_hub import try_to_load_from_cache
+        except ImportError:
+            return None
+        if not isinstance(try_to_load_from_cache(path, "config.json"), str):
+            return (f"{path!r} is neither a local folder nor in the Hub cache, and HF_HUB_OFFLINE is set: download "
+                    f"it first, or pass a local folder")
+    return None
 
 
 def describe_policy(spec: str, policy: Any = None, **kwargs: Any) -> dict[str, Any]:
@@ -616,6 +775,9 @@ def make_policy(spec: str, *, families: dict[str, Any] | Callable[[str], Any] | 
             kwargs["max_tokens"] = kwargs.pop("max_new_tokens")
         return OpenAIPolicy(model, base_url or None, **kwargs)
     if kind in ("hf", "vllm") and arg:
+        problem = model_path_problem(arg)
+        if problem:
+            raise PolicyError(f"policy {spec!r}: {problem}")
         if "max_tokens" in kwargs:
             kwargs["max_new_tokens"] = kwargs.pop("max_tokens")
         return (HFPolicy if kind == "hf" else VLLMPolicy)(arg, **kwargs)

@@ -157,16 +157,26 @@ def run_episode(env: Any, policy: Policy, item: WorkItem, *, policy_name: str | 
     """Play one episode of ``item`` with ``policy`` on ``env`` (any object with the ``Env`` interface).
 
     Returns:
-        The finished trajectory (header carries ``sample_idx`` and ``seed``).
+        The finished trajectory (header carries ``sample_idx`` and ``seed``). When the policy's endpoint refuses
+        the chat as longer than the model's context (``PolicyError.context_overflow``), the episode ends there as
+        truncated (``reason: context_length``) with its turns and usage so far: the model's limit, not an
+        infrastructure failure, so it is stored and a rerun does not retry it.
     """
     p = bind(policy, item.instance)
     obs, _info = env.reset(item.instance, seed=item.seed,
                            options={"policy": policy_name, "sample_idx": item.sample_idx})
     messages, tools = list(obs.messages), obs.tools
     turn = 0
+    overflow = False
     try:
         while True:
-            out = p.act(messages, tools=tools, seed=(item.seed + turn) & 0x7FFFFFFF)
+            try:
+                out = p.act(messages, tools=tools, seed=(item.seed + turn) & 0x7FFFFFFF)
+            except PolicyError as exc:
+                if not exc.context_overflow:
+                    raise
+                overflow = True
+                break
             result = env.step(out.text, n_tokens=out.n_completion_tokens, n_prompt_tokens=out.n_prompt_tokens)
             if result.terminated or result.truncated:
                 break
@@ -177,7 +187,14 @@ def run_episode(env: Any, policy: Policy, item: WorkItem, *, policy_name: str | 
         # Return the sandbox session now, not at the next reset: an env idle between episodes must not hold a
         # pool worker that another env is waiting for. A failed episode is not stored and reruns later.
         env.close()
-    return env.trajectory  # still readable after close
+    return _ended(env.trajectory, overflow)  # still readable after close
+
+
+def _ended(traj: Trajectory, overflow: bool) -> Trajectory:
+    """The trajectory, its end marked truncated by the model's context when the endpoint refused a turn."""
+    if overflow and traj.final is not None and traj.final.reason == "closed":
+        traj.final = traj.final.model_copy(update={"truncated": True, "reason": "context_length"})
+    return traj
 
 
 # ------------------------------------------------------------------------------------------ summary
@@ -306,11 +323,18 @@ async def _arun_episode(env: Any, policy: Policy, item: WorkItem, policy_name: s
     messages, tools = list(obs.messages), obs.tools
     aact = getattr(p, "aact", None)
     turn = 0
+    overflow = False
     try:
         while True:
             seed = (item.seed + turn) & 0x7FFFFFFF
-            out = await (aact(messages, tools=tools, seed=seed) if aact else call(p.act, messages, tools=tools,
-                                                                                  seed=seed))
+            try:
+                out = await (aact(messages, tools=tools, seed=seed) if aact else call(p.act, messages, tools=tools,
+                                                                                      seed=seed))
+            except PolicyError as exc:
+                if not exc.context_overflow:
+                    raise
+                overflow = True
+                break
             result = await call(env.step, out.text, n_tokens=out.n_completion_tokens,
                                 n_prompt_tokens=out.n_prompt_tokens)
             if result.terminated or result.truncated:
@@ -320,7 +344,7 @@ async def _arun_episode(env: Any, policy: Policy, item: WorkItem, policy_name: s
             turn += 1
     finally:
         await call(env.close)  # as in run_episode: free the sandbox session between episodes
-    return env.trajectory
+    return _ended(env.trajectory, overflow)
 
 
 def _async_results(items: list[WorkItem], policy: Policy, env_factory: Callable[[], Any], concurrency: int,
@@ -547,7 +571,7 @@ def rollout(instances: Iterable[Any], policy: Policy | str, env: EnvSpec | Calla
             seed: int = 0, concurrency: int = 1, backend: Backend = "thread",
             store: TrajectoryStore | str | Path | None = None, policy_name: str | None = None,
             on_error: Literal["raise", "skip"] = "raise", progress: bool = False,
-            run_info: dict[str, Any] | None = None) -> RolloutResult:
+            run_info: dict[str, Any] | None = None, max_consecutive_failures: int | None = None) -> RolloutResult:
     """Run ``k`` episodes per instance with ``policy``.
 
     Args:
@@ -569,6 +593,9 @@ def rollout(instances: Iterable[Any], policy: Policy | str, env: EnvSpec | Calla
             format, family versions; the base ``seed`` is added). With a ``store``, it is recorded beside it
             (``<store>.run.json``) and stamped on each episode (``header.run_key``); resuming a store written
             under other settings is refused, so stale episodes are never reused.
+        max_consecutive_failures: With ``on_error="skip"``: stop the run (``RolloutError``, one line) once this
+            many episodes in a row failed to run (an endpoint that went away): the finished ones are stored, a
+            rerun resumes. None: never stop.
 
     Returns:
         :class:`RolloutResult` with the summary and the trajectories of all requested keys (stored and new).
@@ -593,6 +620,7 @@ def rollout(instances: Iterable[Any], policy: Policy | str, env: EnvSpec | Calla
     name = policy_name or (policy if isinstance(policy, str) else type(policy).__name__)
     new: list[Trajectory] = []
     failures: list[tuple[WorkItem, str]] = []
+    in_a_row = 0
     t0 = time.perf_counter()
     if items:
         results, cleanup = _results(items, policy, env, concurrency, backend, name)
@@ -608,7 +636,15 @@ def rollout(instances: Iterable[Any], policy: Policy | str, env: EnvSpec | Calla
                     if on_error == "raise":
                         raise RolloutError(f"episode {msg}; rerun to resume, or pass on_error='skip'") from out
                     failures.append((item, msg))
+                    in_a_row += 1
+                    if max_consecutive_failures is not None and in_a_row >= max_consecutive_failures:
+                        kept = f"{len(new)} new episode(s) stored in {store.path}" if store is not None else \
+                            f"{len(new)} episode(s) finished"
+                        raise RolloutError(f"stopped: {in_a_row} episodes in a row failed to run, the last with "
+                                           f"{type(out).__name__}: {' '.join(str(out).split())[:300]}; {kept}; "
+                                           f"rerun the same command to resume")
                     continue
+                in_a_row = 0
                 if key is not None:
                     out.header.run_key = key
                 if store is not None:

@@ -195,7 +195,8 @@ class ServedEnv:
         self.env.close()
 
 
-def build_app(tasks_root: str | Path, *, backend: str = "bwrap", workers: int = 4, allow_unisolated: bool = False,
+def build_app(tasks_root: str | Path, *, backend: str = "bwrap", workers: int = 4, max_workers: int | None = None,
+              allow_unisolated: bool = False,
               config: EnvConfig | None = None, capacity: int = 64, idle_timeout_s: float = 600.0,
               pool: Any = None, hide_gold: bool = True, tokens: tuple[str, ...] | list[str] = (),
               max_body_bytes: int = 1 << 20, max_sessions_per_client: int | None = None,
@@ -203,9 +204,11 @@ def build_app(tasks_root: str | Path, *, backend: str = "bwrap", workers: int = 
     """The MedAgentGym env server: ``sandbox.server.create_app`` over ``Env`` sessions sharing one pool.
 
     Args:
-        tasks_root: Built tasks root (``scripts/build_tasks.py --out``).
+        tasks_root: Built tasks root (``medagentgym build --out``).
         backend: Sandbox backend for the pool the app starts (ignored when ``pool`` is given).
-        workers: Sandbox workers, i.e. episodes that can run code at the same time.
+        workers: Warm sandbox workers (the pool's floor).
+        max_workers: The pool's cap: it grows to the open episodes up to this many workers (None: from memory,
+            see ``sandbox.make_pool``). Each open episode holds one worker.
         allow_unisolated: Required for ``backend="local"``.
         config: Episode rules for every session.
         capacity: Open sessions allowed (503 past it).
@@ -234,7 +237,7 @@ def build_app(tasks_root: str | Path, *, backend: str = "bwrap", workers: int = 
     if bad or not splits:
         raise ValueError(f"splits={splits!r} is invalid: choose from train, test")
     own_pool = pool is None
-    pool = pool or make_pool(backend, workers=workers, allow_unisolated=allow_unisolated)
+    pool = pool or make_pool(backend, workers=workers, max_workers=max_workers, allow_unisolated=allow_unisolated)
     if worker_wait_s is not None:
         pool.acquire_timeout = float(worker_wait_s)  # a /reset waits this long for a worker, then 503
     lock, cache = threading.Lock(), {}

@@ -48,7 +48,7 @@ class CollectResult:
 def collect(instances: Iterable[Any], policy: Any, env: EnvSpec | Any, *, k: int, out: str | os.PathLike,
             concurrency: int = 4, seed: int = 0, backend: str = "thread", policy_name: str | None = None,
             run_info: dict[str, Any] | None = None, on_error: str = "skip", progress: bool = False,
-            max_pairs_per_task: int = 4) -> CollectResult:
+            max_pairs_per_task: int = 4, max_consecutive_failures: int | None = None) -> CollectResult:
     """Sample ``k`` episodes per instance with ``policy``, keep successes for SFT and both outcomes for DPO.
 
     Args:
@@ -66,6 +66,7 @@ def collect(instances: Iterable[Any], policy: Any, env: EnvSpec | Any, *, k: int
         on_error: ``skip`` (default: a failed episode is retried by the next run) or ``raise``.
         progress: Show a progress bar.
         max_pairs_per_task: DPO pairs counted per task (as the DPO trainer builds them).
+        max_consecutive_failures: Stop once this many episodes in a row failed to run (see ``rollout``).
 
     Returns:
         The rollout summary, the per-family summary (also in ``summary.json``) and the paths written.
@@ -74,7 +75,7 @@ def collect(instances: Iterable[Any], policy: Any, env: EnvSpec | Any, *, k: int
     folder.mkdir(parents=True, exist_ok=True)
     result = rollout(instances, policy, env, k=k, seed=seed, concurrency=concurrency, backend=backend,
                      store=folder / STORE, policy_name=policy_name, on_error=on_error, progress=progress,
-                     run_info=run_info)
+                     run_info=run_info, max_consecutive_failures=max_consecutive_failures)
     trajectories = result.trajectories  # stored and new episodes of the requested tasks, in plan order
     files = split_stores(trajectories, folder)
     summary = family_summary(trajectories, max_pairs_per_task=max_pairs_per_task)

@@ -121,7 +121,7 @@ class MixtureConfig:
 class TasksConfig:
     """Which task instances the run uses (built by the task registry under ``root``)."""
 
-    root: str = "artifacts/tasks"  # folder the families were built into (see scripts/build_tasks.py)
+    root: str = "artifacts/tasks"  # folder the families were built into (see medagentgym build)
     families: list[str] = field(default_factory=lambda: ["toy_sql"])  # registered family names
     split: Literal["train", "test"] = "train"  # instances to train on
     size: Literal["tiny", "default"] = "tiny"  # build size, if the families still have to be built
@@ -148,7 +148,10 @@ class EnvConfig:
     max_turns: int | None = None  # assistant turns per episode; null = the family's registered default
     sandbox: Literal["bwrap", "docker", "local"] = "bwrap"  # executor backend; "local" has no isolation
     workers: int = 2  # warm sandbox workers shared by concurrent episodes (in process; per server when remote)
-    # Env servers (scripts/serve_env.py) that run the episodes instead of this process: one URL or a list,
+    # Most sandbox workers: the pool grows past `workers` to the episodes in flight, up to this; null = half the
+    # host's memory at sandbox.pool.WORKER_MB per worker (or $MEDAGENTGYM_SANDBOX_MAX_WORKERS).
+    max_workers: int | None = None
+    # Env servers (medagentgym serve) that run the episodes instead of this process: one URL or a list,
     # used round-robin with health checks and retry (env_client.http_client.EnvServers); null = in process.
     # A server started with --token needs MEDAGENTGYM_ENV_TOKEN set to the same token.
     url: str | list[str] | None = None
@@ -156,9 +159,11 @@ class EnvConfig:
     def __post_init__(self) -> None:
         _check(self.max_turns is None or self.max_turns >= 1, "env.max_turns", self.max_turns, "an integer >= 1")
         _check(self.workers >= 1, "env.workers", self.workers, "an integer >= 1")
+        _check(self.max_workers is None or self.max_workers >= 1, "env.max_workers", self.max_workers,
+               "an integer >= 1, or null for the cap derived from memory")
         for i, url in enumerate(self.urls):
             _check(url.startswith(("http://", "https://")) and len(url) > 8, f"env.url[{i}]", url,
-                   "an http(s)://host:port URL of scripts/serve_env.py")
+                   "an http(s)://host:port URL of medagentgym serve")
         _check(len(set(self.urls)) == len(self.urls), "env.url", self.url, "each server once")
 
     @property
@@ -197,7 +202,7 @@ class RewardConfig:
 
     weights: dict[str, float] = field(default_factory=lambda: {"correctness": 1.0})  # reward name -> weight
     # Learned verifier for the verifier_score term (GRPO): a trained verifier folder (scored in the trainer's
-    # process) or the http(s):// URL of scripts/serve_verifier.py (a failed call makes the term missing).
+    # process) or the http(s):// URL of medagentgym serve-verifier (a failed call makes the term missing).
     verifier: str | None = None
 
     def __post_init__(self) -> None:

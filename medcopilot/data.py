@@ -74,7 +74,7 @@ def load_episodes(path: str | os.PathLike, *, families: Iterable[str] | None = N
 
     if not Path(path).is_file():
         raise RecipeError(f"trajectory store {str(path)!r} does not exist; set rollout.store to a JSONL written by "
-                          f"the rollout engine (scripts/rollout.py) or let the trainer generate it")
+                          f"the rollout engine (medagentgym rollout) or let the trainer generate it")
     keep = set(families) if families is not None else None
     episodes = []
     for traj in TrajectoryStore(path).read():

@@ -3,7 +3,7 @@
 ``export_model(run_dir, out_dir)`` loads what a run saved (a full model, or a LoRA adapter on its base model, which
 is merged), writes model weights, tokenizer, chat template and generation config to ``out_dir``, and a
 ``README.md`` model card built with ``huggingface_hub.ModelCard``: metadata (base model as a Hub id, license,
-datasets, tags, and ``model-index`` evaluation results read from ``scripts/evaluate.py`` reports), then the
+datasets, tags, and ``model-index`` evaluation results read from ``medagentgym eval`` reports), then the
 training recipe and data, the evaluation tables, intended use, out-of-scope use and limitations written for a
 model trained on synthetic medical tasks. The folder loads with ``AutoModelForCausalLM`` / ``AutoTokenizer`` and
 serves with vLLM as is.
@@ -11,7 +11,7 @@ serves with vLLM as is.
 ``push="org/name"`` uploads the folder with ``huggingface_hub``, authenticated by ``HF_TOKEN``. Everything that
 can be checked before the merge is (offline mode, token, a Hub id for the base model, a license), so a refused
 push costs no minutes of merging. An upload that fails after the export keeps the folder and says, in one line,
-how to retry the upload alone (``scripts/export_hf.py --upload OUT --push ORG/NAME``).
+how to retry the upload alone (``medagentgym export --upload OUT --push ORG/NAME``).
 
 Example:
     >>> export_model("runs/grpo_qwen7b", "artifacts/export/grpo_qwen7b", push="my-org/med-copilot-7b",
@@ -47,7 +47,7 @@ _INTENDED_USE = """\
 
 Research on tool-using language-model agents for biomedical data science: the model reads a question about a
 database, a table or a code base, writes SQL, Python or shell code, reads the sandbox's output and submits one
-answer. It is meant for benchmarking agents (e.g. with MedAgentGym's `scripts/evaluate.py`), for further
+answer. It is meant for benchmarking agents (e.g. with MedAgentGym's `medagentgym eval`), for further
 fine-tuning and RL research, and for studying how such agents fail.
 
 ## Out-of-scope use
@@ -93,7 +93,7 @@ def export_model(run_dir: str | os.PathLike, out_dir: str | os.PathLike, *, push
             is a Hub id (a run from a local folder needs this to be pushed).
         license: License id for the card (e.g. ``apache-2.0``); default: the base model's, when known.
         datasets: Hub dataset ids the model was trained on (e.g. trajectories you published), for the metadata.
-        eval_reports: ``report.json`` files (or their folders) written by ``scripts/evaluate.py --out``; they
+        eval_reports: ``report.json`` files (or their folders) written by ``medagentgym eval --out``; they
             become the card's ``model-index`` and evaluation tables.
 
     Returns:
@@ -154,13 +154,13 @@ def model_card(run_dir: str | os.PathLike, *, base_model: str, repo: str | None 
         repo: The Hub repo id, for the title and the usage snippet.
         license: License id; default: the base model's from :data:`BASE_LICENSES`, else unset.
         datasets: Hub dataset ids for the metadata.
-        eval_reports: ``scripts/evaluate.py`` ``report.json`` files (or folders holding one).
+        eval_reports: ``medagentgym eval`` ``report.json`` files (or folders holding one).
 
     Returns:
         A ``ModelCard``; ``str(card)`` is the README.md text, ``card.data`` the metadata.
 
     Raises:
-        ExportError: A report cannot be read or is not an evaluate.py report.
+        ExportError: A report cannot be read or is not a medagentgym eval report.
 
     Example:
         >>> card = model_card("runs/sft_tiny", base_model="Qwen/Qwen2.5-0.5B-Instruct",
@@ -221,7 +221,7 @@ def push_folder(folder: str | os.PathLike, repo: str, *, private: bool = True) -
     token = _check_can_push(repo)
     if not (Path(folder) / "config.json").is_file():
         raise ExportError(f"{folder} is not an exported model folder (no config.json); export first with "
-                          f"scripts/export_hf.py RUN_DIR --out {folder}")
+                          f"medagentgym export RUN_DIR --out {folder}")
     from huggingface_hub import HfApi
 
     api = HfApi(token=token)
@@ -234,7 +234,7 @@ def push_folder(folder: str | os.PathLike, repo: str, *, private: bool = True) -
     except Exception as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ExportError(f"upload to {repo} failed ({type(exc).__name__}: {first}); the export is kept in "
-                          f"{folder}; retry the upload alone with: python scripts/export_hf.py --upload {folder} "
+                          f"{folder}; retry the upload alone with: medagentgym export --upload {folder} "
                           f"--push {repo}") from exc
     return str(getattr(info, "commit_url", info))
 
@@ -323,7 +323,7 @@ def _training_section(recipe: dict[str, Any], summary: dict[str, Any], state: di
 def _evaluation_section(reports: list[dict[str, Any]]) -> str:
     """Per report: the headline (with its 95 % interval when the report has one), a table per family, settings."""
     if not reports:
-        return "## Evaluation\n\nNo evaluation report was attached (`scripts/export_hf.py --eval REPORT.json`).\n"
+        return "## Evaluation\n\nNo evaluation report was attached (`medagentgym export --eval REPORT.json`).\n"
     lines = ["## Evaluation", "", "Success = the oracle graded the episode's single submitted answer correct.", ""]
     for report in reports:
         method = f", {report['ci_method']}" if report.get("ci_method") else ""
@@ -360,7 +360,7 @@ def _usage_section(name: str) -> str:
         "```",
         "",
         "As an agent, run it in MedAgentGym (its code then runs in the bubblewrap sandbox):",
-        f"`python scripts/evaluate.py --policy hf:{name} --families toy_sql`.",
+        f"`medagentgym eval --policy hf:{name} --families toy_sql`.",
         "",
     ])
 

@@ -1,7 +1,7 @@
 """Learning on the tiny model: an oracle warm start, a fixed evaluation, and short GRPO / PPO runs on CPU.
 
 The pieces the learning tests (``tests/medcopilot/test_*learning*.py``), ``scripts/bench_learning.py`` and
-``scripts/demo.py`` share. A run (:func:`learning_run`) goes:
+``medagentgym demo`` share. A run (:func:`learning_run`) goes:
 
 1. **Family**: ``say_number`` (one turn: the question shows the number to submit; declared in a folder by
    :func:`declare_say_number`), ``clinic_code`` (two turns: query the clinic database, submit the code it holds,

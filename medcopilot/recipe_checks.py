@@ -147,12 +147,12 @@ def vllm_base_model(name_or_path: str) -> str:
             if current != name_or_path and looks_local and not (Path(current) / "config.json").is_file():
                 raise RecipeError(f"model.name_or_path={name_or_path!r} is an adapter whose base {current!r} is not "
                                   f"a model folder (no config.json); point the adapter at its base model or export "
-                                  f"a merged model with scripts/export_hf.py and start from it")
+                                  f"a merged model with medagentgym export and start from it")
             return current
         base = json.loads(config.read_text(encoding="utf-8")).get("base_model_name_or_path")
         if not base:
             raise RecipeError(f"{config} names no base_model_name_or_path, so vLLM has no model to start from; set "
-                              f"it, or export a merged model with scripts/export_hf.py and start from that")
+                              f"it, or export a merged model with medagentgym export and start from that")
         current = base
     raise RecipeError(f"model.name_or_path={name_or_path!r}: adapters chain more than 8 deep; export a merged model")
 

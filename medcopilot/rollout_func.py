@@ -101,7 +101,7 @@ class PromptIndex:
             log.warning("%d instances render the same prompt as an earlier one and were left out: %s",
                         len(index.dropped), ", ".join(index.dropped[:5]))
         if not index.rows:
-            raise ValueError("no task instances to train on: build the tasks first (scripts/build_tasks.py)")
+            raise ValueError("no task instances to train on: build the tasks first (medagentgym build)")
         return index
 
     def lookup(self, prompt: Any) -> Any:

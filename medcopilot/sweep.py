@@ -350,7 +350,7 @@ def main(argv: list[str] | None = None, *, launch: Launch | None = None, launch_
     Args:
         argv: Command-line arguments (default ``sys.argv[1:]``).
         launch: How to run one train.py invocation (default: a subprocess per run, see ``--launcher``).
-        launch_eval: How to run one ``scripts/evaluate.py`` invocation (``argv -> exit status``; default a
+        launch_eval: How to run one ``medagentgym eval`` invocation (``argv -> exit status``; default a
             subprocess), for a chain with an ``evaluate`` section.
 
     Returns:

@@ -4,15 +4,15 @@ A chain sweep file may carry an ``evaluate`` section (``recipes/sweeps/paper_qwe
 
     evaluate:
       policy: "hf:{model}"        # how to sample a model; {model} = the base model, or a stage's merged export
-      suites: [id, ood]           # scripts/evaluate.py --suite per row (the per-family test sets)
-      args: [--concurrency, "16"] # more scripts/evaluate.py flags for every row (--tasks-root, --limit, -k, ...)
+      suites: [id, ood]           # medagentgym eval --suite per row (the per-family test sets)
+      args: [--concurrency, "16"] # more medagentgym eval flags for every row (--tasks-root, --limit, -k, ...)
       base: null                  # the "base" row's model; null = the chain's root model; false = no base row
       rows: null                  # stages in the table (null = all, in file order)
       title: "Qwen2.5-7B-Instruct on MedAgentGym"
 
 After training, each stage's output is exported as a standalone merged model (``<stage>/merged``, LoRA chains
-merged: ``scripts/export_hf.py``), each row is evaluated per suite into ``<output_root>/eval/<row>/<suite>/``
-(``scripts/evaluate.py``; a report newer than its model is reused, so a rerun resumes), and
+merged: ``medagentgym export``), each row is evaluated per suite into ``<output_root>/eval/<row>/<suite>/``
+(``medagentgym eval``; a report newer than its model is reused, so a rerun resumes), and
 ``<output_root>/paper_table.{md,json,png}`` is written (:mod:`env_client.paper_table`). Exports and evaluations
 run as separate processes, like the training stages, so each frees its memory (and its GPU) when it ends.
 
@@ -32,13 +32,12 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from medcopilot.config import RECIPES_DIR, RecipeError
+from medcopilot.config import RecipeError
 
 __all__ = ["EvalSpec", "ScriptLaunch", "evaluate_chain", "subprocess_script"]
 
-#: ``launch(script_name, argv) -> exit status``: runs ``scripts/<script_name>.py argv``.
+#: ``launch(module_name, argv) -> exit status``: runs the command of ``medagentgym.cli.<module_name>`` with argv.
 ScriptLaunch = Callable[[str, list[str]], int]
-SCRIPTS = RECIPES_DIR.parent / "scripts"
 
 
 @dataclass
@@ -97,19 +96,23 @@ class EvalSpec:
         lines = []
         for row, model, _ in self.row_models(runs):
             for suite in self.suites:
-                lines.append(f"eval {row}/{suite}: scripts/evaluate.py {shlex.join(self.argv(model, suite, root, row))}")
+                lines.append(f"eval {row}/{suite}: medagentgym eval {shlex.join(self.argv(model, suite, root, row))}")
         lines.append(f"table: {root / 'paper_table.md'} (+ .json, .png)")
         return lines
 
     def argv(self, model: str, suite: str, root: Path, row: str) -> list[str]:
-        """The ``scripts/evaluate.py`` arguments of one row and suite."""
+        """The ``medagentgym eval`` arguments of one row and suite."""
         return ["--policy", self.policy.replace("{model}", model), "--suite", suite,
                 "--out", str(root / "eval" / row / suite), "--no-progress", *self.args]
 
 
 def subprocess_script(name: str, argv: list[str]) -> int:
-    """A :data:`ScriptLaunch` running ``scripts/<name>.py`` with this interpreter in a fresh process."""
-    return subprocess.call([sys.executable, str(SCRIPTS / f"{name}.py"), *argv])
+    """A :data:`ScriptLaunch` running ``medagentgym <command>`` (the command of ``medagentgym.cli.<name>``) with
+    this interpreter in a fresh process."""
+    from medagentgym.cli import COMMANDS
+
+    command = next(cmd for cmd, (module, _) in COMMANDS.items() if module == name)
+    return subprocess.call([sys.executable, "-m", "medagentgym", command, *argv])
 
 
 def _fresh(target: Path, source: Path) -> bool:
@@ -152,7 +155,7 @@ def evaluate_chain(spec: EvalSpec, runs: Sequence[Any], root: Path, *, launch_ev
                     print(f"sweep.py: error: evaluating {row!r} on --suite {suite} exited with status {status}; "
                           f"see {out}; rerun to resume", file=sys.stderr)
                     return status or 1
-                if status == 1:  # evaluate.py's "some episodes could not run": counted as failures in the report
+                if status == 1:  # medagentgym eval's "some episodes could not run": counted as failures in the report
                     print(f"[sweep] warning: {row}/{suite} had episodes that could not run (counted as failures, "
                           f"listed in {out / 'report.md'}); rerun to retry them", flush=True)
             reports[row].append(load_json(out / "report.json"))

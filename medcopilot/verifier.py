@@ -3,7 +3,7 @@
 A verifier is a Qwen2 sequence classifier (``AutoModelForSequenceClassification`` with one output: a score head on
 the causal LM's last non-pad token) trained with a binary cross-entropy loss to predict whether an episode's
 graded answer was correct (:mod:`medcopilot.trainers.verifier`). Its probability picks the best of K samples
-(Best@K, ``scripts/score_trajectories.py``) and can be a GRPO reward term (``reward.verifier``, term
+(Best@K, ``medagentgym score``) and can be a GRPO reward term (``reward.verifier``, term
 ``verifier_score``).
 
 * **Text**: the episode's chat (``env_client.trajectory.to_chat_messages``: question, the model's raw turns and
@@ -204,7 +204,7 @@ def load_verifier_model(spec: ModelConfig, tokenizer: Any) -> Any:
     path = str(Path(spec.name_or_path).resolve()) if Path(spec.name_or_path).is_dir() else spec.name_or_path
     if adapter_base(path) is not None:
         raise RecipeError(f"model.name_or_path={path!r} is a LoRA adapter folder; start the verifier from a full "
-                          f"model (merge it first: python scripts/export_hf.py {path} --out <folder>)")
+                          f"model (merge it first: medagentgym export {path} --out <folder>)")
     kwargs: dict[str, Any] = {"dtype": resolve_dtype(spec.dtype), "num_labels": 1}
     if spec.attn_implementation:
         kwargs["attn_implementation"] = spec.attn_implementation
@@ -319,7 +319,7 @@ class VerifierScorer:
 
 
 def score_rows(scorer: Any, trajectories: Sequence[Any]) -> list[dict[str, Any]]:
-    """``{"task_id", "sample_idx", "score"}`` per finished episode: the Best@K input of ``evaluate.py --scores``.
+    """``{"task_id", "sample_idx", "score"}`` per finished episode: the Best@K input of ``medagentgym eval --scores``.
 
     Args:
         scorer: Anything with ``score(trajectories) -> list[float | None]`` (:func:`make_scorer`).

@@ -6,7 +6,7 @@ item in input order. Two implementations are interchangeable wherever a scorer i
 
 * ``medcopilot.verifier.VerifierScorer``: the trained model in this process (needs torch; never fails silently,
   an error raises);
-* :class:`HTTPVerifier`: a client of the scoring service (``scripts/serve_verifier.py``), httpx only. A call that
+* :class:`HTTPVerifier`: a client of the scoring service (``medagentgym serve-verifier``), httpx only. A call that
   fails (connection refused, timeout, an HTTP error, a malformed answer) yields ``None`` for each item of that
   call, never 0: the reward term is then *missing* and ``RewardSpec`` drops or flags the sample.
 

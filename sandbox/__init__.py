@@ -9,7 +9,8 @@ Example:
 
 Backends:
     ``bwrap`` (default): pre-forked workers inside bubblewrap. Layers (``pool.layers``): ``bwrap``;
-    ``uid-drop`` (as root, every worker's code runs as its own unprivileged host uid, 60000+) or ``userns``
+    ``uid-drop`` (as root, every worker's code runs as its own unprivileged host uid, 100000+, leased
+    host-wide: see ``sandbox._uids``) or ``userns``
     (not root); ``pidns``, ``netns`` (no network at all, not even the host's loopback), ``ipcns``;
     ``ro-root`` (only /usr, /lib*, a few /etc files, the Python prefix, the venv and this package are
     bound, read-only); ``env-scrub`` (the caller's environment never reaches the jail); ``rlimits``
@@ -104,12 +105,22 @@ def make_pool(backend: str = "bwrap", *, workers: int | None = None, limits: Lim
               data_root: Path | None = None, mounts: dict[str, Path] | None = None,
               allow_unisolated: bool = False, workspace_mb: int = 512,
               preload: tuple[str, ...] = ("numpy", "pandas", "sqlite3"), start_timeout: float = 120.0,
-              acquire_timeout: float = 600.0, sysv_shm_mb: int = 64, **backend_options) -> Pool:
-    """Start a pool of warm sandbox workers.
+              acquire_timeout: float = 30.0, sysv_shm_mb: int = 64, max_workers: int | None = None,
+              idle_s: float = 60.0, **backend_options) -> Pool:
+    """Start a pool of warm sandbox workers that grows with the sessions open, up to a cap.
+
+    One worker serves one session at a time (its jail keeps the session's files and, when persistent, its
+    interpreter); a session open that finds no idle worker starts another, up to ``max_workers``. Workers idle
+    for ``idle_s`` beyond the ``workers`` floor are stopped. At the cap, an open waits for a session to close and
+    fails after ``acquire_timeout`` seconds with one line naming the cap and how to raise it.
 
     Args:
         backend: ``"bwrap"`` (default), ``"docker"`` or ``"local"`` (unisolated, development only).
-        workers: Number of warm workers (concurrent sessions); default: the number of CPUs.
+        workers: Warm workers started now and kept when idle (the floor); default: the number of CPUs.
+        max_workers: Most workers (concurrent sessions) the pool grows to. Default: ``$MEDAGENTGYM_SANDBOX_
+            MAX_WORKERS``, else half the host's (or cgroup's) memory at ``sandbox.pool.WORKER_MB`` MiB per
+            worker (``pool.max_workers``, ``pool.cap_source``). Raised to ``workers`` when lower.
+        idle_s: Seconds a worker above the floor may stay idle before it is stopped.
         limits: Default per-call limits.
         data_root: Every entry of this host directory appears read-only at ``/data/<name>``.
         mounts: Extra ``{name: host_path}`` shown read-only at ``/data/<name>`` in every session.
@@ -117,7 +128,8 @@ def make_pool(backend: str = "bwrap", *, workers: int | None = None, limits: Lim
         workspace_mb: Size of each worker's workspace + /tmp tmpfs (when the host allows mounting).
         preload: Modules each worker imports once, before forking runners.
         start_timeout: Seconds a worker may take to start.
-        acquire_timeout: Seconds ``pool.session()`` waits for a free worker before raising ``SandboxError``.
+        acquire_timeout: Seconds ``pool.session()`` waits at the cap for a session to close before raising
+            ``SandboxBusy`` (time a worker spends starting for it is not counted).
         sysv_shm_mb: System V shared memory a jail may hold in all (its IPC namespace's limit).
         **backend_options: Passed to the docker backend's launcher.
 
@@ -126,7 +138,7 @@ def make_pool(backend: str = "bwrap", *, workers: int | None = None, limits: Lim
 
     Raises:
         SandboxUnavailable: The backend cannot run here (the message names the fix).
-        ValueError: Unknown backend or bad argument.
+        ValueError: Unknown backend or bad argument (``max_workers``, ``idle_s``, ``$MEDAGENTGYM_SANDBOX_MAX_WORKERS``).
 
     Example:
         >>> pool = make_pool("bwrap", workers=2, data_root=Path("data"))
@@ -159,4 +171,4 @@ def make_pool(backend: str = "bwrap", *, workers: int | None = None, limits: Lim
         launcher = _jail.BwrapLauncher()
     return Pool(launcher, workers=workers or os.cpu_count() or 2, limits=limits, data_root=data_root,
                 mounts=mounts, workspace_mb=workspace_mb, preload=tuple(preload), start_timeout=start_timeout,
-                acquire_timeout=acquire_timeout, sysv_shm_mb=sysv_shm_mb)
+                acquire_timeout=acquire_timeout, sysv_shm_mb=sysv_shm_mb, max_workers=max_workers, idle_s=idle_s)

@@ -33,7 +33,7 @@ Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 _TOKEN_HINT = ("send 'Authorization: Bearer <token>' with a token the server was started with "
-               "(serve_env.py --token, or MEDAGENTGYM_ENV_TOKEN on both sides)")
+               "(medagentgym serve --token, or MEDAGENTGYM_ENV_TOKEN on both sides)")
 
 
 def client_id(scope: Scope) -> str:

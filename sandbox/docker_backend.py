@@ -38,7 +38,7 @@ no PYTHONPATH, no user site, no current directory on ``sys.path``, the package's
 from ``/`` (read-only), so nothing a call writes can be imported by it (``isolated-path``). Build the image
 first (``make test-docker`` does)::
 
-    .venv/bin/python scripts/build_sandbox_image.py          # from local files only, no registry
+    .venv/bin/medagentgym sandbox-image          # from local files only, no registry
     docker build -f sandbox/Dockerfile -t medagentgym-sandbox:latest sandbox     # from Docker Hub + PyPI
 
 What this backend does NOT protect against, beyond the list in ``sandbox/__init__.py``: the docker daemon
@@ -89,7 +89,7 @@ IMAGE_PACKAGE_PARENT = "/opt/medagentgym"  # where the Dockerfile copies the san
 _CAP_NAMES = {CAP_KILL: "KILL", CAP_SETGID: "SETGID", CAP_SETUID: "SETUID", CAP_SETPCAP: "SETPCAP"}
 #: The container's only capabilities: the worker server's permitted set (it narrows itself and its children).
 SERVER_CAPS = tuple(_CAP_NAMES[cap] for cap in sorted(SERVER_PERMITTED))
-BUILD_HINT = ("build it with `.venv/bin/python scripts/build_sandbox_image.py` (local files only) or "
+BUILD_HINT = ("build it with `.venv/bin/medagentgym sandbox-image` (local files only) or "
               "`docker build -f sandbox/Dockerfile -t {image} sandbox` from the repository root")
 # Host variables the docker CLI itself may need; nothing else of the caller's environment is passed on.
 _CLIENT_ENV = ("PATH", "HOME", "DOCKER_HOST", "DOCKER_CONTEXT", "DOCKER_CONFIG", "DOCKER_CERT_PATH",

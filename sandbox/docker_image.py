@@ -1,6 +1,6 @@
 """Build the Docker backend's image from files on this machine: no registry is pulled from.
 
-``scripts/build_sandbox_image.py`` drives it (``make test-docker`` runs that script). Two layers:
+``medagentgym sandbox-image`` drives it (``make test-docker`` runs that script). Two layers:
 
 1. A base image imported with ``docker import`` from a root filesystem assembled here:
    * a userland: either the files of a few Debian packages installed on this host (``dpkg -L``: libc, a shell,

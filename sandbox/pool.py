@@ -11,6 +11,7 @@ to the starting thread.
 from __future__ import annotations
 
 import asyncio
+import collections
 import functools
 import hashlib
 import itertools
@@ -31,6 +32,7 @@ import weakref
 from concurrent.futures import Future
 from pathlib import Path
 
+from . import _uids
 from . import worker as _proto
 from ._caps import mask
 from ._jail import JAIL_BRIDGE_DIR, Slot, ipc_limits, mount_tmpfs, set_bwrap_ipc_limits, sync_bwrap_mounts, umount
@@ -39,9 +41,10 @@ from .bridge import SessionBridges, check_bridges
 from .errors import SandboxBusy, SandboxError, SandboxUnavailable, SessionClosed, WorkerLost
 
 log = logging.getLogger("sandbox")
-_UIDS = itertools.count(60000 + (os.getpid() % 300) * 16)
 _MOUNT_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 _GRACE_S = 15.0
+#: Workers a pool starts at the same time (each start imports numpy and pandas: about a core-second).
+_STARTS = min(8, max(2, os.cpu_count() or 2))
 
 
 def _recv(fd: int, deadline: float) -> dict | None:
@@ -168,13 +171,27 @@ class _Worker:
                 pass
 
 
-def _cleanup(base: Path, workers: list, mounted: list) -> None:
-    """Kill every worker, unmount the quotas and remove the pool's directory (also runs at exit)."""
+def _cleanup(base: Path, workers: list, mounted: list, uids: list) -> None:
+    """Kill every worker, unmount the quotas, remove the pool's directory and give its uids back (also at exit)."""
     for w in list(workers):
         w.kill()
     for path in mounted:
         umount(path)
     shutil.rmtree(base, ignore_errors=True)
+    for uid in uids:
+        _uids.release(uid)
+
+
+def _shrink_loop(ref: weakref.ref) -> None:
+    """A pool's shrinker: stops workers idle for ``idle_s`` beyond the floor. Holds the pool only weakly."""
+    while True:
+        pool = ref()
+        if pool is None or pool._closed:
+            return
+        period = min(max(pool.idle_s / 4, 0.05), 5.0)
+        pool._shrink(time.monotonic())
+        del pool
+        time.sleep(period)
 
 
 def _force_writable(func, path, _exc) -> None:
@@ -273,7 +290,7 @@ def _remove_stale_pools(parent: Path) -> None:
         if _process_identity(pid) == owner:
             continue
         mounted = [w for w in base.glob("w*") if w.is_dir() and os.path.ismount(w)]
-        _cleanup(base, [], mounted)
+        _cleanup(base, [], mounted, [])
         log.info("removed stale sandbox pool directory %s (owner %s is gone)", base, owner)
 
 
@@ -294,22 +311,94 @@ def _wipe(path: Path, uid: int | None) -> None:
         os.chown(path, uid, uid)
 
 
+class _Ticket:
+    """A session open waiting for a worker: the pool hands it one (``worker``) or an error, first come first served."""
+
+    __slots__ = ("worker", "error", "event")
+
+    def __init__(self) -> None:
+        self.worker: _Worker | None = None
+        self.error: BaseException | None = None
+        self.event = threading.Event()
+
+
+#: Host memory one worker with a live session costs, in MiB: the private (anonymous) pages of its bwrap, server,
+#: light zygote, spare runners and the session's runner, which is what grows with the number of workers (their
+#: file-backed pages are shared by all). ``scripts/bench_scale.py`` measures it ("MiB per live session").
+WORKER_MB = 48
+#: Share of the host's memory (or of the cgroup's limit) the default cap of a pool may take.
+MEMORY_SHARE = 0.5
+#: Environment variable that sets the default cap of every pool (``make_pool(max_workers=...)`` wins).
+MAX_WORKERS_ENV = "MEDAGENTGYM_SANDBOX_MAX_WORKERS"
+
+
+def memory_limit_mb() -> int:
+    """This host's memory in MiB, or the memory limit of our cgroup (v2 or v1) when it is lower."""
+    total = 0
+    with open("/proc/meminfo") as fh:
+        for line in fh:
+            if line.startswith("MemTotal:"):
+                total = int(line.split()[1]) // 1024
+                break
+    for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            with open(path) as fh:
+                raw = fh.read().strip()
+        except OSError:
+            continue
+        if raw.isdigit():
+            total = min(total, int(raw) >> 20) if total else int(raw) >> 20
+    return total or 4096
+
+
+def default_max_workers() -> tuple[int, str]:
+    """The default cap of a pool and where it comes from: ``$MEDAGENTGYM_SANDBOX_MAX_WORKERS``, else
+    :data:`MEMORY_SHARE` of the memory limit divided by :data:`WORKER_MB`.
+
+    Raises:
+        ValueError: The environment variable is set to something other than a positive integer.
+    """
+    raw = os.environ.get(MAX_WORKERS_ENV, "").strip()
+    if raw:
+        if not raw.isdigit() or int(raw) < 1:
+            raise ValueError(f"{MAX_WORKERS_ENV}={raw!r} is invalid: use a positive integer (the most sandbox "
+                             f"workers one pool may run)")
+        return int(raw), f"{MAX_WORKERS_ENV}={raw}"
+    mem = memory_limit_mb()
+    cap = max(2, int(mem * MEMORY_SHARE) // WORKER_MB)
+    return cap, f"{MEMORY_SHARE:.0%} of {mem / 1024:.1f} GiB memory at {WORKER_MB} MiB per worker"
+
+
 class Pool:
-    """A pool of warm sandbox workers. Build one with :func:`sandbox.make_pool`.
+    """A pool of warm sandbox workers that grows with demand. Build one with :func:`sandbox.make_pool`.
+
+    Capacity follows demand: ``workers`` warm workers start with the pool and stay; a session open that finds none
+    idle starts another (several start at once, at most :data:`_STARTS` at a time), up to ``max_workers``; a
+    worker idle for ``idle_s`` beyond the ``workers`` floor is stopped. A session open at the cap waits for one to
+    close, at most ``acquire_timeout`` seconds, then raises :class:`SandboxBusy` with one line naming the cap and
+    how to raise it. Waiting sessions are served first come, first served.
 
     Attributes:
         backend: ``"bwrap"``, ``"docker"`` or ``"local"``.
         layers: Isolation layers in force, e.g. ``["bwrap", "uid-drop", "pidns", "netns", "seccomp", ...]``.
         limits: Default per-call limits.
+        min_workers: Warm workers kept even when idle (``workers=``).
+        max_workers: Most workers the pool runs at once (the cap); ``cap_source`` says where it came from.
         jail_uids: Host uids the jailed code runs as (empty when no uid drop is possible).
     """
 
     def __init__(self, launcher, *, workers: int, limits: Limits, data_root: Path | None = None,
                  mounts: dict[str, Path] | None = None, workspace_mb: int = 512,
                  preload: tuple[str, ...] = ("numpy", "pandas", "sqlite3"), start_timeout: float = 120.0,
-                 acquire_timeout: float = 600.0, sysv_shm_mb: int = 64) -> None:
+                 acquire_timeout: float = 30.0, sysv_shm_mb: int = 64, max_workers: int | None = None,
+                 idle_s: float = 60.0) -> None:
         if workers < 1:
             raise ValueError(f"workers={workers} is invalid: use at least 1")
+        if max_workers is not None and (not isinstance(max_workers, int) or max_workers < 1):
+            raise ValueError(f"max_workers={max_workers!r} is invalid: use a positive integer, or None for the "
+                             f"default derived from memory")
+        if idle_s <= 0:
+            raise ValueError(f"idle_s={idle_s!r} is invalid: use a number of seconds > 0")
         self.launcher = launcher
         self.backend = launcher.backend
         self.limits = limits
@@ -318,6 +407,13 @@ class Pool:
         self.acquire_timeout = acquire_timeout
         self.workspace_quota_mb = workspace_mb
         self.sysv_shm_mb = sysv_shm_mb
+        if max_workers is None:
+            max_workers, self.cap_source = default_max_workers()
+        else:
+            self.cap_source = f"max_workers={max_workers}"
+        self.max_workers = max(max_workers, workers)
+        self.min_workers = workers
+        self.idle_s = idle_s
         self._closed = False
         _remove_stale_pools(Path(tempfile.gettempdir()))
         self._base = Path(tempfile.mkdtemp(prefix="sandbox-pool-"))
@@ -326,21 +422,40 @@ class Pool:
         self._stage_lock = threading.Lock()
         self.data_root = Path(data_root).resolve() if data_root else None
         self.mounts = self._check_mounts(mounts or {})
+        self._as_root = os.geteuid() == 0 and self.backend == "bwrap"
         self._workers: list[_Worker] = []
         self._mounted: list[Path] = []
-        self._idle: queue.Queue[_Worker] = queue.Queue()
-        self._spawn_qs: dict[int, queue.Queue] = {}  # slot index -> its spawner thread's queue
+        self._slots: list[Slot] = []
+        self._free_slots: list[Slot] = []  # slots whose worker was stopped for idleness, reused by growth
+        self._uids: list[int] = []
+        # Capacity state, all under _cond: idle workers (most recently used last), workers starting, sessions
+        # waiting (FIFO), workers lent to sessions.
+        self._cond = threading.Condition()
+        self._idle: list[_Worker] = []
+        self._idle_since: dict[int, float] = {}  # id(worker) -> monotonic time it became idle
+        self._starting = 0
+        self._waiters: collections.deque[_Ticket] = collections.deque()
+        self._busy_count = 0
+        self.peak_workers = 0
+        self._spawn_q: queue.PriorityQueue = queue.PriorityQueue()
+        self._spawn_seq = itertools.count()
+        self._spawners: list[threading.Thread] = []
         self._spawn_lock = threading.Lock()
-        self._finalizer = weakref.finalize(self, _cleanup, self._base, self._workers, self._mounted)
-        as_root = os.geteuid() == 0 and self.backend == "bwrap"
-        slots = [Slot(i, self._base / f"w{i}", next(_UIDS) if as_root else None) for i in range(workers)]
+        self._finalizer = weakref.finalize(self, _cleanup, self._base, self._workers, self._mounted, self._uids)
         try:
-            futures = [self._submit_spawn(self._prepare_slot(slot)) for slot in slots]
-            for fut in futures:
-                self._idle.put(fut.result())
+            with self._cond:
+                self._starting = workers
+            futures = [self._submit_spawn(self._new_slot()) for _ in range(workers)]
+            started = [fut.result() for fut in futures]
         except BaseException:
             self.close()
             raise
+        with self._cond:
+            self._starting = 0
+            for worker in started:
+                self._idle.append(worker)
+                self._idle_since[id(worker)] = time.monotonic()
+            self.peak_workers = len(self._workers)
         ready = self._workers[0].ready
         self.layers = list(launcher.layers)
         if str(ready.get("seccomp")) == "on":
@@ -354,9 +469,23 @@ class Pool:
             self.layers.append("caps")  # the server holds only CAP_KILL effective, the runners nothing
         if ready.get("ipc_limits"):
             self.layers.append("ipc-limits")
-        self.jail_uids = [s.uid for s in slots if s.uid is not None]
-        log.info("sandbox pool ready: backend=%s workers=%d layers=%s seccomp=%s",
-                 self.backend, workers, ",".join(self.layers), ready.get("seccomp"))
+        threading.Thread(target=_shrink_loop, args=(weakref.ref(self),), name="sandbox-pool-shrink",
+                         daemon=True).start()
+        log.info("sandbox pool ready: backend=%s workers=%d (cap %d: %s) layers=%s seccomp=%s", self.backend,
+                 workers, self.max_workers, self.cap_source, ",".join(self.layers), ready.get("seccomp"))
+
+    @property
+    def jail_uids(self) -> list[int]:
+        """Host uids the jailed code of this pool's slots runs as (one per slot ever started)."""
+        return [s.uid for s in list(self._slots) if s.uid is not None]
+
+    def stats(self) -> dict[str, int]:
+        """Live capacity counts: ``live`` workers (``idle`` + ``busy``), ``starting``, sessions ``waiting``,
+        ``peak`` workers so far, the cap (``max_workers``) and the floor (``min_workers``)."""
+        with self._cond:
+            return {"live": len(self._idle) + self._busy_count, "idle": len(self._idle), "busy": self._busy_count,
+                    "starting": self._starting, "waiting": len(self._waiters), "peak": self.peak_workers,
+                    "max_workers": self.max_workers, "min_workers": self.min_workers}
 
     # -- workers ------------------------------------------------------------------------------
     def _check_mounts(self, mounts: dict[str, Path]) -> dict[str, Path]:
@@ -423,6 +552,19 @@ class Pool:
         os.chmod(slot.bridge, 0o755)
         return slot
 
+    def _new_slot(self) -> Slot:
+        """A slot for one more worker: one stopped for idleness (already wiped), else a new one with its own uid."""
+        with self._spawn_lock:
+            if self._free_slots:
+                return self._free_slots.pop()
+            uid = None
+            if self._as_root:
+                uid = _uids.lease()
+                self._uids.append(uid)
+            slot = Slot(len(self._slots), self._base / f"w{len(self._slots)}", uid)
+            self._slots.append(slot)
+        return self._prepare_slot(slot)
+
     def _sync_local_data(self, slot: Slot) -> None:
         """Local backend: /data is a directory of symlinks to the host paths."""
         for entry in os.scandir(slot.data):
@@ -430,27 +572,32 @@ class Pool:
         for name, host in slot.mounts.items():
             os.symlink(host, slot.data / name)
 
-    def _submit_spawn(self, slot: Slot) -> Future:
-        """Start a worker in ``slot`` on that slot's spawner thread (slots start in parallel)."""
+    def _submit_spawn(self, slot: Slot, priority: int = 1) -> Future:
+        """Start a worker in ``slot`` on one of the pool's spawner threads (``_STARTS`` start at once). Priority 0
+        replaces the worker of a running session, 1 starts a warm worker, 2 grows the pool (dropped when no
+        longer needed by the time a spawner takes it)."""
         fut: Future = Future()
         with self._spawn_lock:
             if self._closed:
                 raise SessionClosed("the pool is closed: create a new one with make_pool()")
-            spawn_q = self._spawn_qs.get(slot.index)
-            if spawn_q is None:
-                spawn_q = self._spawn_qs[slot.index] = queue.Queue()
-                threading.Thread(target=self._spawn_loop, args=(spawn_q,), name=f"sandbox-spawner-{slot.index}",
-                                 daemon=True).start()
-            spawn_q.put((slot, fut))
+            self._spawn_q.put((priority, next(self._spawn_seq), slot, fut))
+            if len(self._spawners) < _STARTS:
+                thread = threading.Thread(target=self._spawn_loop, name=f"sandbox-spawner-{len(self._spawners)}",
+                                          daemon=True)
+                self._spawners.append(thread)
+                thread.start()
         return fut
 
-    def _spawn_loop(self, spawn_q: queue.Queue) -> None:
-        """One slot's spawner: it lives as long as the pool, since ``--die-with-parent`` follows the thread."""
+    def _spawn_loop(self) -> None:
+        """A spawner thread: it lives as long as the pool, since bwrap's ``--die-with-parent`` follows the thread
+        that started the worker."""
         while True:
-            item = spawn_q.get()
-            if item is None:
+            prio, _seq, slot, fut = self._spawn_q.get()
+            if fut is None:
                 return
-            slot, fut = item
+            if prio == 2 and not self._start_wanted():
+                fut.set_result(None)  # the sessions it was for got workers that freed meanwhile
+                continue
             try:
                 fut.set_result(self._start_worker(slot))
             except BaseException as exc:
@@ -510,6 +657,181 @@ class Pool:
         self._workers.append(worker)
         return worker
 
+    # -- capacity -----------------------------------------------------------------------------
+    def _memory_low(self) -> str | None:
+        """Why the pool must not grow now because the host is short of memory, else None."""
+        try:
+            with open("/proc/meminfo") as fh:
+                avail = next(int(line.split()[1]) // 1024 for line in fh if line.startswith("MemAvailable:"))
+        except (OSError, StopIteration, ValueError):
+            return None
+        reserve = max(512, memory_limit_mb() // 20)
+        if avail - WORKER_MB >= reserve:
+            return None
+        return f"the host has {avail} MiB of memory available and the pool keeps {reserve} MiB in reserve"
+
+    def _to_start(self) -> int:
+        """Under ``_cond``: how many more workers to start for the sessions waiting (counted in ``_starting``)."""
+        uncovered = len(self._waiters) - self._starting
+        room = self.max_workers - (len(self._idle) + self._busy_count + self._starting)
+        n = max(0, min(uncovered, room))
+        if n and self._memory_low() is not None:
+            n = 0
+        self._starting += n
+        return n
+
+    def _start_more(self, n: int) -> None:
+        """Start ``n`` workers (already counted in ``_starting``); each goes to the first waiting session."""
+        for _ in range(n):
+            try:
+                slot = self._new_slot()
+                fut = self._submit_spawn(slot, priority=2)
+            except BaseException as exc:
+                self._started(None, exc)
+                continue
+            fut.add_done_callback(functools.partial(self._grown, slot))
+
+    def _start_wanted(self) -> bool:
+        """Whether a queued growth start is still needed; when not, it is dropped (and uncounted) here."""
+        with self._cond:
+            if len(self._waiters) >= self._starting and not self._closed:
+                return True
+            self._starting -= 1
+            return False
+
+    def _grown(self, slot: Slot, fut: Future) -> None:
+        try:
+            worker = fut.result()
+        except BaseException as exc:
+            worker, error = None, exc
+        else:
+            error = None
+        if worker is None:
+            with self._spawn_lock:
+                self._free_slots.append(slot)
+            if error is None:  # dropped by _start_wanted, which uncounted it
+                return
+        self._started(worker, error)
+
+    def _started(self, worker: _Worker | None, error: BaseException | None) -> None:
+        """A growth start ended: hand its worker (or its error) to the first waiting session."""
+        with self._cond:
+            self._starting -= 1
+            if worker is None:
+                if self._waiters:
+                    ticket = self._waiters.popleft()
+                    ticket.error = error
+                    ticket.event.set()
+                return
+        self._handoff(worker, lent=False)
+
+    def _handoff(self, worker: _Worker, lent: bool) -> None:
+        """A worker is free (new, or back from a session when ``lent``): give it to the first waiting session, else
+        keep it idle."""
+        with self._cond:
+            if lent:
+                self._busy_count -= 1
+            if not self._closed:
+                if self._waiters:
+                    ticket = self._waiters.popleft()
+                    ticket.worker = worker
+                    self._busy_count += 1
+                    ticket.event.set()
+                else:
+                    self._idle.append(worker)
+                    self._idle_since[id(worker)] = time.monotonic()
+                self.peak_workers = max(self.peak_workers, len(self._idle) + self._busy_count)
+                return
+        worker.kill()
+
+    def _enqueue(self) -> _Worker | _Ticket:
+        """An idle worker (lent at once), or a ticket in the waiting line (workers start for it when below cap)."""
+        with self._cond:
+            if self._closed:
+                raise SessionClosed("the pool is closed: create a new one with make_pool()")
+            if self._idle:
+                worker = self._idle.pop()  # the most recently used: the oldest idle ones age out
+                self._idle_since.pop(id(worker), None)
+                self._busy_count += 1
+                return worker
+            ticket = _Ticket()
+            self._waiters.append(ticket)
+            n = self._to_start()
+        self._start_more(n)
+        return ticket
+
+    def _check_wait(self, ticket: _Ticket, deadline: float) -> float:
+        """A waiting session's periodic check: start workers that became possible, and give up (SandboxBusy)
+        once it has waited ``acquire_timeout`` seconds with no worker starting for it. Returns the deadline."""
+        with self._cond:
+            if ticket.event.is_set():
+                return deadline
+            if self._closed:
+                self._waiters.remove(ticket)
+                raise SessionClosed("the pool is closed: create a new one with make_pool()")
+            n = self._to_start()
+            now = time.monotonic()
+            expired = False
+            if self._waiters.index(ticket) < self._starting:
+                deadline = now + self.acquire_timeout  # a worker is starting for it: the clock starts afterwards
+            elif now >= deadline:
+                self._waiters.remove(ticket)
+                expired = True
+        self._start_more(n)
+        if expired:
+            raise self._busy()
+        return deadline
+
+    @staticmethod
+    def _claim(ticket: _Ticket) -> _Worker:
+        if ticket.error is not None:
+            raise ticket.error
+        return ticket.worker
+
+    def _acquire(self) -> _Worker:
+        got = self._enqueue()
+        if isinstance(got, _Worker):
+            return got
+        deadline = time.monotonic() + self.acquire_timeout
+        while not got.event.wait(0.05):
+            deadline = self._check_wait(got, deadline)
+        return self._claim(got)
+
+    async def _aacquire(self) -> _Worker:
+        got = self._enqueue()
+        if isinstance(got, _Worker):
+            return got
+        deadline, pause = time.monotonic() + self.acquire_timeout, 0.002
+        while not got.event.is_set():
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, 0.05)
+            deadline = self._check_wait(got, deadline)
+        return self._claim(got)
+
+    def _shrink(self, now: float) -> None:
+        """Stop workers idle for ``idle_s`` while more than ``min_workers`` run; their slots are kept for reuse."""
+        victims = []
+        with self._cond:
+            live = len(self._idle) + self._busy_count + self._starting
+            for worker in list(self._idle):  # oldest first
+                if live <= self.min_workers:
+                    break
+                if now - self._idle_since.get(id(worker), now) >= self.idle_s:
+                    self._idle.remove(worker)
+                    self._idle_since.pop(id(worker), None)
+                    victims.append(worker)
+                    live -= 1
+        for worker in victims:
+            worker.kill()
+            if worker in self._workers:
+                self._workers.remove(worker)
+            for path in (worker.slot.workspace, worker.slot.tmp, worker.slot.shm):
+                _wipe(path, worker.slot.uid)
+            with self._spawn_lock:
+                self._free_slots.append(worker.slot)
+        if victims:
+            log.info("sandbox pool: stopped %d idle worker(s); %d live", len(victims), self.stats()["live"])
+
     def _replace(self, worker: _Worker) -> _Worker:
         """Kill ``worker``, wipe its slot and start a fresh one in the same slot (same directories and uid).
 
@@ -524,7 +846,7 @@ class Pool:
         for path in (worker.slot.workspace, worker.slot.tmp, worker.slot.shm):
             _wipe(path, worker.slot.uid)
         log.warning("sandbox worker %d replaced (log: %s)", worker.slot.index, worker.log_path)
-        return self._submit_spawn(worker.slot).result()
+        return self._submit_spawn(worker.slot, priority=0).result()
 
     # -- sessions -----------------------------------------------------------------------------
     def session(self, mounts: dict[str, Path] | None = None, persistent: bool = True,
@@ -543,7 +865,7 @@ class Pool:
 
         Raises:
             SessionClosed: The pool is closed.
-            SandboxBusy: No worker became free within ``acquire_timeout`` seconds.
+            SandboxBusy: The pool is at its cap and no worker became free within ``acquire_timeout`` seconds.
 
         Example:
             >>> with pool.session(mounts={"mimic_iii": Path("/data/mimic_iii")}) as s:
@@ -554,11 +876,7 @@ class Pool:
             raise SessionClosed("the pool is closed: create a new one with make_pool()")
         wanted = self._wanted_mounts(self._check_mounts(mounts or {}))
         bridges = self._check_bridges(bridges)
-        try:
-            worker = self._idle.get(timeout=self.acquire_timeout)
-        except queue.Empty:
-            raise self._busy() from None
-        return self._open_session(worker, wanted, persistent, limits, bridges)
+        return self._open_session(self._acquire(), wanted, persistent, limits, bridges)
 
     async def asession(self, mounts: dict[str, Path] | None = None, persistent: bool = True,
                        limits: Limits | None = None, bridges: dict[int, Path | str] | None = None) -> Session:
@@ -572,15 +890,7 @@ class Pool:
             raise SessionClosed("the pool is closed: create a new one with make_pool()")
         wanted = self._wanted_mounts(self._check_mounts(mounts or {}))
         bridges = self._check_bridges(bridges)
-        deadline = time.monotonic() + self.acquire_timeout
-        while True:
-            try:
-                worker = self._idle.get_nowait()
-                break
-            except queue.Empty:
-                if time.monotonic() > deadline:
-                    raise self._busy() from None
-                await asyncio.sleep(0.002)
+        worker = await self._aacquire()
         return await asyncio.to_thread(self._open_session, worker, wanted, persistent, limits, bridges)
 
     def _check_bridges(self, bridges: dict[int, Path | str] | None) -> dict[int, Path]:
@@ -589,8 +899,16 @@ class Pool:
         return check_bridges(bridges)
 
     def _busy(self) -> SandboxBusy:
-        return SandboxBusy(f"no free sandbox worker after {self.acquire_timeout:.0f}s: close finished "
-                            f"sessions or pass a larger workers= to make_pool")
+        with self._cond:
+            live = len(self._idle) + self._busy_count + self._starting
+        low = self._memory_low() if live < self.max_workers else None
+        if low is not None:
+            return SandboxBusy(f"no sandbox worker free after {self.acquire_timeout:g}s: all {live} workers are busy "
+                               f"and the pool cannot grow because {low}; close finished sessions, free memory, or "
+                               f"run episodes on more env servers")
+        return SandboxBusy(f"no sandbox worker free after {self.acquire_timeout:g}s: all {self.max_workers} workers "
+                           f"are busy, the pool's cap (from {self.cap_source}); close finished sessions, or "
+                           f"raise the cap with make_pool(max_workers=N) or {MAX_WORKERS_ENV}=N")
 
     def _open_session(self, worker: _Worker, wanted: dict[str, Path], persistent: bool,
                       limits: Limits | None, bridges: dict[int, Path] | None = None) -> Session:
@@ -639,8 +957,14 @@ class Pool:
                 worker = self._replace(worker)
             except SandboxError as exc:
                 log.error("sandbox worker %d could not be replaced: %s", worker.slot.index, exc)
+                with self._cond:
+                    self._busy_count -= 1
+                    n = self._to_start()  # a waiting session may start a worker in the freed capacity
+                with self._spawn_lock:
+                    self._free_slots.append(worker.slot)
+                self._start_more(n)
                 return
-        self._idle.put(worker)
+        self._handoff(worker, lent=True)
 
     def process_roles(self, timeout: float = 5.0) -> dict[int, str]:
         """Host pid -> role of every worker's own processes (``server``, ``zygote-<kind>``, ``spare-<kind>``,
@@ -673,8 +997,13 @@ class Pool:
             return
         with self._spawn_lock:
             self._closed = True
-            for spawn_q in self._spawn_qs.values():
-                spawn_q.put(None)
+            for _ in self._spawners:
+                self._spawn_q.put((9, next(self._spawn_seq), None, None))
+        with self._cond:
+            waiters, self._waiters = list(self._waiters), collections.deque()
+        for ticket in waiters:
+            ticket.error = SessionClosed("the pool was closed while this session waited for a worker")
+            ticket.event.set()
         self._finalizer()
 
     def __enter__(self) -> Pool:

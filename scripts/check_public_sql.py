@@ -8,7 +8,7 @@ Prints, per dataset, how many answerable gold queries execute and how many retur
 empty, not only NULL / 0 / ''), after EHRSQL's post-processing (``medagentgym.tasks.ehr_synth.public_sql``), plus value
 coverage (distinct compared literals present in our columns), id coverage (named patients present) and the
 question mix of the public file beside our generated instances' (time windows, top-N, event-after-event, words).
-Databases come from ``--tasks-root`` (``<root>/{mimic_iii,eicu,treqs}/*.db``, built by scripts/build_tasks.py;
+Databases come from ``--tasks-root`` (``<root>/{mimic_iii,eicu,treqs}/*.db``, built by medagentgym build;
 its instances give "our" question mix) or, without it, only the databases are built into a scratch folder at
 ``--size`` / ``--seed``; ``--plant`` builds them with the given question files as input (``public_questions=``),
 so the patients they name exist. Nothing is written unless

@@ -3,6 +3,7 @@
     python scripts/make_family_pages.py                       # part of `make docs`; builds tiny tasks in a temp dir
     python scripts/make_family_pages.py --tasks-root artifacts/tasks_tiny   # reuse a tiny build (seed 0)
     python scripts/make_family_pages.py --measure-default     # also re-measure the default-size floors (minutes)
+    python scripts/make_family_pages.py --only bmi --out docs  # one family's page (e.g. a plugin family's)
 
 Writes ``docs/families/<family>.md`` and ``docs/families/README.md``. A page gives the family's version, suite
 and turn budget; what it tests, its grading and its episode end (from the module docstring's spec card); one real
@@ -13,7 +14,7 @@ families graded on a predictions file, the best no-information predictor) and th
 constant per question template learned on train, scored on test: ``medagentgym.tasks.floors.template_floor``),
 each at tiny size, computed here, and at default size, read from ``docs/families/floors.json``
 (``--measure-default`` builds every family at default size, which takes minutes, and rewrites it with the date);
-and how to import the public benchmark (``scripts/import_tasks.py --family F``). ``tests/docs/test_family_pages.py``
+and how to import the public benchmark (``medagentgym import --family F``). ``tests/docs/test_family_pages.py``
 checks that each page's version, actions, instance and tiny floors still match the code, and that the default
 floors are within their bounds.
 """
@@ -60,7 +61,7 @@ WRONG_OR_INFRA = (
     "an answer the grader cannot parse, or any exception the submission provokes in the grader scores **0**. "
     "Only a failure that is not the submission's (the sandbox lost, the grader's own deadline, broken gold: "
     "`InfraError`, `GraderError`) gives reward **None**: training takes no signal from that episode and "
-    "`evaluate.py` counts it as a failure under *grader errors*. See "
+    "`medagentgym eval` counts it as a failure under *grader errors*. See "
     "[Grading semantics](../architecture.md#grading-semantics).")
 
 
@@ -138,7 +139,7 @@ def floor_section(name: str, family: Any, floors: dict[str, Any], default: dict[
             "one constant answer (a common gold answer, `0`, `1`, `[-1]`, yes/no, ...)")
     lines = ["## Reward floors", "",
              (f"**Constant floor**: what {what} earns over the whole test split under this grader "
-              "(`env_client.evaluation.constant_floor`; `evaluate.py` reports it beside every success rate). A "
+              "(`env_client.evaluation.constant_floor`; `medagentgym eval` reports it beside every success rate). A "
               "policy that does not beat it has learned nothing."), "",
              "| size | test instances | floor | constant | bound | method |", "|---|---:|---:|---|---|---|",
              floor_row("tiny", floors[name], "seed 0"),
@@ -165,7 +166,7 @@ def instance_section(family: Any, inst: Any) -> list[str]:
     actions = " → ".join(s["action"] + (f" ({s['params']['lang']})" if "lang" in s.get("params", {}) else "")
                          for s in steps)
     gold = render_answer(inst.answer_type, inst.answer)
-    lines = [(f"`{inst.id}` from `build_tasks.py --families {inst.family} --size tiny --seed 0`; category "
+    lines = [(f"`{inst.id}` from `medagentgym build --families {inst.family} --size tiny --seed 0`; category "
              f"`{inst.category}`, answer type `{inst.answer_type}`."), "",
              "**Question** (what the agent is shown, with the context below)", "", fence(inst.question), ""]
     if inst.context:
@@ -206,9 +207,9 @@ def page(name: str, family: Any, floors: dict[str, Any], default: dict[str, Any]
     if name in IMPORTERS:
         what, needs = IMPORT_INPUTS[name]
         lines += [f"Import the public task file ({what}) as a built family; it needs {needs}:", "",
-                  fence(f".venv/bin/python scripts/import_tasks.py --family {name} --from FILE "
+                  fence(f".venv/bin/medagentgym import --family {name} --from FILE "
                         f"--out artifacts/imported --check", "bash"),
-                  "", "Then `--tasks-root artifacts/imported` in `rollout.py`, `evaluate.py` and recipes.", ""]
+                  "", "Then `--tasks-root artifacts/imported` in `medagentgym rollout`, `medagentgym eval` and recipes.", ""]
     else:
         lines += ["None: this family has no public counterpart to import.", ""]
     if card.get("Version history"):
@@ -255,10 +256,11 @@ def measure_default(root: Path | None, names: list[str] | None = None,
             "families": dict(sorted(out.items()))}
 
 
-def generate(root: Path, out: Path, default: dict[str, Any]) -> list[Path]:
-    """Write every family's page and the index from the tiny build at ``root``; returns the paths written."""
+def generate(root: Path, out: Path, default: dict[str, Any], only: list[str] | None = None) -> list[Path]:
+    """Write every family's page and the index from the tiny build at ``root`` (``only``: just these families'
+    pages, no index: a family of another package); returns the paths written."""
     rows, written = [], []
-    for name in tasks.names():
+    for name in only or tasks.names():
         family = tasks.make(name, root=root)
         floor = constant_floor(family, family.instances("test"))
         per_template = template_floor(family, family.instances("train"), family.instances("test"))
@@ -266,6 +268,8 @@ def generate(root: Path, out: Path, default: dict[str, Any]) -> list[Path]:
                                                     default).encode("utf-8"))
         rows.append((name, family, floor))
         written.append(out / f"{name}.md")
+    if only:
+        return written
     write_bytes_atomic(out / "README.md", index(rows, default).encode("utf-8"))
     return written + [out / "README.md"]
 
@@ -284,6 +288,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--families", nargs="+", choices=tasks.names(), default=None,
                    help="with --measure-default: measure only these (a new or changed family); the others keep "
                         f"their rows in <out>/{FLOORS}")
+    p.add_argument("--only", nargs="+", choices=tasks.names(), default=None, metavar="FAMILY",
+                   help="write only these families' pages (no index), e.g. a family your own package registers")
     args = p.parse_args(argv)
     if args.families and not args.measure_default:
         p.error("--families goes with --measure-default")
@@ -299,8 +305,9 @@ def main(argv: list[str] | None = None) -> int:
             root = args.tasks_root
             if root is None:
                 root = Path(tmp)
-                tasks.registry.build_families(tasks.names(), root, size="tiny", seed=0, jobs=os.cpu_count() or 1)
-            written = generate(root, args.out, default)
+                tasks.registry.build_families(args.only or tasks.names(), root, size="tiny", seed=0,
+                                              jobs=os.cpu_count() or 1)
+            written = generate(root, args.out, default, args.only)
     except KeyboardInterrupt:
         print("\ninterrupted: pages written so far are complete, the others unchanged; rerun the same command",
               file=sys.stderr)

@@ -44,11 +44,10 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory):
 
 @pytest.fixture(scope="session")
 def train_main():
-    """The ``main(argv)`` of the repository's ``train.py`` (loaded from its file: it is a script, not a package)."""
-    spec = importlib.util.spec_from_file_location("medcopilot_train_entry", REPO_ROOT / "train.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.main
+    """The ``main(argv)`` of ``medagentgym train`` (``medagentgym.cli.train``; the repository's ``train.py`` calls it)."""
+    from medagentgym.cli.train import main
+
+    return main
 
 
 def _wandb_teardown() -> None:
@@ -61,12 +60,15 @@ def _wandb_teardown() -> None:
 
 @pytest.fixture(scope="session")
 def load_script():
-    """``load_script(name)`` -> ``scripts/<name>.py`` as a module (scripts are files, not a package).
+    """``load_script(name)`` -> the command module ``medagentgym.cli.<name>`` (e.g. ``evaluate`` for
+    ``medagentgym eval``), or ``scripts/<name>.py`` for the benchmarks and dev tools that stay scripts.
 
-    The module is registered in ``sys.modules`` (pydantic resolves a FastAPI app's annotations there) and loaded
+    A script is registered in ``sys.modules`` (pydantic resolves a FastAPI app's annotations there) and loaded
     once per test session.
     """
     def load(name: str) -> Any:
+        if importlib.util.find_spec(f"medagentgym.cli.{name}") is not None:
+            return importlib.import_module(f"medagentgym.cli.{name}")
         key = f"script_{name}"
         if key not in sys.modules:
             spec = importlib.util.spec_from_file_location(key, REPO_ROOT / "scripts" / f"{name}.py")
@@ -110,15 +112,15 @@ def serve_app():
 
 @pytest.fixture(scope="session")
 def make_test_pool():
-    """``make_test_pool(workers)`` -> a started sandbox pool: bwrap when it works on this machine, else the local
-    backend (unisolated; tests only). The caller closes it."""
-    def make(workers: int) -> Any:
+    """``make_test_pool(workers, **make_pool_kwargs)`` -> a started sandbox pool: bwrap when it works on this machine,
+    else the local backend (unisolated; tests only). The caller closes it."""
+    def make(workers: int, **kwargs: Any) -> Any:
         from sandbox import SandboxUnavailable, make_pool
 
         try:
-            return make_pool("bwrap", workers=workers)
+            return make_pool("bwrap", workers=workers, **kwargs)
         except SandboxUnavailable:
-            return make_pool("local", workers=workers, allow_unisolated=True)
+            return make_pool("local", workers=workers, allow_unisolated=True, **kwargs)
 
     return make
 

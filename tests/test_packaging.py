@@ -1,13 +1,17 @@
 """Packaging: the base install is the environment without torch; declared dependencies match what the code imports.
 
-* Every third-party module imported by ``sandbox``, ``tasks``, ``env_client`` and ``rewards`` is a base
-  dependency; ``medcopilot`` and ``train.py`` may also use ``[train]``; a script may use ``[train]`` only if it
-  imports ``medcopilot``; tests may use any extra. The few optional imports of the environment packages are listed
+* Every third-party module imported by ``sandbox``, ``medagentgym.tasks``, ``env_client``, ``rewards`` and
+  ``medagentgym``'s own modules (its API and command dispatcher) is a base dependency; ``medcopilot`` and
+  ``train.py`` may also use ``[train]``; a command module (``medagentgym/cli/``) or a script may use ``[train]``
+  only if it imports ``medcopilot``; tests may use any extra. The few optional imports of the environment packages are listed
   in :data:`OPTIONAL` with their extra, and must sit inside a function (imported only when used).
 * Every base and ``[train]`` dependency is imported somewhere, or listed in :data:`NOT_IMPORTED` with the reason.
-* The slow test installs the base package into a fresh venv (pip, no torch pinned anywhere), checks that no
-  training-stack package came with it, and runs the oracle on toy_sql in the bubblewrap sandbox through the
-  repository's own scripts.
+* The slow test installs the base package into a fresh venv (``pip install <clone>``, no torch pinned anywhere),
+  checks that no training-stack package came with it, that ``medagentgym --help`` and ``import medagentgym`` work
+  without torch, runs the oracle on toy_sql in the bubblewrap sandbox through the ``medagentgym`` command from a
+  folder whose ``sandbox/``, ``tasks/``, ``env_client/`` and ``rewards/`` would shadow our packages if anything
+  resolved from the working directory, then installs AdapterHub's ``adapters`` beside it and checks that both
+  import as themselves.
 """
 
 from __future__ import annotations
@@ -28,7 +32,8 @@ import pytest
 import tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
-ENV_PACKAGES = ("sandbox", "medagentgym/__init__.py", "medagentgym/tasks", "env_client", "rewards")
+ENV_PACKAGES = ("sandbox", "medagentgym/__init__.py", "medagentgym/__main__.py", "medagentgym/cli/__init__.py",
+                "medagentgym/tasks", "env_client", "rewards")
 #: Never in the base install (the environment): the training stack and the GPU/cluster extras.
 TRAINING_STACK = {"torch", "transformers", "trl", "peft", "accelerate", "datasets", "wandb", "safetensors",
                   "tokenizers", "huggingface-hub", "vllm", "ray", "deepspeed"}
@@ -36,12 +41,12 @@ TRAINING_STACK = {"torch", "transformers", "trl", "peft", "accelerate", "dataset
 OPTIONAL = {
     ("env_client", "torch"): "train",         # env_client.tokens: token-level trajectories built for the trainers
     ("env_client", "transformers"): "train",  # the hf:PATH policy
+    ("env_client", "huggingface_hub"): "train",  # the hf:PATH policy: is a Hub id in the local cache?
     ("env_client", "vllm"): "gpu",            # the vllm:PATH policy
     ("env_client", "ray"): "ray",             # the ray rollout backend
 }
 #: Declared but never imported by our code, and why they are declared anyway.
 NOT_IMPORTED = {
-    "statsmodels": "the agents' code in the sandbox (the ml zygote preloads it by name)",
     "lifelines": "the agents' code in the sandbox (the ml zygote preloads it by name)",
     "biopython": "the agents' code in the sandbox (biocoder/biodsbench-style analyses import Bio)",
     "wandb": "TRL and accelerate import it when trainer.report_to names it (the GPU recipes do)",
@@ -74,7 +79,7 @@ def _python_files(scope: str) -> list[Path]:
 
 def _local_names() -> set[str]:
     names = {"scripts", "train", "tests", "medagentgym", "sandbox", "env_client", "rewards", "medcopilot",
-             "medagentgym_verifiers"}
+             "medagentgym_verifiers", "medagentgym_env"}  # medagentgym_env: integrations/openenv's package
     names |= {p.stem for p in (ROOT / "tests").rglob("*.py")}  # test helpers imported by their bare name
     return names
 
@@ -109,8 +114,16 @@ def _module_owners() -> dict[str, list[str]]:
 
 
 def _distributions(module: str) -> set[str]:
-    """Distributions that provide ``module`` when installed; else its own name (e.g. vllm on a CPU machine)."""
-    return {_norm(d) for d in _module_owners().get(module, [])} or {_norm(module)}
+    """Distributions that provide ``module`` when installed; else its own name (e.g. vllm on a CPU machine). An
+    installed distribution named like the module counts too (fastmcp 4 installs its module through fastmcp-slim)."""
+    owners = {_norm(d) for d in _module_owners().get(module, [])}
+    if owners and _norm(module) not in owners:
+        try:
+            importlib.metadata.distribution(module)
+            owners.add(_norm(module))
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    return owners or {_norm(module)}
 
 
 def _undeclared(scope: str, allowed: set[str], declared: dict[str, set[str]]) -> list[str]:
@@ -139,12 +152,14 @@ def test_environment_packages_import_only_base_dependencies(declared):
 def test_policy_side_and_scripts_import_only_what_their_extra_declares(declared):
     train = declared["base"] | declared["train"]
     problems = _undeclared("medcopilot", train, declared) + _undeclared("train.py", train, declared)
-    for script in sorted((ROOT / "scripts").glob("*.py")):
+    commands = sorted((ROOT / "medagentgym" / "cli").glob("*.py")) + sorted((ROOT / "scripts").glob("*.py"))
+    for script in commands:
         tree = ast.parse(script.read_text(encoding="utf-8"))
         uses_policy_side = any(isinstance(n, (ast.Import, ast.ImportFrom)) and "medcopilot" in ast.dump(n)
                                for n in ast.walk(tree))
-        # A script of the environment (build, rollout, evaluate, serve) must run on the base install.
-        problems += _undeclared(f"scripts/{script.name}", train if uses_policy_side else declared["base"], declared)
+        # A command of the environment (build, rollout, eval, serve) must run on the base install.
+        scope = script.relative_to(ROOT).as_posix()
+        problems += _undeclared(scope, train if uses_policy_side else declared["base"], declared)
     # The adapters (outer ring) may use the environment, the training stack (TRL's environment_factory) and the
     # libraries of their own extras.
     adapter_extras = ("openenv", "gymnasium", "skyrl", "verifiers")
@@ -156,7 +171,7 @@ def test_policy_side_and_scripts_import_only_what_their_extra_declares(declared)
 
 def test_every_base_and_train_dependency_is_used(declared):
     imported = set()
-    for scope in (*ENV_PACKAGES, "medcopilot", "scripts", "train.py"):
+    for scope in (*ENV_PACKAGES, "medcopilot", "medagentgym/cli", "scripts", "train.py"):
         for module in _imports(_python_files(scope)):
             imported |= _distributions(module)
     unused = sorted((declared["base"] | declared["train"]) - imported - set(NOT_IMPORTED))
@@ -190,19 +205,30 @@ def test_dependency_check_catches_an_undeclared_import(tmp_path, monkeypatch, de
 
 # ---------------------------------------------------------------------------------------------- a fresh venv
 def _copy_sources(dest: Path) -> None:
-    """What a clone holds for installing and running the environment: pyproject, README, packages, scripts."""
+    """What a clone holds for installing the package: pyproject, README and the packages."""
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info")
     for name in ("pyproject.toml", "README.md"):
         shutil.copy2(ROOT / name, dest / name)
-    for name in ("medagentgym", "sandbox", "env_client", "rewards", "medcopilot", "scripts"):
+    for name in ("medagentgym", "sandbox", "env_client", "rewards", "medcopilot"):
         shutil.copytree(ROOT / name, dest / name, ignore=ignore)
 
 
+#: Folders named like our packages in the working directory, each of whose import fails loudly.
+_SHADOWS = ("sandbox", "tasks", "env_client", "rewards", "medagentgym")
+
+
+def _shadowing_folders(work: Path) -> None:
+    for name in _SHADOWS:
+        (work / name).mkdir()
+        (work / name / "__init__.py").write_text(f'raise ImportError("the working directory has {name}/")\n')
+
+
 @pytest.mark.slow
-@pytest.mark.timeout(1500)
+@pytest.mark.timeout(2400)
 @pytest.mark.skipif(shutil.which("bwrap") is None, reason="the oracle episode runs in the bubblewrap sandbox")
-def test_base_install_in_a_fresh_venv_has_no_torch_and_runs_an_oracle_episode(tmp_path):
-    """`pip install .` into a new venv: no training stack, then build toy_sql and play it with the oracle, jailed.
+def test_pip_install_gives_the_medagentgym_command_without_torch_beside_adapterhub(tmp_path):
+    """``pip install <clone>`` into a new venv: the command and the API without torch, nothing read from the working
+    directory, then AdapterHub's ``adapters`` installed beside it with both importing as themselves.
 
     Uses the pip configuration of the machine (local wheels and indexes first); takes minutes the first time.
     """
@@ -213,7 +239,7 @@ def test_base_install_in_a_fresh_venv_has_no_torch_and_runs_an_oracle_episode(tm
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))}
     started = time.monotonic()
     subprocess.run([sys._base_executable, "-m", "venv", str(venv)], check=True, timeout=300)
-    py = str(venv / "bin" / "python")
+    py, cli = str(venv / "bin" / "python"), str(venv / "bin" / "medagentgym")
     install = subprocess.run([py, "-m", "pip", "install", "-q", str(src)], capture_output=True, text=True,
                              env=env, timeout=1200, check=False)
     assert install.returncode == 0, install.stderr[-3000:]
@@ -224,20 +250,45 @@ def test_base_install_in_a_fresh_venv_has_no_torch_and_runs_an_oracle_episode(tm
           f"{', '.join(sorted(names))}")
     assert "medagentgym" in names and not names & TRAINING_STACK, sorted(names & TRAINING_STACK)
 
-    work = tmp_path / "work"  # not the source copy: the packages must come from the venv's site-packages
+    work = tmp_path / "work"  # not the source copy, and full of folders named like our packages
     work.mkdir()
-    build = subprocess.run([py, str(src / "scripts" / "build_tasks.py"), "--families", "toy_sql", "--size", "tiny",
-                            "--out", "tasks", "--no-progress"], cwd=work, env=env, capture_output=True, text=True,
-                           timeout=300, check=False)
-    assert build.returncode == 0, build.stderr[-3000:]
-    play = subprocess.run([py, str(src / "scripts" / "rollout.py"), "--tasks-root", "tasks", "--families", "toy_sql",
-                           "--policy", "oracle", "--limit", "3", "--sandbox", "bwrap", "--json", "--no-progress"],
-                          cwd=work, env=env, capture_output=True, text=True, timeout=300, check=False)
-    assert play.returncode == 0, play.stderr[-3000:]
+    _shadowing_folders(work)
+
+    def run(*args: str, ok: bool = True) -> subprocess.CompletedProcess:
+        done = subprocess.run(list(args), cwd=work, env=env, capture_output=True, text=True, timeout=600,
+                              check=False)
+        assert (done.returncode == 0) == ok, f"{args}: {done.returncode}\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
+        return done
+
+    helped = run(cli, "--help").stdout
+    assert "usage: medagentgym <command>" in helped and "eval" in helped and "train" in helped
+    api = run(py, "-P", "-c", "import sys, medagentgym as m; m.make; m.EnvSpec; m.evaluate; m.rollout; "
+                              "print(sorted(x for x in ('torch', 'transformers', 'medcopilot') if x in sys.modules))")
+    assert api.stdout.strip() == "[]"
+    where = json.loads(run(cli, "info", "--json").stdout)["packages"]
+    assert all(str(venv) in path and str(work) not in path for path in where.values()), where
+    run(cli, "build", "--families", "toy_sql", "--size", "tiny", "--out", "built", "--no-progress")
+    play = run(cli, "rollout", "--tasks-root", "built", "--families", "toy_sql", "--policy", "oracle", "--limit", "3",
+               "--sandbox", "bwrap", "--json", "--no-progress")
     summary = json.loads(play.stdout.strip().splitlines()[-1])
     assert summary["episodes"] == 3 and summary["success_rate"] == 1.0
-    where = subprocess.run([py, "-c", "import sandbox, tasks; print(sandbox.__file__, tasks.__file__)"], cwd=work,
-                           env=env, capture_output=True, text=True, check=True).stdout
-    assert str(venv) in where and str(src) not in where
-    no_torch = subprocess.run([py, "-c", "import torch"], env=env, capture_output=True, text=True, check=False)
-    assert no_torch.returncode != 0 and "No module named 'torch'" in no_torch.stderr
+    # `python -m medagentgym` imports medagentgym itself before our code runs (runpy), so a medagentgym/ folder in
+    # the working directory is beyond any package's reach there; the others it drops from sys.path
+    shutil.rmtree(work / "medagentgym")
+    module = run(py, "-m", "medagentgym", "info", "--json")
+    assert json.loads(module.stdout)["packages"] == where
+    no_torch = run(py, "-c", "import torch", ok=False)
+    assert "No module named 'torch'" in no_torch.stderr
+
+    # AdapterHub's `adapters` (a PEFT library) beside it: torch first from the local CPU wheel, as `make venv` does
+    extra = subprocess.run([py, "-m", "pip", "install", "-q", "torch==2.13.0", "adapters"], capture_output=True,
+                           text=True, env=env, timeout=1800, check=False)
+    assert extra.returncode == 0, extra.stderr[-3000:]
+    both = run(py, "-P", "-c", "import adapters, medagentgym.adapters as ours, medagentgym; "
+                               "from adapters import AutoAdapterModel; "
+                               "print(adapters.__file__); print(ours.__file__); print(medagentgym.__version__)")
+    theirs, ours, _ = both.stdout.strip().splitlines()
+    assert theirs.endswith("site-packages/adapters/__init__.py"), theirs
+    assert ours.endswith("site-packages/medagentgym/adapters/__init__.py"), ours
+    assert "usage: medagentgym <command>" in run(cli, "--help").stdout
+    assert json.loads(run(cli, "info", "--json").stdout)["packages"] == where

@@ -9,49 +9,77 @@ typed action goes in, the oracle grades one submitted answer.
 from __future__ import annotations
 
 import atexit
+import os
 import random
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
+from env_client.actions import tool_schema
 from medagentgym import tasks
 from medagentgym.tasks.base import Instance, UnknownTask
 
-__all__ = ["TaskSource", "episode_runner", "shared_pool"]
+__all__ = ["ACTION_TOOLS", "EPISODE_OVER", "TaskSource", "episode_runner", "shared_pool"]
 
-_POOLS: dict[tuple[str, int, bool], Any] = {}
+#: What an action tool returns once its episode has ended.
+EPISODE_OVER = "The episode is over (the answer was submitted or a budget ran out); no more actions are taken."
+
+_POOLS: dict[tuple[str, bool], Any] = {}
 _POOLS_LOCK = threading.Lock()
 
 
-def shared_pool(backend: str = "bwrap", workers: int = 2, allow_unisolated: bool = False) -> Any:
-    """One started sandbox pool per ``(backend, workers)`` in this process, closed at exit.
+def _forget_pools_in_child() -> None:
+    """A forked child (AsyncVectorEnv's workers, a dataloader) must not borrow its parent's workers: their pipes
+    belong to the parent. The child starts its own pool on first use; the parent's stay the parent's."""
+    global _POOLS, _POOLS_LOCK
+    _POOLS, _POOLS_LOCK = {}, threading.Lock()
 
-    Adapter objects are created by the thousand (one per rollout); the pool's warm workers are made once.
+
+os.register_at_fork(after_in_child=_forget_pools_in_child)
+
+
+def shared_pool(backend: str = "bwrap", workers: int | None = None, allow_unisolated: bool = False) -> Any:
+    """This process's sandbox pool for ``backend``: made once, elastic, closed at exit.
+
+    Adapter objects are created by the thousand (one per rollout) and each episode holds one worker from its reset
+    to its close, so the pool follows the episodes in flight: it is ``sandbox.make_pool``'s elastic pool, which
+    starts a worker when a session finds none idle, up to its cap (``$MEDAGENTGYM_SANDBOX_MAX_WORKERS``, else half
+    the memory), and stops workers idle beyond the floor. A library's own concurrency knob (TRL's generation batch,
+    gymnasium's ``num_envs``, verifiers' ``--max-concurrent``, SkyRL's batch) therefore sizes it, with no flag here.
+
+    Args:
+        backend, allow_unisolated: The sandbox backend.
+        workers: The floor of warm workers (default 1); a later call with a higher floor than the pool's is
+            served by the same pool, which grows on demand anyway.
 
     Example:
-        >>> pool = shared_pool("bwrap", workers=4)
+        >>> pool = shared_pool("bwrap")
+        >>> pool.stats()["max_workers"]
     """
     from sandbox import make_pool
 
-    key = (backend, int(workers), bool(allow_unisolated))
+    key = (backend, bool(allow_unisolated))
     with _POOLS_LOCK:
         pool = _POOLS.get(key)
         if pool is None or getattr(pool, "_closed", False):
-            pool = _POOLS[key] = make_pool(backend, workers=workers, allow_unisolated=allow_unisolated)
+            pool = _POOLS[key] = make_pool(backend, workers=max(1, int(workers or 1)),
+                                           allow_unisolated=allow_unisolated)
             atexit.register(pool.close)
         return pool
 
 
 def episode_runner(tasks_root: str | Path, *, url: str | None = None, token: str | None = None,
-                   backend: str = "bwrap", workers: int = 2, allow_unisolated: bool = False,
+                   backend: str = "bwrap", workers: int | None = None, allow_unisolated: bool = False,
                    config: dict[str, Any] | None = None) -> Any:
     """An ``Env`` on the shared pool, or an ``HTTPEnv`` on ``url`` (both: ``reset(instance)``, ``step(text)``).
 
     Args:
         tasks_root: The built tasks root (the server's own, when ``url`` is given).
-        url: A running ``scripts/serve_env.py``; None = run episodes in this process.
+        url: A running ``medagentgym serve``; None = run episodes in this process.
         token: Bearer token of that server (default ``$MEDAGENTGYM_ENV_TOKEN``).
-        backend, workers, allow_unisolated: The in-process sandbox pool (see :func:`shared_pool`).
+        backend, workers, allow_unisolated: The in-process sandbox pool (see :func:`shared_pool`): it grows with
+            the episodes in flight; ``workers`` is its floor of warm workers.
         config: ``env_client.EnvConfig`` fields (e.g. ``{"max_turns": 4}``), in-process only.
     """
     if url:
@@ -114,7 +142,7 @@ class TaskSource:
         pool = [inst for fam in self.families for inst in self.instances(fam, self.split).values()]
         if not pool:
             raise UnknownTask(f"no {self.split!r} instances of {self.families} under {self.root}; build them with "
-                              f"`python scripts/build_tasks.py --out {self.root}`")
+                              f"`medagentgym build --out {self.root}`")
         rng = rng if rng is not None else random.Random(seed)
         return pool[int(rng.integers(len(pool))) if hasattr(rng, "integers") else rng.randrange(len(pool))]
 
@@ -123,3 +151,51 @@ class TaskSource:
         split = split or self.split
         return [{"task_id": inst.id, "family": inst.family, "split": split}
                 for fam in self.families for inst in list(self.instances(fam, split).values())[:limit]]
+
+
+# The family actions as typed tool functions of an object with ``_act(action dict) -> observation text``: TRL's
+# ``environment_factory`` methods and the OpenEnv server's MCP tools. Their docstrings (which TRL and FastMCP turn
+# into tool schemas) are generated from the action models below: see _tool_doc.
+def request_info(self, info_type: Literal["schema", "column_names", "column_values", "term"],
+                 target: str | None = None, keyterm: str | None = None) -> str:
+    return self._act({"action": "request_info", "info_type": info_type, "target": target, "keyterm": keyterm})
+
+
+def code_execution(self, code: str, lang: Literal["python", "sql"] = "python") -> str:
+    return self._act({"action": "code_execution", "lang": lang, "code": code})
+
+
+def terminal(self, cmd: str) -> str:
+    return self._act({"action": "terminal", "cmd": cmd})
+
+
+def debugging(self, code: str | None = None, error_msg: str | None = None) -> str:
+    return self._act({"action": "debugging", "code": code, "error_msg": error_msg})
+
+
+def submit_answer(self, answer: str) -> str:
+    return self._act({"action": "submit_answer", "answer": answer})
+
+
+ACTION_TOOLS: dict[str, Callable[..., str]] = {f.__name__: f for f in (request_info, code_execution, terminal, debugging,
+                                                                   submit_answer)}
+#: What each tool returns; the rest of its docstring, which TRL turns into the tool schema, is generated from the
+#: action's pydantic model (``env_client.actions.tool_schema``), the one source of the action descriptions.
+_RETURNS = {
+    "request_info": "The requested description of the data.",
+    "code_execution": "The status, the output and, on failure, a grounded error message.",
+    "terminal": "The status and the command's output.",
+    "debugging": "The explanation.",
+    "submit_answer": "A confirmation that the answer was submitted.",
+}
+
+
+def _tool_doc(name: str) -> str:
+    fn = tool_schema(name)["function"]
+    args = [f"    {key}: {prop['description']}" for key, prop in fn["parameters"]["properties"].items()]
+    return "\n".join([fn["description"], "", "Args:", *args, "", "Returns:", f"    {_RETURNS[name]}", ""])
+
+
+for _name, _tool in ACTION_TOOLS.items():
+    _tool.__doc__ = _tool_doc(_name)
+del _name, _tool

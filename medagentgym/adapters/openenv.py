@@ -1,10 +1,18 @@
-"""MedAgentGym over OpenEnv's protocol, served by ``openenv-core``'s own server code (``pip install '.[openenv]'``).
+"""MedAgentGym over OpenEnv's protocols, served by ``openenv-core``'s own server code (``pip install '.[openenv]'``).
 
-:func:`build_openenv_app` is ``env_client.server_app.build_app`` (its ``/reset`` ``/step`` ``/state`` ``/close``
-session endpoints, token, size and session limits, gold hiding) plus the routes of openenv-core's
-``HTTPEnvServer``: ``/ws`` (one WebSocket per session: ``reset``, ``step``, ``state``, ``close`` messages),
-``/metadata`` and ``/mcp``. ``/health`` and ``/schema`` answer both protocols (``{"status": "healthy", ...}``;
-``{"action", "observation", "state", ...}``). So OpenEnv's ``GenericEnvClient`` works unchanged:
+:func:`build_openenv_app` is ``env_client.server_app.build_app`` (its session endpoints, token, size and session
+limits, gold hiding) plus openenv-core's ``HTTPEnvServer`` routes, so every OpenEnv client works unchanged:
+
+- WebSocket sessions at ``/ws`` (``GenericEnvClient``, ``AutoEnv.from_env("medagentgym", base_url=...)``): one
+  episode per socket, ``reset``/``step``/``state``/``close`` messages, and ``mcp`` messages (JSON-RPC).
+- OpenEnv's HTTP contract: ``POST /reset {}`` (or ``{"seed": 3}``, ``{"task_id": ...}``), ``POST /step
+  {"action": {...}}``, ``GET /state``: the client's own episode (one per client: its token, else its address),
+  answered as ``{"observation", "reward", "done"}``. A body with ``task_id``, ``family`` and ``split`` (``/reset``) or
+  ``episode_id`` (``/step``, ``/state``) is MedAgentGym's own session protocol (``env_client.http_client.HTTPEnv``).
+- MCP tools: the family actions (``request_info``, ``code_execution``, ``terminal``, ``debugging``,
+  ``submit_answer``), each playing one typed action in the session's episode; reachable through ``mcp`` messages,
+  ``POST /mcp`` and openenv-core's ``MCPToolClient`` (its ``call_tool`` steps carry the reward and ``done``).
+- ``/metadata``; ``/health`` and ``/schema`` answer both protocols.
 
     >>> from openenv import GenericEnvClient
     >>> with GenericEnvClient(base_url="http://127.0.0.1:8000").sync() as env:
@@ -12,22 +20,34 @@ session endpoints, token, size and session limits, gold hiding) plus the routes 
     ...     result = env.step({"text": '<tool_call>{"name": "submit_answer", "arguments": {"answer": "7"}}</tool_call>'})
     ...     result.reward, result.done
 
-``reset`` takes ``seed``, ``episode_id`` and optionally ``task_id`` (``family/split/index``), ``family``, ``split``,
-``options``; without a task one is picked by ``seed`` from the server's ``families`` on ``split`` (train by default).
-``step`` takes :class:`MedAction` (the model's raw ``text``, or one ``typed`` action). With tokens on, a client that
-cannot set headers passes the token as the URL's password: ``GenericEnvClient(base_url="http://u:TOKEN@host:8000")``
-(sent as HTTP Basic auth on the WebSocket handshake). The observation's ``info`` carries the step's info with the
-verdict made public when gold is hidden; an internal error reaches the client as its class name only.
+``reset`` takes ``seed``, ``episode_id`` (a name recorded for the episode) and optionally ``task_id``
+(``family/split/index``), ``family``, ``split``, ``options``; without a task one is picked by ``seed`` from the
+server's ``families`` on ``split`` (train by default). ``step`` takes :class:`MedAction`: the model's raw ``text``,
+or one ``typed`` action. A malformed step (neither or both, an action that does not validate) is an ``error``
+observation naming what was wrong; the episode goes on. With tokens on, a client that cannot set headers passes the
+token as the URL's password: ``GenericEnvClient(base_url="http://u:TOKEN@host:8000")`` (HTTP Basic auth on the
+WebSocket handshake). The observation's ``info`` carries the step's info with the verdict made public when gold is
+hidden; an internal error reaches the client as its class name only.
 """
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import logging
+import random
+import threading
+import types
+from collections import OrderedDict
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
-from pydantic import Field
+from fastapi import Body, HTTPException, Query, Request
+from pydantic import Field, ValidationError
 
+from env_client.actions import tool_schema
 from env_client.episode import Observation as EpisodeObservation
 from env_client.server_app import (
     CLIENT_ERRORS,
@@ -38,9 +58,19 @@ from env_client.server_app import (
     StepAction,
     build_app,
 )
+from medagentgym.adapters._common import ACTION_TOOLS, EPISODE_OVER
 
 try:
-    from openenv.core.env_server import Environment, HTTPEnvServer
+    from fastmcp import FastMCP
+    from openenv.core.env_server import HTTPEnvServer
+    from openenv.core.env_server.mcp_environment import MCPEnvironment
+    from openenv.core.env_server.mcp_types import (
+        CallToolObservation,
+        ListToolsObservation,
+        Tool,
+        ToolError,
+        ToolErrorType,
+    )
     from openenv.core.env_server.types import (
         Action,
         ConcurrencyConfig,
@@ -56,11 +86,18 @@ log = logging.getLogger("medagentgym.adapters.openenv")
 
 
 class MedAction(Action):
-    """One turn: the model's raw reply (``text``) or one typed action (``typed``), exactly one of them."""
+    """One turn: the model's raw reply (``text``) or one typed action (``typed``), exactly one of them.
+
+    ``type``/``tool_name``/``arguments`` carry an MCP tool call instead (what openenv-core's ``MCPToolClient``
+    sends): ``{"type": "call_tool", "tool_name": "submit_answer", "arguments": {"answer": "7"}}``.
+    """
 
     text: str | None = Field(None, max_length=MAX_ACTION_CHARS, description="The model's raw reply, as generated.")
     typed: dict[str, Any] | None = Field(None, description="A typed action, e.g. {'action': 'terminal', 'cmd': 'ls'}.")
     n_tokens: int | None = Field(None, ge=0, description="Completion tokens of this reply.")
+    type: Literal["list_tools", "call_tool"] | None = Field(None, description="An MCP tool action instead.")
+    tool_name: str | None = Field(None, description="The tool of a call_tool action.")
+    arguments: dict[str, Any] = Field(default_factory=dict, description="The tool's arguments.")
 
 
 class MedObservation(Observation):
@@ -76,8 +113,26 @@ class MedObservation(Observation):
     info: dict[str, Any] = Field(default_factory=dict, description="Step info (the verdict is public only).")
 
 
-class MedEnvironment(Environment):
-    """An OpenEnv ``Environment`` over one :class:`env_client.server_app.ServedEnv` session.
+def pick_task(instances: Callable[[str, str], dict[str, Any]], families: list[str], split: str,
+              seed: int | None) -> tuple[str, str]:
+    """``(family, task_id)`` of ``families``/``split`` chosen by ``seed`` (the same seed, the same task)."""
+    pool = [(fam, key) for fam in families for key in instances(fam, split)]
+    if not pool:
+        raise ValueError(f"no {split!r} tasks to pick from in {families}; pass task_id")
+    return random.Random(seed).choice(sorted(pool))
+
+
+def _one_line(exc: BaseException) -> str:
+    """A client error as one line: a validation error's fields and messages, else the message."""
+    if isinstance(exc, ValidationError):
+        return "; ".join(f"{'.'.join(str(p) for p in e.get('loc', ())) or 'action'}: {e.get('msg')}"
+                         for e in exc.errors(include_url=False, include_input=False, include_context=False))[:500]
+    return " ".join(str(exc).split())[:500]
+
+
+class MedEnvironment(MCPEnvironment):
+    """An OpenEnv ``Environment`` over one :class:`env_client.server_app.ServedEnv` session, with the family actions
+    as its MCP tools.
 
     Args:
         served: The session (its ``Env``, instance lookup, gold hiding, served splits).
@@ -88,9 +143,16 @@ class MedEnvironment(Environment):
     SUPPORTS_CONCURRENT_SESSIONS = True  # one Env (and sandbox session) per WebSocket
 
     def __init__(self, served: ServedEnv, families: list[str], split: str = "train") -> None:
-        super().__init__()
+        server = FastMCP("medagentgym")
+        for tool in ACTION_TOOLS.values():  # bound to this session: each call plays in its episode
+            server.tool(types.MethodType(tool, self))
+        super().__init__(server)
         self.served, self.families, self.split = served, families, split
         self._episode_id: str | None = None
+        self._last: Any = None  # the last tool call's StepResult (its reward and done)
+        self._lock = threading.Lock()
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="medagentgym-openenv")
+        self._closed = False
 
     def _guard(self, fn: Any) -> Any:
         try:
@@ -116,29 +178,90 @@ class MedEnvironment(Environment):
             raise ValueError(f"unknown reset argument(s) {sorted(unknown)}; use seed, episode_id, task_id, family, "
                              "split, options")
         if task_id is None:
-            import random
-
-            pool = [(fam, key) for fam in self.families for key in self.served.instances(fam, self.split)]
-            if not pool:
-                raise ValueError(f"no {self.split!r} tasks to pick from in {self.families}; pass task_id")
-            family, task_id = random.Random(seed).choice(sorted(pool))
+            family, task_id = pick_task(self.served.instances, self.families, self.split, seed)
             split = self.split
         parts = task_id.split("/")
         request = ResetRequest(task_id=task_id, family=family or parts[0],
                                split=split or (parts[1] if len(parts) == 3 else self.split), seed=seed,
                                options=options)
-        observation, info = self._guard(lambda: self.served.reset(request))
-        self._episode_id = episode_id or info.get("episode_id")
+        with self._lock:
+            observation, info = self._guard(lambda: self.served.reset(request))
+            self._episode_id, self._last = episode_id or info.get("episode_id"), None
         return MedObservation(**observation.model_dump(), info=info, done=False, reward=None)
 
-    def step(self, action: MedAction, timeout_s: float | None = None, **_: Any) -> MedObservation:
-        """Apply one turn; ``reward`` is the graded reward on the submit (0.0 before), ``done`` ends the episode."""
-        request = StepAction(text=action.text, typed=action.typed, n_tokens=action.n_tokens)
-        result = self._guard(lambda: self.served.step(request))
+    def step(self, action: Any, timeout_s: float | None = None, **kwargs: Any) -> Any:
+        """Apply one turn; ``reward`` is the graded reward on the submit (0.0 before), ``done`` ends the episode.
+
+        An MCP action (``type``, or openenv-core's ``ListToolsAction``/``CallToolAction``) lists the tools or calls
+        one: a call's observation carries the tool's result and the reward and ``done`` of the action it played.
+        (The tools are called here directly, in the session's thread; ``mcp`` messages and ``POST /mcp`` reach the
+        same functions through the MCP server.)
+        """
+        kind = getattr(action, "type", None)
+        if kind == "list_tools":
+            return ListToolsObservation(tools=[Tool(name=s["function"]["name"], description=s["function"]["description"],
+                                                    input_schema=s["function"]["parameters"])
+                                               for s in (tool_schema(name) for name in ACTION_TOOLS)])
+        if kind == "call_tool":
+            return self._call_tool(action.tool_name or "", dict(action.arguments or {}))
+        return super().step(action, timeout_s=timeout_s, **kwargs)
+
+    async def step_async(self, action: Any, timeout_s: float | None = None, **kwargs: Any) -> Any:
+        """What the WebSocket handler awaits: :meth:`step` in this session's own thread (a sandbox call blocks)."""
+        executor = None if self._closed else self._executor  # closed (reaped): its answer is "the episode is over"
+        return await asyncio.get_running_loop().run_in_executor(
+            executor, lambda: self.step(action, timeout_s=timeout_s, **kwargs))
+
+    def _call_tool(self, name: str, arguments: dict[str, Any]) -> CallToolObservation:
+        tool = ACTION_TOOLS.get(name)
+        if tool is None:
+            return CallToolObservation(tool_name=name, error=ToolError(
+                error_type=ToolErrorType.TOOL_NOT_FOUND, message=f"no tool {name!r}; tools: {', '.join(ACTION_TOOLS)}"))
+        self._last = None
+        try:
+            inspect.signature(tool).bind(self, **arguments)
+        except TypeError as exc:
+            return CallToolObservation(tool_name=name, error=ToolError(error_type=ToolErrorType.INVALID_ARGS,
+                                                                       message=f"{name}: {exc}"))
+        result = tool(self, **arguments)
+        last, self._last = self._last, None
+        done = bool(last is not None and (last.terminated or last.truncated))
+        return CallToolObservation(tool_name=name, result=result, done=done,
+                                   reward=last.reward if last is not None else None)
+
+    def _step_impl(self, action: Any, timeout_s: float | None = None, **_: Any) -> MedObservation:
+        if not isinstance(action, MedAction):
+            raise TypeError(f"unsupported action {type(action).__name__}; send text, typed or an MCP tool call")
+        try:
+            request = StepAction(text=action.text, typed=action.typed, n_tokens=action.n_tokens)
+            with self._lock:
+                result = self._guard(lambda: self.served.step(request))
+        except (ValidationError, ValueError) as exc:  # malformed: say what was wrong, keep the episode going
+            return self._error(exc)
         obs: EpisodeObservation = result.observation
         return MedObservation(**obs.model_dump(), done=bool(result.terminated or result.truncated),
                               reward=result.reward, info={**result.info, "terminated": result.terminated,
                                                           "truncated": result.truncated})
+
+    def _error(self, exc: BaseException) -> MedObservation:
+        """The observation of a malformed step: what was wrong, the episode unchanged (no turn counted)."""
+        env = self.served.env
+        turn = int(env.state().get("turn") or 0)
+        text = f"Invalid action: {_one_line(exc)}"
+        return MedObservation(text=text, messages=[{"role": "user", "content": text}], kind="error", turn=turn,
+                              turns_left=max(int(getattr(env, "max_turns", 0)) - turn, 0), done=False, reward=None,
+                              info={"status": "invalid_action", "error": type(exc).__name__})
+
+    def _act(self, action: dict[str, Any]) -> str:
+        """One MCP tool call: the typed action in this session's episode; returns the observation text."""
+        try:
+            with self._lock:
+                if self.served.env.done:
+                    return EPISODE_OVER if self.served.state().get("task_id") else "No episode yet: reset first."
+                self._last = result = self._guard(lambda: self.served.step(StepAction(typed=action)))
+        except (ValidationError, ValueError) as exc:
+            return f"Invalid action: {_one_line(exc)}"
+        return result.observation.text
 
     @property
     def state(self) -> State:
@@ -153,16 +276,20 @@ class MedEnvironment(Environment):
         return EnvironmentMetadata(
             name="MedAgentGym", version="1",
             description=f"Biomedical data-science tasks graded by strict oracles; families: {', '.join(self.families)}; "
-                        f"reset(task_id=... | seed=...), step({{'text': model reply}} | {{'typed': action}}).")
+                        f"reset(task_id=... | seed=...), step({{'text': model reply}} | {{'typed': action}}); "
+                        f"MCP tools: {', '.join(ACTION_TOOLS)}.")
 
     def close(self) -> None:
         """Close the episode and return its sandbox worker (idempotent)."""
+        self._closed = True
         self.served.close()
+        self._executor.shutdown(wait=False)
+        super().close()
 
 
 def build_openenv_app(tasks_root: str | Path, *, families: list[str] | None = None, split: str = "train",
                       capacity: int = 64, idle_timeout_s: float = 600.0, **build_kwargs: Any) -> Any:
-    """The env server speaking OpenEnv's protocol as well as MedAgentGym's session protocol.
+    """The env server speaking OpenEnv's protocols as well as MedAgentGym's session protocol.
 
     Args:
         tasks_root: Built tasks root.
@@ -190,6 +317,107 @@ def build_openenv_app(tasks_root: str | Path, *, families: list[str] | None = No
 
     server = HTTPEnvServer(factory, MedAction, MedObservation, concurrency_config=ConcurrencyConfig(
         max_concurrent_envs=capacity, session_timeout=idle_timeout_s))
-    # production mode: openenv-core's stateless HTTP /reset and /step are not registered (ours keep sessions)
+    # production mode: openenv-core's stateless HTTP /reset and /step are not registered; the contract is served by
+    # _openenv_http below, on the session endpoints (an episode spans many requests)
     server.register_routes(app, mode="production")
+    _openenv_http(app, make_served().instances, names, split)
     return app
+
+
+#: Clients whose HTTP-contract episode the server remembers (the oldest are forgotten beyond it; their sessions
+#: are reaped anyway): bounds the table against a client that comes from ever new addresses.
+_MAX_HTTP_CLIENTS = 4096
+
+
+def _route(app: Any, path: str, method: str) -> Any:
+    from fastapi.routing import APIRoute
+
+    return next(r for r in app.router.routes if isinstance(r, APIRoute) and r.path == path and method in r.methods)
+
+
+def _openenv_http(app: Any, instances: Callable[[str, str], dict[str, Any]], families: list[str],
+                  split: str) -> None:
+    """Serve OpenEnv's HTTP contract on the session endpoints: ``POST /reset {}``, ``POST /step {"action": ...}``,
+    ``GET /state`` play the client's own episode, a session of this server like any other (its caps, reaper, token
+    and gold hiding apply); a request in MedAgentGym's own protocol is passed on unchanged.
+    """
+    from sandbox._server_guard import client_id
+
+    ours = {path: _route(app, path, method) for path, method in (("/reset", "POST"), ("/step", "POST"),
+                                                                   ("/state", "GET"))}
+    models = {path: inspect.signature(route.endpoint).parameters["request"].annotation
+              for path, route in ours.items() if path != "/state"}
+    for route in ours.values():
+        app.router.routes.remove(route)
+    own: OrderedDict[str, tuple[str, str | None]] = OrderedDict()  # client -> (its session, its episode's name)
+    lock = threading.Lock()
+
+    def session_of(owner: str) -> str:
+        with lock:
+            if owner not in own:
+                raise HTTPException(409, "no episode yet: POST /reset first")
+            return own[owner][0]
+
+    @app.post("/reset", summary="Start an episode (OpenEnv: {} or {seed, episode_id, task_id}; or a session reset)")
+    def reset(http: Request, body: Annotated[dict[str, Any] | None, Body()] = None) -> dict[str, Any]:
+        body = body or {}
+        if {"family", "split"} <= set(body) and "task_id" in body:  # MedAgentGym's session protocol
+            return ours["/reset"].endpoint(request=_validated(models["/reset"], body), http=http)
+        body = dict(body)
+        owner, name = client_id(http.scope), body.pop("episode_id", None)
+        seed, task_id = body.pop("seed", None), body.pop("task_id", None)
+        if task_id is None:
+            _, task_id = pick_task(instances, families, split, seed)
+        parts = str(task_id).split("/")
+        fields = {"task_id": task_id, "family": body.pop("family", parts[0]),
+                  "split": body.pop("split", parts[1] if len(parts) == 3 else split), "seed": seed,
+                  "options": body.pop("options", None)}
+        if body:
+            raise HTTPException(422, f"unknown reset field(s) {sorted(body)}; use seed, episode_id, task_id, "
+                                     "family, split, options")
+        with lock:
+            previous = own.get(owner, (None, None))[0]
+        out = None
+        if previous is not None:  # the client's session plays the new episode (its worker freed at the last end)
+            try:
+                out = ours["/reset"].endpoint(request=_validated(models["/reset"], {**fields, "episode_id": previous}),
+                                              http=http)
+            except HTTPException as exc:
+                if exc.status_code != 404:  # 404: reaped or closed; open a new one
+                    raise
+        if out is None:
+            out = ours["/reset"].endpoint(request=_validated(models["/reset"], fields), http=http)
+        with lock:
+            own[owner] = (out["episode_id"], name)
+            own.move_to_end(owner)
+            while len(own) > _MAX_HTTP_CLIENTS:  # clients long gone (their sessions reaped): forget the oldest
+                own.popitem(last=False)
+        return {**out, "reward": None, "done": False}
+
+    @app.post("/step", summary="Play one action (OpenEnv: {action}; or a session step with episode_id)")
+    def step(http: Request, body: Annotated[dict[str, Any], Body()]) -> dict[str, Any]:
+        if "episode_id" not in body:
+            body = {**body, "episode_id": session_of(client_id(http.scope))}
+            body.pop("timeout_s", None), body.pop("request_id", None)  # OpenEnv's optional step fields
+        return ours["/step"].endpoint(request=_validated(models["/step"], body), http=http)
+
+    @app.get("/state", summary="The episode's state (OpenEnv: the client's episode; or ?episode_id=)")
+    def state(http: Request, episode_id: Annotated[str | None, Query(description="Session; omit for your own.")] = None
+              ) -> dict[str, Any]:
+        owner = client_id(http.scope)
+        if episode_id is not None:
+            return ours["/state"].endpoint(http=http, episode_id=episode_id)
+        session = session_of(owner)
+        data = ours["/state"].endpoint(http=http, episode_id=session)
+        with lock:
+            name = own.get(owner, (None, None))[1]
+        return {**data, "episode_id": name or data.get("episode_id"), "step_count": data.get("turn", 0),
+                "session_id": session}
+
+
+def _validated(model: Any, body: dict[str, Any]) -> Any:
+    """``model(**body)``, a validation failure answered as FastAPI's 422 with the field errors."""
+    try:
+        return model.model_validate(body)
+    except ValidationError as exc:
+        raise HTTPException(422, exc.errors(include_url=False, include_input=False, include_context=False)) from None

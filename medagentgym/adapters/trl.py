@@ -17,18 +17,22 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from medagentgym import tasks
-from medagentgym.adapters._common import TaskSource, episode_runner
-from env_client.actions import tool_schema
 from env_client.prompts import user_prompt
+from medagentgym import tasks
+from medagentgym.adapters._common import (
+    ACTION_TOOLS,
+    EPISODE_OVER,
+    TaskSource,
+    episode_runner,
+)
 
 __all__ = ["environment_factory", "tool_env_dataset"]
 
-_OVER = "The episode is over (the answer was submitted or a budget ran out); no more actions are taken."
+#: The tools (also importable as ``_TOOLS``): the family actions as typed, documented functions (see ``_common``).
+_TOOLS = ACTION_TOOLS
 
 
 class _ToolEnv:
@@ -48,7 +52,7 @@ class _ToolEnv:
 
     def _act(self, action: dict[str, Any]) -> str:
         if not self._live:
-            return _OVER
+            return EPISODE_OVER
         result = self._env.step(action)
         self._live = not (result.terminated or result.truncated)
         return result.observation.text
@@ -62,54 +66,8 @@ class _ToolEnv:
         return self._env.trajectory.final.reward
 
 
-# The tools' docstrings (TRL's tool schemas) are generated from the action models below: see _tool_doc.
-def request_info(self, info_type: Literal["schema", "column_names", "column_values", "term"],
-                 target: str | None = None, keyterm: str | None = None) -> str:
-    return self._act({"action": "request_info", "info_type": info_type, "target": target, "keyterm": keyterm})
-
-
-def code_execution(self, code: str, lang: Literal["python", "sql"] = "python") -> str:
-    return self._act({"action": "code_execution", "lang": lang, "code": code})
-
-
-def terminal(self, cmd: str) -> str:
-    return self._act({"action": "terminal", "cmd": cmd})
-
-
-def debugging(self, code: str | None = None, error_msg: str | None = None) -> str:
-    return self._act({"action": "debugging", "code": code, "error_msg": error_msg})
-
-
-def submit_answer(self, answer: str) -> str:
-    return self._act({"action": "submit_answer", "answer": answer})
-
-
-_TOOLS: dict[str, Callable[..., str]] = {f.__name__: f for f in (request_info, code_execution, terminal, debugging,
-                                                                   submit_answer)}
-#: What each tool returns; the rest of its docstring, which TRL turns into the tool schema, is generated from the
-#: action's pydantic model (``env_client.actions.tool_schema``), the one source of the action descriptions.
-_RETURNS = {
-    "request_info": "The requested description of the data.",
-    "code_execution": "The status, the output and, on failure, a grounded error message.",
-    "terminal": "The status and the command's output.",
-    "debugging": "The explanation.",
-    "submit_answer": "A confirmation that the answer was submitted.",
-}
-
-
-def _tool_doc(name: str) -> str:
-    fn = tool_schema(name)["function"]
-    args = [f"    {key}: {prop['description']}" for key, prop in fn["parameters"]["properties"].items()]
-    return "\n".join([fn["description"], "", "Args:", *args, "", "Returns:", f"    {_RETURNS[name]}", ""])
-
-
-for _name, _tool in _TOOLS.items():
-    _tool.__doc__ = _tool_doc(_name)
-del _name, _tool
-
-
 def environment_factory(tasks_root: str | Path, family: str, *, actions: list[str] | None = None,
-                        url: str | None = None, token: str | None = None, sandbox: str = "bwrap", workers: int = 2,
+                        url: str | None = None, token: str | None = None, sandbox: str = "bwrap", workers: int | None = None,
                         allow_unisolated: bool = False, config: dict[str, Any] | None = None) -> type:
     """The class to pass as ``GRPOTrainer(environment_factory=...)`` for ``family``.
 
@@ -118,7 +76,9 @@ def environment_factory(tasks_root: str | Path, family: str, *, actions: list[st
         family: The family whose permitted actions become the tools.
         actions: Offer only these of them (e.g. ``["submit_answer"]`` for a short prompt); default all.
         url, token: Play on a running env server instead of an in-process sandbox.
-        sandbox, workers, allow_unisolated: The in-process sandbox pool, shared by every env object.
+        sandbox, workers, allow_unisolated: The in-process sandbox pool, shared by every env object; it grows to
+            the episodes in flight (TRL resets one env per rollout of its generation batch), ``workers`` is its
+            floor of warm workers.
         config: ``env_client.EnvConfig`` fields (e.g. ``{"max_turns": 6}``).
 
     Returns:

@@ -1,7 +1,8 @@
 """Task families: the contract (``medagentgym.tasks.base``), the registry and the strict graders.
 
 ``from medagentgym import tasks`` loads no family module: families are registered with lazy string entry points and imported by
-``make``. Add a family by writing ``medagentgym/tasks/<family>.py`` and one ``register(...)`` line below.
+``make``. Add a family by writing ``medagentgym/tasks/<family>.py`` and one ``register(...)`` line below, or, with no
+edit here, in your own package through the ``medagentgym.families`` entry point group (docs/add_a_family.md).
 
 Example:
     >>> from medagentgym import tasks

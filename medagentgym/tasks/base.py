@@ -158,7 +158,7 @@ class InfraError(TaskError):
 class SupportsCounts(Protocol):
     """Optional: a family that can report its instance counts for a size cheaply, without building.
 
-    ``scripts/build_tasks.py --list`` uses it; families without it are built into a temporary directory.
+    ``medagentgym build --list`` uses it; families without it are built into a temporary directory.
     """
 
     def counts(self, size: Size = "default") -> dict[str, Any]:
@@ -191,6 +191,7 @@ def load_instances(family_dir: Path | None, split: Split, *, family: str) -> lis
 
     Raises:
         NotBuilt: The file does not exist.
+        BuildMismatch: The folder was built by another version of the family (``medagentgym.tasks.builds``).
         TaskError: No directory was given, or a line is not a valid instance (names the file and line).
     """
     if family_dir is None:
@@ -199,8 +200,11 @@ def load_instances(family_dir: Path | None, split: Split, *, family: str) -> lis
     if not path.is_file():
         raise NotBuilt(
             f"family {family!r} is not built at {Path(family_dir)} (missing {path.name}); run "
-            f"`python scripts/build_tasks.py --families {family} --out {Path(family_dir).parent}`"
+            f"`medagentgym build --families {family} --out {Path(family_dir).parent}`"
         )
+    from medagentgym.tasks.builds import check_build
+
+    check_build(family, Path(family_dir).parent, required=False)  # a build by another version is refused
     out = []
     for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
         if not line.strip():

@@ -10,7 +10,7 @@ Description:
     ``<<insert solution here>>`` (indented inside a class for the class-method kind). An instance is a task
     plus one seeded draw of hidden argument lists; the gold results are computed by EXECUTING the reference
     function at build time. Original BioCoder records (idx, problem, solution, context, signature, code) are
-    imported by ``scripts/import_tasks.py --family biocoder`` (medagentgym/tasks/importers/biocoder.py) as instances graded
+    imported by ``medagentgym import --family biocoder`` (medagentgym/tasks/importers/biocoder.py) as instances graded
     on the program's stdout.
 
 Example instance:
@@ -262,14 +262,14 @@ def _compare(payload: Any, want: list[Any], target: str) -> Verdict:
 
 
 # -------------------------------------------------------------------------------------------------------------
-# The importer of original BioCoder records lives in medagentgym/tasks/importers/biocoder.py (scripts/import_tasks.py).
+# The importer of original BioCoder records lives in medagentgym/tasks/importers/biocoder.py (medagentgym import).
 # -------------------------------------------------------------------------------------------------------------
 
 
 def import_records(path: Path | str, *, split: Split = "test", session: Any = None) -> tuple[list[Instance], list[str]]:
     """The earlier API over :mod:`medagentgym.tasks.importers.biocoder`: ``(instances, dropped)`` for one JSONL file.
 
-    Kept for existing callers; new code uses ``scripts/import_tasks.py --family biocoder`` (per-record report).
+    Kept for existing callers; new code uses ``medagentgym import --family biocoder`` (per-record report).
     Reference programs run in ``session`` (a sandbox session) or a one-worker bwrap pool.
 
     Raises:

@@ -291,7 +291,7 @@ class BioDSBench:
             return _wrong("empty submission")
         meta = instance.metadata
         if "checks" not in meta and "plot" not in meta:  # v1 instances kept their gold in jail-side asserts
-            raise GraderError(f"{instance.id} was built by biodsbench v1; rebuild the family (scripts/build_tasks.py)")
+            raise GraderError(f"{instance.id} was built by biodsbench v1; rebuild the family (medagentgym build)")
         hopeless = precheck(code, meta.get("required", []))
         if hopeless:
             return _wrong(f"checks fail: {hopeless}")
@@ -360,7 +360,7 @@ def _compare_values(meta: dict[str, Any], got: Any) -> str | None:
 
 
 # -------------------------------------------------------------------------------------------------------------
-# The importer of original BioDSBench records lives in medagentgym/tasks/importers/biodsbench.py (scripts/import_tasks.py).
+# The importer of original BioDSBench records lives in medagentgym/tasks/importers/biodsbench.py (medagentgym import).
 # -------------------------------------------------------------------------------------------------------------
 
 
@@ -368,7 +368,7 @@ def import_records(path: Path | str, data_root: Path | str, family_dir: Path | s
                    session: Any = None, grader_backend: str = "bwrap") -> tuple[list[Instance], list[str]]:
     """The earlier API over :mod:`medagentgym.tasks.importers.biodsbench`: ``(instances, dropped)`` for one JSONL file.
 
-    Kept for existing callers; new code uses ``scripts/import_tasks.py --family biodsbench --data DIR``. Each
+    Kept for existing callers; new code uses ``medagentgym import --family biodsbench --data DIR``. Each
     study's tables are copied under ``<family_dir>/imported/``; with ``session`` (one session, or a callable
     ``study_id -> session`` whose ``/data/workdir`` is that study's copy) failing references are dropped. The
     records' asserts run in a grader-only jail of ``grader_backend`` (never in the session).

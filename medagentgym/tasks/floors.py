@@ -14,7 +14,7 @@ A policy optimised for reward finds any answer that pays without solving the tas
   and its spread, measured by permutation when the instance is built; families keep an instance only when the
   reference model beats that spread, and put the pass threshold above it.
 
-``scripts/evaluate.py`` reports the constant floor beside each family's success; ``tasks.check_family`` refuses
+``medagentgym eval`` reports the constant floor beside each family's success; ``tasks.check_family`` refuses
 a build whose floors exceed their bound (:data:`FLOOR_BOUND`, a family's own ``floor_bound``, 1/2 for yes/no
 families; per template, a yes/no family is held to its label base rate: no template may pay more than "always the
 majority answer"); ``scripts/make_family_pages.py`` shows both floors.

@@ -387,6 +387,9 @@ class MedAgentBench:
         """Instances of ``split`` from the built directory (raises ``NotBuilt`` with the build command)."""
         return load_instances(self.root, split, family=self.name)
 
+    #: check_family does not run the reference program on its own: it talks to the episode's FHIR server.
+    reference_runs_alone = False
+
     def reference_solution(self, instance: Instance) -> list[dict[str, Any]]:
         """Run the reference program against the episode's server, then submit its output."""
         return run_then_submit("python", instance.solution, instance.answer)

@@ -77,7 +77,6 @@ from medagentgym.tasks.base import (
     TaskError,
     Verdict,
     load_instances,
-    run_then_submit,
     write_bytes_atomic,
     write_instances,
     write_manifest,
@@ -337,9 +336,10 @@ class MedCalcBench:
     def reference_solution(self, instance: Instance) -> list[dict[str, Any]]:
         """Run the reference snippet (synthetic instances), then submit the gold answer."""
         answer = render_gold(instance.metadata["output_type"], instance.answer)
-        if not instance.solution:
-            return [{"action": "submit_answer", "params": {"answer": answer}}]
-        return run_then_submit("python", instance.solution, answer)
+        # The snippet imports this package's calculators, which the jail does not hold: it computed the answer at
+        # build time on the host and cannot run where the agent's code runs (check_family runs reference programs
+        # in the sandbox), so the reference submits the answer alone.
+        return [{"action": "submit_answer", "params": {"answer": answer}}]
 
     def grade(self, instance: Instance, submission: str, ctx: GradeContext | None = None) -> Verdict:
         """MedCalc-Bench's official answer classes, strictly: one answer, inclusive band for decimals."""

@@ -12,7 +12,7 @@ Description:
     (scipy's noncentral t for the t tests, statsmodels ``FTestAnovaPower``, ``GofChisquarePower``,
     ``NormalIndPower``, or the closed form for Cox; medagentgym/tasks/power/snippets.py), never written by hand. Unlike the
     original data set, no group shares one constant answer and each design follows one convention. N-PowerAI's
-    public records (MedAgentGym's ``npowerai`` JSONL) are imported by ``scripts/import_tasks.py --family
+    public records (MedAgentGym's ``npowerai`` JSONL) are imported by ``medagentgym import --family
     npowerai``: their answers are recomputed from the raw quantities each question states (medagentgym/tasks/power/importer.py).
 
 Example instance:

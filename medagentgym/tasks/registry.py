@@ -1,9 +1,12 @@
 """Family registry: names → lazy entry points, so ``from medagentgym import tasks`` loads no family module.
 
-Two kinds of family are known by name:
+Three kinds of family are known by name:
 
 * registered ones, ``register("toy_sql", entry_point="medagentgym.tasks.toy_sql:ToySQL", max_turns=8)``; the module is
   imported only when ``make("toy_sql")`` (or ``family_class``) needs it;
+* plugins: an installed distribution that declares an entry point in the group :data:`ENTRY_POINT_GROUP`
+  (``[project.entry-points."medagentgym.families"] my_family = "my_pkg.family:MyFamily"``) is registered on first
+  use of the registry, with no edit to this package (docs/add_a_family.md); the class may set ``max_turns``;
 * config-declared ones: a directory ``<root>/<name>/family.yaml`` under the tasks root (see
   ``medagentgym/tasks/config_family.py``); ``make(name, root=...)`` finds them without any registration.
 
@@ -26,11 +29,13 @@ from typing import Any
 
 from medagentgym.tasks.base import FAMILY_YAML, TaskError, UnknownTask
 
-#: Where ``scripts/build_tasks.py`` writes families by default, relative to the working directory.
+#: Where ``medagentgym build`` writes families by default, relative to the working directory.
 DEFAULT_ROOT = Path("artifacts/tasks")
 #: The turn budget of a family that does not state one.
 DEFAULT_MAX_TURNS = 15
 _CONFIG_ENTRY_POINT = "medagentgym.tasks.config_family:ConfigFamily"
+#: The entry point group through which installed distributions register task families (importlib.metadata).
+ENTRY_POINT_GROUP = "medagentgym.families"
 
 
 @dataclass(frozen=True)
@@ -42,12 +47,15 @@ class FamilySpec:
         entry_point: ``"module:Class"``; imported lazily.
         max_turns: The family's turn budget; an episode uses ``min(EnvConfig.max_turns, max_turns)``.
         defaults: Keyword arguments passed to the class on construction (``make`` kwargs override them).
+        plugin: The distribution that declared it through :data:`ENTRY_POINT_GROUP`, or None (registered in
+            code); a plugin's turn budget is its class's ``max_turns`` attribute when it has one.
     """
 
     name: str
     entry_point: str
     max_turns: int = DEFAULT_MAX_TURNS
     defaults: dict[str, Any] = field(default_factory=dict)
+    plugin: str | None = None
 
 
 _REGISTRY: dict[str, FamilySpec] = {}
@@ -88,6 +96,43 @@ def register(
     return spec
 
 
+_PLUGINS_LOADED = False
+
+
+def load_plugins(*, force: bool = False) -> dict[str, FamilySpec]:
+    """Register every family that an installed distribution declares in the :data:`ENTRY_POINT_GROUP` group.
+
+    Runs once per process (``force`` reads the entry points again). Nothing is imported: an entry point's value
+    is the lazy ``"module:Class"`` string; the family's turn budget is the ``max_turns`` attribute of its class
+    (read when an episode needs it), else the default. A name already registered in code is kept (a warning
+    names the distribution whose entry point was ignored).
+
+    Returns:
+        ``name -> spec`` of the plugins registered now.
+    """
+    global _PLUGINS_LOADED
+    if _PLUGINS_LOADED and not force:
+        return {}
+    _PLUGINS_LOADED = True
+    from importlib.metadata import entry_points
+
+    added: dict[str, FamilySpec] = {}
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        dist = getattr(getattr(ep, "dist", None), "name", "?")
+        old = _REGISTRY.get(ep.name)
+        if old is not None and old.entry_point != ep.value:
+            print(f"warning: family {ep.name!r} of the installed distribution {dist!r} ({ep.value}) is ignored: "
+                  f"the name is taken by {old.entry_point}", file=sys.stderr)
+            continue
+        try:
+            register(ep.name, entry_point=ep.value)  # validates the name and the "module:Class" form
+        except TaskError as exc:
+            print(f"warning: family entry point {ep.name!r} of {dist!r} is ignored: {exc}", file=sys.stderr)
+            continue
+        added[ep.name] = _REGISTRY[ep.name] = FamilySpec(name=ep.name, entry_point=ep.value, plugin=dist)
+    return added
+
+
 def _config_names(root: Path | str | None) -> list[str]:
     if root is None or not Path(root).is_dir():
         return []
@@ -95,7 +140,8 @@ def _config_names(root: Path | str | None) -> list[str]:
 
 
 def names(root: Path | str | None = None) -> list[str]:
-    """Registered family names, plus the config-declared families found under ``root`` when given; sorted."""
+    """Registered family names (plugins included), plus the config-declared families under ``root``; sorted."""
+    load_plugins()
     return sorted(set(_REGISTRY) | set(_config_names(root)))
 
 
@@ -105,6 +151,7 @@ def spec(name: str, *, root: Path | str | None = None) -> FamilySpec:
     Raises:
         UnknownTask: Neither; the message suggests the nearest known name.
     """
+    load_plugins()
     if name in _REGISTRY:
         return _REGISTRY[name]
     if root is not None and (Path(root) / name / FAMILY_YAML).is_file():
@@ -140,7 +187,7 @@ def make(name: str, *, root: Path | str = DEFAULT_ROOT, **kwargs: Any) -> Any:
 
     Args:
         name: A registered or config-declared family name.
-        root: The tasks root (``scripts/build_tasks.py --out``).
+        root: The tasks root (``medagentgym build --out``).
         **kwargs: Constructor arguments, overriding the registered defaults.
 
     Returns:
@@ -307,8 +354,13 @@ def build_families(names: list[str], root: Path | str, *, size: str, seed: int =
 
 
 def max_turns(name: str, *, root: Path | str | None = None) -> int:
-    """The family's turn budget (registered, or ``max_turns`` in its family.yaml)."""
-    return spec(name, root=root).max_turns
+    """The family's turn budget (registered, ``max_turns`` in its family.yaml, or a plugin class's ``max_turns``)."""
+    family_spec = spec(name, root=root)
+    if family_spec.plugin is not None:
+        declared = getattr(family_class(name, root=root), "max_turns", None)
+        if isinstance(declared, int) and not isinstance(declared, bool) and declared >= 1:
+            return declared
+    return family_spec.max_turns
 
 
 # -------------------------------------------------------------------------------------------------------------
@@ -341,7 +393,10 @@ def check_family(name: str, *, size: str = "tiny", seed: int = 0, root: Path | s
     """Check that family ``name`` honours the contract; returns a report, raises ``TaskError`` listing failures.
 
     Checks: the same seed builds byte-identical files; instances load, have unique ids, known categories, and
-    survive pickle/JSON round trips; the reference solution scores 1 on every instance; empty, traceback and
+    survive pickle/JSON round trips; the reference solution scores 1 on every instance; the reference PROGRAM
+    (its ``code_execution`` steps) runs in the bubblewrap sandbox without an error and its output holds the gold
+    answer (:func:`reference_output_problems`: a reference that computes something else, or fails where the
+    agent's code runs, fails the check even though its final submission is the gold); empty, traceback and
     shotgun submissions score 0; constant answers score at most the base rate (the best score one of the
     20 most common gold labels gets as a constant answer, under the family's own grader); over each WHOLE
     split, no constant answer scores above the reward-floor bound (``medagentgym.tasks.floors.constant_floor``: 10 %,
@@ -384,9 +439,11 @@ def check_family(name: str, *, size: str = "tiny", seed: int = 0, root: Path | s
                             if first.get("files", {}).get(k) != second.get("files", {}).get(k))
             problems.append(f"same seed, different files: {differ[:5]}")
         family = make(name, root=base_root)
+        pool = None
         if play is None and getattr(family, "needs_sandbox", False):
             pool = stack.enter_context(_check_pool())
             play = functools.partial(sandbox_play, pool)
+        replays = play is not None  # a custom or sandboxed play runs the reference program itself
         play = play or direct
         if not isinstance(family.version, int) or not family.categories:
             problems.append("needs an int version and at least one category")
@@ -426,6 +483,14 @@ def check_family(name: str, *, size: str = "tiny", seed: int = 0, root: Path | s
             report[split].update(oracle=scores["oracle"], base_rate=base)
             if scores["oracle"] != 1.0:
                 problems.append(f"{split}: reference solutions score {scores['oracle']:.3f}, not 1")
+            if not replays and getattr(family, "reference_runs_alone", True):
+                if pool is None:
+                    pool = stack.enter_context(_check_pool())
+                ran, bad = reference_output_problems(pool, family, items)
+                report[split]["reference_runs"] = ran
+                problems += [f"{split}: {line}" for line in bad[:3]]
+                if len(bad) > 3:
+                    problems.append(f"{split}: {len(bad) - 3} more reference program(s) fail the same way")
             for label in fixed:
                 report[split][label] = scores[label]
                 if scores[label] != 0:
@@ -447,6 +512,96 @@ def check_family(name: str, *, size: str = "tiny", seed: int = 0, root: Path | s
     if problems:
         raise TaskError(f"family {name!r} fails its contract: " + "; ".join(problems))
     return report
+
+
+#: Python run in the session after a reference SQL step: the same query's rows in full, as JSON (the SQL printer
+#: the agent sees cuts cells at 60 characters). The database is resolved as ``Session.run_sql`` does in a jail.
+_SQL_ROWS = """import json as _j, os as _o, sqlite3 as _s
+_db = {db!r}
+if not _o.path.isabs(_db):
+    _c = _o.path.join("/data", _db)
+    if _o.path.isdir(_c):
+        _d = sorted(f for f in _o.listdir(_c) if f.endswith((".db", ".sqlite", ".sqlite3")))
+        _c = _o.path.join(_c, _d[0]) if len(_d) == 1 else _c
+    _db = _c
+print(_j.dumps([[None if v is None else str(v) for v in r]
+                for r in _s.connect("file:" + _db + "?mode=ro", uri=True).execute({query!r}).fetchall()]))
+"""
+
+
+def _holds_gold(family: Any, inst: Any, rows: list[list[str]], ctx: Any) -> bool:
+    """Whether the printed ``rows`` (lines, or a query's rows of cells) state ``inst``'s gold answer under the
+    family's own grader: one row, one cell, or all of them together (a list or set answer printed one element
+    per row, as text or JSON; a number stated to the gold's decimal places)."""
+    import json
+
+    lines = [" | ".join(str(c) for c in row) for row in rows]
+    cells = [str(c) for row in rows for c in row]
+    joined = [", ".join(cells), json.dumps(cells), json.dumps(lines)] if len(cells) > 1 else []
+    # A gold number stored rounded (e.g. 4 decimals) is stated by a program that prints it in full.
+    gold = str(inst.answer)
+    places = len(gold.split(".", 1)[1]) if "." in gold and gold.replace(".", "", 1).lstrip("-").isdigit() else None
+    rounded = []
+    if places is not None:
+        for cell in cells:
+            try:
+                rounded.append(f"{float(cell):.{places}f}")
+            except ValueError:
+                pass
+    candidates = list(dict.fromkeys(lines + cells + joined + rounded))
+    return any(family.grade(inst, text, ctx).correct for text in candidates[:400])
+
+
+def reference_output_problems(pool: Any, family: Any, items: list[Any]) -> tuple[int, list[str]]:
+    """Run each instance's reference program in a sandbox session (its mounts, as in an episode).
+
+    Every ``code_execution`` step must run without an error; the last one's output must hold the gold answer
+    (:func:`_holds_gold`), unless the instance's answer IS the program (biocoder-style: the grader runs it, and
+    the oracle score already checks it). Instances whose reference has no code step are not counted.
+
+    Returns:
+        ``(programs run, one problem line per failing instance)``.
+    """
+    import json
+
+    from medagentgym.tasks.base import GradeContext
+
+    ran, problems = 0, []
+    for inst in items:
+        steps = family.reference_solution(inst)
+        code = [s for s in steps if s.get("action") == "code_execution"]
+        if not code:
+            continue
+        ran += 1
+        mounts = {name: Path(family.root) / rel for name, rel in inst.data.items()}
+        with pool.session(mounts=mounts, persistent=True) as session:
+            for step in code:
+                params = step.get("params", {})
+                database = None
+                if params.get("lang", "python") == "python":
+                    result = session.run_python(params["code"])
+                else:
+                    database = inst.metadata.get("sql_database") or next(iter(inst.data), "")
+                    result = session.run_sql(params["code"], database)
+                if not result.ok:
+                    tail = " ".join((result.stderr or result.stdout or "").split())[-160:]
+                    problems.append(f"the reference program of {inst.id} fails in the sandbox "
+                                    f"({result.error_kind.value}): {tail}")
+                    break
+            else:
+                if inst.answer == inst.solution:
+                    continue
+                ctx = GradeContext(workspace=session.workspace, session=session, family_dir=Path(family.root))
+                if database is None:
+                    rows = [[line.strip()] for line in result.stdout.splitlines() if line.strip()]
+                else:
+                    full = session.run_python(_SQL_ROWS.format(db=database, query=params["code"]))
+                    rows = json.loads(full.stdout) if full.ok else [[full.stderr.strip()]]
+                if not _holds_gold(family, inst, rows, ctx):
+                    shown = " / ".join(" | ".join(map(str, row)) for row in rows)[:80] or "(nothing)"
+                    problems.append(f"the reference program of {inst.id} prints {shown!r}, which does not hold the "
+                                    f"gold answer {str(inst.answer)[:40]!r}")
+    return ran, problems
 
 
 def _check_pool() -> Any:

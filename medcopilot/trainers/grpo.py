@@ -72,7 +72,7 @@ def make_verifier(cfg: RecipeConfig) -> Any:
     wants = "verifier_score" in cfg.reward.weights
     if wants and not cfg.reward.verifier:
         raise RecipeError("reward.weights has verifier_score but reward.verifier is not set; set it to a trained "
-                          "verifier folder or the URL of scripts/serve_verifier.py")
+                          "verifier folder or the URL of medagentgym serve-verifier")
     if not wants and cfg.reward.verifier:
         raise RecipeError(f"reward.verifier={cfg.reward.verifier!r} is set but reward.weights has no verifier_score; "
                           f"add reward.weights.verifier_score=<weight> (0 logs it only)")
@@ -101,7 +101,7 @@ def build_index(cfg: RecipeConfig) -> PromptIndex:
         found = family.instances(cfg.tasks.split)
         if not found:
             raise RecipeError(f"family {name!r} has no {cfg.tasks.split!r} instances under {cfg.tasks.root}; "
-                              f"build it: python scripts/build_tasks.py --families {name} --out {cfg.tasks.root}")
+                              f"build it: medagentgym build --families {name} --out {cfg.tasks.root}")
         actions[name] = family.actions
         instances.extend(found[: cfg.tasks.limit] if cfg.tasks.limit else found)
     return PromptIndex.from_instances(instances, render=lambda inst: initial_messages(inst, actions[inst.family]))
@@ -111,7 +111,7 @@ def make_env_factory(cfg: RecipeConfig, pool: Any) -> Any:
     """A zero-argument callable returning a fresh env: an ``env_client.Env`` on the shared sandbox ``pool``, or,
     with ``env.url``, an env whose episodes run on those servers (round-robin, health-checked; ``pool`` unused).
 
-    Remote servers apply their own episode rules (``scripts/serve_env.py --max-turns``), not ``env.max_turns``.
+    Remote servers apply their own episode rules (``medagentgym serve --max-turns``), not ``env.max_turns``.
     """
     if cfg.env.urls:
         from env_client.http_client import EnvServers
@@ -211,12 +211,14 @@ def run(cfg: RecipeConfig) -> dict[str, Any]:
     index = build_index(cfg)
     dataset = Dataset.from_list(apply_mixture(cfg.tasks, index.rows, seed=args.seed, tag="grpo"))
     pool = None if cfg.env.urls else sandbox.make_pool(cfg.env.sandbox, workers=cfg.env.workers,
+                                                       max_workers=cfg.env.max_workers,
                                                        allow_unisolated=cfg.env.sandbox == "local")
     layers = [f"env servers {', '.join(cfg.env.urls)}"] if pool is None else list(getattr(pool, "layers", []))
-    if pool is not None and cfg.rollout.concurrency > cfg.env.workers:
-        log.warning("rollout.concurrency=%d > env.workers=%d: an episode holds a sandbox session from reset to end, "
-                    "so episodes will wait for workers and turns batch poorly; set env.workers >= rollout.concurrency",
-                    cfg.rollout.concurrency, cfg.env.workers)
+    if pool is not None and cfg.rollout.concurrency > pool.max_workers:
+        log.warning("rollout.concurrency=%d > the sandbox pool's cap of %d workers (%s): an episode holds a sandbox "
+                    "session from reset to end, so episodes will wait for workers and turns batch poorly; raise "
+                    "env.max_workers",
+                    cfg.rollout.concurrency, pool.max_workers, pool.cap_source)
     components = reward_components(cfg.reward.weights)
     rollout = EnvRolloutFunc(
         make_env=make_env_factory(cfg, pool), index=index, tokenizer=tokenizer,

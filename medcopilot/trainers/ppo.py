@@ -507,12 +507,13 @@ def run(cfg: RecipeConfig) -> dict[str, Any]:
     # ---- env: task prompts, a sandbox pool, one Env per episode
     index = build_index(cfg)
     pool = None if cfg.env.urls else sandbox.make_pool(cfg.env.sandbox, workers=cfg.env.workers,
+                                                       max_workers=cfg.env.max_workers,
                                                        allow_unisolated=cfg.env.sandbox == "local")
     layers = [f"env servers {', '.join(cfg.env.urls)}"] if pool is None else list(getattr(pool, "layers", []))
-    if pool is not None and cfg.rollout.concurrency > cfg.env.workers:
-        log.warning("rollout.concurrency=%d > env.workers=%d: an episode holds a sandbox session from reset to end, "
-                    "so episodes will wait for workers; set env.workers >= rollout.concurrency",
-                    cfg.rollout.concurrency, cfg.env.workers)
+    if pool is not None and cfg.rollout.concurrency > pool.max_workers:
+        log.warning("rollout.concurrency=%d > the sandbox pool's cap of %d workers (%s): an episode holds a sandbox "
+                    "session from reset to end, so episodes will wait for workers; raise env.max_workers",
+                    cfg.rollout.concurrency, pool.max_workers, pool.cap_source)
     rollout = EnvRolloutFunc(
         make_env=make_env_factory(cfg, pool), index=index, tokenizer=tokenizer,
         max_new_tokens=cfg.rollout.max_new_tokens, max_completion_tokens=args.max_completion_length,

@@ -11,8 +11,8 @@ pytest.importorskip("openenv", reason="openenv-core is not installed (pip instal
 
 from openenv import GenericEnvClient
 
-from medagentgym.adapters.openenv import build_openenv_app
 from env_client.server_app import background_server
+from medagentgym.adapters.openenv import build_openenv_app
 
 TOKEN = "openenv-test-token-42"
 SQL = '<tool_call>{"name": "code_execution", "arguments": {"lang": "sql", "code": "SELECT COUNT(*) FROM patients"}}' \
@@ -93,7 +93,7 @@ def test_an_abandoned_websocket_session_is_reaped_and_frees_its_worker(toy_root,
     new session gets the worker; the abandoned client's next step is an error, not a hang."""
     import time
 
-    pool = make_test_pool(1)
+    pool = make_test_pool(1, max_workers=1)
     try:
         app = build_openenv_app(toy_root, pool=pool, families=["toy_sql"], idle_timeout_s=2.0, worker_wait_s=0.3)
         with background_server(app) as url, GenericEnvClient(base_url=url).sync() as abandoned:
@@ -113,3 +113,144 @@ def test_an_abandoned_websocket_session_is_reaped_and_frees_its_worker(toy_root,
                 abandoned.step({"text": SQL})
     finally:
         pool.close()
+
+
+# ------------------------------------------------------------------------------ OpenEnv's HTTP contract, MCP, errors
+
+
+@pytest.fixture(scope="module")
+def open_server(toy_root, make_test_pool):
+    """A server without tokens, as OpenEnv's own HTTP tests and `openenv validate` address one."""
+    pool = make_test_pool(1)
+    with background_server(build_openenv_app(toy_root, pool=pool, families=["toy_sql"])) as url:
+        yield url
+    pool.close()
+
+
+def _submit(answer: str) -> dict:
+    return {"typed": {"action": "submit_answer", "answer": answer}}
+
+
+def test_openenv_http_contract_plays_an_episode(open_server, oracle_answer):
+    """OpenEnv's HTTP contract, as its LocalDockerProvider test drives a server: POST /reset {}, POST /step
+    {"action": ...}, GET /state; the episode spans the requests, and openenv-core's runtime validator passes."""
+    import httpx
+    from openenv.cli._validation import validate_running_environment
+
+    with httpx.Client(base_url=open_server, timeout=120) as http:
+        first = http.post("/reset", json={})
+        assert first.status_code == 200, first.text
+        body = first.json()
+        assert body["reward"] is None and body["done"] is False and body["observation"]["kind"] == "task"
+        task_id = body["info"]["task_id"]
+        seeded = [http.post("/reset", json={"seed": 3}).json()["info"]["task_id"] for _ in range(2)]
+        assert seeded[0] == seeded[1]  # the same seed, the same task
+        task_id = http.post("/reset", json={"task_id": task_id}).json()["info"]["task_id"]
+        ran = http.post("/step", json={"action": {"text": SQL}}).json()
+        assert ran["done"] is False and ran["reward"] == 0.0 and "status: SUCCESS" in ran["observation"]["text"]
+        state = http.get("/state").json()
+        assert state["step_count"] == 1 and state["task_id"] == task_id
+        named = http.post("/reset", json={"seed": 7, "episode_id": "run-1/ep-7"}).json()  # a new episode, named
+        assert named["episode_id"] == body["episode_id"]  # ... played on the same session
+        state = http.get("/state").json()
+        assert state["episode_id"] == "run-1/ep-7" and state["step_count"] == 0
+        done = http.post("/step", json={"action": _submit(oracle_answer(named["info"]["task_id"]))}).json()
+        assert done["done"] is True and done["reward"] == 1.0
+        # MedAgentGym's own protocol is served on the same paths
+        own = http.post("/reset", json={"task_id": "toy_sql/test/0001", "family": "toy_sql", "split": "test"}).json()
+        assert http.post("/step", json={"episode_id": own["episode_id"], "action": {"text": SQL}}).json()["done"] is False
+        assert http.post("/reset", json={"sed": 1}).status_code == 422  # a typo is named, not ignored
+    report = validate_running_environment(open_server, timeout_s=30)
+    assert report["passed"] and report["mode"] == "simulation", report["summary"]
+
+
+def test_each_http_client_has_its_own_episode(server, oracle_answer):
+    import httpx
+
+    url, _ = server
+    alice = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=120)
+    anonymous = httpx.Client(base_url=url, timeout=120)
+    with alice, anonymous:
+        assert anonymous.post("/reset", json={}).status_code == 401  # the token applies to the contract too
+        assert alice.post("/step", json={"action": {"text": SQL}}).status_code == 409  # no episode yet: one line
+        task = alice.post("/reset", json={"task_id": "toy_sql/test/0002"}).json()["info"]["task_id"]
+        result = alice.post("/step", json={"action": _submit(oracle_answer(task))}).json()
+        assert result["reward"] == 1.0 and result["info"]["verdict"]["reason"] == "hidden by the server"
+
+
+def test_a_malformed_step_is_an_error_observation_and_the_session_goes_on(open_server, oracle_answer):
+    """Over a WebSocket, an action that does not validate used to kill the session with a serializer error."""
+    with GenericEnvClient(base_url=open_server).sync() as env:
+        env.reset(task_id="toy_sql/test/0003")
+        for bad, says in (({"text": SQL, "typed": {"action": "terminal", "cmd": "ls"}}, "exactly one of"),
+                          ({"typed": {"action": "teleport"}}, "does not match"), ({}, "exactly one of")):
+            result = env.step(bad)
+            assert result.observation["kind"] == "error" and says in result.observation["text"]
+            assert not result.done and result.observation["turn"] == 0  # no turn spent on it
+        with pytest.raises(RuntimeError, match="VALIDATION_ERROR"):
+            env.step({"text": 5})  # OpenEnv's own schema check answers an error message; the session stays
+        assert env.step({"text": SQL}).observation["info"]["status"] == "ok"
+        assert env.step(_submit(oracle_answer("toy_sql/test/0003"))).reward == 1.0
+
+
+def test_mcp_tools_are_the_family_actions(open_server, oracle_answer):
+    """openenv-core's MCPToolClient lists the family actions as tools and plays an episode through them; the
+    server's MCP endpoint lists the same tools."""
+    import httpx
+    from openenv.core.env_server.mcp_types import CallToolAction
+    from openenv.core.mcp_client import MCPToolClient
+
+    with MCPToolClient(base_url=open_server).sync() as env:
+        env.reset(task_id="toy_sql/test/0004")
+        tools = {t.name: t for t in env.list_tools()}
+        assert sorted(tools) == ["code_execution", "debugging", "request_info", "submit_answer", "terminal"]
+        assert tools["code_execution"].input_schema["required"] == ["code"]
+        assert "status: SUCCESS" in env.call_tool("code_execution", code="SELECT COUNT(*) FROM patients", lang="sql")
+        with pytest.raises(RuntimeError, match="invalid_args"):
+            env.call_tool("submit_answer", value="7")
+        done = env.step(CallToolAction(tool_name="submit_answer",
+                                       arguments={"answer": oracle_answer("toy_sql/test/0004")}))
+        assert done.done and done.reward == 1.0
+        assert "episode is over" in env.call_tool("terminal", cmd="ls")
+    listed = httpx.post(f"{open_server}/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}})
+    assert sorted(t["name"] for t in listed.json()["result"]["tools"]) == sorted(tools)
+
+
+def _sessions_at_once(url: str, n: int, oracle_answer) -> list[float]:
+    """``n`` WebSocket sessions of OpenEnv's async client at once: every one resets, waits for all the others to
+    have reset (so all ``n`` episodes hold a sandbox worker together), then plays its task to the oracle's answer."""
+    import asyncio
+
+    async def one(i: int, together: asyncio.Barrier) -> float:
+        async with GenericEnvClient(base_url=url, message_timeout_s=600) as env:
+            first = await env.reset(seed=i)
+            await together.wait()
+            ran = await env.step({"text": SQL})
+            assert ran.observation["info"]["status"] == "ok"
+            task = first.observation["info"]["task_id"]
+            return (await env.step(_submit(oracle_answer(task)))).reward
+
+    async def main() -> list[float]:
+        together = asyncio.Barrier(n)
+        return await asyncio.gather(*(one(i, together) for i in range(n)))
+
+    return asyncio.run(main())
+
+
+@pytest.mark.parametrize("n", [4, pytest.param(32, marks=pytest.mark.slow)])
+def test_concurrent_websocket_sessions(n, toy_root, make_test_pool, oracle_answer):
+    """``n`` OpenEnv sessions at once on one server whose sandbox pool starts with one worker and grows."""
+    pool = make_test_pool(1)
+    try:
+        with background_server(build_openenv_app(toy_root, pool=pool, families=["toy_sql"])) as url:
+            assert _sessions_at_once(url, n, oracle_answer) == [1.0] * n
+        assert pool.stats()["peak"] >= n
+    finally:
+        pool.close()
+
+
+def test_mcp_tools_before_a_reset_say_so(open_server):
+    from openenv.core.mcp_client import MCPToolClient
+
+    with MCPToolClient(base_url=open_server).sync() as env:
+        assert env.call_tool("terminal", cmd="ls") == "No episode yet: reset first."

@@ -10,8 +10,8 @@ import pytest
 
 pytest.importorskip("trl")
 
-from medagentgym.adapters.trl import environment_factory, tool_env_dataset
 from env_client.actions import tool_schema
+from medagentgym.adapters.trl import environment_factory, tool_env_dataset
 
 ACTIONS = ["code_execution", "debugging", "request_info", "submit_answer", "terminal"]
 
@@ -20,9 +20,9 @@ def _trainer(model_dir, tmp_path, dataset, factory, **config):
     from trl import GRPOConfig, GRPOTrainer
 
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-    args = GRPOConfig(output_dir=str(tmp_path / "out"), max_steps=1, per_device_train_batch_size=2, num_generations=2,
-                      max_completion_length=32, use_cpu=True, bf16=False, report_to=[], logging_steps=1,
-                      save_strategy="no", activation_checkpointing=False, beta=0.0, **config)
+    settings = {"max_steps": 1, "per_device_train_batch_size": 2, "num_generations": 2, "max_completion_length": 32}
+    args = GRPOConfig(output_dir=str(tmp_path / "out"), use_cpu=True, bf16=False, report_to=[], logging_steps=1,
+                      save_strategy="no", activation_checkpointing=False, beta=0.0, **{**settings, **config})
     return GRPOTrainer(model=str(model_dir), args=args, train_dataset=dataset, environment_factory=factory)
 
 
@@ -98,3 +98,22 @@ def test_a_grpo_step_plays_episodes_through_the_tools(toy_root, tiny_model_dir, 
     trainer.train()
     logged = next(e for e in trainer.state.log_history if "rewards/MedAgentGym_toy_sql/mean" in e)
     assert logged["tools/call_frequency"] > 0 and logged["rewards/MedAgentGym_toy_sql/mean"] > 0
+
+
+@pytest.mark.parametrize("rollouts", [4, pytest.param(16, marks=pytest.mark.slow)])
+def test_grpo_steps_with_a_generation_batch_of_episodes(rollouts, toy_root, tiny_model_dir, tmp_path,
+                                                        sandbox_backend):
+    """TRL resets one env per rollout of its generation batch before generating, so ``rollouts`` episodes hold a
+    sandbox worker each at once. With no worker flag the shared pool grows to them and two GRPO steps finish
+    (the default pool of 2 used to stall the third reset for 600 s)."""
+    from medagentgym.adapters._common import shared_pool
+
+    factory = environment_factory(toy_root, "toy_sql", sandbox=sandbox_backend, allow_unisolated=True)
+    dataset = tool_env_dataset(toy_root, "toy_sql", "train", limit=rollouts)
+    trainer = _trainer(tiny_model_dir, tmp_path, dataset, factory, max_steps=2, per_device_train_batch_size=rollouts,
+                       num_generations=4, max_completion_length=16)
+    trainer.train()
+    steps = [e for e in trainer.state.log_history if "rewards/MedAgentGym_toy_sql/mean" in e]
+    assert trainer.state.global_step == 2 and len(steps) == 2
+    assert len(trainer._environment_pool[None]) == rollouts  # TRL made one env per rollout ...
+    assert shared_pool(sandbox_backend, allow_unisolated=True).stats()["peak"] >= rollouts  # ... and the pool followed

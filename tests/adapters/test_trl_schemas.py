@@ -8,8 +8,8 @@ pytest.importorskip("trl", reason="trl is not installed (pip install '.[train]')
 
 from transformers.utils import get_json_schema
 
-from medagentgym.adapters.trl import _TOOLS
 from env_client.actions import tool_schema
+from medagentgym.adapters.trl import _TOOLS
 
 
 @pytest.mark.parametrize("name", sorted(_TOOLS))

@@ -56,7 +56,7 @@ def test_page_matches_version_actions_and_a_real_instance(name, tiny_root):
     listed = re.search(r"^Permitted actions: (.*)\. The episode", text, re.MULTILINE)
     assert listed, f"{name}: no 'Permitted actions' line; {REGENERATE}"
     assert re.findall(r"`(\w+)`", listed.group(1)) == sorted(family.actions), f"{name}: actions changed; {REGENERATE}"
-    shown = re.search(rf"^`({re.escape(name)}/test/\d+)` from `build_tasks.py", text, re.MULTILINE)
+    shown = re.search(rf"^`({re.escape(name)}/test/\d+)` from `medagentgym build", text, re.MULTILINE)
     assert shown, f"{name}: no example instance id; {REGENERATE}"
     by_id = {inst.id: inst for inst in family.instances("test")}
     assert shown.group(1) in by_id, f"{name}: {shown.group(1)} is not in a tiny build any more; {REGENERATE}"
@@ -98,7 +98,7 @@ def test_default_floors_are_within_their_bounds(name):
 @pytest.mark.parametrize("name", tasks.names())
 def test_page_names_the_import_command_only_for_importable_families(name):
     text = _page(name)
-    command = f"scripts/import_tasks.py --family {name} --from FILE"
+    command = f"medagentgym import --family {name} --from FILE"
     if name in IMPORTERS:
         assert command in text, f"{name}: no import command; {REGENERATE}"
     else:

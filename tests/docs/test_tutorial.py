@@ -42,8 +42,8 @@ def test_tutorial_parser_runs_bash_blocks_only():
             "# a comment\n```\n```bash\n.venv/bin/python b.py\n```\n")
     assert tutorial_commands(text) == ["make venv", ".venv/bin/python a.py --x 1 --y 2", ".venv/bin/python b.py"]
     commands = tutorial_commands(TUTORIAL.read_text(encoding="utf-8"))
-    for step in ("make venv", "scripts/build_tasks.py", "recipe=sft_tiny", "recipe=grpo_tiny", "scripts/evaluate.py",
-                 "scripts/leaderboard.py", "scripts/export_hf.py"):
+    for step in ("make venv", "medagentgym build", "recipe=sft_tiny", "recipe=grpo_tiny", "medagentgym eval",
+                 "medagentgym leaderboard", "medagentgym export"):
         assert any(step in command for command in commands), f"the tutorial no longer runs {step}"
 
 

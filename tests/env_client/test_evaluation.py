@@ -108,7 +108,8 @@ def test_evaluate_success_passk_errors_actions_and_cost():
     assert {k: row[k] for k in ("n", "success_rate", "pass_at_k", "base_rate", "errors", "infra_failures")} == {
         "n": 4, "success_rate": 0.25, "pass_at_k": 0.5, "base_rate": 0.5,
         "errors": {"wrong_answer": 2, "invalid_action": 1}, "infra_failures": 0}
-    assert row["ci_method"] == "bootstrap-tasks" and 0.0 <= row["ci95"][0] <= 0.25 <= row["ci95"][1] <= 1.0
+    assert row["ci_method"] == "wilson-tasks" and 0.0 <= row["ci95"][0] <= 0.25 <= row["ci95"][1] <= 1.0
+    assert row["tasks"] == 2 and row["se"] == pytest.approx(0.25)  # task shares 0.5 and 0.0
     assert r.per_family["medcalcbench"]["success_rate"] == 1.0
     assert r.per_category["toy_sql/c2"] == {"n": 2, "success_rate": 0.0}
     assert r.errors == {"wrong_answer": 2, "invalid_action": 1}
@@ -156,11 +157,12 @@ def test_leaderboard_table_and_plot(tmp_path):
     reports = load_reports([tmp_path / "a", tmp_path / "b" / "report.json"])
     table = leaderboard(reports, tmp_path / "lb.png")
     lines = table.splitlines()
-    assert lines[0] == "| policy | episodes | success | 95 % CI | pass@1 | medcalcbench | toy_sql |"
+    assert lines[0] == ("| policy | episodes | success | SE | 95 % CI | macro | pass@1 | infra failures | "
+                        "medcalcbench | toy_sql |")
     assert lines[2].startswith("| good | 2 | 50.0% |") and lines[3].endswith("|  | 0.0% |")  # not evaluated: empty
     assert (tmp_path / "lb.png").stat().st_size > 1000
     (tmp_path / "junk.json").write_text("{}")
-    with pytest.raises(EvalError, match="not an evaluate.py report"):
+    with pytest.raises(EvalError, match="not a medagentgym eval report"):
         load_reports([tmp_path / "junk.json"])
     assert math.isclose(reports[0]["success_rate"], 0.5)
 
@@ -219,3 +221,81 @@ def test_suites_are_the_papers_disjoint_id_and_ood_sets():
     assert len(ID_FAMILIES) == 8 and len(OOD_FAMILIES) == 4 and not set(ID_FAMILIES) & set(OOD_FAMILIES)
     # The two smoke/learning-check families are in neither suite.
     assert set(ID_FAMILIES) | set(OOD_FAMILIES) == set(tasks.names()) - {"toy_sql", "toy_lookup"}
+
+
+def test_intervals_clustered_over_tasks_never_collapse_when_tasks_agree():
+    """70 tasks, K = 2, every sample correct: Wilson over the 70 tasks, not a point at 100 %."""
+    trajs = [traj(f"toy_sql/test/{i:04d}", k, correct=True) for i in range(70) for k in range(2)]
+    r = evaluate(trajs)
+    assert r.ci_method == "wilson-tasks" and r.success_rate == 1.0
+    assert r.ci95 == [pytest.approx(0.948, abs=1e-3), 1.0] and r.se == 0.0
+    # K = 1: Wilson over episodes; K = 2 with the same successes per task counts tasks, not episodes (wider)
+    one = evaluate([traj(f"toy_sql/test/{i:04d}", correct=i < 7) for i in range(10)])
+    two = evaluate([traj(f"toy_sql/test/{i:04d}", k, correct=i < 7) for i in range(10) for k in range(2)])
+    assert one.ci95 == two.ci95 and one.ci_method == "wilson" and two.ci_method == "wilson-tasks"
+    from statsmodels.stats.proportion import proportion_confint
+
+    assert one.ci95 == pytest.approx(list(proportion_confint(7, 10, method="wilson")), abs=1e-6)
+    # the former bootstrap over tasks collapsed exactly here
+    assert bootstrap_interval([[True, True]] * 70) == (1.0, 1.0)
+
+
+def test_macro_average_beside_micro_with_standard_errors():
+    trajs = ([traj(f"toy_sql/test/{i:04d}", correct=True) for i in range(8)]
+             + [traj(f"medcalcbench/test/{i:04d}", correct=i == 0) for i in range(2)])
+    r = evaluate(trajs)
+    assert r.success_rate == pytest.approx(0.9) and r.macro_success_rate == pytest.approx(0.75)
+    assert r.per_family["medcalcbench"]["se"] == pytest.approx(0.5) and r.per_family["toy_sql"]["se"] == 0.0
+    assert r.macro_se == pytest.approx(0.25)  # sqrt(0.5^2 + 0^2) / 2
+    md = render_markdown(r)
+    assert "macro over 2 families: 75.0% ± 25.0% SE" in md and "| **macro (mean of families)** |" in md
+
+
+def _table_rows(md: str, header_start: str) -> list[list[str]]:
+    """Parse the Markdown table whose header starts with ``header_start`` (cells split on unescaped pipes)."""
+    import re
+
+    lines = md.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(header_start))
+    rows = []
+    for line in lines[start:]:
+        if not line.startswith("|"):
+            break
+        rows.append([c.strip() for c in re.split(r"(?<!\\)\|", line)[1:-1]])
+    width = len(rows[0])
+    assert all(len(r) == width for r in rows), "a row has more or fewer cells than the header"
+    return [rows[0]] + rows[2:]
+
+
+def test_markdown_cells_are_escaped_so_an_answer_with_a_newline_or_pipe_keeps_the_table():
+    floor = {"floor": 0.05, "constant": "a|b\nc", "bound": 0.1, "binary": False, "exceeds": False}
+    r = evaluate([traj("toy_sql/test/0000", correct=True)], policy="pol|icy\nname", floors={"toy_sql": floor},
+                 meta={"note": "x|y\nz", "task_set": "t"})
+    md = render_markdown(r)
+    fam = _table_rows(md, "| family |")
+    assert fam[1][0] == "toy_sql" and fam[1][8] == "5.0% (`a\\|b\\nc`)"
+    prov = dict(_table_rows(md, "| | |")[1:])
+    assert prov["note"] == "`x\\|y\\nz`"
+    assert md.splitlines()[0] == "# Evaluation: pol\\|icy\\nname"
+    board = leaderboard([r.to_dict()])
+    assert _table_rows(board, "| policy |")[1][0] == "pol\\|icy\\nname"
+
+
+def test_leaderboard_has_an_infra_column_shows_an_all_failed_run_and_draws_one_plot_per_task_set(tmp_path):
+    ok = evaluate([traj("toy_sql/test/0000", correct=False), traj("toy_sql/test/0001", correct=True)], policy="ok",
+                  meta={"task_set": "one"})
+    failures = [{"task_id": f"toy_sql/test/000{i}", "family": "toy_sql", "sample_idx": 0, "error": "down"}
+                for i in range(2)]
+    down = evaluate([], failures=failures, policy="down", meta={"task_set": "one"})
+    other = evaluate([traj("medcalcbench/test/0000", correct=True)], policy="else", meta={"task_set": "two"})
+    assert down.all_failed and "**All 2 episodes failed to run**" in render_markdown(down)
+    table = leaderboard([down.to_dict(), ok.to_dict(), other.to_dict()], tmp_path / "lb.png")
+    rows = _table_rows(table, "| policy |")
+    assert rows[0][:8] == ["policy", "episodes", "success", "SE", "95 % CI", "macro", "pass@1", "infra failures"]
+    assert rows[1][0] == "ok" and rows[1][7] == "0"
+    assert rows[2][0] == "down (**all episodes failed to run**)" and rows[2][2] == "–" and rows[2][7] == "2"
+    pngs = sorted(p.name for p in tmp_path.glob("*.png"))
+    assert pngs == ["lb_one.png", "lb_two.png"]
+    from env_client.evaluation import leaderboard_plots
+
+    assert leaderboard_plots([ok.to_dict()], tmp_path / "single.png") == [tmp_path / "single.png"]

@@ -248,7 +248,7 @@ def test_abandoned_session_frees_its_worker_and_waiting_is_bounded(vault):
     """One sandbox worker: an abandoned episode holds it, a second reset gets 503 (not a hang) until the reaper
     closes the abandoned session, after which the pool serves again; a finished episode frees it at once."""
     inst = tasks.make("toy_sql", root=vault).instances("test")[0]
-    with make_pool(BACKEND, workers=1, allow_unisolated=True) as pool:
+    with make_pool(BACKEND, workers=1, max_workers=1, allow_unisolated=True) as pool:
         app = build_app(vault, pool=pool, idle_timeout_s=1.0, worker_wait_s=0.3)
         with background_server(app) as url:
             abandoned = HTTPEnv(url)

@@ -164,12 +164,13 @@ def test_make_policy_errors_are_one_line():
         render_action("submit_answer", {}, "xml")  # type: ignore[arg-type]
 
 
-def test_vllm_guard_names_the_extra():
+def test_vllm_guard_names_the_extra(tmp_path):
+    (tmp_path / "config.json").write_text("{}")  # a model folder that exists: the guard is the extra's
     try:
         import vllm  # noqa: F401
     except ImportError:
         with pytest.raises(PolicyError, match=r"pip install 'medagentgym\[gpu\]'"):
-            make_policy("vllm:/nonexistent")
+            make_policy(f"vllm:{tmp_path}")
     else:
         pytest.skip("vllm is installed here; the guard is not reachable")
 
@@ -197,3 +198,18 @@ def test_openai_async_act_concurrent_with_retry():
         outs = asyncio.run(many())
     assert [o.text for o in outs] == [f"seed={i} temp=0.7 n=1" for i in range(3)]
     assert len(seen) == 4 and all(o.n_completion_tokens == 7 for o in outs)  # one 500 was retried
+
+
+def test_a_missing_or_mistyped_local_model_fails_at_once_without_the_hub(tmp_path, monkeypatch):
+    """``hf:runs/pp_tiny`` (a typo of runs/ppo_tiny) is a local path, named at once with the nearest folder."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "runs" / "ppo_tiny").mkdir(parents=True)
+    (tmp_path / "runs" / "ppo_tiny" / "config.json").write_text("{}")
+    with pytest.raises(PolicyError, match=r"^policy 'hf:runs/pp_tiny': no model folder at 'runs/pp_tiny' "
+                                          r"\(runs/pp_tiny does not exist\); did you mean runs/ppo_tiny\?$"):
+        make_policy("hf:runs/pp_tiny")
+    with pytest.raises(PolicyError, match="no model folder at '/no/such/model' \\(/no does not exist\\)"):
+        make_policy("hf:/no/such/model")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(PolicyError, match="neither a local folder nor in the Hub cache, and HF_HUB_OFFLINE is set"):
+        make_policy("hf:no-such-org/no-such-model")

@@ -1,4 +1,4 @@
-"""scripts/collect.py: K trajectories per task from a policy, successes kept for SFT, both outcomes for DPO,
+"""medagentgym collect: K trajectories per task from a policy, successes kept for SFT, both outcomes for DPO,
 resumable, a summary per family; the SFT recipe trains on what it wrote."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Export: LoRA merged into a standalone HF folder with a Hub model card; pushing fails clearly when it cannot happen.
 
 The card is checked by loading it back with ``huggingface_hub.ModelCard`` (metadata and ``model-index`` from a
-real ``scripts/evaluate.py`` report); a failed upload is checked against a real ``HfApi`` pointed at a closed
+real ``medagentgym eval`` report); a failed upload is checked against a real ``HfApi`` pointed at a closed
 local port (the only boundary this machine cannot reach is the Hub itself).
 """
 
@@ -71,7 +71,7 @@ def test_export_merges_lora_and_reloads_for_generation(lora_run_dir, tiny_model_
 
 
 def test_export_script_and_bad_input_are_one_line(lora_run_dir, tmp_path, capsys):
-    from scripts.export_hf import main
+    from medagentgym.cli.export_hf import main
 
     assert main([str(lora_run_dir), "--out", str(tmp_path / "e")]) == 0
     assert (tmp_path / "e" / "config.json").is_file()
@@ -123,11 +123,11 @@ def test_push_uploads_through_the_hub_client(tmp_path, monkeypatch):
 # ------------------------------------------------------------------------------------------------ the model card
 @pytest.fixture(scope="module")
 def eval_report(tmp_path_factory):
-    """A real report.json: scripts/evaluate.py with the oracle on 3 toy_sql tasks (built on demand)."""
+    """A real report.json: medagentgym eval with the oracle on 3 toy_sql tasks (built on demand)."""
     base = tmp_path_factory.mktemp("card_eval")
     sandbox = "bwrap" if shutil.which("bwrap") else "local"
     done = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "evaluate.py"), "--policy", "oracle", "--families", "toy_sql",
+        [sys.executable, "-m", "medagentgym", "eval", "--policy", "oracle", "--families", "toy_sql",
          "--size", "tiny", "--limit", "3", "--tasks-root", str(base / "tasks"), "--out", str(base / "eval"),
          "--sandbox", sandbox, "--allow-unisolated", "--no-progress", "--no-plots"],
         capture_output=True, text=True, timeout=300, check=False)
@@ -179,7 +179,7 @@ def test_card_without_hub_base_or_reports_says_what_is_missing(run_folder, tmp_p
     card = model_card(run_folder, base_model=str(tmp_path))  # a local folder
     assert card.data.base_model is None and card.data.license is None and card.data.eval_results is None
     assert "not set; it must follow the base model" in card.text and "No evaluation report was attached" in card.text
-    with pytest.raises(ExportError, match="not an evaluate.py report"):
+    with pytest.raises(ExportError, match="not a medagentgym eval report"):
         (tmp_path / "bad.json").write_text(json.dumps({"policy": "x"}))
         model_card(run_folder, base_model=BASE, eval_reports=[tmp_path / "bad.json"])
 
@@ -210,7 +210,7 @@ def unreachable_hub(monkeypatch):
 
 
 def test_failed_upload_keeps_the_export_and_says_how_to_retry(lora_run_dir, tmp_path, unreachable_hub, capsys):
-    from scripts.export_hf import main
+    from medagentgym.cli.export_hf import main
 
     out = tmp_path / "export"
     with pytest.raises(ExportError) as caught:
@@ -218,7 +218,7 @@ def test_failed_upload_keeps_the_export_and_says_how_to_retry(lora_run_dir, tmp_
     message = str(caught.value)
     assert "\n" not in message and message.startswith("upload to my-org/m failed (")
     assert f"the export is kept in {out}" in message
-    assert f"python scripts/export_hf.py --upload {out} --push my-org/m" in message
+    assert f"medagentgym export --upload {out} --push my-org/m" in message
     assert (out / "config.json").is_file() and (out / "model.safetensors").is_file()
     assert "base_model: Qwen/Qwen2.5-0.5B-Instruct" in (out / "README.md").read_text()
 
@@ -229,7 +229,7 @@ def test_failed_upload_keeps_the_export_and_says_how_to_retry(lora_run_dir, tmp_
 
 
 def test_push_refuses_before_merging_without_hub_base_or_license(lora_run_dir, tmp_path, unreachable_hub, capsys):
-    from scripts.export_hf import main
+    from medagentgym.cli.export_hf import main
 
     with pytest.raises(ExportError, match="is not a Hub id .*pass --base-model ORG/NAME"):
         export_model(lora_run_dir, tmp_path / "a", push="my-org/m")  # the adapter's base is a local folder

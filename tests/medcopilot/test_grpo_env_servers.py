@@ -1,4 +1,4 @@
-"""A tiny GRPO run whose episodes run on two ``scripts/serve_env.py`` processes (``env.url`` as a list): it trains,
+"""A tiny GRPO run whose episodes run on two ``medagentgym serve`` processes (``env.url`` as a list): it trains,
 both servers serve episodes, and the trainer starts no sandbox of its own."""
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def _declare(root: Path) -> Path:
 
 @pytest.fixture()
 def two_env_servers(tmp_path, sandbox_backend):
-    """Two serve_env.py processes on free loopback ports: ``[(url, log path)]``; each is stopped afterwards."""
+    """Two medagentgym serve processes on free loopback ports: ``[(url, log path)]``; each is stopped afterwards."""
     root = _declare(tmp_path / "tasks")
     started = []
     try:
@@ -41,7 +41,7 @@ def two_env_servers(tmp_path, sandbox_backend):
                 sock.bind(("127.0.0.1", 0))
                 port = sock.getsockname()[1]
             log = tmp_path / f"server{i}.log"
-            cmd = [sys.executable, str(REPO / "scripts" / "serve_env.py"), "--tasks-root", str(root),
+            cmd = [sys.executable, "-m", "medagentgym", "serve", "--tasks-root", str(root),
                    "--port", str(port), "--workers", "2", "--sandbox", sandbox_backend]
             if sandbox_backend == "local":
                 cmd.append("--allow-unisolated")

@@ -5,7 +5,7 @@ One run is :func:`medcopilot.learning.learning_run` on ``clinic_code``: each epi
 tokens are masked out of the loss. The warm start imitates a noisy demonstrator (right one time in two), so the
 model starts partly right and RL has to move the second turn's decision. GRPO runs the demo's setting (30 steps
 with ``GRPO_DEFAULTS``' warm-up), PPO ``PPO_DEFAULTS``: the runs of ``scripts/bench_learning.py --families
-clinic_code --steps 30`` and of ``scripts/demo.py --seed K``, whose numbers are in docs/benchmarks.md ("Learning",
+clinic_code --steps 30`` and of ``medagentgym demo --seed K``, whose numbers are in docs/benchmarks.md ("Learning",
 multi-turn and demo tables; smallest gain +0.09): ``MIN_GAIN`` sits below them.
 
 Each run is 5-10 CPU minutes, so the whole file belongs to ``make test-slow``. ``toy_lookup`` (the answer

@@ -38,8 +38,8 @@ def test_paper_sweeps_branch_from_sft_and_evaluate_both_suites(name):
 def test_the_qwen_sweeps_give_vllm_the_base_model(capsys):
     assert main([str(RECIPES_DIR / "sweeps" / "paper_qwen14b.yaml"), "--dry-run"]) == 0
     out = capsys.readouterr().out
-    assert "eval base/id: scripts/evaluate.py --policy vllm:Qwen/Qwen2.5-14B-Instruct --suite id" in out
-    assert "eval grpo/ood: scripts/evaluate.py --policy vllm:runs/sweeps/paper_qwen14b/grpo/merged" in out
+    assert "eval base/id: medagentgym eval --policy vllm:Qwen/Qwen2.5-14B-Instruct --suite id" in out
+    assert "eval grpo/ood: medagentgym eval --policy vllm:runs/sweeps/paper_qwen14b/grpo/merged" in out
 
 
 def test_bad_branches_and_evaluate_sections_are_one_line(tmp_path):

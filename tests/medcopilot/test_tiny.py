@@ -94,7 +94,7 @@ def test_build_is_fast_deterministic_and_atomic(tiny_model_dir, tmp_path):
 
 
 def test_make_tiny_model_script(tmp_path, capsys):
-    from scripts.make_tiny_model import main
+    from medagentgym.cli.make_tiny_model import main
 
     assert main(["--out", str(tmp_path / "m"), "--seed", "0"]) == 0
     assert (tmp_path / "m" / "chat_template.jinja").is_file()

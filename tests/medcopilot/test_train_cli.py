@@ -138,21 +138,16 @@ def test_sweep_plan_rank_and_errors(tmp_path, capsys):
 
 
 def test_sweep_script_runs_the_shared_logic():
-    proc = subprocess.run([sys.executable, "scripts/sweep.py", "recipes/sweeps/pipeline_qwen7b.yaml", "--dry-run"],
+    proc = subprocess.run([sys.executable, "-m", "medagentgym", "sweep", "recipes/sweeps/pipeline_qwen7b.yaml", "--dry-run"],
                           cwd=REPO, capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 0, proc.stderr
     assert "a chain of 3 stages" in proc.stdout and "model.name_or_path=runs/sweeps/pipeline_qwen7b/dpo" in proc.stdout
 
 
 def test_interrupt_message_names_the_checkpoint_to_resume_from(tmp_path):
-    import importlib.util
-    from pathlib import Path
-
+    from medagentgym.cli import train
     from medcopilot.config import load_recipe
 
-    spec = importlib.util.spec_from_file_location("train_cli", Path(__file__).resolve().parents[2] / "train.py")
-    train = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(train)
     cfg = load_recipe("sft_tiny", [f"output.dir={tmp_path / 'run'}"])
     assert "no checkpoint saved yet" in train._saved(cfg)
     for step in (2, 10, 4):

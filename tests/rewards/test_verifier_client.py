@@ -143,7 +143,7 @@ def test_request_body_and_bad_arguments():
 
 
 def test_serve_script_bad_model_is_one_line(tmp_path):
-    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "serve_verifier.py"), "--model", str(tmp_path)],
+    proc = subprocess.run([sys.executable, "-m", "medagentgym", "serve-verifier", "--model", str(tmp_path)],
                           capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 2
     err = proc.stderr.strip()

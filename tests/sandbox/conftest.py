@@ -60,7 +60,8 @@ def containers_left(launcher, settle_s: float = 15.0) -> list[str]:
 
 @pytest.fixture(scope="session")
 def pool(tmp_path_factory):
-    """A two-worker pool shared by the sandbox tests; after the suite no jailed process may remain.
+    """A pool of two warm workers (at most four) shared by the sandbox tests; after the suite no jailed process may
+    remain.
 
     Its ``data_root`` holds one dataset, ``demo/readme.txt``, so it appears at ``/data/demo/readme.txt``.
     """
@@ -69,7 +70,7 @@ def pool(tmp_path_factory):
     (root / "demo" / "readme.txt").write_text("demo data\n")
     for path in (root, root / "demo"):
         path.chmod(0o755)
-    p = make_pool(BACKEND, workers=2, limits=FAST, workspace_mb=64, data_root=root)
+    p = make_pool(BACKEND, workers=2, max_workers=4, limits=FAST, workspace_mb=64, data_root=root)
     if BACKEND == "docker" or os.geteuid() == 0:
         assert p.jail_uids, f"the {BACKEND} pool reports no jail uids: the leak checks would be vacuous"
     yield p

@@ -552,7 +552,7 @@ def test_bench_docker_times_both_backends_interleaved(engine, load_script, capsy
 def test_a_stale_image_is_refused_with_the_fix(engine):
     bases = _docker("image", "ls", "--format", "{{.Repository}}:{{.Tag}}", "medagentgym-sandbox-base").split()
     if not bases:
-        pytest.skip("no base image of scripts/build_sandbox_image.py here (the image came from a registry)")
+        pytest.skip("no base image of medagentgym sandbox-image here (the image came from a registry)")
     assert "built for another version" in probe(image=bases[0])  # the base carries no ABI label
     assert "is missing" in probe(image="medagentgym-sandbox:no-such-tag")
 

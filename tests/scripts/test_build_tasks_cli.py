@@ -1,4 +1,4 @@
-"""scripts/build_tasks.py: relative --out from any directory, drops reported on stderr, empty builds fail the command."""
+"""medagentgym build: relative --out from any directory, drops reported on stderr, empty builds fail the command."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _build(cwd: Path, *args: str, timeout: int = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(ROOT / "scripts" / "build_tasks.py"), "--size", "tiny",
+    return subprocess.run([sys.executable, "-m", "medagentgym", "build", "--size", "tiny",
                            "--no-progress", *args], cwd=cwd, capture_output=True, text=True, timeout=timeout,
                           check=False)
 
@@ -76,7 +76,7 @@ def test_partial_drops_warn_with_count_and_reason_but_succeed(tmp_path, monkeypa
 
 @pytest.mark.slow
 def test_readme_build_command_from_another_directory_fills_every_family(tmp_path):
-    """README's `build_tasks.py --families all --size tiny --out artifacts/tasks`, run from a directory that is not
+    """README's `medagentgym build --families all --size tiny --out artifacts/tasks`, run from a directory that is not
     the repository: every registered family gets non-empty train and test splits (about a minute on 2 cores)."""
     done = _build(tmp_path, "--families", "all", "--out", "artifacts/tasks", timeout=900)
     assert done.returncode == 0, done.stderr

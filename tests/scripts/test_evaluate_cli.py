@@ -1,4 +1,4 @@
-"""scripts/evaluate.py and scripts/leaderboard.py end to end: build on demand, report, plots, JSON line."""
+"""medagentgym eval and medagentgym leaderboard end to end: build on demand, report, plots, JSON line."""
 
 from __future__ import annotations
 
@@ -9,16 +9,20 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from medagentgym.cli import COMMANDS
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 ROOT = Path(__file__).resolve().parents[2]
+#: "evaluate.py" -> "eval": the command that replaced each script (medagentgym.cli.COMMANDS)
+_COMMAND = {f"{module}.py": name for name, (module, _) in COMMANDS.items()}
 SANDBOX = "bwrap" if shutil.which("bwrap") else "local"
 FAMILIES = "toy_sql,medcalcbench"
 
 
 def _run(script: str, *args: str, timeout: int = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(ROOT / "scripts" / script), *args], cwd=ROOT, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "medagentgym", _COMMAND[script], *args], cwd=ROOT, capture_output=True,
                           text=True, timeout=timeout, check=False)
 
 
@@ -31,7 +35,7 @@ def _evaluate(root: Path, out: Path, policy: str, *extra: str) -> subprocess.Com
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     base = tmp_path_factory.mktemp("eval")
-    root = base / "tasks"  # missing: evaluate.py must build the families into it
+    root = base / "tasks"  # missing: medagentgym eval must build the families into it
     oracle = _evaluate(root, base / "oracle", "oracle", "-k", "2")
     shotgun = _evaluate(root, base / "shotgun", "shotgun")
     return base, root, oracle, shotgun

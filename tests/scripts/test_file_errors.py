@@ -10,13 +10,16 @@ from pathlib import Path
 
 import pytest
 
+from medagentgym.cli import COMMANDS
 from medagentgym.tasks._files import FileFormatError, iter_jsonl, load_json, load_yaml
 
 ROOT = Path(__file__).resolve().parents[2]
+#: "evaluate.py" -> "eval": the command that replaced each script (medagentgym.cli.COMMANDS)
+_COMMAND = {f"{module}.py": name for name, (module, _) in COMMANDS.items()}
 
 
 def _run(script: str, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(ROOT / "scripts" / script), *args], cwd=ROOT, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "medagentgym", _COMMAND[script], *args], cwd=ROOT, capture_output=True,
                           text=True, timeout=120, check=False)
 
 
@@ -59,11 +62,8 @@ def test_leaderboard_names_the_bad_report_line(tmp_path):
 def test_evaluate_names_the_bad_scores_line(tmp_path):
     scores = tmp_path / "scores.jsonl"
     scores.write_text(json.dumps({"task_id": "toy_sql/test/0000", "sample_idx": 0, "score": 0.5}) + "\n{oops\n")
-    from importlib.util import module_from_spec, spec_from_file_location
+    from medagentgym.cli import evaluate as module
 
-    spec = spec_from_file_location("evaluate_cli", ROOT / "scripts" / "evaluate.py")
-    module = module_from_spec(spec)
-    spec.loader.exec_module(module)
     with pytest.raises(ValueError, match=rf"^{scores}:2: "):
         module.read_scores(scores)
 

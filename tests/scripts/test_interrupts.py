@@ -1,7 +1,7 @@
 """Ctrl-C in the long CLIs: one closing line that says what was saved and how a rerun goes on, exit 130.
 
 The signal goes to the command's whole process group, as a terminal's Ctrl-C does (worker processes get it too).
-Two commands are interrupted for real, mid-run: ``build_tasks.py`` between two families, and ``serve_env.py``
+Two commands are interrupted for real, mid-run: ``medagentgym build`` between two families, and ``medagentgym serve``
 while it serves. The message logic of the others is checked in process.
 """
 
@@ -42,7 +42,7 @@ def _start(args: list[str], cwd: Path) -> subprocess.Popen:
 def test_build_tasks_interrupted_between_families_names_the_rest(tmp_path):
     # toy_sql builds in well under a second, mimic_extract in seconds: the signal lands inside the second build.
     out = tmp_path / "tasks"
-    proc = _start([str(ROOT / "scripts/build_tasks.py"), "--families", "toy_sql,mimic_extract", "--size", "tiny",
+    proc = _start(["-m", "medagentgym", "build", "--families", "toy_sql,mimic_extract", "--size", "tiny",
                    "--out", str(out), "--jobs", "1", "--no-progress"], tmp_path)
     deadline = time.monotonic() + 120
     while not (out / "toy_sql" / "manifest.json").is_file():
@@ -63,7 +63,7 @@ def test_serve_env_interrupted_stops_with_one_line(tmp_path):
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    proc = _start([str(ROOT / "scripts/serve_env.py"), "--tasks-root", str(tmp_path), "--port", str(port),
+    proc = _start(["-m", "medagentgym", "serve", "--tasks-root", str(tmp_path), "--port", str(port),
                    "--workers", "1", "--sandbox", "local", "--allow-unisolated", "--log-level", "warning"], tmp_path)
     deadline = time.monotonic() + 120
     while True:

@@ -1,7 +1,7 @@
 """README.md's "Using it" commands, run verbatim, in order, from a clone-like copy of the repository.
 
 The commands are parsed from README.md, so the test fails when README drifts from what works: every line of the
-section's fenced block that starts with ``.venv/bin/python`` runs (continuation lines joined), except those whose
+section's fenced block that starts with ``.venv/bin/medagentgym`` or ``.venv/bin/python`` runs (continuation lines joined), except those whose
 comment says they need a GPU. A command with ``--port N`` is a server: it must answer ``/health``, then it is
 stopped with Ctrl-C (SIGINT). The copy holds the tracked and untracked-but-not-ignored files, as a clone would,
 and ``.venv`` links to the interpreter running the tests; relative paths (``artifacts/tasks``, ``runs/...``)
@@ -28,14 +28,15 @@ SECTION = "## Using it"
 
 
 def readme_commands(text: str) -> list[tuple[str, str]]:
-    """``(command, comment)`` for each ``.venv/bin/python`` line of the first fenced block under "Using it"."""
+    """``(command, comment)`` for each ``.venv/bin/medagentgym`` or ``.venv/bin/python`` line of the first fenced
+    block under "Using it"."""
     section = text.split(SECTION, 1)[1]
     block = re.search(r"```(?:bash|sh|console)?\n(.*?)```", section, re.DOTALL).group(1)
     joined = re.sub(r"\\\n\s*", "", block)
     found = []
     for line in joined.splitlines():
         line = line.strip()
-        if not line.startswith(".venv/bin/python"):
+        if not line.startswith((".venv/bin/python", ".venv/bin/medagentgym")):
             continue
         words = shlex.split(line, comments=True)
         command = shlex.join(words)
@@ -50,6 +51,25 @@ def test_readme_parser_joins_continuations_and_keeps_comments():
     assert readme_commands(text) == [(".venv/bin/python a.py --x 1 --y 2", "note"),
                                      (".venv/bin/python b.py", "on a GPU")]
     assert readme_commands((ROOT / "README.md").read_text(encoding="utf-8")), "README has no commands to run"
+
+
+def test_no_readme_command_writes_where_a_real_recipe_reads():
+    """Examples and smoke runs never write the stores the 7B/14B recipes train on (a smoke collection there made
+    the flagship SFT train on 16 rows). Task builds may share a root: a real recipe refuses a build of another
+    size (medcopilot.inputs)."""
+    from medcopilot.config import RECIPES_DIR, load_recipe
+
+    reads = set()
+    for path in RECIPES_DIR.glob("*_qwen*.yaml"):
+        cfg = load_recipe(path.stem)
+        if cfg.rollout.store:
+            reads |= {Path(cfg.rollout.store), Path(cfg.rollout.store).parent}
+    assert reads
+    for command, _ in readme_commands((ROOT / "README.md").read_text(encoding="utf-8")):
+        words = shlex.split(command)
+        if "--out" in words and words[:2] != [".venv/bin/medagentgym", "build"]:
+            out = Path(words[words.index("--out") + 1])
+            assert out not in reads and not any(r.is_relative_to(out) for r in reads), (command, sorted(reads))
 
 
 def _free(port: int) -> bool:
@@ -121,7 +141,8 @@ def _check_outputs(command: str, clone: Path) -> None:
     """What a command's exit status does not show: the oracle really scores every family; the card loads."""
     words = shlex.split(command)
     out = Path(clone, words[words.index("--out") + 1]) if "--out" in words else None
-    if "scripts/evaluate.py" in words and words[words.index("--policy") + 1] == "oracle":
+    command_name = words[1] if words[0].endswith("/medagentgym") else None
+    if command_name == "eval" and words[words.index("--policy") + 1] == "oracle":
         import json
 
         from medagentgym import tasks
@@ -130,7 +151,7 @@ def _check_outputs(command: str, clone: Path) -> None:
         assert report["success_rate"] == 1.0, report["per_family"]
         if words[words.index("--families") + 1] == "all":
             assert sorted(report["per_family"]) == tasks.names()
-    if "scripts/export_hf.py" in words:
+    if command_name == "export":
         from huggingface_hub import ModelCard
 
         card = ModelCard.load(out / "README.md")

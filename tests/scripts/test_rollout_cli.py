@@ -1,4 +1,4 @@
-"""scripts/rollout.py: a run killed with SIGKILL midway resumes to the exact set of episodes, no duplicates."""
+"""medagentgym rollout: a run killed with SIGKILL midway resumes to the exact set of episodes, no duplicates."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ def tasks_root(tmp_path_factory):
 
 
 def _cmd(root: Path, out: Path, *extra: str, seed: int = 3) -> list[str]:
-    return [sys.executable, str(ROOT / "scripts" / "rollout.py"), "--tasks-root", str(root), "--families",
+    return [sys.executable, "-m", "medagentgym", "rollout", "--tasks-root", str(root), "--families",
             "toy_sql", "--split", "test", "--policy", "oracle", "-k", "2", "--out", str(out), "--seed", str(seed),
             "--sandbox", SANDBOX, "--allow-unisolated", "--no-progress", *extra]
 
@@ -77,7 +77,7 @@ def test_bad_arguments_exit_2_with_one_line(tasks_root, tmp_path):
                          check=False, capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2
     assert bad.stderr.strip().splitlines()[-1].startswith("error: unknown policy spec 'bogus'")
-    bad = subprocess.run([sys.executable, str(ROOT / "scripts" / "rollout.py"), "--tasks-root", str(tasks_root),
+    bad = subprocess.run([sys.executable, "-m", "medagentgym", "rollout", "--tasks-root", str(tasks_root),
                           "--families", "toy_sq"], cwd=ROOT, check=False, capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "did you mean `toy_sql`" in bad.stderr
 

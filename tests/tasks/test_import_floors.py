@@ -76,7 +76,7 @@ def test_evaluate_reports_floors_over_the_whole_split(tmp_path):
     root = tmp_path / "tasks"
     tasks.make("toy_sql", root=root).build(root, size="tiny", seed=0)
     n_test = len(tasks.make("toy_sql", root=root).instances("test"))
-    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "evaluate.py"), "--policy", "empty", "--families",
+    done = subprocess.run([sys.executable, "-m", "medagentgym", "eval", "--policy", "empty", "--families",
                            "toy_sql", "--limit", "2", "--tasks-root", str(root), "--out", str(tmp_path / "eval"),
                            "--sandbox", SANDBOX, "--allow-unisolated", "--no-progress", "--no-plots", "--json"],
                           cwd=ROOT, capture_output=True, text=True, timeout=180, check=False)

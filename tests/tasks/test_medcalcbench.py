@@ -75,8 +75,8 @@ def test_reference_solution_is_correct_everywhere(built, all_instances):
     fam = built[0]
     for inst in all_instances:
         actions = fam.reference_solution(inst)
-        assert actions[0]["action"] == "code_execution" and actions[0]["params"]["lang"] == "python"
-        assert actions[-1]["action"] == "submit_answer"
+        # the snippet imports our calculators, which the jail lacks: the reference submits the answer alone
+        assert [a["action"] for a in actions] == ["submit_answer"]
         verdict = fam.grade(inst, actions[-1]["params"]["answer"])
         assert verdict.correct, (inst.id, inst.answer, verdict.reason)
         # the gold is what the snippet computes (tuples are stored as [weeks, days])

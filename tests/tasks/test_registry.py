@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -40,7 +41,7 @@ def test_typo_suggests_nearest_name():
 
 def test_unbuilt_family_says_how_to_build(tmp_path):
     fam = tasks.make("toy_sql", root=tmp_path)
-    with pytest.raises(tasks.NotBuilt, match="scripts/build_tasks.py --families toy_sql"):
+    with pytest.raises(tasks.NotBuilt, match="medagentgym build --families toy_sql"):
         fam.instances("test")
 
 
@@ -165,3 +166,55 @@ def test_check_family_catches_a_lenient_grader(monkeypatch):
         correct=str(inst.answer) in str(sub), score=float(str(inst.answer) in str(sub))))  # substring grading
     with pytest.raises(tasks.TaskError, match="shotgun submission scores"):
         tasks.check_family("toy_sql")
+
+
+def test_check_family_runs_the_reference_program_and_catches_a_broken_one(monkeypatch):
+    """A reference whose SQL computes something else still submits the gold: check_family runs the program."""
+    from medagentgym.tasks.base import run_then_submit
+    from medagentgym.tasks.graders import render_answer
+    from medagentgym.tasks.toy_sql import ToySQL
+
+    report = tasks.check_family("toy_sql", limit=3)
+    assert report["test"]["reference_runs"] == 3
+    monkeypatch.setattr(ToySQL, "reference_solution", lambda self, inst: run_then_submit(
+        "sql", "SELECT 123456789 AS wrong", render_answer(inst.answer_type, inst.answer)))
+    with pytest.raises(tasks.TaskError, match=r"reference program of toy_sql/\w+/\d+ prints '123456789', which "
+                                              r"does not hold the gold answer"):
+        tasks.check_family("toy_sql", limit=3)
+    monkeypatch.setattr(ToySQL, "reference_solution", lambda self, inst: run_then_submit(
+        "sql", "SELECT nope FROM no_such_table", render_answer(inst.answer_type, inst.answer)))
+    with pytest.raises(tasks.TaskError, match=r"reference program of \S+ fails in the sandbox .*no such table"):
+        tasks.check_family("toy_sql", limit=3)
+
+
+_PLUGIN = '''
+from medagentgym.tasks.toy_sql import ToySQL
+
+
+class PluginSQL(ToySQL):
+    name = "plugin_sql"
+    max_turns = 3
+'''
+
+
+def test_an_installed_distribution_registers_a_family_through_the_entry_point_group(tmp_path):
+    """A package that declares ``medagentgym.families`` is found, made and played with no edit to ours."""
+    (tmp_path / "plugin_pkg.py").write_text(_PLUGIN)
+    info = tmp_path / "plugin_pkg-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: plugin-pkg\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[medagentgym.families]\nplugin_sql = plugin_pkg:PluginSQL\n"
+                                           "toy_sql = plugin_pkg:PluginSQL\nBad-Name = plugin_pkg:PluginSQL\n")
+    code = ("import json; from medagentgym import tasks; from medagentgym.tasks.registry import max_turns, spec; "
+            "fam = tasks.make('plugin_sql', root='t'); fam.build('t', size='tiny', seed=0); "
+            "print(json.dumps([tasks.names(), max_turns('plugin_sql'), spec('plugin_sql').plugin, "
+            "spec('toy_sql').entry_point, len(fam.instances('test'))]))")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
+                         check=True)
+    names, turns, plugin, toy_entry, n_test = json.loads(out.stdout.splitlines()[-1])
+    assert "plugin_sql" in names and "toy_sql" in names and "Bad-Name" not in names
+    assert turns == 3 and plugin == "plugin-pkg" and n_test > 0
+    assert toy_entry == "medagentgym.tasks.toy_sql:ToySQL"  # a built-in name is never taken over
+    assert "family 'toy_sql' of the installed distribution 'plugin-pkg'" in out.stderr
+    assert "'Bad-Name' of 'plugin-pkg' is ignored" in out.stderr

@@ -100,7 +100,7 @@ def _script(*args: str):
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[2]
-    return subprocess.run([sys.executable, str(root / "scripts" / "build_tasks.py"), *args], check=False, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "medagentgym", "build", *args], check=False, capture_output=True,
                           text=True, cwd=root, timeout=120)
 
 

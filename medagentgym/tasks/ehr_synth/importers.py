@@ -8,7 +8,7 @@
 * :func:`ehrsql_instances` and :func:`mimicsql_instances` turn the public question files (EHRSQL JSON,
   MIMICSQL JSON lines or MedAgentGym ``treqs`` rows) into instances over whatever database is given: each gold
   query is post-processed like EHRSQL's evaluator and EXECUTED; the answer is what it returns. They keep the
-  given slot values; ``scripts/import_tasks.py`` (``medagentgym.tasks.importers.ehrsql``) also re-instantiates values the
+  given slot values; ``medagentgym import`` (``medagentgym.tasks.importers.ehrsql``) also re-instantiates values the
   database lacks and writes a built family.
 
 Nothing here downloads data; paths point at files the user already has.

@@ -267,7 +267,7 @@ def check(records: Iterable[dict[str, Any]], db_path: Path | str, dataset: str, 
     if dataset not in DATASETS:
         raise TaskError(f"dataset {dataset!r} is not one of {DATASETS}")
     if not Path(db_path).is_file():
-        raise TaskError(f"{db_path}: no database; build it with scripts/build_tasks.py --size default")
+        raise TaskError(f"{db_path}: no database; build it with medagentgym build --size default")
     report = Report(dataset)
     con = connect_read_only(db_path)
     seen_lits: dict[tuple[str, str, str], bool] = {}

@@ -5,7 +5,7 @@ MedCalc-Bench rows, N-PowerAI, BioCoder, BioDSBench, MedAgentBench, EHRCon, EHRS
 instances; :func:`import_files` writes them as ``<out>/<family>/`` with the same manifest conventions as a
 generated build, so ``tasks.make(family, root=out)`` loads them. A record that cannot be imported is reported
 (``path:line: reason``) and the rest of the file goes on; records that need data the user must supply name the
-files and the flag to pass them. ``scripts/import_tasks.py`` is the command line.
+files and the flag to pass them. ``medagentgym import`` is the command line.
 
 Example:
     >>> manifest, report = import_files("mimic_iii", [Path("valid_tasks.jsonl")], Path("artifacts/imported"),

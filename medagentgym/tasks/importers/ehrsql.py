@@ -52,7 +52,7 @@ def target_database(opts: ImportOptions) -> Path:
         src = Path(opts.db)
         if not src.is_file() or src.read_bytes()[:16] != b"SQLite format 3\x00":
             raise TaskError(f"--db {src} is not an SQLite database; pass the {dialect.db_file} of a built "
-                            f"{opts.family} family (scripts/build_tasks.py) or one made by medagentgym.tasks.ehr_synth.importers")
+                            f"{opts.family} family (medagentgym build) or one made by medagentgym.tasks.ehr_synth.importers")
         shutil.copyfile(src, dest)
         return dest
     from medagentgym.tasks.ehr_synth.hospital import SIZES, cached_draw

@@ -1,6 +1,6 @@
 """Build the Docker sandbox image from local files only (no registry), for ``make_pool("docker")``.
 
-    python scripts/build_sandbox_image.py [--image medagentgym-sandbox:latest] [--userland host|debootstrap]
+    medagentgym sandbox-image [--image medagentgym-sandbox:latest] [--userland host|debootstrap]
 
 Writes two local images: ``medagentgym-sandbox-base:<inputs hash>`` (a root filesystem assembled from this
 host and this venv, see ``sandbox/docker_image.py``; reused while its inputs are unchanged) and ``--image``
@@ -27,7 +27,7 @@ from sandbox import docker_image as di
 from sandbox.docker_backend import DEFAULT_IMAGE
 
 BASE_REPO = "medagentgym-sandbox-base"
-REPO_ROOT = Path(__file__).resolve().parent.parent
+SANDBOX_DIR = Path(__import__("sandbox").__file__).resolve().parent  # holds the Dockerfile (package data)
 CHECK = ("import sys; sys.path.insert(0, '/opt/medagentgym'); import numpy, pandas, scipy.stats, "
          "sklearn.linear_model, statsmodels.api, lifelines, Bio, matplotlib.pyplot, pyseccomp, sqlite3, "
          "sandbox.worker, sandbox.grounding; print(sys.version.split()[0], numpy.__version__, pandas.__version__)")
@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
         start = time.monotonic()
         old = docker("image", "inspect", "--format", "{{.Id}}", args.image, check=False).stdout.strip()
         docker("build", "--network", "none", "--build-arg", f"BASE={base}", "-f",
-               str(REPO_ROOT / "sandbox" / "Dockerfile"), "-t", args.image, str(REPO_ROOT / "sandbox"))
+               str(SANDBOX_DIR / "Dockerfile"), "-t", args.image, str(SANDBOX_DIR))
         if old and old != docker("image", "inspect", "--format", "{{.Id}}", args.image).stdout.strip():
             docker("image", "rm", old, check=False)  # the previous build, now untagged
         timings["build_s"] = time.monotonic() - start

@@ -1,9 +1,9 @@
 """Run a grid or a stage chain (SFT -> DPO -> GRPO) of train.py runs from a sweep file.
 
-    python scripts/sweep.py recipes/sweeps/sft_tiny_lr.yaml --dry-run     # validate every run, print the plan
-    python scripts/sweep.py recipes/sweeps/sft_tiny_lr.yaml               # run the grid, rank it, plot it
-    python scripts/sweep.py recipes/sweeps/pipeline_tiny.yaml             # SFT -> DPO -> GRPO, a stage table
-    python scripts/sweep.py recipes/sweeps/grpo_qwen7b_lr.yaml \
+    medagentgym sweep recipes/sweeps/sft_tiny_lr.yaml --dry-run     # validate every run, print the plan
+    medagentgym sweep recipes/sweeps/sft_tiny_lr.yaml               # run the grid, rank it, plot it
+    medagentgym sweep recipes/sweeps/pipeline_tiny.yaml             # SFT -> DPO -> GRPO, a stage table
+    medagentgym sweep recipes/sweeps/grpo_qwen7b_lr.yaml \
         --launcher "accelerate launch --config_file recipes/accelerate/single_gpu.yaml"
 
 The sweep file format, resuming and outputs are described in :mod:`medcopilot.sweep`.

@@ -1,7 +1,7 @@
 """Build the tiny random Qwen2 model used by the tiny recipes and CPU tests.
 
-    python scripts/make_tiny_model.py                       # writes artifacts/tiny-qwen2/
-    python scripts/make_tiny_model.py /tmp/tiny --seed 1    # (--out /tmp/tiny works too)
+    medagentgym tiny-model                       # writes artifacts/tiny-qwen2/
+    medagentgym tiny-model /tmp/tiny --seed 1    # (--out /tmp/tiny works too)
 
 Writes config.json, model.safetensors, generation_config.json, tokenizer.json, tokenizer_config.json and
 chat_template.jinja (TRL's Qwen2.5 template, unchanged). Takes about a second after imports.

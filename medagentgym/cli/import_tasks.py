@@ -1,13 +1,13 @@
 """Import public benchmark task files as a built family that rollouts, evaluation and training use as-is.
 
-    python scripts/import_tasks.py --family mimic_iii --from valid_tasks.jsonl --db artifacts/tasks/mimic_iii/mimic_iii.db --out artifacts/imported
-    python scripts/import_tasks.py --family treqs --from test_tasks.jsonl --from train_tasks.jsonl --out artifacts/imported
-    python scripts/import_tasks.py --family npowerai --from test_tasks.jsonl --out artifacts/imported --check
-    python scripts/import_tasks.py --family biodsbench --from test_tasks.jsonl --data ~/cbioportal --out artifacts/imported
-    python scripts/import_tasks.py --family medagentbench --from test_tasks.jsonl --fhir-url http://localhost:8080/fhir/ --out artifacts/imported
+    medagentgym import --family mimic_iii --from valid_tasks.jsonl --db artifacts/tasks/mimic_iii/mimic_iii.db --out artifacts/imported
+    medagentgym import --family treqs --from test_tasks.jsonl --from train_tasks.jsonl --out artifacts/imported
+    medagentgym import --family npowerai --from test_tasks.jsonl --out artifacts/imported --check
+    medagentgym import --family biodsbench --from test_tasks.jsonl --data ~/cbioportal --out artifacts/imported
+    medagentgym import --family medagentbench --from test_tasks.jsonl --fhir-url http://localhost:8080/fhir/ --out artifacts/imported
 
 Writes ``<out>/<family>/`` (``train.jsonl``, ``test.jsonl``, data files, ``import_report.json``, ``manifest.json``)
-so that ``tasks.make(family, root=out)``, ``scripts/rollout.py --tasks-root out`` and ``scripts/evaluate.py
+so that ``tasks.make(family, root=out)``, ``medagentgym rollout --tasks-root out`` and ``medagentgym eval
 --tasks-root out`` use it like a generated build. Formats: EHRSQL JSON, MIMICSQL, MedAgentGym task JSONL of every
 family, MedCalc-Bench rows (see ``medagentgym/tasks/importers/``). One bad record never stops a file: each rejected record is
 printed as ``path:line: reason: detail`` (the first ``--show``), then a count per reason, the files or packages

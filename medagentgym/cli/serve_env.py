@@ -1,7 +1,7 @@
 """Serve MedAgentGym episodes over HTTP (FastAPI + uvicorn) for remote rollouts.
 
-    python scripts/serve_env.py --tasks-root artifacts/tasks --host 127.0.0.1 --port 8000 --workers 8
-    MEDAGENTGYM_ENV_TOKEN=$(openssl rand -hex 16) python scripts/serve_env.py --host 0.0.0.0 --splits train
+    medagentgym serve --tasks-root artifacts/tasks --host 127.0.0.1 --port 8000 --workers 8
+    MEDAGENTGYM_ENV_TOKEN=$(openssl rand -hex 16) medagentgym serve --host 0.0.0.0 --splits train
 
 Starts a sandbox pool and the env server (``/health``, ``/schema``, ``/reset``, ``/step``, ``/state``,
 ``/close``; see ``sandbox/server.py``). Writes nothing; logs requests to stderr. Clients use
@@ -45,10 +45,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--tasks-root", type=Path, default=Path("artifacts/tasks"),
-                   help="built tasks root (scripts/build_tasks.py --out); default artifacts/tasks")
+                   help="built tasks root (medagentgym build --out); default artifacts/tasks")
     p.add_argument("--host", default="127.0.0.1", help="interface to bind; default 127.0.0.1 (loopback)")
     p.add_argument("--port", type=int, default=8000, help="TCP port; default 8000")
-    p.add_argument("--workers", type=int, default=4, help="sandbox workers (episodes running code at once)")
+    p.add_argument("--workers", type=int, default=4, help="warm sandbox workers kept ready; default 4")
+    p.add_argument("--max-workers", type=int, default=None,
+                   help="most sandbox workers: the pool grows to the open episodes (each holds one) up to this; "
+                        "default half the memory at 48 MiB per worker, or $MEDAGENTGYM_SANDBOX_MAX_WORKERS")
     p.add_argument("--sandbox", choices=["bwrap", "docker", "local"], default="bwrap",
                    help="sandbox backend; default bwrap ('local' is unisolated)")
     p.add_argument("--allow-unisolated", action="store_true", help="permit --sandbox local")
@@ -86,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
                              f"--token (or set {TOKEN_ENV}), or bind to 127.0.0.1")
         if not args.tasks_root.is_dir():
             raise FileNotFoundError(f"tasks root {args.tasks_root} does not exist; build it with "
-                                    f"`python scripts/build_tasks.py --out {args.tasks_root}`")
+                                    f"`medagentgym build --out {args.tasks_root}`")
         import uvicorn
 
         from env_client.episode import EnvConfig
@@ -94,7 +97,8 @@ def main(argv: list[str] | None = None) -> int:
 
         config = EnvConfig(**({"max_turns": args.max_turns} if args.max_turns else {}))
         splits = tuple(s.strip() for s in args.splits.split(",") if s.strip())
-        options = {"backend": args.sandbox, "workers": args.workers, "allow_unisolated": args.allow_unisolated,
+        options = {"backend": args.sandbox, "workers": args.workers, "max_workers": args.max_workers,
+                   "allow_unisolated": args.allow_unisolated,
                    "config": config, "capacity": args.capacity, "idle_timeout_s": args.idle_timeout,
                    "hide_gold": not args.show_gold, "tokens": tokens, "max_body_bytes": args.max_body_bytes,
                    "max_sessions_per_client": args.max_sessions_per_client, "worker_wait_s": args.worker_wait,

@@ -1,6 +1,6 @@
 """Roll out a policy over task families and store one trajectory per episode.
 
-    python scripts/rollout.py --tasks-root artifacts/tasks --families toy_sql --split test --policy oracle \
+    medagentgym rollout --tasks-root artifacts/tasks --families toy_sql --split test --policy oracle \
         -k 4 --concurrency 8 --backend thread --out runs/rollouts/oracle.jsonl --seed 0
 
 Appends one JSON line per finished episode to ``--out`` (an ``env_client.TrajectoryStore``) and prints a
@@ -21,7 +21,7 @@ from pathlib import Path
 
 from medagentgym import tasks
 from env_client.errors import EnvClientError
-from env_client.policies import add_policy_arguments, make_policy, policy_kwargs
+from env_client.policies import add_policy_arguments, failures_in_a_row, make_policy, policy_kwargs, probe
 from env_client.rollout import BACKENDS, EnvSpec, RolloutSummary, describe_run, rollout
 from env_client.trajectory import TrajectoryStore
 from sandbox.errors import SandboxError
@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--tasks-root", type=Path, default=Path("artifacts/tasks"),
-                   help="built tasks root (scripts/build_tasks.py --out); default artifacts/tasks")
+                   help="built tasks root (medagentgym build --out); default artifacts/tasks")
     p.add_argument("--families", default="all", help="comma-separated family names, or 'all' built ones (default)")
     p.add_argument("--split", choices=["train", "test"], default="test", help="split to roll out (default test)")
     p.add_argument("--limit", type=int, default=None, help="at most this many instances per family")
@@ -99,12 +99,15 @@ def main(argv: list[str] | None = None) -> int:
         policy = args.policy  # a spec string travels to the joblib/ray workers; an object only when it must
         if kwargs or args.format != "tool_call":
             policy = make_policy(args.policy, families=spec.families(), fmt=args.format, **kwargs)
+        if str(args.policy).startswith("openai:"):  # a down or mute endpoint fails here, once, before any episode
+            probe(policy if not isinstance(policy, str) else make_policy(args.policy, **kwargs))
         instances = select_instances(args.tasks_root, args.families, args.split, args.limit)
         run_info = describe_run(args.policy, policy, kwargs, config=config, fmt=args.format, split=args.split,
                                 tasks_root=args.tasks_root, families={i.family for i in instances})
         result = rollout(instances, policy, spec, k=args.k, seed=args.seed, concurrency=args.concurrency,
                          backend=args.backend, store=args.out, policy_name=args.policy, on_error=args.on_error,
-                         progress=not args.no_progress, run_info=run_info)
+                         progress=not args.no_progress, run_info=run_info,
+                         max_consecutive_failures=failures_in_a_row(args))
     except KeyboardInterrupt:
         saved = len(TrajectoryStore(args.out)) if args.out and args.out.exists() else 0
         where = f"saved in {args.out}; rerun the same command to resume" if args.out else "kept (no --out given)"

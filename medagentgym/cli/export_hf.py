@@ -1,13 +1,13 @@
 """Export a trained run as a standalone Hugging Face model folder (LoRA merged, model card), optionally pushing it.
 
-    python scripts/export_hf.py runs/sft_tiny --out artifacts/export/sft_tiny --base-model Qwen/Qwen2.5-0.5B-Instruct
-    HF_TOKEN=hf_... python scripts/export_hf.py runs/grpo_qwen7b --out artifacts/export/grpo_qwen7b \\
+    medagentgym export runs/sft_tiny --out artifacts/export/sft_tiny --base-model Qwen/Qwen2.5-0.5B-Instruct
+    HF_TOKEN=hf_... medagentgym export runs/grpo_qwen7b --out artifacts/export/grpo_qwen7b \\
         --eval runs/eval/grpo_qwen7b/report.json --push my-org/med-copilot-7b
-    HF_TOKEN=hf_... python scripts/export_hf.py --upload artifacts/export/grpo_qwen7b --push my-org/med-copilot-7b
+    HF_TOKEN=hf_... medagentgym export --upload artifacts/export/grpo_qwen7b --push my-org/med-copilot-7b
 
 Writes model weights (safetensors), tokenizer + chat template, generation config and README.md into --out. The
 README is a Hub model card (huggingface_hub.ModelCard): metadata with the base model's Hub id, license, datasets,
-tags and ``model-index`` results from each --eval report (``scripts/evaluate.py --out DIR`` writes
+tags and ``model-index`` results from each --eval report (``medagentgym eval --out DIR`` writes
 ``DIR/report.json``), then training recipe and data, evaluation tables, intended use and limitations. --push
 uploads the folder (token: HF_TOKEN); if the upload fails the export is kept and one line says how to retry it
 with --upload, which uploads an existing export without redoing it. The folder appears whole or not at all, so

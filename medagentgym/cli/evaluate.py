@@ -1,22 +1,25 @@
 """Evaluate a policy on task families: success, Pass@K, Best@K, error taxonomy, actions, cost; report and plots.
 
-    python scripts/evaluate.py --policy oracle --families all --size tiny --limit 5 --out runs/eval/oracle --json
-    python scripts/evaluate.py --policy openai:Qwen/Qwen2.5-7B-Instruct@http://127.0.0.1:8000/v1 --suite ood -k 4
-    python scripts/evaluate.py --policy hf:runs/sft/final --suite id --scores runs/verifier/scores.jsonl -k 8
-    python scripts/evaluate.py --policy hf:runs/sft/final --families toy_sql -k 8 --verifier runs/verifier_tiny
+    medagentgym eval --policy oracle --families all --size tiny --limit 5 --out runs/eval/oracle --json
+    medagentgym eval --policy openai:Qwen/Qwen2.5-7B-Instruct@http://127.0.0.1:8000/v1 --suite ood -k 4
+    medagentgym eval --policy hf:runs/sft/final --suite id --scores runs/verifier/scores.jsonl -k 8
+    medagentgym eval --policy hf:runs/sft/final --families toy_sql -k 8 --verifier runs/verifier_tiny
 
 Rolls the policy out (``k`` samples per task) over the chosen families' ``--split`` instances (``--limit`` per
 family), then writes into ``--out``: ``trajectories.jsonl`` (rerunning the same command resumes),
 ``report.json``, ``report.md`` and the plots ``success_by_family.png``, ``pass_at_k.png`` and ``errors.png``.
-Families not yet built under ``--tasks-root`` are built there first at ``--size``.
+Families not yet built under ``--tasks-root`` are built there first at ``--size`` (tiny by default); a family
+already built at another size than ``--size``, or by another version of its code, is refused with one line (the
+report records the size really evaluated).
 
 Honest numbers: a rerun reuses stored episodes only when everything that changes an episode is the same (policy
 spec, weights of a local model, sampling flags, turn cap, format, seed, family versions and data); otherwise it
 stops with one line naming the difference (use another ``--out``). Episodes that fail to run (an endpoint error,
 a dead sandbox) count as failures in every rate, are listed apart (``infra_failures``), make the exit status 1,
 and are retried by a rerun; the endpoint's own error is printed once with a hint. Every rate has a 95 %
-interval (Wilson; a bootstrap over tasks when ``-k`` > 1); base rates cover the whole split; the report records
-its provenance (policy and sampling, caps, commit, date, task-set hash) so that ``scripts/leaderboard.py`` ranks
+interval that never collapses (Wilson; over tasks when ``-k`` > 1) and a standard error clustered over tasks, and
+the report gives the macro average over families beside the micro one; base rates cover the whole split; the report records
+its provenance (policy and sampling, caps, commit, date, task-set hash) so that ``medagentgym leaderboard`` ranks
 only runs over the same tasks side by side.
 
 Suites (``tasks.SUITES``, disjoint, as in the MedAgentGym paper): ``--suite id`` is the eight in-distribution
@@ -24,9 +27,9 @@ families (mimic_iii, eicu, treqs, medcalcbench, medagentbench, biocoder, biodsbe
 the four held out of every training recipe (ehr_seqsql, ehrcon, mimic_extract, npowerai); both on the test split.
 ``--scores`` is a JSONL file of ``{"task_id", "sample_idx", "score"}`` from a scorer (the learned verifier)
 for Best@K; ``--verifier FOLDER_OR_URL`` scores the episodes with a trained verifier (a folder of
-``train.py recipe=verifier_*``, or the URL of ``scripts/serve_verifier.py``) and writes ``scores.jsonl`` beside
+``train.py recipe=verifier_*``, or the URL of ``medagentgym serve-verifier``) and writes ``scores.jsonl`` beside
 the trajectories; without either, Best@K is N/A. ``--json`` ends stdout with one JSON object: ``policy``,
-``episodes``, ``success_rate``, ``ci95``, ``per_family`` (``family -> success rate``), ``pass_at_k``,
+``episodes``, ``success_rate``, ``ci95``, ``se``, ``macro_success_rate``, ``per_family`` (``family -> success rate``), ``pass_at_k``,
 ``best_at_k``, ``errors``, ``infra_failures``, ``prompt_tokens``, ``completion_tokens``, ``out``.
 
 Reward floors: beside each family's success the report gives the best score one constant answer earns over
@@ -60,7 +63,7 @@ from env_client.evaluation import (
     task_set_hash,
     write_report,
 )
-from env_client.policies import add_policy_arguments, make_policy, policy_kwargs
+from env_client.policies import add_policy_arguments, failures_in_a_row, make_policy, policy_kwargs, probe
 from env_client.rollout import EnvSpec, describe_run, rollout, run_key
 from env_client.trajectory import TrajectoryStore
 from sandbox.errors import SandboxError
@@ -81,13 +84,23 @@ def choose_families(families: str, suite: str | None, root: Path) -> list[str]:
     return chosen
 
 
-def ensure_built(names: list[str], root: Path, size: str, seed: int) -> list[str]:
-    """Build each family missing under ``root`` (no ``manifest.json``), in parallel; returns the names built."""
-    missing = [name for name in names if not (root / name / "manifest.json").exists()]
+def ensure_built(names: list[str], root: Path, size: str | None, seed: int) -> dict[str, str]:
+    """Build each family missing under ``root`` (at ``size``; tiny when None), in parallel; check the others.
+
+    Returns:
+        ``family -> the size of its build`` (``"import"`` for imported ones): what the report records.
+
+    Raises:
+        BuildMismatch: A family built at another size than ``size`` (when given), or by another version of the
+            family's code: one line with the command that rebuilds it.
+    """
+    from medagentgym.tasks.builds import build_facts, check_build
+
+    missing = [name for name in names if check_build(name, root, size=size, required=False) is None]
     if missing:
-        print(f"building {', '.join(missing)} ({size}) under {root}", file=sys.stderr)
-        tasks.registry.build_families(missing, root, size=size, seed=seed, jobs=os.cpu_count() or 1)
-    return missing
+        print(f"building {', '.join(missing)} ({size or 'tiny'}) under {root}", file=sys.stderr)
+        tasks.registry.build_families(missing, root, size=size or "tiny", seed=seed, jobs=os.cpu_count() or 1)
+    return {name: (build_facts(name, root) or {}).get("size") or "import" for name in names}
 
 
 def read_scores(path: Path) -> dict[tuple[str, int], float]:
@@ -134,7 +147,7 @@ def run(args: argparse.Namespace) -> dict:
     """Roll out, evaluate and write the report; returns the summary printed as the JSON line."""
     split = "test" if args.suite else args.split
     names = choose_families(args.families, args.suite, args.tasks_root)
-    ensure_built(names, args.tasks_root, args.size, args.seed)
+    sizes = ensure_built(names, args.tasks_root, args.size, args.seed)
     instances, base_rates, floors = [], {}, {}
     for name in names:
         family = tasks.make(name, root=args.tasks_root)
@@ -151,16 +164,19 @@ def run(args: argparse.Namespace) -> dict:
                    config=config)
     kwargs = policy_kwargs(args)
     policy = make_policy(args.policy, families=spec.families(), fmt=args.format, **kwargs)
+    probe(policy)  # an endpoint that is down or mute fails here, once, before any episode
     run_info = describe_run(args.policy, policy, kwargs, config=config, fmt=args.format, split=split,
                             tasks_root=args.tasks_root, families=names)
     families, env_config = run_info["families"], run_info["env"]
     result = rollout(instances, policy, spec, k=args.k, seed=args.seed, concurrency=args.concurrency,
                      store=store, policy_name=args.policy, on_error="skip", progress=not args.no_progress,
-                     run_info=run_info)
+                     run_info=run_info, max_consecutive_failures=failures_in_a_row(args))
     scores = read_scores(args.scores) if args.scores else None
     if args.verifier:
         scores = verifier_scores(args.verifier, result.trajectories, out / "scores.jsonl")
-    meta = {"policy": run_info["policy"], "split": split, "suite": args.suite or "custom", "size": args.size,
+    built = sorted(set(sizes.values()))
+    meta = {"policy": run_info["policy"], "split": split, "suite": args.suite or "custom",
+            "size": built[0] if len(built) == 1 else sizes,
             "seed": args.seed, "k": args.k, "limit": args.limit, "format": args.format,
             "env": {k: v for k, v in env_config.items() if k in ("max_turns", "max_total_tokens", "obs_max_chars")},
             "families": families, "commit": code_version(),
@@ -173,7 +189,7 @@ def run(args: argparse.Namespace) -> dict:
     if result.summary.failures:
         _report_failures(result.summary.failures)
     return {"policy": report.policy, "episodes": report.episodes, "success_rate": report.success_rate,
-            "ci95": report.ci95, "per_family": {f: row["success_rate"] for f, row in report.per_family.items()},
+            "ci95": report.ci95, "se": report.se, "macro_success_rate": report.macro_success_rate, "per_family": {f: row["success_rate"] for f, row in report.per_family.items()},
             "base_rate": base_rates, "floor": floors, "pass_at_k": report.pass_at_k, "best_at_k": report.best_at_k,
             "errors": report.errors, "failed_episodes": result.summary.failed,
             "infra_failures": report.infra_failures, "prompt_tokens": report.prompt_tokens,
@@ -190,8 +206,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="named suite (tasks.SUITES): id = the paper's 8 in-distribution families, ood = the 4 held "
                         "out of training; both on the test split")
     p.add_argument("--split", choices=["train", "test"], default="test", help="split to evaluate (default test)")
-    p.add_argument("--size", choices=["tiny", "default"], default="tiny",
-                   help="size to build missing families at (default tiny)")
+    p.add_argument("--size", choices=["tiny", "default"], default=None,
+                   help="build size to evaluate: missing families are built at it, and a family already built at "
+                        "another size is refused (default: the size each family is built at; tiny for missing "
+                        "ones); the report records the sizes evaluated")
     p.add_argument("--tasks-root", type=Path, default=Path("artifacts/tasks"),
                    help="built tasks root; missing families are built into it (default artifacts/tasks)")
     p.add_argument("--limit", type=int, default=None, help="at most this many instances per family")
@@ -233,7 +251,8 @@ def main(argv: list[str] | None = None) -> int:
     lo, hi = summary["ci95"]
     infra = f"; {summary['infra_failures']} failed to run (counted as failures)" if summary["infra_failures"] else ""
     print(f"{summary['policy']}: success {summary['success_rate']:.1%} (95 % CI {lo:.1%}-{hi:.1%}) over "
-          f"{summary['episodes']} episodes{infra}; pass@k {summary['pass_at_k']}; report in {summary['out']}")
+          f"{summary['episodes']} episodes{infra}; macro over families {summary['macro_success_rate']:.1%}; "
+          f"pass@k {summary['pass_at_k']}; report in {summary['out']}")
     for fam, rate in summary["per_family"].items():
         floor = summary["floor"][fam]
         flag = " EXCEEDS" if floor["exceeds"] else ""

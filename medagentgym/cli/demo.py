@@ -1,7 +1,7 @@
 """The ``make demo`` job: a tiny model learns a two-turn task (query a database in the sandbox, then submit) by GRPO.
 
-    .venv/bin/python scripts/demo.py
-    .venv/bin/python scripts/demo.py --json --steps 12 --sandbox local --out runs/demo2
+    .venv/bin/medagentgym demo
+    .venv/bin/medagentgym demo --json --steps 12 --sandbox local --out runs/demo2
 
 1. Declares ``artifacts/tasks/clinic_code`` (four phrasings of "query the clinic database for the protocol code,
    then submit it"), builds ``artifacts/tasks/toy_sql`` (for the ``*_tiny`` recipes) and ``artifacts/tiny-qwen2``

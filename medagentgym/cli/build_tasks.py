@@ -1,8 +1,8 @@
 """Build task families into a tasks root.
 
-    python scripts/build_tasks.py --families toy_sql --size tiny --seed 0 --out artifacts/tasks
-    python scripts/build_tasks.py --families all --size default --out artifacts/tasks
-    python scripts/build_tasks.py --list --json
+    medagentgym build --families toy_sql --size tiny --seed 0 --out artifacts/tasks
+    medagentgym build --families all --size default --out artifacts/tasks
+    medagentgym build --list --json
 
 Writes ``<out>/<family>/`` for each family (data, ``train.jsonl``, ``test.jsonl``, ``manifest.json``) and prints
 a summary; the same seed gives byte-identical files. ``--list`` prints per-family categories, instance counts at

@@ -1,7 +1,7 @@
 """Serve a trained learned verifier over HTTP (FastAPI + uvicorn): batched P(correct) for episodes or texts.
 
-    python scripts/serve_verifier.py --model runs/verifier_tiny --port 8100
-    python scripts/serve_verifier.py --model runs/verifier_qwen7b --device cuda --batch-size 16 --host 0.0.0.0
+    medagentgym serve-verifier --model runs/verifier_tiny --port 8100
+    medagentgym serve-verifier --model runs/verifier_qwen7b --device cuda --batch-size 16 --host 0.0.0.0
 
 Endpoints:
 
@@ -12,7 +12,7 @@ Endpoints:
 * ``GET /health`` answers ``{"status": "ok", "model", "max_length"}``.
 
 Clients: ``rewards.verifier.HTTPVerifier(url)`` (httpx only; a failed call scores None, never 0), e.g. as
-``reward.verifier: http://host:8100`` in a GRPO recipe or ``--verifier`` of ``scripts/score_trajectories.py``.
+``reward.verifier: http://host:8100`` in a GRPO recipe or ``--verifier`` of ``medagentgym score``.
 The server has no authentication: bind to loopback unless a trusted network needs it. Ctrl-C stops it with one
 line (exit 130); it writes nothing.
 """

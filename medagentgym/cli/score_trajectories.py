@@ -1,16 +1,16 @@
-"""Score finished episodes with the learned verifier, for Best@K: writes the JSONL that evaluate.py --scores reads.
+"""Score finished episodes with the learned verifier, for Best@K: writes the JSONL that medagentgym eval --scores reads.
 
-    python scripts/score_trajectories.py --verifier runs/verifier_tiny --trajectories runs/eval/hf_sft/trajectories.jsonl
-    python scripts/score_trajectories.py --verifier http://127.0.0.1:8100 --trajectories t.jsonl --out scores.jsonl
+    medagentgym score --verifier runs/verifier_tiny --trajectories runs/eval/hf_sft/trajectories.jsonl
+    medagentgym score --verifier http://127.0.0.1:8100 --trajectories t.jsonl --out scores.jsonl
 
-``--verifier`` is a trained verifier folder (scored in this process) or the URL of ``scripts/serve_verifier.py``.
-Every episode of ``--trajectories`` (a trajectory JSONL, e.g. the ``trajectories.jsonl`` of an evaluate.py run)
+``--verifier`` is a trained verifier folder (scored in this process) or the URL of ``medagentgym serve-verifier``.
+Every episode of ``--trajectories`` (a trajectory JSONL, e.g. the ``trajectories.jsonl`` of a medagentgym eval run)
 gets one line ``{"task_id", "sample_idx", "score"}`` in ``--out`` (default ``scores.jsonl`` beside the
 trajectories), written atomically. If any episode cannot be scored (a failed service call), nothing is written
 and the exit status is 2: Best@K needs a score for every episode. Then rerun the evaluation with the scores
 (the rollout resumes from the same ``--out``, so nothing is rolled out again):
 
-    python scripts/evaluate.py --policy hf:runs/sft --families toy_sql -k 8 --out runs/eval/hf_sft \\
+    medagentgym eval --policy hf:runs/sft --families toy_sql -k 8 --out runs/eval/hf_sft \\
         --scores runs/eval/hf_sft/scores.jsonl
 """
 

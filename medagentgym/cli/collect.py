@@ -1,6 +1,6 @@
 """Collect SFT and DPO data: K trajectories per training task from any policy, in parallel, resumable.
 
-    python scripts/collect.py --tasks-root artifacts/tasks --suite id --policy openai:gpt-4.1-mini -k 4 \
+    medagentgym collect --tasks-root artifacts/tasks --suite id --policy openai:gpt-4.1-mini -k 4 \
         --concurrency 16 --out artifacts/collect/teacher
 
 Writes ``<out>/trajectories.jsonl`` (every episode; rerun the same command to resume, a rerun under other settings
@@ -8,7 +8,7 @@ is refused), ``<out>/sft.jsonl`` (successes: what ``recipes/sft_qwen*.yaml`` rea
 ``<out>/dpo.jsonl`` (every episode of a task with both a success and a failure: what DPO pairs) and
 ``<out>/summary.json``, and prints a table per family (tasks, episodes, success, tasks solved, SFT conversations,
 DPO pairs). Policies: ``oracle``, ``openai:MODEL@URL`` (any OpenAI-compatible server), ``hf:PATH`` (a local
-checkpoint), ``vllm:PATH`` (see ``--help``). ``--env-url`` runs the episodes on env servers (scripts/serve_env.py)
+checkpoint), ``vllm:PATH`` (see ``--help``). ``--env-url`` runs the episodes on env servers (medagentgym serve)
 instead of a local sandbox. Exit status 1 when some episodes failed (they are retried by a rerun).
 """
 
@@ -22,7 +22,7 @@ from pathlib import Path
 
 from medagentgym import tasks
 from env_client.errors import EnvClientError
-from env_client.policies import add_policy_arguments, make_policy, policy_kwargs
+from env_client.policies import add_policy_arguments, failures_in_a_row, make_policy, policy_kwargs, probe
 from env_client.rollout import BACKENDS, EnvSpec, describe_run
 from medcopilot.collect import collect
 from sandbox.errors import SandboxError
@@ -41,7 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--tasks-root", type=Path, default=Path("artifacts/tasks"),
-                   help="built tasks root (scripts/build_tasks.py --out); default artifacts/tasks")
+                   help="built tasks root (medagentgym build --out); default artifacts/tasks")
     p.add_argument("--suite", choices=sorted(tasks.SUITES), default="id",
                    help="families of the paper's suite: id (training families, default) or ood")
     p.add_argument("--families", default="", help="comma-separated families instead of --suite")
@@ -54,7 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="sandbox backend for code; default bwrap ('local' is unisolated)")
     p.add_argument("--allow-unisolated", action="store_true", help="permit --sandbox local")
     p.add_argument("--env-url", action="append", default=[], metavar="URL",
-                   help="env server (scripts/serve_env.py) to run episodes on; repeat for several (round-robin, "
+                   help="env server (medagentgym serve) to run episodes on; repeat for several (round-robin, "
                         "health-checked); token from MEDAGENTGYM_ENV_TOKEN")
     p.add_argument("--max-turns", type=int, default=None, help="episode turn cap (EnvConfig.max_turns)")
     p.add_argument("--out", type=Path, required=True, help="output folder; rerun with it to resume")
@@ -94,12 +94,14 @@ def main(argv: list[str] | None = None) -> int:
         policy = args.policy  # a spec string travels to joblib/ray workers; an object where it must be built here
         if kwargs or args.env_url:
             policy = make_policy(args.policy, families=spec.families(), **kwargs)
+        if str(args.policy).startswith("openai:"):  # a down or mute endpoint fails here, once, before any episode
+            probe(policy if not isinstance(policy, str) else make_policy(args.policy, **kwargs))
         instances = []
         for name in families_for(args):
             instances.extend(tasks.make(name, root=args.tasks_root).instances(args.split)[: args.limit])
         if not instances:
             raise TaskError(f"no {args.split} instances under {args.tasks_root}; build them with "
-                            f"scripts/build_tasks.py --families {','.join(families_for(args))}")
+                            f"medagentgym build --families {','.join(families_for(args))}")
         env = spec
         if args.env_url:
             from env_client.http_client import EnvServers
@@ -109,7 +111,8 @@ def main(argv: list[str] | None = None) -> int:
                                 tasks_root=args.tasks_root, families={i.family for i in instances})
         result = collect(instances, policy, env, k=args.k, out=args.out, concurrency=args.concurrency,
                          seed=args.seed, backend=args.backend, policy_name=args.policy, run_info=run_info,
-                         progress=not args.no_progress, max_pairs_per_task=args.max_pairs_per_task)
+                         progress=not args.no_progress, max_pairs_per_task=args.max_pairs_per_task,
+                         max_consecutive_failures=failures_in_a_row(args))
     except KeyboardInterrupt:
         print(f"\ninterrupted: finished episodes are kept in {args.out}; rerun the same command to resume",
               file=sys.stderr)

@@ -1,9 +1,9 @@
 """Merge several evaluation reports into one Markdown leaderboard and one PNG plot.
 
-    python scripts/leaderboard.py runs/eval/oracle runs/eval/constant runs/eval/qwen7b/report.json \
+    medagentgym leaderboard runs/eval/oracle runs/eval/constant runs/eval/qwen7b/report.json \
         --out runs/eval/leaderboard
 
-Each argument is a ``report.json`` written by ``scripts/evaluate.py`` (or its directory). Writes
+Each argument is a ``report.json`` written by ``medagentgym eval`` (or its directory). Writes
 ``<out>/leaderboard.md`` (one row per report, best overall success first; columns: episodes, success, Pass@1
 and success per family) and ``<out>/leaderboard.png`` (grouped bars of success per family), and prints the
 table. ``--json`` ends stdout with one JSON object: ``{"rows": [{"policy", "success_rate"}, ...], "md", "png"}``.

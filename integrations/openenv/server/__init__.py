@@ -1,0 +1,1 @@
+"""The env server of the ``medagentgym_env`` OpenEnv package (:mod:`medagentgym_env.server.app`)."""

@@ -1,0 +1,174 @@
+"""API models fail fast and keep what they did, against real local HTTP servers.
+
+* a closed port: the probe before the run fails with one line, no episode starts;
+* a server that accepts and never answers: one probe connection, no retry, one line naming the wait;
+* a server that refuses the chat as too long on turn 2: the episode ends truncated (``context_length``) with
+  turn 1's usage kept, not an infrastructure failure, and a rerun does not send it again;
+* an endpoint that fails every chat: the run stops after N episodes in a row with one line.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import threading
+from pathlib import Path
+
+import pytest
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+
+from env_client.policies import OpenAIPolicy, PolicyError, is_context_overflow
+from env_client.server_app import background_server
+
+SANDBOX = "bwrap" if shutil.which("bwrap") else "local"
+MODEL = "tiny-model"
+#: vLLM's words for a chat longer than the model's context (an OpenAI-style 400).
+OVERFLOW = ("This model's maximum context length is 64 tokens. However, you requested 900 tokens (836 in the "
+            "messages, 64 in the completion). Please reduce the length of the messages or completion.")
+
+
+@pytest.fixture(scope="module")
+def tasks_root(tmp_path_factory):
+    from medagentgym import tasks
+
+    root = tmp_path_factory.mktemp("tasks")
+    tasks.make("toy_sql", root=root).build(root, size="tiny", seed=0)
+    return root
+
+
+def _evaluate(load_script, root: Path, out: Path, policy: str, *extra: str) -> int:
+    return load_script("evaluate").main(["--policy", policy, "--families", "toy_sql", "--limit", "3",
+                                         "--tasks-root", str(root), "--out", str(out), "--sandbox", SANDBOX,
+                                         "--allow-unisolated", "--no-progress", "--no-plots", "--concurrency", "1",
+                                         *extra])
+
+
+def _closed_port() -> int:
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()
+    return port
+
+
+def test_a_closed_port_fails_before_any_episode_with_one_line(load_script, tasks_root, tmp_path, capsys):
+    status = _evaluate(load_script, tasks_root, tmp_path / "out", f"openai:{MODEL}@http://127.0.0.1:{_closed_port()}/v1")
+    err = capsys.readouterr().err.strip().splitlines()
+    assert status == 2 and len(err) == 1 and err[0].startswith("error: ") and "APIConnectionError" in err[0]
+    assert "check that the server runs" in err[0]
+    assert not (tmp_path / "out" / "trajectories.jsonl").exists()  # nothing ran
+
+
+class _MuteServer:
+    """Accepts TCP connections, reads, never answers; counts the connections."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.port = self.sock.getsockname()[1]
+        self.accepted = 0
+        self.conns: list[socket.socket] = []
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.accepted += 1
+            self.conns.append(conn)  # held open, never written to
+
+    def close(self) -> None:
+        self.sock.close()
+        for conn in self.conns:
+            conn.close()
+
+
+def test_a_server_that_never_answers_fails_after_one_probe_with_the_timeout(load_script, tasks_root, tmp_path,
+                                                                             capsys):
+    mute = _MuteServer()
+    try:
+        status = _evaluate(load_script, tasks_root, tmp_path / "out", f"openai:{MODEL}@http://127.0.0.1:{mute.port}/v1",
+                           "--timeout", "1", "--max-retries", "3")
+    finally:
+        mute.close()
+    err = capsys.readouterr().err.strip().splitlines()
+    assert status == 2 and len(err) == 1, err
+    assert "accepted the connection but did not answer within 1 s" in err[0]
+    assert mute.accepted == 1  # the probe does not retry, and no episode started
+
+
+def _chat_server(fail: str):
+    """``fail="turn2"``: turn 1 runs SQL, turn 2 is refused as too long; ``fail="always"``: every chat is a 500."""
+    app = FastAPI()
+    calls: list[int] = []
+
+    @app.get("/v1/models")
+    async def models():
+        return {"object": "list", "data": [{"id": MODEL, "object": "model", "created": 0, "owned_by": "test"}]}
+
+    @app.post("/v1/chat/completions")
+    async def chat(request: Request):
+        body = await request.json()
+        turn = 1 + sum(m["role"] == "assistant" for m in body["messages"])
+        calls.append(turn)
+        if fail == "always":
+            return JSONResponse({"error": {"message": "boom", "type": "server_error"}}, status_code=500)
+        if turn >= 2:
+            return JSONResponse({"object": "error", "message": OVERFLOW, "type": "BadRequestError", "code": 400},
+                                status_code=400)
+        call = {"name": "code_execution", "arguments": {"lang": "sql", "code": "SELECT 1"}}
+        return {"id": "c", "object": "chat.completion", "created": 0, "model": MODEL,
+                "choices": [{"index": 0, "finish_reason": "stop", "message": {
+                    "role": "assistant", "content": f"<tool_call>\n{json.dumps(call)}\n</tool_call>"}}],
+                "usage": {"prompt_tokens": 40, "completion_tokens": 9, "total_tokens": 49}}
+
+    return app, calls
+
+
+def test_a_context_overflow_on_turn_2_ends_the_episode_truncated_with_its_usage(load_script, tasks_root, tmp_path,
+                                                                                 capsys):
+    app, calls = _chat_server("turn2")
+    out = tmp_path / "out"
+    with background_server(app) as base:
+        policy = f"openai:{MODEL}@{base}/v1"
+        assert _evaluate(load_script, tasks_root, out, policy, "--max-retries", "0") == 0  # no infra failure
+        first = list(calls)
+        assert _evaluate(load_script, tasks_root, out, policy, "--max-retries", "0") == 0
+    assert first == [1, 2, 1, 2, 1, 2] and calls == first  # the rerun sent nothing: the episodes are stored
+    rows = [json.loads(line) for line in (out / "trajectories.jsonl").read_text().splitlines()]
+    finals = [r["final"] for r in rows if r.get("final")] or [r["final"] for r in rows]
+    assert len(finals) == 3
+    for final in finals:
+        assert final["truncated"] and final["reason"] == "context_length" and final["turns"] == 1
+        assert final["prompt_tokens"] == 40 and final["total_tokens"] == 9
+    report = json.loads((out / "report.json").read_text())
+    assert report["infra_failures"] == 0 and report["errors"] == {"truncated": 3} and report["prompt_tokens"] == 120
+    capsys.readouterr()
+
+
+def test_an_endpoint_failing_every_chat_stops_the_run_after_n_in_a_row(load_script, tasks_root, tmp_path, capsys):
+    app, calls = _chat_server("always")
+    with background_server(app) as base:
+        status = _evaluate(load_script, tasks_root, tmp_path / "out", f"openai:{MODEL}@{base}/v1",
+                           "--max-retries", "0", "--max-failures-in-a-row", "2", "-k", "3")
+    err = capsys.readouterr().err.strip().splitlines()
+    assert status == 2 and len(err) == 1, err
+    assert err[0].startswith("error: stopped: 2 episodes in a row failed to run, the last with PolicyError")
+    assert "rerun the same command to resume" in err[0]
+    assert 2 <= len(calls) <= 3  # of 9 episodes: the 2 that failed, and at most the one already in flight
+
+
+def test_the_probe_names_the_models_a_server_serves_and_overflow_words_are_recognised():
+    app, _ = _chat_server("turn2")
+    with background_server(app) as base:
+        OpenAIPolicy(MODEL, f"{base}/v1").probe()
+        with pytest.raises(PolicyError, match=rf"does not serve model 'other'; it serves {MODEL}"):
+            OpenAIPolicy("other", f"{base}/v1").probe()
+    assert is_context_overflow(400, OVERFLOW)
+    assert is_context_overflow(400, "prompt is too long: 210000 tokens > 200000 maximum")  # Anthropic-style
+    assert not is_context_overflow(400, "Unsupported parameter: 'seed'") and not is_context_overflow(500, OVERFLOW)

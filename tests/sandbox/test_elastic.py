@@ -1,0 +1,149 @@
+"""Capacity follows demand: a pool grows to the sessions open up to its cap, shrinks when idle, fails fast at the
+cap with one line, and leases each jail a host uid no other pool holds.
+
+Mechanics only, so every bound is on counts and on what happened, never on how fast a loaded machine is: waits use
+generous deadlines that only guard against a hang.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from sandbox import Limits, SandboxBusy, make_pool
+from sandbox import _uids
+from sandbox.pool import MAX_WORKERS_ENV, default_max_workers
+
+LIGHT = dict(preload=("sqlite3",), workspace_mb=16, limits=Limits(wall_s=20, cpu_s=20))
+
+
+def _until(predicate, timeout: float = 60.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def test_pool_grows_to_demand_then_fails_fast_at_the_cap_with_one_line(leftovers):
+    with make_pool("bwrap", workers=1, max_workers=3, acquire_timeout=0.3, **LIGHT) as pool:
+        assert pool.stats()["live"] == 1
+        sessions = [pool.session() for _ in range(3)]  # one warm worker, two started on demand
+        try:
+            assert pool.stats()["live"] == 3 == pool.stats()["busy"]
+            outs = [s.run_shell("id -u").stdout.strip() for s in sessions]
+            if os.geteuid() == 0:  # each session runs as its own leased uid
+                assert len(set(outs)) == 3 and {int(u) for u in outs} == set(pool.jail_uids)
+            t0 = time.monotonic()
+            with pytest.raises(SandboxBusy) as info:
+                pool.session()
+            waited = time.monotonic() - t0
+            message = str(info.value)
+            assert "\n" not in message and "3 workers are busy" in message and "max_workers=3" in message
+            assert f"{MAX_WORKERS_ENV}=N" in message and "make_pool(max_workers=N)" in message
+            assert 0.3 <= waited < 60  # it waited acquire_timeout, not the old 600 s
+            assert pool.stats()["live"] == 3 and pool.stats()["waiting"] == 0
+        finally:
+            for s in sessions:
+                s.close()
+        assert pool.stats()["idle"] == 3 and pool.stats()["peak"] == 3
+    assert leftovers(pool.jail_uids) == []
+
+
+def test_a_waiting_session_gets_the_next_worker_that_frees_first_come_first_served():
+    with make_pool("bwrap", workers=1, max_workers=1, acquire_timeout=120, **LIGHT) as pool:
+        held = pool.session()
+        held.run_python("secret = 41")
+        order: list[str] = []
+
+        def wait(name: str) -> None:
+            with pool.session() as s:
+                order.append(name)
+                out = s.run_python("print(globals().get('secret'))").stdout  # a fresh interpreter, wiped slot
+                order.append(out.strip())
+
+        first = threading.Thread(target=wait, args=("first",))
+        first.start()
+        assert _until(lambda: pool.stats()["waiting"] == 1)
+        second = threading.Thread(target=wait, args=("second",))
+        second.start()
+        assert _until(lambda: pool.stats()["waiting"] == 2)
+        held.close()
+        first.join(120)
+        second.join(120)
+        assert order == ["first", "None", "second", "None"]
+        assert pool.stats()["peak"] == 1
+
+
+def test_idle_workers_beyond_the_floor_stop_and_their_slots_are_reused():
+    with make_pool("bwrap", workers=1, max_workers=3, idle_s=0.2, **LIGHT) as pool:
+        sessions = [pool.session() for _ in range(3)]
+        uids = sorted(pool.jail_uids)
+        for s in sessions:
+            s.close()
+        assert _until(lambda: pool.stats()["live"] == 1), pool.stats()  # back to the floor, not below
+        time.sleep(0.5)
+        assert pool.stats()["live"] == 1 and len(pool._workers) == 1
+        again = [pool.session() for _ in range(3)]  # grows again in the kept slots: no new uid, no new directory
+        try:
+            assert pool.stats()["live"] == 3 and sorted(pool.jail_uids) == uids
+            assert all(s.run_python("print(6 * 7)").stdout == "42\n" for s in again)
+        finally:
+            for s in again:
+                s.close()
+
+
+def test_async_sessions_grow_the_pool_too():
+    async def main(pool) -> list[str]:
+        async def episode(k: int) -> str:
+            async with await pool.asession() as s:
+                await asyncio.sleep(0.2)  # all three are open at once
+                return (await s.arun_python(f"print({k})")).stdout
+
+        return await asyncio.gather(*(episode(k) for k in range(3)))
+
+    with make_pool("bwrap", workers=1, max_workers=3, **LIGHT) as pool:
+        assert asyncio.run(main(pool)) == ["0\n", "1\n", "2\n"]
+        assert pool.stats()["peak"] == 3
+
+
+def test_the_default_cap_comes_from_memory_or_the_environment(monkeypatch):
+    monkeypatch.delenv(MAX_WORKERS_ENV, raising=False)
+    cap, source = default_max_workers()
+    assert cap >= 2 and "GiB memory" in source and "MiB per worker" in source
+    monkeypatch.setenv(MAX_WORKERS_ENV, "7")
+    assert default_max_workers() == (7, f"{MAX_WORKERS_ENV}=7")
+    for bad in ("0", "-3", "many"):
+        monkeypatch.setenv(MAX_WORKERS_ENV, bad)
+        with pytest.raises(ValueError, match=f"{MAX_WORKERS_ENV}=.* is invalid: use a positive integer"):
+            default_max_workers()
+    with pytest.raises(ValueError, match="max_workers=0 is invalid"):
+        make_pool("bwrap", workers=1, max_workers=0)
+
+
+def test_a_leased_uid_is_refused_to_every_other_process_until_released():
+    uid = _uids.lease()
+    others = [_uids.lease() for _ in range(3)]  # the same process never gets a leased uid twice either
+    try:
+        assert _uids.BASE <= uid < _uids.BASE + _uids.COUNT and len({uid, *others}) == 4
+        probe = ("import fcntl, os, sys\n"
+                 f"fd = os.open({_uids._lock_file_path()!r}, os.O_RDWR)\n"
+                 "try:\n"
+                 f"    fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, {uid - _uids.BASE}, 0)\n"
+                 "except OSError:\n"
+                 "    print('held')\n"
+                 "else:\n"
+                 "    print('free')\n")
+        run = lambda: subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+        assert run() == "held\n"
+    finally:
+        for leased in (uid, *others):
+            _uids.release(leased)
+    assert run() == "free\n"

@@ -1,0 +1,114 @@
+"""An oracle evaluation with -k 2 on 10 tasks, its report.md parsed back: tables, intervals, provenance, floors.
+
+The report is what a paper prints from: every table keeps its shape, every rate has an interval that does not
+collapse to [100 %, 100 %] when all tasks agree, and the provenance names what ran.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SANDBOX = "bwrap" if shutil.which("bwrap") else "local"
+_PCT = r"(\d+\.\d)%"
+
+
+def _table(md: str, header_start: str) -> list[dict[str, str]]:
+    """The Markdown table whose header line starts with ``header_start``, as dicts (cells split on unescaped |)."""
+    lines = md.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(header_start))
+    rows = []
+    for line in lines[start:]:
+        if not line.startswith("|"):
+            break
+        rows.append([c.strip() for c in re.split(r"(?<!\\)\|", line)[1:-1]])
+    head, rule, body = rows[0], rows[1], rows[2:]
+    assert len(rule) == len(head) and all(set(c) <= set("-:") for c in rule)
+    assert all(len(r) == len(head) for r in body), f"a row of the {header_start!r} table lost its shape"
+    return [dict(zip(head, r)) for r in body]
+
+
+def _interval(cell: str) -> tuple[float, float]:
+    lo, hi = re.fullmatch(rf"\[{_PCT}, {_PCT}\]", cell).groups()
+    return float(lo) / 100, float(hi) / 100
+
+
+@pytest.fixture(scope="module")
+def oracle_run(tmp_path_factory):
+    base = tmp_path_factory.mktemp("eval_k2")
+    out = base / "oracle"
+    proc = subprocess.run([sys.executable, "-m", "medagentgym", "eval", "--policy", "oracle",
+                           "--families", "toy_sql", "--limit", "10", "-k", "2", "--size", "tiny",
+                           "--tasks-root", str(base / "tasks"), "--out", str(out), "--sandbox", SANDBOX,
+                           "--allow-unisolated", "--no-progress", "--json", "--concurrency", "2"],
+                          cwd=base, capture_output=True, text=True, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return out, json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_oracle_k2_on_10_tasks_reports_a_lower_bound_below_100_percent(oracle_run):
+    out, summary = oracle_run
+    assert summary["episodes"] == 20 and summary["success_rate"] == 1.0
+    lo, hi = summary["ci95"]
+    assert lo < 0.75 and hi == 1.0  # Wilson over 10 tasks: [72.2 %, 100 %]
+    report = json.loads((out / "report.json").read_text())
+    assert report["ci_method"] == "wilson-tasks" and report["tasks"] == 10 and report["se"] == 0.0
+
+
+def test_report_md_parses_back_with_tables_intervals_provenance_and_floors(oracle_run):
+    out, _ = oracle_run
+    md = (out / "report.md").read_text()
+    report = json.loads((out / "report.json").read_text())
+    head = re.search(rf"\*\*Success rate: {_PCT}\*\* ± {_PCT} SE \(95 % CI (\[[^\]]+\]), wilson-tasks\), macro over "
+                     rf"1 families: {_PCT}", md)
+    assert head, md[:600]
+    assert float(head.group(1)) == 100.0 and float(head.group(2)) == 0.0 and float(head.group(4)) == 100.0
+    lo, hi = _interval(head.group(3))
+    assert lo == pytest.approx(report["ci95"][0], abs=5e-4) and lo < 1.0 and hi == 1.0
+
+    fams = {row["family"]: row for row in _table(md, "| family |")}
+    assert set(fams) == {"toy_sql", "**micro (all episodes)**", "**macro (mean of families)**"}
+    toy = fams["toy_sql"]
+    assert (toy["episodes"], toy["tasks"], toy["success"]) == ("20", "10", "100.0%")
+    assert _interval(toy["95 % CI"])[0] < 1.0
+    floor = report["per_family"]["toy_sql"]["floor"]
+    assert toy["constant floor"].startswith(f"{floor['floor']:.1%} (`") and toy["floor bound"] == "≤ 10%"
+    assert toy["infra failures"] == "0"
+
+    rows = [line for line in md.split("## Provenance", 1)[1].splitlines() if line.startswith("| ") and "---" not in line]
+    provenance = dict(re.fullmatch(r"\| (\S+) \| `(.*)` \|", line).groups() for line in rows[1:])
+    assert provenance["policy"].startswith('{"sampling"') and '"spec": "oracle"' in provenance["policy"]
+    assert provenance["split"] == "test" and provenance["size"] == "tiny" and provenance["k"] == "2"
+    assert re.fullmatch(r"[0-9a-f]{12}(-dirty)?|medagentgym .*", provenance["commit"])
+    assert provenance["task_set"] == report["meta"]["task_set"] and len(provenance["task_set"]) == 16
+    pass_k = _table(md, "| K | Pass@K |")
+    assert [r["K"] for r in pass_k] == ["1", "2"] and all(r["Pass@K"] == "100.0%" for r in pass_k)
+    for png in ("success_by_family.png", "pass_at_k.png", "errors.png"):
+        assert (out / png).stat().st_size > 1000
+
+
+def test_size_default_over_a_tiny_build_is_refused_not_recorded_as_default(oracle_run, tmp_path):
+    out, _ = oracle_run
+    tasks_root = out.parent / "tasks"
+    proc = subprocess.run([sys.executable, "-m", "medagentgym", "eval", "--policy", "oracle",
+                           "--families", "toy_sql", "--limit", "2", "--size", "default", "--tasks-root",
+                           str(tasks_root), "--out", str(tmp_path / "o"), "--sandbox", SANDBOX, "--allow-unisolated",
+                           "--no-progress"], capture_output=True, text=True, timeout=300, check=False)
+    err = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(err) == 1, proc.stderr
+    assert err[0].startswith(f"error: {tasks_root / 'toy_sql'} is a tiny build, not default: rebuild it with")
+    assert not (tmp_path / "o" / "report.json").exists()
+    # without --size, the build's own size is what the report records
+    proc = subprocess.run([sys.executable, "-m", "medagentgym", "eval", "--policy", "oracle",
+                           "--families", "toy_sql", "--limit", "2", "--tasks-root", str(tasks_root), "--out",
+                           str(tmp_path / "o"), "--sandbox", SANDBOX, "--allow-unisolated", "--no-progress",
+                           "--no-plots"], capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads((tmp_path / "o" / "report.json").read_text())["meta"]["size"] == "tiny"
