@@ -499,16 +499,16 @@ def check_family(name: str, *, size: str = "tiny", seed: int = 0, root: Path | s
                 score = scores[f"constant:{constant}"]
                 if score > base + 1e-9:
                     problems.append(f"{split}: constant {constant[:20]!r} scores {score:.3f} > base rate {base:.3f}")
-    train_all, test_all = family.instances("train"), family.instances("test")
-    if train_all and test_all:  # one constant per question template, learned on train, scored on test
-        per_template = template_floor(family, train_all, test_all)
-        report["template_floor"] = {k: per_template[k] for k in ("floor", "bound", "templates", "over")}
-        # A tiny build has one or two instances per template: its per-template floor is noise, not a property.
-        if size == "default" and per_template["exceeds"]:
-            top = per_template["top"][0]
-            problems.append(f"one constant per question template scores {per_template['floor']:.1%} on test, above "
-                            f"the {per_template['bound']:.1%} bound (most from {top['template']!r}: "
-                            f"{top['score']:.0%} with {str(top['constant'])[:20]!r})")
+        train_all, test_all = family.instances("train"), family.instances("test")
+        if train_all and test_all:  # one constant per question template, learned on train, scored on test
+            per_template = template_floor(family, train_all, test_all)
+            report["template_floor"] = {k: per_template[k] for k in ("floor", "bound", "templates", "over")}
+            # A tiny build has one or two instances per template: its per-template floor is noise, not a property.
+            if size == "default" and per_template["exceeds"]:
+                top = per_template["top"][0]
+                problems.append(f"one constant per question template scores {per_template['floor']:.1%} on test, above "
+                                f"the {per_template['bound']:.1%} bound (most from {top['template']!r}: "
+                                f"{top['score']:.0%} with {str(top['constant'])[:20]!r})")
     if problems:
         raise TaskError(f"family {name!r} fails its contract: " + "; ".join(problems))
     return report

@@ -66,10 +66,10 @@ def test_medagentbench_do_nothing_stays_below_the_bound(tmp_path):
     for split in ("train", "test"):
         items = fam.instances(split)
         idle = sum(json.loads(i.answer) == {"GET": [-1], "POST": []} for i in items)
-        assert 0 < idle <= 0.08 * len(items)
+        assert 0 < idle <= max(0.06 * len(items), 5 if split == "train" else 0)  # train: each idle kind once
         floor = constant_floor(fam, items)
         assert floor["floor"] <= FLOOR_BOUND and not floor["exceeds"], floor
-    assert fam.version == 3
+    assert fam.version == 4
 
 
 def test_evaluate_reports_floors_over_the_whole_split(tmp_path):
