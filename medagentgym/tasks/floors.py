@@ -35,7 +35,8 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["BINARY_SLACK", "FLOOR_BOUND", "FLOOR_CANDIDATES", "FLOOR_CONSTANTS", "NULL_DRAWS", "NULL_Z",
-           "constant_floor", "constant_predictor", "no_information_floor", "null_metric", "question_template", "template_floor"]
+           "constant_floor", "constant_predictor", "no_information_floor", "nothing_found", "null_metric",
+           "question_template", "template_floor"]
 
 
 #: Constant answers tried beside a family's most common gold answers: do nothing, yes/no, zero/one, empty list.
@@ -202,6 +203,20 @@ def no_information_floor(family: Any, instances: list[Any], *, draws: int = NULL
             "worst_instance": worst_id, "worst_instance_full_reward": round(worst, 6), "draws": draws}
 
 
+def nothing_found(instance: Any) -> bool:
+    """Whether the gold answer is "nothing found" (empty, None, 0), as the EHR benchmarks count it; yes/no aside."""
+    if instance.answer_type == "boolean":
+        return False
+    answer = instance.answer
+    if isinstance(answer, (list, tuple)) and len(answer) == 1:
+        answer = answer[0]
+    if answer is None or (isinstance(answer, (list, tuple, str)) and not answer):
+        return True
+    if isinstance(answer, str):
+        return answer.strip().lower() in {"none", "null", "0", "0.0", "[]"}
+    return isinstance(answer, (int, float)) and not isinstance(answer, bool) and answer == 0
+
+
 def question_template(family: Any, instance: Any) -> str:
     """The question template ``instance`` was written from: ``family.question_template(instance)`` when the
     family defines it (its categories would say more than the question does), else the instance's category."""
@@ -220,8 +235,11 @@ def template_floor(family: Any, train: list[Any], test: list[Any]) -> dict[str, 
     Each template has a bound: a yes/no template the family's yes/no bound (its ``floor_bound`` for a yes/no
     family built at a stated label balance, else 1/2) plus :data:`BINARY_SLACK`, since "always yes" earns the
     base rate and no template may pay more than that; any other template :data:`FLOOR_BOUND` (or the family's
-    ``floor_bound``). The family's bound is the instance-weighted mean of its templates' bounds (10 % for a
-    family without yes/no questions).
+    ``floor_bound``). A family that reproduces a public benchmark's share of "nothing found" answers (empty,
+    None, 0: 19-22 % of MedAgentGym's mimic_iii and eicu answers) states that share as ``nothing_found_share``;
+    its templates' bounds then add their own nothing-found share up to it, as yes/no templates are held to their
+    base rate: "always 0" earns that much on the public files too. The family's bound is the instance-weighted
+    mean of its templates' bounds (10 % for a family without yes/no or stated nothing-found answers).
 
     Returns:
         ``{"floor", "bound", "binary", "exceeds", "instances", "templates", "method", "top", "over"}``: ``floor``
@@ -233,8 +251,9 @@ def template_floor(family: Any, train: list[Any], test: list[Any]) -> dict[str, 
     binary, family_bound, _ = _bounds(family, test)
     yes_no = (family_bound if binary else 0.5) + BINARY_SLACK
     other = getattr(family, "floor_bound", None) or FLOOR_BOUND
+    allowance = float(getattr(family, "nothing_found_share", 0.0) or 0.0)
     out: dict[str, Any] = {"floor": 0.0, "bound": 0.0, "binary": binary, "instances": len(test), "templates": 0,
-                           "method": "graded", "top": [], "over": []}
+                           "method": "graded", "top": [], "over": [], "nothing_found": 0.0}
     if not test:
         return {**out, "exceeds": False}
     by_train: dict[str, list[Any]] = defaultdict(list)
@@ -250,9 +269,11 @@ def template_floor(family: Any, train: list[Any], test: list[Any]) -> dict[str, 
             fit, apply = by_train.get(template, []), by_test[template]
             constant, score = _template_score(family, fit, apply, ctx)
             boolean = all(i.answer_type == "boolean" for i in apply)
+            empty = sum(nothing_found(i) for i in apply) / len(apply)
             rows.append({"template": template, "test": len(apply), "score": round(score, 6),
-                         "bound": round(yes_no if boolean else other, 6),
-                         "constant": None if constant is None else str(constant)[:40]})
+                         "bound": round(yes_no if boolean else other + min(empty, allowance), 6),
+                         "constant": None if constant is None else str(constant)[:40],
+                         "nothing_found": round(empty, 6)})
     if hasattr(family, "null_submissions"):
         out["method"] = "no-information predictions"
     elif _is_program_family(test):
@@ -263,7 +284,8 @@ def template_floor(family: Any, train: list[Any], test: list[Any]) -> dict[str, 
     over = [r["template"] for r in rows
             if r["score"] > r["bound"] + 2 * (r["bound"] * (1 - min(r["bound"], 1)) / r["test"]) ** 0.5]
     return {**out, "floor": round(total, 6), "bound": round(bound, 6), "templates": len(rows), "top": top,
-            "over": over, "exceeds": total > bound + 1e-9}
+            "over": over, "nothing_found": round(sum(map(nothing_found, test)) / len(test), 6),
+            "exceeds": total > bound + 1e-9}
 
 
 def _template_score(family: Any, fit: list[Any], apply: list[Any], ctx: Any) -> tuple[str | None, float]:

@@ -163,3 +163,27 @@ class _Categories:
 
     def grade(self, inst, submission, ctx=None):
         return self._family.grade(inst, submission, ctx)
+
+
+def test_a_stated_nothing_found_share_is_allowed_per_template_and_nothing_more():
+    # A family reproducing the public share of "nothing found" answers (0, None, []) declares it; each template's
+    # bound then adds its own nothing-found share up to that, as yes/no templates are held to their base rate.
+    def split(name: str, zeros: int, twos: int) -> list[Instance]:
+        out = []
+        for k in range(100):
+            answer = 0 if k < zeros else 2 if k < zeros + twos else 10 + k
+            out.append(_templated(len(out), "count", answer, "integer", name))
+            out.append(_templated(len(out), "open", f"{name}{k}", "text", name))
+        return out
+
+    class Declared(_Graded):
+        nothing_found_share = 0.2
+
+    strict = template_floor(_Graded(), split("train", 20, 0), split("test", 20, 0))
+    assert strict["floor"] == pytest.approx(0.1) and strict["nothing_found"] == pytest.approx(0.1)
+    assert strict["bound"] == pytest.approx(0.1) and strict["over"] == ["count"]
+    allowed = template_floor(Declared(), split("train", 20, 0), split("test", 20, 0))
+    assert allowed["bound"] == pytest.approx(0.2) and not allowed["exceeds"] and allowed["over"] == []
+    # ... but not a constant beyond the nothing-found mass: 20 % zeros and 50 % twos in one template
+    clustered = template_floor(Declared(), split("train", 20, 50), split("test", 20, 50))
+    assert clustered["floor"] == pytest.approx(0.25) and clustered["over"] == ["count"] and clustered["exceeds"]
