@@ -44,6 +44,8 @@ __all__ = [
 MAX_CODE_CHARS = 100_000
 #: Largest submitted answer (characters); an answer is one value, not a dump of output.
 MAX_ANSWER_CHARS = 20_000
+#: Largest ``request_info`` target or keyterm (characters): a name or a cell value, looked up on the host.
+MAX_NAME_CHARS = 1_000
 
 
 class _Base(BaseModel):
@@ -59,10 +61,11 @@ class RequestInfo(_Base):
     )
     target: str | None = Field(
         None,
+        max_length=MAX_NAME_CHARS,
         validation_alias=AliasChoices("target", "data_path"),
         description="A table or file; all data if omitted.",
     )
-    keyterm: str | None = Field(None, description="The column, or the text to find.")
+    keyterm: str | None = Field(None, max_length=MAX_NAME_CHARS, description="The column, or the text to find.")
 
 
 class CodeExecution(_Base):

@@ -9,7 +9,11 @@ format), enforces the family's permitted actions, runs the action in the episode
   is ``rewards.oracle_reward(verdict)``. Intermediate outputs are never graded. A grader that raises is judged
   by :func:`grade_submission`: an infrastructure failure (``InfraError``, ``GraderError``, ``SandboxError``) is
   ``infra=True`` (reward None); any other exception is a wrong answer (reward 0.0), since a policy can cause it.
-* ``terminated``: the graded submit, or a fatal sandbox failure. ``truncated``: a budget ran out (turns,
+* Every step is total: an action whose handling raises ends the episode. An infrastructure error
+  (:data:`INFRA_ERRORS`: the sandbox cannot go on, our data or grader is broken) is ``fatal`` (reward None);
+  any other exception is the action's doing (``agent_error``: a wrong answer, reward 0.0, the cause logged and
+  kept in the final verdict's ``error``). Model text never raises.
+* ``terminated``: the graded submit, an ``agent_error``, or a fatal sandbox failure. ``truncated``: a budget ran out (turns,
   completion tokens, wall time, or a detected loop with ``end_on_loop``), applied in :meth:`Env._budget`.
 * Stepping before ``reset`` or after the end raises :class:`ResetNeeded`; ``close`` is idempotent.
 
@@ -25,8 +29,10 @@ from __future__ import annotations
 
 import collections
 import hashlib
+import logging
 import os
 import re
+import sqlite3
 import time
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
@@ -54,8 +60,10 @@ from sandbox.grounding import ground
 from medagentgym.tasks.base import GradeContext, GraderError, InfraError, Instance, Verdict
 from medagentgym.tasks.registry import max_turns as family_max_turns
 
-__all__ = ["Env", "EnvConfig", "Observation", "StepResult", "explain_failure", "grade_submission", "truncate_middle"]
+__all__ = ["AGENT_ERROR", "INFRA_ERRORS", "Env", "EnvConfig", "Observation", "StepResult", "explain_failure",
+           "grade_submission", "truncate_middle"]
 
+log = logging.getLogger(__name__)
 _SQL_SUFFIXES = (".db", ".sqlite", ".sqlite3")
 _GOLD_FILES = ("train.jsonl", "test.jsonl", "tasks.jsonl", "manifest.json")
 
@@ -316,7 +324,10 @@ class Env:
         self._turn += 1
         self._tokens += int(n_tokens or 0)
         self._prompt_tokens += int(n_prompt_tokens or 0)
-        outcome = self._dispatch(parsed)
+        try:
+            outcome = self._dispatch(parsed)
+        except Exception as exc:  # noqa: BLE001 - see AGENT_ERROR: whatever the action made us raise ends it as 0
+            outcome = self._agent_error(parsed, exc)
         role: Literal["user", "tool"] = "tool" if parsed.format == "tool_call" else "user"
         text = truncate_middle(outcome.text, self.config.obs_max_chars)
         loop = self._loop_check(parsed, outcome)
@@ -329,10 +340,13 @@ class Env:
             llm_debugger=outcome.llm_debugger,
         ))
         reward: float | None = 0.0
-        terminated = outcome.status in {"submitted", "fatal"}
+        terminated = outcome.status in {"submitted", "fatal", AGENT_ERROR}
         truncated, reason = False, None
         if outcome.status == "submitted":
             reason = "submitted"
+            reward = self._finish(outcome.verdict, terminated=True, truncated=False, reason=reason)
+        elif outcome.status == AGENT_ERROR:
+            reason = f"{AGENT_ERROR}: {outcome.verdict.error if outcome.verdict else ''}"
             reward = self._finish(outcome.verdict, terminated=True, truncated=False, reason=reason)
         elif outcome.status == "fatal":
             reason = f"fatal: {outcome.text}"
@@ -406,6 +420,22 @@ class Env:
         self._done = True
         return reward
 
+    def _agent_error(self, parsed: ParseResult, exc: Exception) -> _Outcome:
+        """The outcome of an action whose handling raised something other than an infrastructure error."""
+        if isinstance(exc, INFRA_ERRORS):
+            why = f"{type(exc).__name__}: {str(exc)[:300]}"
+            log.error("episode %s: infrastructure failure while handling %s: %s", self._traj.header.episode_id,
+                      parsed.name, why)
+            return _Outcome(f"The environment failed ({type(exc).__name__}); the episode ends.", "fatal", "fatal",
+                            error_kind="infra_error")
+        why = f"{type(exc).__name__}: {str(exc)[:300]}"
+        log.warning("episode %s: the action %s made the host raise %s; the episode ends as a wrong answer",
+                    self._traj.header.episode_id, parsed.name, why, exc_info=exc)
+        verdict = Verdict(correct=False, score=0.0, reason="the action made the environment fail", error=why,
+                          infra=False)
+        return _Outcome(f"The action could not be handled ({type(exc).__name__}); the episode ends.",
+                        "error", AGENT_ERROR, error_kind="host_error", verdict=verdict)
+
     # -- actions -----------------------------------------------------------------------------------------
     def _dispatch(self, parsed: ParseResult) -> _Outcome:
         if parsed.action is None:
@@ -476,7 +506,10 @@ class Env:
     def _request_info(self, action: RequestInfo) -> _Outcome:
         key = tuple(sorted((name, str(path)) for name, path in self._mounts.items()))
         if key not in self._catalogues:  # built once per distinct set of mounts, reused across episodes
-            self._catalogues[key] = Catalogue(self._mounts)
+            try:
+                self._catalogues[key] = Catalogue(self._mounts)
+            except (OSError, sqlite3.Error) as exc:  # our built data, read before the action is looked at
+                raise InfraError(f"the task data could not be catalogued: {type(exc).__name__}: {exc}") from exc
         try:
             text = self._catalogues[key].answer(action.info_type, target=action.target, keyterm=action.keyterm)
         except InfoError as exc:
@@ -499,8 +532,13 @@ class Env:
         return _Outcome("Answer submitted. The episode is over.", "submitted", "submitted", verdict=verdict)
 
 
-#: Exceptions from ``grade()`` that are the infrastructure's failure (reward None), not the submission's.
+#: Exceptions that are the infrastructure's failure (reward None), not the submission's or the action's: from
+#: ``grade()``, and from handling any other action. Every other exception an action or a submission makes the
+#: host raise is the agent's (``AGENT_ERROR``, reward 0.0): an RL policy optimised against us must never turn a
+#: wrong answer into "no reward" by finding an exception we did not foresee.
 INFRA_ERRORS = (InfraError, GraderError, SandboxError)
+#: Step status of an action whose handling raised an agent-caused exception: the episode ends as a wrong answer.
+AGENT_ERROR = "agent_error"
 
 
 def grade_submission(family: Any, instance: Instance, submission: str, ctx: GradeContext | None) -> Verdict:

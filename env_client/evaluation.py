@@ -77,7 +77,7 @@ ERROR_CLASSES = ("infra_error", "grader_error", "loop", "wrong_answer", "syntax_
 _IO_RE = re.compile(r"FileNotFoundError|PermissionError|IsADirectoryError|NotADirectoryError|No such file|"
                     r"no such table|unable to open database|EmptyDataError|\bOSError\b|UnicodeDecodeError",
                     re.IGNORECASE)
-_FAILED_STATUSES = {"error", "fatal", "parse_error", "forbidden"}
+_FAILED_STATUSES = {"error", "fatal", "parse_error", "forbidden", "agent_error"}
 
 
 class EvalError(EnvClientError, ValueError):

@@ -13,8 +13,11 @@ A server that hides gold answers (``medagentgym serve``'s default) returns verdi
 Several servers (sandboxes on CPU nodes, the trainer on GPU nodes): :class:`EnvServers` hands out envs that pick
 a server per episode round-robin among the healthy ones (``GET /health``, re-checked every ``health_every_s``),
 retry a ``/reset`` that fails (unreachable, full, no free worker) on the next server with a short back-off, and
-mark an unreachable server unhealthy until its next check. An episode stays on the server it started on: a
-``/step`` that fails is not replayed elsewhere (the episode lives there), it raises :class:`ServerError`.
+mark an unreachable server unhealthy until its next check. An episode lives on the server it started on: when
+that server dies or forgets the episode mid-way, the step raises :class:`ServerLost` and the server is marked
+unhealthy; the rollout engine (``env_client.rollout``) and GRPO's rollout (``medcopilot.rollout_func``) then play
+the whole episode again, with the same seed, on another server (:func:`retry_lost`). Episodes are recorded by the
+client once they finish, so a lost one is never recorded twice and never lost.
 
 Example:
     >>> with HTTPEnv("http://127.0.0.1:8000") as env:
@@ -27,11 +30,12 @@ Example:
 from __future__ import annotations
 
 import itertools
+import logging
 import os
 import threading
 import time
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 import httpx
 from pydantic import BaseModel
@@ -40,12 +44,14 @@ from env_client.episode import Observation, StepResult
 from env_client.errors import EnvClientError, InvalidAction, ResetNeeded
 from env_client.trajectory import Trajectory
 
-__all__ = ["TOKEN_ENV", "BalancedEnv", "EnvServers", "HTTPEnv", "ServerBusy", "ServerError"]
+__all__ = ["EPISODE_ATTEMPTS", "TOKEN_ENV", "BalancedEnv", "EnvServers", "HTTPEnv", "ServerBusy", "ServerError",
+           "ServerLost", "retry_lost"]
 
 #: Environment variable holding the bearer token (read by the client and by ``medagentgym serve``).
 TOKEN_ENV = "MEDAGENTGYM_ENV_TOKEN"
 
 _TYPED_ERRORS: dict[str, type[Exception]] = {"ResetNeeded": ResetNeeded, "InvalidAction": InvalidAction}
+T = TypeVar("T")
 
 
 class ServerError(EnvClientError):
@@ -54,6 +60,33 @@ class ServerError(EnvClientError):
 
 class ServerBusy(ServerError):
     """The server is at its session cap or has no free sandbox worker (HTTP 429 / 503): retry later."""
+
+
+class ServerLost(ServerError, ResetNeeded):
+    """The server of a running episode is gone (unreachable, timed out, or it no longer knows the episode): the
+    episode cannot go on; reset, or play it again from the start on another server (:func:`retry_lost`)."""
+
+
+#: Times :func:`retry_lost` plays an episode whose server was lost, in all.
+EPISODE_ATTEMPTS = 3
+_log = logging.getLogger("env_client.http")
+
+
+def retry_lost(play: Callable[[], T], *, attempts: int = EPISODE_ATTEMPTS, what: str = "episode") -> T:
+    """Run ``play()`` (one whole episode, from its reset) again when its env server was lost mid-way.
+
+    Only :class:`ServerLost` is retried: the episode's record lives in the client, so a replay on another server
+    neither loses nor duplicates it. Each failed try is logged; the last one raises.
+    """
+    for attempt in range(1, attempts + 1):
+        try:
+            return play()
+        except ServerLost as exc:
+            if attempt == attempts:
+                raise
+            _log.warning("%s lost its env server (%s); playing it again on another server (try %d of %d)",
+                         what, exc, attempt + 1, attempts)
+    raise AssertionError("unreachable")
 
 
 class HTTPEnv:
@@ -75,6 +108,7 @@ class HTTPEnv:
         self._http = client or self._new_client()
         self.episode_id: str | None = None
         self._final_state: dict[str, Any] | None = None
+        self._lost: ServerLost | None = None  # why the last episode's record is gone (its server was lost)
 
     def _new_client(self) -> httpx.Client:
         return httpx.Client(base_url=self.base_url, timeout=self.timeout_s)
@@ -86,7 +120,9 @@ class HTTPEnv:
         try:
             resp = self._http.request(method, url, headers=self._headers, **kwargs)
         except httpx.HTTPError as exc:
-            raise ServerError(f"{method} {self.base_url}{path} failed: {type(exc).__name__}: {exc}") from exc
+            # no answer (refused, reset, timed out): with an episode running there, that episode is lost
+            cls = ServerLost if self.episode_id is not None and path != "/close" else ServerError
+            raise cls(f"{method} {self.base_url}{path} failed: {type(exc).__name__}: {exc}") from exc
         if resp.status_code == 200:
             return resp.json()
         detail = _detail(resp)
@@ -94,6 +130,9 @@ class HTTPEnv:
             cls = _TYPED_ERRORS.get(detail.get("error", ""), EnvClientError)
             raise cls(detail.get("message", ""))
         if resp.status_code == 404:
+            if self.episode_id is not None and path in ("/step", "/state"):  # restarted, or reaped the episode
+                raise ServerLost(f"{method} {self.base_url}{path}: the server no longer knows episode "
+                                 f"{self.episode_id} ({detail})")
             raise ResetNeeded(f"{detail}")
         if isinstance(detail, dict):
             detail = f"{detail.get('error')}: {detail.get('message')}"
@@ -120,7 +159,7 @@ class HTTPEnv:
         except ResetNeeded:  # our session expired on the server: open a fresh one
             body.pop("episode_id", None)
             data = self._call("POST", "/reset", json=body)
-        self.episode_id, self._final_state = data["episode_id"], None
+        self.episode_id, self._final_state, self._lost = data["episode_id"], None, None
         return Observation.model_validate(data["observation"]), data["info"]
 
     def step(self, model_text: str | BaseModel | dict[str, Any], *, n_tokens: int | None = None,
@@ -155,6 +194,8 @@ class HTTPEnv:
         if self.episode_id is None:
             if self._final_state is not None:
                 return self._final_state
+            if self._lost is not None:
+                raise self._lost
             raise ResetNeeded("no episode yet: call reset(task) first")
         return self._call("GET", "/state", params={"episode_id": self.episode_id})
 
@@ -177,6 +218,8 @@ class HTTPEnv:
                 self._final_state = self._call("POST", "/close", json={"episode_id": episode_id})["state"]
             except ResetNeeded:  # already reaped by the server
                 pass
+            except ServerError as exc:  # the server is gone, and the episode's record with it
+                self._lost = ServerLost(f"{self.base_url} was lost before episode {episode_id} was closed: {exc}")
         if self._own_client:
             self._http.close()
 
@@ -195,25 +238,31 @@ class EnvServers:
         token: Bearer token for all of them; default ``$MEDAGENTGYM_ENV_TOKEN``.
         timeout_s: Per-request timeout of the envs.
         health_every_s: A server's health is re-checked at most this often (seconds).
-        attempts: ``/reset`` tries per episode, each on the next healthy server.
-        backoff_s: Pause after a failed try, doubled each time (seconds).
+        attempts: ``/reset`` tries per episode on servers that fail (unreachable, erroring), each on the next
+            healthy server.
+        backoff_s: Pause after a failed or busy try, doubled each time up to 2 s (seconds).
+        busy_wait_s: How long a ``/reset`` keeps trying while the servers are only busy (full, or no sandbox
+            worker free: 429 / 503), e.g. after one of them died and the others took its load (seconds).
 
     Raises:
         ValueError: No URL, a repeated one, or one that is not http(s).
     """
 
     def __init__(self, urls: Sequence[str], *, token: str | None = None, timeout_s: float = 300.0,
-                 health_every_s: float = 10.0, attempts: int = 4, backoff_s: float = 0.2) -> None:
+                 health_every_s: float = 10.0, attempts: int = 4, backoff_s: float = 0.2,
+                 busy_wait_s: float = 300.0) -> None:
         urls = [u.rstrip("/") for u in ([urls] if isinstance(urls, str) else urls)]
         if not urls or len(set(urls)) != len(urls) or not all(u.startswith(("http://", "https://")) for u in urls):
             raise ValueError(f"env server URLs must be distinct http(s)://host:port roots, got {urls!r}")
         self.urls, self.token, self.timeout_s = urls, token, timeout_s
         self.health_every_s, self.attempts, self.backoff_s = health_every_s, max(1, attempts), backoff_s
+        self.busy_wait_s = busy_wait_s
         self._lock = threading.Lock()
         self._order = itertools.cycle(range(len(urls)))
         self._checked: dict[str, tuple[float, bool]] = {}  # url -> (monotonic time of the check, healthy)
         self._client = httpx.Client(timeout=timeout_s, limits=httpx.Limits(max_connections=256))
         self.episodes: dict[str, int] = dict.fromkeys(urls, 0)  # episodes started per server (for logs and tests)
+        self.lost: dict[str, int] = dict.fromkeys(urls, 0)  # episodes lost mid-way per server (replayed elsewhere)
 
     def healthy(self, url: str, *, refresh: bool = False) -> bool:
         """Whether ``url`` answered ``/health`` with ``status: healthy`` at its last check (re-checked when due)."""
@@ -235,16 +284,18 @@ class EnvServers:
             self._checked[url] = (time.monotonic(), healthy)
 
     def pick(self) -> str:
-        """The next healthy server in round-robin order.
+        """The next healthy server in round-robin order; when the last checks found none, each is checked again
+        now (a server too busy to answer a check in time is not dead).
 
         Raises:
             ServerError: None of the servers is healthy (naming them).
         """
-        for _ in range(len(self.urls)):
-            with self._lock:
-                url = self.urls[next(self._order)]
-            if self.healthy(url):
-                return url
+        for refresh in (False, True):
+            for _ in range(len(self.urls)):
+                with self._lock:
+                    url = self.urls[next(self._order)]
+                if self.healthy(url, refresh=refresh):
+                    return url
         raise ServerError(f"no healthy env server among {', '.join(self.urls)} (GET /health failed on each); "
                           f"start medagentgym serve there or fix env.url")
 
@@ -267,6 +318,7 @@ class BalancedEnv:
         self.servers = servers
         self._env: HTTPEnv | None = None
         self.url: str | None = None
+        self._lost_counted = False  # the current episode was counted in servers.lost
 
     def reset(self, task: Any, *, seed: int | None = None, options: dict[str, Any] | None = None
               ) -> tuple[Observation, dict[str, Any]]:
@@ -276,21 +328,37 @@ class BalancedEnv:
             ServerError: Every try failed (the last error is chained).
         """
         self.close()
-        delay, last = self.servers.backoff_s, None
-        for _ in range(self.servers.attempts):
-            url = self.servers.pick()
+        delay, last, failures = self.servers.backoff_s, None, 0
+        busy_until = time.monotonic() + self.servers.busy_wait_s
+        while True:
+            try:
+                url = self.servers.pick()
+            except ServerError:  # none answered its health check: an overloaded one may answer the next
+                failures += 1
+                if failures >= self.servers.attempts:
+                    raise
+                time.sleep(delay)
+                delay = min(delay * 2, 2.0)
+                continue
             env = HTTPEnv(url, timeout_s=self.servers.timeout_s, token=self.servers.token)
             try:
                 out = env.reset(task, seed=seed, options=options)
             except ServerError as exc:  # busy, full or unreachable: the next server may take it
                 env.close()
-                if not isinstance(exc, ServerBusy):
-                    self.servers.mark(url, False)
                 last = exc
+                if isinstance(exc, ServerBusy):  # every server busy: wait for one to free, up to busy_wait_s
+                    if time.monotonic() + delay > busy_until:
+                        raise ServerError(f"every env server stayed busy for {self.servers.busy_wait_s:g} s: {exc}; "
+                                          f"run fewer episodes at once or add servers") from exc
+                else:
+                    self.servers.mark(url, False)
+                    failures += 1
+                    if failures >= self.servers.attempts:
+                        break
                 time.sleep(delay)
-                delay *= 2
+                delay = min(delay * 2, 2.0)
                 continue
-            self._env, self.url = env, url
+            self._env, self.url, self._lost_counted = env, url, False
             with self.servers._lock:
                 self.servers.episodes[url] += 1
             return out
@@ -303,17 +371,42 @@ class BalancedEnv:
 
     def step(self, model_text: str | BaseModel | dict[str, Any], *, n_tokens: int | None = None,
              n_prompt_tokens: int | None = None) -> StepResult:
-        """One turn on the episode's server (see :meth:`HTTPEnv.step`)."""
-        return self._current().step(model_text, n_tokens=n_tokens, n_prompt_tokens=n_prompt_tokens)
+        """One turn on the episode's server (see :meth:`HTTPEnv.step`).
+
+        Raises:
+            ServerLost: The episode's server is gone (it is marked unhealthy); replay the episode elsewhere.
+        """
+        env = self._current()
+        try:
+            return env.step(model_text, n_tokens=n_tokens, n_prompt_tokens=n_prompt_tokens)
+        except ServerLost:
+            self._lost()
+            raise
+
+    def _lost(self) -> None:
+        """The episode's server is gone: mark it unhealthy and count the episode lost there (once)."""
+        self.servers.mark(self.url, False)
+        with self.servers._lock:
+            if not self._lost_counted:
+                self._lost_counted = True
+                self.servers.lost[self.url] += 1
 
     def state(self) -> dict[str, Any]:
         """The episode's state on its server."""
-        return self._current().state()
+        try:
+            return self._current().state()
+        except ServerLost:
+            self._lost()
+            raise
 
     @property
     def trajectory(self) -> Trajectory:
-        """The record of the current (or last closed) episode."""
-        return self._current().trajectory
+        """The record of the current (or last closed) episode (``ServerLost`` when its server took it along)."""
+        try:
+            return self._current().trajectory
+        except ServerLost:
+            self._lost()
+            raise
 
     def close(self) -> None:
         """Close the episode on its server (the last trajectory stays readable); idempotent."""

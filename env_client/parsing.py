@@ -40,10 +40,13 @@ FORMAT_EXAMPLES: dict[str, str] = {
     "json": '{"action": "code_execution", "params": {"lang": "python", "code": "print(1 + 1)"}}',
 }
 
-_THINK_RE = re.compile(r"<think>.*?</think>", re.DOTALL)
-_TOOL_CALL_RE = re.compile(r"<tool_call>(.*?)(?:</tool_call>|\Z)", re.DOTALL)
-_FENCE_RE = re.compile(r"```(?:json|JSON)?\s*\n?(.*?)```", re.DOTALL)
-_TRIPLE_RE = re.compile(r'("""|\'\'\')(.*?)\1', re.DOTALL)
+#: Longest reply parsed (characters); a longer one is a parse error. Generation caps a turn far below this (and the
+#: HTTP server at 100,000 characters); the bound keeps a direct caller's megabytes from costing the host time.
+MAX_REPLY_CHARS = 400_000
+_THINK, _THINK_END = "<think>", "</think>"
+_CALL, _CALL_END = "<tool_call>", "</tool_call>"
+_FENCE = "```"
+_TRIPLE_RE = re.compile(r'"""|\'\'\'')
 
 
 @dataclass(frozen=True)
@@ -77,10 +80,70 @@ def _fail(raw: str, fmt: Format | None, message: str, name: str | None = None) -
 
 
 def _strip_think(text: str) -> str:
-    text = _THINK_RE.sub("", text)
-    if "</think>" in text:  # an opening tag lost to the chat template: drop everything before the close
-        text = text.rsplit("</think>", 1)[1]
+    """Drop ``<think>...</think>`` blocks (each open tag up to the next close tag), in one pass."""
+    parts, pos = [], 0
+    while True:
+        start = text.find(_THINK, pos)
+        end = text.find(_THINK_END, start + len(_THINK)) if start >= 0 else -1
+        if end < 0:  # no further complete block: a later open tag has no close tag either
+            parts.append(text[pos:])
+            break
+        parts.append(text[pos:start])
+        pos = end + len(_THINK_END)
+    text = "".join(parts)
+    if _THINK_END in text:  # an opening tag lost to the chat template: drop everything before the close
+        text = text.rsplit(_THINK_END, 1)[1]
     return text
+
+
+def _tool_call_blocks(text: str) -> list[str]:
+    """The bodies of ``<tool_call>...</tool_call>`` blocks; an unclosed last block runs to the end of the text."""
+    blocks, pos = [], 0
+    while (start := text.find(_CALL, pos)) >= 0:
+        body = start + len(_CALL)
+        end = text.find(_CALL_END, body)
+        if end < 0:
+            blocks.append(text[body:])
+            break
+        blocks.append(text[body:end])
+        pos = end + len(_CALL_END)
+    return blocks
+
+
+def _fences(text: str) -> list[str]:
+    """The bodies of ```` ``` ```` fences (an optional ``json``/``JSON`` tag and leading whitespace skipped)."""
+    bodies, pos = [], 0
+    while (start := text.find(_FENCE, pos)) >= 0:
+        body = start + len(_FENCE)
+        if text.startswith(("json", "JSON"), body):
+            body += 4
+        while body < len(text) and text[body].isspace():
+            body += 1
+        end = text.find(_FENCE, body)
+        if end < 0:  # an unclosed fence: no later one can close either
+            break
+        bodies.append(text[body:end])
+        pos = end + len(_FENCE)
+    return bodies
+
+
+def _fix_triple_quotes(text: str) -> str:
+    """Turn each ``\"\"\"...\"\"\"`` (or ``\'\'\'...\'\'\'``) string into a JSON string, in linear time."""
+    parts, pos, search, dead = [], 0, 0, set()
+    while (found := _TRIPLE_RE.search(text, search)) is not None:
+        quote, start = found.group(), found.start()
+        if quote in dead:
+            search = start + 1
+            continue
+        end = text.find(quote, start + 3)
+        if end < 0:  # no closing quote for this kind: none of its later openings closes either
+            dead.add(quote)
+            search = start + 1
+            continue
+        parts += [text[pos:start], json.dumps(text[start + 3:end])]
+        pos = search = end + 3
+    parts.append(text[pos:])
+    return "".join(parts)
 
 
 def _loads_object(text: str) -> tuple[Any, str]:
@@ -92,17 +155,21 @@ def _loads_object(text: str) -> tuple[Any, str]:
     try:
         obj, end = decoder.raw_decode(text, start)
     except json.JSONDecodeError:
-        fixed = _TRIPLE_RE.sub(lambda m: json.dumps(m.group(2)), text[start:])
+        fixed = _fix_triple_quotes(text[start:])
         try:
             obj, end = decoder.raw_decode(fixed)
         except json.JSONDecodeError as exc:
             raise ValueError(f"invalid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
+        except RecursionError:
+            raise ValueError("the JSON is nested too deeply") from None
         return obj, fixed[end:]
+    except RecursionError:
+        raise ValueError("the JSON is nested too deeply") from None
     return obj, text[end:]
 
 
 def _parse_tool_calls(raw: str, text: str) -> ParseResult:
-    blocks = _TOOL_CALL_RE.findall(text)
+    blocks = _tool_call_blocks(text)
     if len(blocks) > 1:
         return _fail(raw, "tool_call", f"{len(blocks)} tool calls in one reply; make exactly one call per turn")
     try:
@@ -118,7 +185,7 @@ def _parse_tool_calls(raw: str, text: str) -> ParseResult:
     if isinstance(args, str):  # OpenAI-style arguments serialised as a string
         try:
             args = json.loads(args)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):
             return _fail(raw, "tool_call", '"arguments" is a string that is not a JSON object', name)
     if not isinstance(name, str):
         return _fail(raw, "tool_call", '"name" must be a string')
@@ -129,7 +196,7 @@ def _parse_tool_calls(raw: str, text: str) -> ParseResult:
 
 
 def _parse_json(raw: str, text: str) -> ParseResult:
-    fences = _FENCE_RE.findall(text)
+    fences = _fences(text)
     json_fences = [f for f in fences if f.lstrip().startswith("{")]
     if len(json_fences) > 1:
         return _fail(raw, "json", f"{len(json_fences)} JSON blocks in one reply; send exactly one action")
@@ -165,10 +232,16 @@ def parse_model_text(raw: str) -> ParseResult:
         action.
     """
     if not isinstance(raw, str):
-        return _fail(str(raw), None, f"the reply must be text, got {type(raw).__name__}")
-    text = _strip_think(raw)
-    if not text.strip():
-        return _fail(raw, None, "the reply is empty")
-    if "<tool_call>" in text:
-        return _parse_tool_calls(raw, text)
-    return _parse_json(raw, text)
+        return _fail(f"<{type(raw).__name__}>", None, f"the reply must be text, got {type(raw).__name__}")
+    if len(raw) > MAX_REPLY_CHARS:
+        return _fail(raw, None, f"the reply has {len(raw):,} characters (at most {MAX_REPLY_CHARS:,} are read); "
+                                "send one short action")
+    try:
+        text = _strip_think(raw)
+        if not text.strip():
+            return _fail(raw, None, "the reply is empty")
+        if _CALL in text:
+            return _parse_tool_calls(raw, text)
+        return _parse_json(raw, text)
+    except Exception as exc:  # noqa: BLE001 - whatever the text makes a parser raise is the reply's error, not ours
+        return _fail(raw, None, f"the reply could not be read ({type(exc).__name__})")

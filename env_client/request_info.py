@@ -1,7 +1,10 @@
 """The ``request_info`` action: look at an episode's data (SQLite tables, CSV/TSV files) without running code.
 
 It reads the family's built data on the host, read-only, and only the tables the episode mounts; a target is
-resolved against that catalogue, never used as a path. Every answer is bounded (values, characters).
+resolved against that catalogue, never used as a path. Every answer is bounded (values, characters), and so is
+the host CPU one request may use: a keyterm of at most :data:`MAX_TERM_CHARS` characters, close values ranked
+by difflib's cheap upper bounds first, and :data:`INFO_CPU_S` seconds of this thread's CPU time per request;
+a request past its budget gets an :class:`InfoError` (the episode's error, shown to the agent), never a stall.
 
 Example:
     >>> cat = Catalogue({"toy_sql.db": Path("artifacts/tasks/toy_sql/toy_sql.db")})
@@ -14,6 +17,7 @@ from __future__ import annotations
 import csv
 import difflib
 import sqlite3
+import time
 from collections.abc import Iterator
 from contextlib import closing
 from dataclasses import dataclass
@@ -27,6 +31,8 @@ MAX_VALUES = 10  # distinct values listed by column_values
 MAX_CLOSE = 5  # close matches listed by term
 MAX_SCAN_ROWS = 200_000  # rows scanned per table by term / column_values
 MAX_TABLES = 200
+MAX_TERM_CHARS = 200  # longest keyterm compared with cells (difflib costs grow with its length)
+INFO_CPU_S = 2.0  # CPU seconds (this thread's) one request may use on the host
 _CLOSE_CUTOFF = 0.5
 
 
@@ -125,7 +131,9 @@ class Catalogue:
 
     # -- the four info types ------------------------------------------------------------------------------
     def answer(self, info_type: str, *, target: str | None = None, keyterm: str | None = None) -> str:
-        """Answer one request; raises :class:`InfoError` for a request the data cannot answer."""
+        """Answer one request; raises :class:`InfoError` for a request the data cannot answer or one that runs
+        past :data:`INFO_CPU_S` seconds of CPU."""
+        self._deadline = time.thread_time() + INFO_CPU_S
         if not self.tables:
             raise InfoError("this task has no tabular data to describe; use code_execution or terminal instead")
         if info_type == "schema":
@@ -149,7 +157,9 @@ class Catalogue:
     def _column_values(self, table: _Table, keyterm: str | None) -> str:
         column = self._column(table, keyterm)
         distinct: dict[str, None] = {}
-        for (value,) in self._rows(table, column):
+        for n, (value,) in enumerate(self._rows(table, column)):
+            if n % 4096 == 0:
+                self._check_budget()
             distinct.setdefault(value)
         values = sorted(distinct)
         if len(values) <= MAX_VALUES:
@@ -157,13 +167,23 @@ class Catalogue:
         return (f"{table.name}.{column}: {len(values)} distinct values (too many to list; use info_type 'term' "
                 f"to look for one); first {MAX_VALUES}: {values[:MAX_VALUES]}")
 
+    def _check_budget(self) -> None:
+        if time.thread_time() > getattr(self, "_deadline", float("inf")):
+            raise InfoError(f"the request used its {INFO_CPU_S:g} s of CPU before it finished; name a table "
+                            "(target) and a shorter keyterm, or look the value up with code")
+
     def _term(self, term: str, tables: list[_Table]) -> str:
+        if len(term) > MAX_TERM_CHARS:
+            raise InfoError(f"term keyterm has {len(term)} characters; look for a value of at most "
+                            f"{MAX_TERM_CHARS}")
         want = term.lower()
         hits: dict[str, int] = {}
         seen: set[str] = set()
         for table in tables:
             cols = self.columns(table)
-            for row in self._rows(table):
+            for n, row in enumerate(self._rows(table)):
+                if n % 1024 == 0:
+                    self._check_budget()
                 for col, cell in zip(cols, row):
                     if cell.lower() == want:
                         key = f"{table.name}.{col} = {cell!r}"
@@ -173,8 +193,17 @@ class Catalogue:
         if hits:
             lines = [f"{k} ({n} row{'s' if n > 1 else ''})" for k, n in list(hits.items())[:20]]
             return f"Exact matches for {term!r}:\n" + "\n".join(lines)
-        close = [c for c in seen if difflib.SequenceMatcher(None, want, c.lower()).ratio() >= _CLOSE_CUTOFF]
-        close.sort(key=lambda c: (-difflib.SequenceMatcher(None, want, c.lower()).ratio(), c))
+        matcher, scored = difflib.SequenceMatcher(None), []
+        matcher.set_seq2(want)  # difflib caches what it learns about the second sequence
+        for n, cell in enumerate(seen):
+            if n % 256 == 0:
+                self._check_budget()
+            matcher.set_seq1(cell.lower())
+            if matcher.real_quick_ratio() >= _CLOSE_CUTOFF and matcher.quick_ratio() >= _CLOSE_CUTOFF:
+                ratio = matcher.ratio()
+                if ratio >= _CLOSE_CUTOFF:
+                    scored.append((-ratio, cell))
+        close = [c for _, c in sorted(scored)]
         if not close:
             return f"No cell equals {term!r} and no close value was found."
         return f"No cell equals {term!r}. Close values: {close[:MAX_CLOSE]}"

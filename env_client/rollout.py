@@ -156,12 +156,22 @@ class EnvSpec:
 def run_episode(env: Any, policy: Policy, item: WorkItem, *, policy_name: str | None = None) -> Trajectory:
     """Play one episode of ``item`` with ``policy`` on ``env`` (any object with the ``Env`` interface).
 
+    An episode whose env server is lost mid-way (``http_client.ServerLost``: the server died or forgot it) is
+    played again from its reset, with the same seed, on another server (``EnvServers`` picks a healthy one).
+
     Returns:
         The finished trajectory (header carries ``sample_idx`` and ``seed``). When the policy's endpoint refuses
         the chat as longer than the model's context (``PolicyError.context_overflow``), the episode ends there as
         truncated (``reason: context_length``) with its turns and usage so far: the model's limit, not an
         infrastructure failure, so it is stored and a rerun does not retry it.
     """
+    from env_client.http_client import retry_lost
+
+    return retry_lost(lambda: _play(env, policy, item, policy_name),
+                      what=f"episode {item.instance.id}#{item.sample_idx}")
+
+
+def _play(env: Any, policy: Policy, item: WorkItem, policy_name: str | None) -> Trajectory:
     p = bind(policy, item.instance)
     obs, _info = env.reset(item.instance, seed=item.seed,
                            options={"policy": policy_name, "sample_idx": item.sample_idx})
@@ -316,7 +326,21 @@ def _thread_results(items: list[WorkItem], policy: Policy, env_factory: Callable
 
 async def _arun_episode(env: Any, policy: Policy, item: WorkItem, policy_name: str | None,
                         call: Callable[..., Any]) -> Trajectory:
-    """:func:`run_episode` on an event loop: env calls go through ``call`` (a thread pool), ``aact`` is awaited."""
+    """:func:`run_episode` on an event loop: env calls go through ``call`` (a thread pool), ``aact`` is awaited; an
+    episode whose server was lost is played again (as in :func:`run_episode`)."""
+    from env_client.http_client import EPISODE_ATTEMPTS, ServerLost
+
+    for attempt in range(1, EPISODE_ATTEMPTS + 1):
+        try:
+            return await _aplay(env, policy, item, policy_name, call)
+        except ServerLost:
+            if attempt == EPISODE_ATTEMPTS:
+                raise
+    raise AssertionError("unreachable")
+
+
+async def _aplay(env: Any, policy: Policy, item: WorkItem, policy_name: str | None,
+                 call: Callable[..., Any]) -> Trajectory:
     p = bind(policy, item.instance)
     obs, _info = await call(env.reset, item.instance, seed=item.seed,
                             options={"policy": policy_name, "sample_idx": item.sample_idx})

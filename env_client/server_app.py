@@ -9,8 +9,10 @@ Served to clients that may not be trusted, it keeps the gold answers on the serv
 default): every verdict a client can see (``/step`` info, ``/state``, ``/close``) carries ``correct``, ``score``
 and whether the grader failed, never the grader's reason (``7 != 8`` would give the answer away) nor its error
 text, and an internal error's 500 body names only its class. A session's sandbox worker goes back to the pool as
-soon as its episode ends; waiting for a free worker is bounded (``worker_wait_s``, then 503), and the bearer
-token, body-size and per-client limits of ``sandbox.server`` apply.
+soon as its episode ends; waiting for a free worker is bounded (``worker_wait_s``, then 503); only a ``/reset`` or a
+``/step`` keeps a session alive (an idle one is closed after ``idle_timeout_s``, any episode ``max_episode_s`` after
+its reset); one client holds at most as many sessions as there are sandbox workers; and the bearer token and
+body-size limits of ``sandbox.server`` apply.
 
 Example:
     >>> app = build_app(tasks_root="artifacts/tasks", backend="bwrap", capacity=64)
@@ -177,6 +179,11 @@ class ServedEnv:
             result.info["verdict"] = public_verdict(result.info["verdict"])
         return result
 
+    @property
+    def idle(self) -> bool:
+        """True when no episode runs (none yet, or it ended): the session holds no sandbox worker."""
+        return self.env.done
+
     def state(self) -> dict[str, Any]:
         """The episode's state with its trajectory so far (verdicts made public when gold is hidden)."""
         state = self.env.state()
@@ -200,7 +207,8 @@ def build_app(tasks_root: str | Path, *, backend: str = "bwrap", workers: int = 
               config: EnvConfig | None = None, capacity: int = 64, idle_timeout_s: float = 600.0,
               pool: Any = None, hide_gold: bool = True, tokens: tuple[str, ...] | list[str] = (),
               max_body_bytes: int = 1 << 20, max_sessions_per_client: int | None = None,
-              worker_wait_s: float | None = 30.0, splits: tuple[str, ...] = ("train", "test")) -> Any:
+              worker_wait_s: float | None = 30.0, splits: tuple[str, ...] = ("train", "test"),
+              max_episode_s: float | None = None) -> Any:
     """The MedAgentGym env server: ``sandbox.server.create_app`` over ``Env`` sessions sharing one pool.
 
     Args:
@@ -217,10 +225,13 @@ def build_app(tasks_root: str | Path, *, backend: str = "bwrap", workers: int = 
         hide_gold: Keep grader reasons and error texts (which can quote the gold answer) out of every response.
         tokens: Accepted bearer tokens (one per client); empty = no authentication.
         max_body_bytes: Largest request body (413 beyond).
-        max_sessions_per_client: Open sessions per client (429 beyond); ``None`` = ``capacity``.
+        max_sessions_per_client: Open sessions per client (429 beyond); ``None`` = the pool's workers. Never more
+            than the workers (ValueError): a client may hold every worker, but not queue past them.
         worker_wait_s: Longest wait of a ``/reset`` for a free sandbox worker (then 503); sets the pool's
             ``acquire_timeout`` (also for a passed ``pool``). ``None`` leaves the pool's own.
         splits: Splits clients may reset on (e.g. ``("train",)`` keeps the test split's graders unreachable).
+        max_episode_s: An episode is closed this long after its ``/reset`` even if its client keeps stepping;
+            ``None`` = the episode's wall budget (``config.episode_wall_s``) plus two minutes for grading.
 
     Returns:
         The FastAPI app; its pool (if it started one) closes with the app's lifespan. ``app.state.
@@ -238,6 +249,13 @@ def build_app(tasks_root: str | Path, *, backend: str = "bwrap", workers: int = 
         raise ValueError(f"splits={splits!r} is invalid: choose from train, test")
     own_pool = pool is None
     pool = pool or make_pool(backend, workers=workers, max_workers=max_workers, allow_unisolated=allow_unisolated)
+    # Sessions per client never exceed the workers the pool may run (its cap; an older pool: its workers).
+    n_workers = int(getattr(pool, "max_workers", 0) or len(getattr(pool, "_workers", ())) or workers)
+    if max_sessions_per_client is not None and max_sessions_per_client > n_workers:
+        if own_pool:
+            pool.close()
+        raise ValueError(f"max_sessions_per_client={max_sessions_per_client} exceeds the {n_workers} sandbox workers: "
+                         f"one client could queue past every worker; use at most {n_workers} (or more workers)")
     if worker_wait_s is not None:
         pool.acquire_timeout = float(worker_wait_s)  # a /reset waits this long for a worker, then 503
     lock, cache = threading.Lock(), {}
@@ -256,7 +274,11 @@ def build_app(tasks_root: str | Path, *, backend: str = "bwrap", workers: int = 
     app = create_app(factory, StepAction, Observation, reset_model=ResetRequest, capacity=capacity,
                      idle_timeout_s=idle_timeout_s, client_errors=CLIENT_ERRORS, busy_errors=(ServerBusy,),
                      internal_error_detail=not hide_gold, tokens=tokens, max_body_bytes=max_body_bytes,
-                     max_sessions_per_client=max_sessions_per_client, title="MedAgentGym environment server",
-                     on_shutdown=pool.close if own_pool else None)
+                     max_sessions_per_client=max_sessions_per_client or n_workers,
+                     # A WebSocket connection (OpenEnv) holds a worker only while its episode runs, and OpenEnv's
+                     # reaper frees it: connections are capped like sessions only when the caller names a cap.
+                     max_ws_per_client=max_sessions_per_client or capacity,
+                     title="MedAgentGym environment server", on_shutdown=pool.close if own_pool else None,
+                     max_episode_s=max_episode_s or (config or EnvConfig()).episode_wall_s + 120.0)
     app.state.served_env_factory = factory  # another protocol on the same app serves the same sessions
     return app

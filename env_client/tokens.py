@@ -244,7 +244,8 @@ class TokenEpisode:
             infrastructure reason).
         trajectory: The env's trajectory record of the episode.
         turns: Model turns taken.
-        truncated: The episode ended on a budget (env turns or ``max_completion_tokens``) rather than a submit.
+        truncated: The episode ended on a budget (env turns, ``max_completion_tokens`` or the context limit)
+            rather than a submit.
     """
 
     prompt_ids: list[int]
@@ -289,7 +290,7 @@ def _hf_generate_fn(model: Any, tokenizer: Any, max_new_tokens: int, temperature
 def token_rollout(env: Any, instance: Any, *, tokenizer: Any, model: Any = None, generate_fn: GenerateFn | None = None,
                   seed: int | None = None, max_new_tokens: int = 256, temperature: float = 1.0, top_p: float = 1.0,
                   max_completion_tokens: int | None = None, sample_idx: int = 0,
-                  policy_name: str = "hf") -> TokenEpisode:
+                  policy_name: str = "hf", max_context_tokens: int | None = None) -> TokenEpisode:
     """Drive one episode of ``env`` with a local model at token level.
 
     Args:
@@ -306,6 +307,11 @@ def token_rollout(env: Any, instance: Any, *, tokenizer: Any, model: Any = None,
         max_completion_tokens: Stop the episode (truncated) once the completion is this long.
         sample_idx: Recorded in the trajectory header (index within the task's group).
         policy_name: Recorded in the trajectory header.
+        max_context_tokens: The generator's context limit (vLLM's ``max_model_len``, the model's position limit):
+            before each turn, an episode whose context plus a full turn (``max_new_tokens``) would not fit ends
+            as truncated instead of calling the generator (which would refuse or overrun it). When that happens
+            before the first turn, the completion is one end-of-turn token marked as environment (never trained
+            on), since the trainers need a non-empty completion.
 
     Returns:
         The :class:`TokenEpisode`.
@@ -323,6 +329,11 @@ def token_rollout(env: Any, instance: Any, *, tokenizer: Any, model: Any = None,
     eos_id = tokenizer.eos_token_id
     while True:
         context = ep.prompt_ids + ep.completion_ids
+        if max_context_tokens is not None and len(context) + max_new_tokens > max_context_tokens:
+            ep.truncated = True
+            if not ep.completion_ids:
+                ep.extend([eos_id], model=False)
+            break
         ids, logprobs = generate_fn(context, None if seed is None else seed + ep.turns)
         ep.extend(ids, model=True, logprobs=logprobs)
         ep.turns += 1

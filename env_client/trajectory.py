@@ -70,7 +70,7 @@ class StepRecord(BaseModel):
     parse_error: str | None = Field(None, description="What was wrong with the reply, when it did not parse.")
     observation: str = Field(description="The observation text returned to the model (after truncation).")
     observation_role: Literal["tool", "user"] = Field("user", description="Chat role the observation is sent as.")
-    status: str = Field(description="ok | error | parse_error | forbidden | submitted | fatal.")
+    status: str = Field(description="ok | error | parse_error | forbidden | submitted | agent_error | fatal.")
     error_kind: str | None = Field(None, description="Sandbox error kind of a failed execution, if any.")
     duration_s: float = Field(0.0, description="Wall seconds the env spent on this step (parse + run + grade).")
     exec_s: float = Field(0.0, description="Seconds spent in user code (ExecResult.duration_s).")

@@ -147,6 +147,8 @@ class EnvConfig:
 
     max_turns: int | None = None  # assistant turns per episode; null = the family's registered default
     sandbox: Literal["bwrap", "docker", "local"] = "bwrap"  # executor backend; "local" has no isolation
+    # "local" runs model-written code with your user's rights: refused unless this says so explicitly.
+    allow_unisolated: bool = False
     workers: int = 2  # warm sandbox workers shared by concurrent episodes (in process; per server when remote)
     # Most sandbox workers: the pool grows past `workers` to the episodes in flight, up to this; null = half the
     # host's memory at sandbox.pool.WORKER_MB per worker (or $MEDAGENTGYM_SANDBOX_MAX_WORKERS).
@@ -161,10 +163,23 @@ class EnvConfig:
         _check(self.workers >= 1, "env.workers", self.workers, "an integer >= 1")
         _check(self.max_workers is None or self.max_workers >= 1, "env.max_workers", self.max_workers,
                "an integer >= 1, or null for the cap derived from memory")
+        if self.sandbox == "local" and not self.allow_unisolated:
+            raise RecipeError("env.sandbox=local runs model-written code WITHOUT isolation (with your user's rights); "
+                              "use env.sandbox=bwrap, or accept it explicitly with env.allow_unisolated=true")
         for i, url in enumerate(self.urls):
             _check(url.startswith(("http://", "https://")) and len(url) > 8, f"env.url[{i}]", url,
                    "an http(s)://host:port URL of medagentgym serve")
         _check(len(set(self.urls)) == len(self.urls), "env.url", self.url, "each server once")
+
+    def isolation(self) -> str:
+        """One line saying how model-written code is isolated in this run (``train.py --dry-run`` prints it)."""
+        if self.urls:
+            return f"isolation: episodes run on env servers {', '.join(self.urls)} (their sandbox isolates the code)"
+        if self.sandbox == "local":
+            return ("isolation: NONE (env.sandbox=local, env.allow_unisolated=true): model-written code runs "
+                    "unsandboxed with this user's rights")
+        return (f"isolation: {self.sandbox} jail (namespaces, read-only root, unprivileged uid, seccomp, rlimits; "
+                f"the pool lists its layers when it starts and fails rather than run unisolated)")
 
     @property
     def urls(self) -> list[str]:
@@ -188,12 +203,17 @@ class RolloutConfig:
     store: str | None = None
     temperature: float = 1.0  # sampling temperature for the policy's turns
     max_new_tokens: int = 512  # per assistant turn
+    # GRPO/PPO stop (one line) when more than this share of the last 256 episodes failed for infrastructure reasons
+    # (reward None: sandbox, env servers, task data); episodes the policy breaks are wrong answers and never count.
+    max_infra_failure_share: float = 0.25
 
     def __post_init__(self) -> None:
         _check(self.k >= 1, "rollout.k", self.k, "an integer >= 1")
         _check(self.concurrency >= 1, "rollout.concurrency", self.concurrency, "an integer >= 1")
         _check(self.temperature >= 0, "rollout.temperature", self.temperature, "a non-negative float")
         _check(self.max_new_tokens >= 1, "rollout.max_new_tokens", self.max_new_tokens, "an integer >= 1")
+        _check(0 < self.max_infra_failure_share <= 1, "rollout.max_infra_failure_share", self.max_infra_failure_share,
+               "a share in (0, 1]")
 
 
 @dataclass

@@ -149,8 +149,8 @@ class Playground:
     def open(cls, name: str, root: str | os.PathLike, tokenizer: Any, *, sandbox: str = "auto", workers: int = 16,
              split: str = "train") -> Playground:
         """Load family ``name`` from the tasks root ``root`` (a :data:`DECLARED` one is declared there if missing,
-        ``toy_lookup`` built at size tiny) and start a sandbox pool of ``workers``: ``bwrap``, ``local``
-        (unisolated), or ``auto`` (bwrap where it runs, else local)."""
+        ``toy_lookup`` built at size tiny) and start a sandbox pool of ``workers``: ``bwrap`` (``auto`` is the same:
+        it fails where bwrap cannot run rather than fall back), or ``local`` (unisolated, asked for by name)."""
         import sandbox as sandbox_pkg
         from medagentgym import tasks
         from env_client.prompts import initial_messages
@@ -168,13 +168,10 @@ class Playground:
                                            render=lambda inst: initial_messages(inst, family.actions))
         # Workers start with the family's data mounted, so no episode restarts one to mount it.
         mounts = {name: root / family.name / rel for inst in family.instances(split) for name, rel in inst.data.items()}
-        if sandbox == "auto":
-            try:
-                pool = sandbox_pkg.make_pool("bwrap", workers=workers, mounts=mounts)
-            except sandbox_pkg.SandboxUnavailable:
-                pool = sandbox_pkg.make_pool("local", workers=workers, allow_unisolated=True, mounts=mounts)
-        else:
-            pool = sandbox_pkg.make_pool(sandbox, workers=workers, allow_unisolated=sandbox == "local", mounts=mounts)
+        # ``auto`` is the jail: isolation is never lost silently (bwrap that cannot start raises, naming the fix);
+        # unisolated runs are asked for by name, ``sandbox="local"``.
+        backend = "bwrap" if sandbox == "auto" else sandbox
+        pool = sandbox_pkg.make_pool(backend, workers=workers, allow_unisolated=backend == "local", mounts=mounts)
         return cls(root, family, index, tokenizer, pool, *FAMILIES[name])
 
     @property

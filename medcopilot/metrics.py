@@ -15,8 +15,14 @@ Metric names (all in ``[0, 1]`` except where a unit is given):
 - ``env/truncation_rate``: episodes ended by a budget (turns or tokens) rather than a graded submission.
 - ``env/zero_adv_frac``: groups (one task, ``num_generations`` episodes) whose rewards are all equal, so every
   advantage in the group is 0 and the group teaches nothing.
-- ``env/grader_error_rate``: episodes whose grading failed for an infrastructure reason (reward None,
-  not 0; a grader failure the submission caused is a wrong answer, reward 0).
+- ``env/grader_error_rate``: episodes whose reward is missing (None: an infrastructure failure of grading, a
+  failed verifier call, an episode that could not be played), not 0; a grader failure the submission caused is
+  a wrong answer, reward 0.
+- ``env/infra_failure_rate``: episodes that failed for a reason of ours (the sandbox could not go on, an env
+  server or the task data failed, grading failed for an infrastructure reason, the episode could not be played):
+  reward None. The rollout hook stops the run when their share passes ``rollout.max_infra_failure_share``.
+- ``env/agent_error_rate``: episodes ended because an action made the host raise an exception nobody classified
+  (``agent_error``: a wrong answer, reward 0, the cause in the logs); a rising rate points at a host bug.
 - ``env/sandbox_latency_s``: mean wall time of one sandbox call (seconds).
 
 Example:
@@ -37,7 +43,7 @@ __all__ = ["EpisodeStats", "batch_metrics", "episode_outcome", "zero_advantage_f
 #: Actions that always run in the sandbox (their step duration is sandbox latency).
 SANDBOX_ACTIONS = frozenset({"code_execution", "terminal"})
 #: Step statuses that count as a failed tool call.
-FAILED_STATUSES = frozenset({"error", "parse_error", "forbidden", "fatal"})
+FAILED_STATUSES = frozenset({"error", "parse_error", "forbidden", "agent_error", "fatal"})
 
 
 @dataclass(frozen=True)
@@ -51,7 +57,10 @@ class EpisodeStats:
         tool_failures: Tool calls that failed: unparseable, not permitted, sandbox error or non-zero exit (count).
         looped: The model repeated an earlier action of the episode verbatim.
         truncated: A budget (turns, tokens) ended the episode before a graded submission.
-        grader_error: Grading failed for an infrastructure reason; the episode's reward is None.
+        grader_error: The episode's reward is missing (None): infrastructure failure of grading, a failed
+            verifier call, or an episode that could not be played.
+        infra_failure: The episode failed for an infrastructure reason (reward None; see the module docstring).
+        agent_error: An action made the host raise; the episode ended as a wrong answer.
         sandbox_calls: Sandbox executions (count).
         sandbox_seconds: Total wall time of those executions (seconds).
         model_tokens: Tokens the model generated (count, env tokens excluded).
@@ -65,6 +74,8 @@ class EpisodeStats:
     looped: bool = False
     truncated: bool = False
     grader_error: bool = False
+    infra_failure: bool = False
+    agent_error: bool = False
     sandbox_calls: int = 0
     sandbox_seconds: float = 0.0
     model_tokens: int = 0
@@ -152,6 +163,8 @@ def batch_metrics(
         t.add("looped", s.looped)
         t.add("truncated", s.truncated)
         t.add("grader_error", s.grader_error)
+        t.add("infra_failure", s.infra_failure)
+        t.add("agent_error", s.agent_error)
         t.add("sandbox_calls", s.sandbox_calls)
         t.add("sandbox_seconds", s.sandbox_seconds)
     n = t.episodes
@@ -164,6 +177,8 @@ def batch_metrics(
         "env/truncation_rate": c["truncated"] / n,
         "env/zero_adv_frac": zero_advantage_fraction(rewards if group_rewards is None else group_rewards, group_size),
         "env/grader_error_rate": c["grader_error"] / n,
+        "env/infra_failure_rate": c["infra_failure"] / n,
+        "env/agent_error_rate": c["agent_error"] / n,
         "env/sandbox_latency_s": c["sandbox_seconds"] / c["sandbox_calls"] if c["sandbox_calls"] else 0.0,
     }
 
@@ -196,6 +211,7 @@ def episode_outcome(trajectory: Any, *, model_tokens: int = 0, env_tokens: int =
         tool_failures=sum(s.status in FAILED_STATUSES for s in steps),
         looped=any(s.loop for s in steps) or final.reason == "loop",
         truncated=bool(final.truncated and not final.terminated),
+        agent_error=any(s.status == "agent_error" for s in steps),
         sandbox_calls=len(sandbox),
         sandbox_seconds=sum(s.duration_s for s in sandbox),
         model_tokens=model_tokens,

@@ -20,8 +20,18 @@ repeat it (see :func:`memory_plan`):
 - training: weights, LoRA adapters with their gradients and Adam states (16 bytes per adapter parameter; full
   fine-tuning: 16 bytes per parameter), 3 GiB of CUDA context and allocator slack, and per micro-batch the
   checkpointed hidden states (``layers * hidden * 2`` bytes per token), one layer's recomputed activations
-  (``(6 * hidden + 3 * intermediate) * 2`` bytes per token) and the logits (``vocab * 10`` bytes per token that
-  is scored: bf16 logits, their fp32 log-softmax and its gradient).
+  (``(6 * hidden + 3 * intermediate) * 2`` bytes per token) and the logits of the scored tokens, which depend on
+  how the trainer computes them (:data:`LOGITS_BYTES`): SFT/DPO materialise them (``vocab * 10`` bytes per token:
+  bf16 logits, their fp32 log-softmax and its gradient); our PPO loss (:func:`medcopilot.ppo.completion_logprobs`)
+  peaks at ``vocab * 20`` bytes per token (measured: fp32 logits kept for backward, the log-sum-exp and gather
+  gradients, the no-grad entropy); TRL's GRPO never materialises them (its fused LM head works in tiles of
+  4,096 tokens x 32,768 vocabulary entries: ~4 such bf16 tiles plus ``hidden * 10`` bytes per token);
+- generation with ``model.generate`` (the ``transformers`` backend: PPO always, GRPO with ``rollout.backend:
+  transformers``): the weights and trainable states stay resident, and the episodes in flight
+  (``rollout.concurrency``, each up to prompt + whole episode tokens, left-padded to the longest) hold their KV
+  cache (``kv_bytes_per_token`` each) plus, during the prefill of a batch, one layer's activations for every
+  context token (no gradient, so nothing else is kept). Turns re-read their whole context, so a late turn
+  prefills nearly the whole episode.
 
 The target GPU is ``$MEDCOPILOT_GPU_GIB`` when set, else the visible CUDA device, else an 80 GB card (79.2 GiB
 usable); the recipes' headers state their arithmetic against that figure.
@@ -42,8 +52,8 @@ from typing import Any
 
 from medcopilot.config import RecipeConfig, RecipeError
 
-__all__ = ["ATTENTION_KERNELS", "ModelShape", "check_runnable", "gpu_gib", "memory_plan", "model_shape",
-           "vllm_base_model"]
+__all__ = ["ATTENTION_KERNELS", "LOGITS_BYTES", "ModelShape", "check_runnable", "gpu_gib", "logits_gib", "memory_plan",
+           "model_shape", "recipe_memory_plan", "shape_from_config", "vllm_base_model"]
 
 GIB = 1024 ** 3
 #: Usable memory of an 80 GB GPU (H100/A100-80G report ~79.2 GiB to torch).
@@ -56,6 +66,11 @@ TRAIN_SLACK_GIB = 3.0
 VLLM_ASLEEP_GIB = 1.0
 #: Prompt tokens assumed when a recipe gives no bound (the MedAgentGym opening chats are 1-4k tokens).
 PROMPT_TOKENS = 4096
+#: Bytes per (scored token x vocabulary entry) of the logits in one training micro-batch, per method (see the module
+#: docstring; ``ppo`` was measured on CPU with torch's profiler: 20.0 with gradients, 12.0 without).
+LOGITS_BYTES = {"sft": 10, "dpo": 10, "verifier": 10, "ppo": 20}
+#: TRL's fused LM head (GRPO): tokens x vocabulary entries of one projection tile (trl.kernels.chunked_logprob).
+TRL_LOGPROB_TILE = (4096, 32768)
 #: attn_implementation -> the extra that installs it (None: torch itself).
 ATTENTION_KERNELS: dict[str, str | None] = {"sdpa": None, "eager": None, "flash_attention_2": "flash"}
 
@@ -111,14 +126,15 @@ def model_shape(name_or_path: str) -> ModelShape | None:
     base = vllm_base_model(name_or_path)
     path = Path(base)
     if (path / "config.json").is_file():
-        return _shape_from_config(json.loads((path / "config.json").read_text(encoding="utf-8")))
+        return shape_from_config(json.loads((path / "config.json").read_text(encoding="utf-8")))
     name = base.lower().rsplit("/", 1)[-1]
     if name.startswith("qwen2.5-"):
         return QWEN25.get(name.split("-")[1])
     return None
 
 
-def _shape_from_config(conf: dict[str, Any]) -> ModelShape:
+def shape_from_config(conf: dict[str, Any]) -> ModelShape:
+    """The :class:`ModelShape` of a model ``config.json`` (a dict)."""
     hidden, layers = int(conf["hidden_size"]), int(conf["num_hidden_layers"])
     heads = int(conf["num_attention_heads"])
     kv_heads = int(conf.get("num_key_value_heads") or heads)
@@ -179,10 +195,19 @@ def gpu_gib() -> float:
     return DEFAULT_GPU_GIB
 
 
+def logits_gib(shape: ModelShape, method: str, micro_batch: int, scored_tokens: int) -> float:
+    """GiB of the logits of one training micro-batch (see the module docstring and :data:`LOGITS_BYTES`)."""
+    tokens = micro_batch * scored_tokens
+    if method == "grpo":  # TRL's fused, tiled LM head: a few tiles, whatever the length
+        tile_tokens, tile_vocab = TRL_LOGPROB_TILE
+        return (4 * min(tokens, tile_tokens) * min(shape.vocab, tile_vocab) * 2 + tokens * shape.hidden * 10) / GIB
+    return tokens * shape.vocab * LOGITS_BYTES.get(method, 10) / GIB
+
+
 def memory_plan(shape: ModelShape, *, lora_rank: int | None, micro_batch: int, seq_tokens: int,
-                scored_tokens: int, checkpointing: bool, gpu: float, vllm: dict[str, Any] | None = None
-                ) -> dict[str, float]:
-    """The GiB estimate of one training process (and its colocated vLLM engine), as the module docstring says.
+                scored_tokens: int, checkpointing: bool, gpu: float, vllm: dict[str, Any] | None = None,
+                method: str = "sft", generation: dict[str, int] | None = None) -> dict[str, float]:
+    """The GiB estimate of one training process (and its generator), as the module docstring says.
 
     Args:
         shape: The model.
@@ -193,24 +218,36 @@ def memory_plan(shape: ModelShape, *, lora_rank: int | None, micro_batch: int, s
         checkpointing: Activation checkpointing on.
         gpu: GPU memory (GiB).
         vllm: ``{"utilization", "max_len", "sleep"}`` for a colocated engine, else None.
+        method: How the logits are computed (``grpo``: TRL's tiled head; ``ppo``; else materialised).
+        generation: ``{"batch", "tokens"}`` for ``model.generate`` in this process (episodes in flight, tokens of
+            each), else None.
 
     Returns:
-        ``weights``, ``adapters`` (trainable states), ``activations`` (one micro-batch), ``train`` (their sum plus
-        slack); with vLLM also ``vllm`` (its budget), ``kv`` (its KV cache) and ``kv_seqs`` (full-length
-        sequences the KV cache holds).
+        ``weights``, ``adapters`` (trainable states), ``activations`` (one micro-batch, ``logits`` included),
+        ``train`` (their sum plus slack); with vLLM also ``vllm`` (its budget), ``kv`` (its KV cache) and
+        ``kv_seqs`` (full-length sequences the KV cache holds); with ``generation`` also ``gen_kv``,
+        ``gen_prefill`` and ``generating`` (the generation phase's total).
     """
     trainable = shape.lora_params(lora_rank) if lora_rank else shape.params
-    per_token = (shape.layers * shape.hidden * 2 if checkpointing
-                 else shape.layers * (10 * shape.hidden + 3 * shape.intermediate) * 2)
-    per_token += (6 * shape.hidden + 3 * shape.intermediate) * 2
-    activations = micro_batch * (seq_tokens * per_token + scored_tokens * shape.vocab * 10) / GIB
-    plan = {"gpu": gpu, "weights": shape.weight_gib, "adapters": 16 * trainable / GIB, "activations": activations}
+    layer = (6 * shape.hidden + 3 * shape.intermediate) * 2  # one layer's activations per token (bytes)
+    per_token = shape.layers * shape.hidden * 2 if checkpointing else shape.layers * (layer + 4 * shape.hidden * 2)
+    per_token += layer
+    logits = logits_gib(shape, method, micro_batch, scored_tokens)
+    activations = micro_batch * seq_tokens * per_token / GIB + logits
+    plan = {"gpu": gpu, "weights": shape.weight_gib, "adapters": 16 * trainable / GIB, "activations": activations,
+            "logits": logits}
     plan["train"] = plan["weights"] + plan["adapters"] + activations + TRAIN_SLACK_GIB
     if vllm is not None:
         budget = vllm["utilization"] * gpu
         plan["vllm"] = budget
         plan["kv"] = budget - shape.weight_gib - VLLM_OVERHEAD_GIB
         plan["kv_seqs"] = plan["kv"] * GIB / (shape.kv_bytes_per_token * vllm["max_len"])
+    if generation is not None:
+        tokens = generation["batch"] * generation["tokens"]
+        plan["gen_kv"] = tokens * shape.kv_bytes_per_token / GIB
+        plan["gen_prefill"] = tokens * layer / GIB
+        plan["generating"] = (plan["weights"] + plan["adapters"] + TRAIN_SLACK_GIB + plan["gen_kv"]
+                              + plan["gen_prefill"])
     return plan
 
 
@@ -236,6 +273,7 @@ def check_runnable(cfg: RecipeConfig, args: Any, *, base_model: str | None = Non
     from medagentgym.tasks import SUITES
 
     notes = [describe_mixture(cfg.tasks)]
+    notes.append(cfg.env.isolation())
     ood = [f for f in cfg.tasks.families if f in SUITES["ood"]]
     if ood and cfg.tasks.split == "train":
         notes.append(f"trains on out-of-distribution families {', '.join(ood)}: their --suite ood numbers are no "
@@ -251,8 +289,14 @@ def check_runnable(cfg: RecipeConfig, args: Any, *, base_model: str | None = Non
             notes.append(f"vLLM starts from the full model {root} and receives the merged weights of "
                          f"{cfg.model.name_or_path} before the first generation")
     shape = model_shape(source)
-    if shape is None or shape.params < 1e9:
-        return notes  # a tiny CPU model, or a shape we cannot know without loading it
+    if shape is None:  # e.g. a chained stage whose input an earlier stage has not written yet
+        generation = ("none (trains on the trajectories of rollout.store)" if cfg.method in ("sft", "dpo", "verifier")
+                      else "counted once the model's shape is known")
+        notes.append(f"memory: not estimated: the shape of {source} is unknown until it exists (a sweep's --dry-run "
+                     f"checks a chained stage against its chain's base model); generation KV: {generation}")
+        return notes
+    if shape.params < 1e9:
+        return notes  # a tiny CPU model
     notes.append(_check_memory(cfg, args, shape, gpu if gpu is not None else gpu_gib(), uses_vllm))
     return notes
 
@@ -274,7 +318,18 @@ def _check_attention(cfg: RecipeConfig) -> str:
     return f"attention: {kernel} (extra [{extra}]: pip install -e '.[{extra}]'; {here})"
 
 
-def _check_memory(cfg: RecipeConfig, args: Any, shape: ModelShape, gpu: float, uses_vllm: bool) -> str:
+def recipe_memory_plan(cfg: RecipeConfig, args: Any, shape: ModelShape, gpu: float) -> dict[str, Any]:
+    """:func:`memory_plan` for a recipe as ``--dry-run`` computes it (``scripts/bench_gpu.py`` sets the estimate
+    next to what it measures with this).
+
+    Returns:
+        The plan plus ``micro``, ``seq`` (tokens per trained sequence), ``generation`` (``model.generate``'s
+        ``{"batch", "tokens"}`` or None) and ``vllm_settings`` (the colocated engine's, or None).
+
+    Raises:
+        RecipeError: A colocated vLLM engine without ``trainer.vllm_max_model_length``.
+    """
+    uses_vllm = cfg.method == "grpo" and cfg.rollout.backend == "vllm"
     micro, seq, scored = _batch_geometry(cfg, args)
     lora = cfg.model.lora.r if cfg.model.lora else None
     checkpointing = bool(getattr(args, "activation_checkpointing", getattr(args, "gradient_checkpointing", True)))
@@ -287,22 +342,46 @@ def _check_memory(cfg: RecipeConfig, args: Any, shape: ModelShape, gpu: float, u
         vllm = {"utilization": float(args.vllm_gpu_memory_utilization), "max_len": int(max_len),
                 "sleep": bool(args.vllm_enable_sleep_mode)}
         seq = min(seq, int(max_len))
-    plan = memory_plan(shape, lora_rank=lora, micro_batch=micro, seq_tokens=seq, scored_tokens=min(scored, seq),
-                       checkpointing=checkpointing, gpu=gpu, vllm=vllm)
+    generation = _hf_generation(cfg, args, seq) if not uses_vllm else None
+    plan: dict[str, Any] = memory_plan(shape, lora_rank=lora, micro_batch=micro, seq_tokens=seq,
+                                       scored_tokens=min(scored, seq), checkpointing=checkpointing, gpu=gpu,
+                                       vllm=vllm, method=cfg.method, generation=generation)
+    return {**plan, "micro": micro, "seq": seq, "generation": generation, "vllm_settings": vllm}
+
+
+def _check_memory(cfg: RecipeConfig, args: Any, shape: ModelShape, gpu: float, uses_vllm: bool) -> str:
+    plan = recipe_memory_plan(cfg, args, shape, gpu)
+    micro, seq, generation, vllm = plan["micro"], plan["seq"], plan["generation"], plan["vllm_settings"]
     line = (f"memory on a {gpu:.1f} GiB GPU: weights {plan['weights']:.1f} + trainable states "
-            f"{plan['adapters']:.1f} + activations {plan['activations']:.1f} ({micro} x {seq} tokens) + slack "
-            f"{TRAIN_SLACK_GIB:.0f} = training {plan['train']:.1f} GiB")
+            f"{plan['adapters']:.1f} + activations {plan['activations']:.1f} ({micro} x {seq} tokens; logits "
+            f"{plan['logits']:.1f}) + slack {TRAIN_SLACK_GIB:.0f} = training {plan['train']:.1f} GiB")
     if plan["activations"] + TRAIN_SLACK_GIB > gpu:
         raise RecipeError(f"one micro-batch of {micro} x {seq} tokens needs ~{plan['activations']:.0f} GiB of "
                           f"activations and logits, more than the {gpu:.0f} GiB GPU (no sharding divides them); "
                           f"lower the per-device batch size or the maximum length")
+    if generation is not None:
+        line += (f"; generating with model.generate ({generation['batch']} episodes in flight x "
+                 f"{generation['tokens']:,} tokens): weights {plan['weights']:.1f} + trainable states "
+                 f"{plan['adapters']:.1f} + slack {TRAIN_SLACK_GIB:.0f} + generation KV {plan['gen_kv']:.1f} GiB "
+                 f"({shape.kv_bytes_per_token // 1024} KiB/token) + prefill activations {plan['gen_prefill']:.1f} = "
+                 f"generating {plan['generating']:.1f} GiB")
+        if plan["generating"] > gpu:
+            fits = _episodes_that_fit(plan, gpu, generation)
+            raise RecipeError(f"generation with model.generate does not fit the {gpu:.0f} GiB GPU: "
+                              f"{generation['batch']} episodes in flight x {generation['tokens']:,} tokens hold "
+                              f"{plan['gen_kv']:.1f} GiB of KV cache and {plan['gen_prefill']:.1f} GiB of prefill "
+                              f"activations on top of {plan['weights'] + plan['adapters']:.1f} GiB of weights and "
+                              f"trainable states ({plan['generating']:.1f} GiB); set rollout.concurrency={fits} "
+                              f"or lower, or shorten trainer.max_completion_length")
     if vllm is None:
+        if generation is None and cfg.method in ("sft", "dpo", "verifier"):
+            line += f"; generation KV: none ({cfg.method} trains on the trajectories of rollout.store)"
         if plan["train"] > gpu:
             line += (f" (> {gpu:.0f} GiB unsharded: needs ZeRO-3/FSDP over several GPUs, which divide weights and "
                      f"trainable states)")
         return line
     line += (f"; vLLM {vllm['utilization']:.2f} x {gpu:.1f} = {plan['vllm']:.1f} GiB - weights "
-             f"{plan['weights']:.1f} - {VLLM_OVERHEAD_GIB:.0f} = KV {plan['kv']:.1f} GiB "
+             f"{plan['weights']:.1f} - {VLLM_OVERHEAD_GIB:.0f} = generation KV {plan['kv']:.1f} GiB "
              f"({shape.kv_bytes_per_token // 1024} KiB/token) = {plan['kv_seqs']:.1f} sequences of {vllm['max_len']:,}")
     if plan["kv_seqs"] < 1:
         raise RecipeError(f"vLLM's KV cache cannot hold one {vllm['max_len']:,}-token sequence: "
@@ -327,6 +406,28 @@ def _check_memory(cfg: RecipeConfig, args: Any, shape: ModelShape, gpu: float, u
                           f"trainer.vllm_enable_sleep_mode=true (vLLM frees its memory during the update), lower "
                           f"trainer.per_device_train_batch_size, or use vllm_mode: server on a second GPU")
     return line + f"; together {together:.1f} GiB"
+
+
+def _hf_generation(cfg: RecipeConfig, args: Any, seq: int) -> dict[str, int] | None:
+    """``{"batch", "tokens"}`` of ``model.generate`` in the training process (None: no generation there).
+
+    PPO always generates with ``model.generate``; GRPO does with ``rollout.backend: transformers``. At most
+    ``rollout.concurrency`` episodes are in flight, and no more than one round of this process holds.
+    """
+    if cfg.method == "ppo":
+        round_size = int(args.rollout_batch_size)
+    elif cfg.method == "grpo":
+        round_size = int(args.per_device_train_batch_size) * int(args.steps_per_generation or 1)
+    else:
+        return None
+    return {"batch": max(1, min(cfg.rollout.concurrency, round_size)), "tokens": seq}
+
+
+def _episodes_that_fit(plan: dict[str, float], gpu: float, generation: dict[str, int]) -> int:
+    """The largest ``rollout.concurrency`` whose generation phase fits ``gpu`` (0 when not even one does)."""
+    fixed = plan["generating"] - plan["gen_kv"] - plan["gen_prefill"]
+    per_episode = (plan["gen_kv"] + plan["gen_prefill"]) / generation["batch"]
+    return max(0, int((gpu - fixed) // per_episode))
 
 
 def _batch_geometry(cfg: RecipeConfig, args: Any) -> tuple[int, int, int]:

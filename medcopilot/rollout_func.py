@@ -29,6 +29,7 @@ Example:
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import json
@@ -40,12 +41,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from env_client.http_client import retry_lost
 from env_client.tokens import TokenEpisode, generate_batch, token_rollout
-from medcopilot.metrics import episode_outcome
+from medcopilot.metrics import EpisodeStats, episode_outcome
 from rewards import combine
 
-__all__ = ["BatchGenerate", "EnvRolloutFunc", "PromptIndex", "TurnBatcher", "check_generation_layout", "episode_seed",
-           "hf_batch_generate", "prompt_key"]
+__all__ = ["BatchGenerate", "EnvRolloutFunc", "InfraFailureLimit", "PromptIndex", "TurnBatcher",
+           "check_generation_layout", "context_limit", "episode_seed", "hf_batch_generate", "prompt_key"]
 
 log = logging.getLogger(__name__)
 
@@ -151,6 +153,18 @@ def check_generation_layout(accelerator: Any) -> None:
                            f"rollout.backend=vllm")
 
 
+def context_limit(trainer: Any) -> int | None:
+    """The generator's context limit in TRL's GRPO: ``vllm_max_model_length`` with vLLM (when set), else the
+    model's ``max_position_embeddings`` (None when neither is known)."""
+    args = trainer.args
+    if getattr(args, "use_vllm", False) and getattr(args, "vllm_max_model_length", None):
+        return int(args.vllm_max_model_length)
+    model = trainer.accelerator.unwrap_model(trainer.model) if hasattr(trainer, "accelerator") else trainer.model
+    config = getattr(model, "config", None)
+    limit = getattr(config, "max_position_embeddings", None)
+    return int(limit) if limit else None
+
+
 def hf_batch_generate(model: Any, tokenizer: Any, contexts: list[list[int]], *, seeds: list[int],
                       max_new_tokens: int, temperature: float = 1.0, top_p: float = 1.0,
                       top_k: int = 0) -> tuple[list[list[int]], list[list[float]]]:
@@ -207,6 +221,11 @@ class TurnBatcher:
         self._results: dict[int, tuple[list[int], list[float] | None]] = {}
         self._error: BaseException | None = None
         self.calls = 0
+
+    @property
+    def failed(self) -> bool:
+        """True once a generation call raised (every waiting episode is woken with an error)."""
+        return self._error is not None
 
     def generate_fn(self, slot: int) -> Callable[[list[int], int | None], tuple[list[int], list[float]]]:
         """The ``generate_fn`` for episode ``slot``: each turn's context and seed join the next batch."""
@@ -285,8 +304,41 @@ class TurnBatcher:
                 self._cv.notify_all()
 
 
+class InfraFailureLimit(RuntimeError):
+    """Too large a share of recent episodes failed for infrastructure reasons: the run stops (one line says why)."""
+
+
+class _InfraWindow:
+    """The infrastructure-failure flags of the last ``window`` episodes, and the bound their share may not pass."""
+
+    def __init__(self, max_share: float, window: int) -> None:
+        if not 0 < max_share <= 1 or window < 1:
+            raise ValueError(f"max_infra_share={max_share} must be in (0, 1] and infra_window={window} >= 1")
+        self.max_share, self.flags = max_share, collections.deque(maxlen=window)
+        self.last_cause: str | None = None
+
+    def add(self, flags: list[bool], causes: list[str]) -> None:
+        """Record one rollout call's episodes; raises :class:`InfraFailureLimit` when the share passes the bound."""
+        self.flags.extend(flags)
+        self.last_cause = causes[-1] if causes else self.last_cause
+        failed = sum(self.flags)
+        if failed and failed / len(self.flags) > self.max_share:
+            raise InfraFailureLimit(
+                f"{failed} of the last {len(self.flags)} episodes failed for infrastructure reasons (more than "
+                f"rollout.max_infra_failure_share={self.max_share:g}); last cause: {self.last_cause}; fix the "
+                f"environment (sandbox, env servers, task data) and rerun to resume from the last checkpoint")
+
+
 class EnvRolloutFunc:
     """The ``rollout_func`` for ``trl.GRPOTrainer``: one multi-turn env episode per prompt row.
+
+    Every episode is total: no exception of one episode reaches the trainer. The environment itself turns what
+    the model's text or its jailed code makes the host raise into that episode's outcome (a wrong answer, see
+    ``env_client.episode``); anything that still escapes an episode (its env could not reset, an env server went
+    away, a reward term raised) is an infrastructure failure: the row gets reward None (no advantage in GRPO,
+    dropped by PPO), the cause is logged, and ``episode_stats`` marks it (``env/infra_failure_rate``). Only a
+    failure of generation itself (the model, the GPU) stops the call. When more than ``max_infra_share`` of the
+    last ``infra_window`` episodes failed that way, :class:`InfraFailureLimit` stops the run with one line.
 
     Args:
         make_env: Returns a fresh ``env_client.Env`` (one per concurrent episode; closed after it).
@@ -313,13 +365,21 @@ class EnvRolloutFunc:
             total is missing by ``rewards.combine``'s rules (a weighted term is None) gets None for *every*
             component, so TRL counts it unscorable (advantage 0) instead of summing the other terms around the
             hole, which would score a failed grader like a wrong answer. PPO drops the same rows.
+        max_context_tokens: The generator's context limit; an episode whose next turn could not fit ends as
+            truncated before the call (see :func:`env_client.tokens.token_rollout`). None: as TRL's hook, the
+            trainer's ``vllm_max_model_length`` with vLLM, else the model's ``max_position_embeddings``.
+        max_infra_share: Largest share of infrastructure failures among the last ``infra_window`` episodes before
+            the run stops (``rollout.max_infra_failure_share``).
+        infra_window: How many recent episodes that share is taken over.
     """
 
     def __init__(self, *, make_env: Callable[[], Any], index: PromptIndex, tokenizer: Any, max_new_tokens: int,
                  max_completion_tokens: int | None = None, concurrency: int = 16,
                  rewards: dict[str, Callable[..., float | None]] | None = None, seed: int = 0,
                  flush_s: float = 0.25, policy_name: str = "grpo", verifier: Any = None,
-                 weights: dict[str, float] | None = None, batching: str = "continuous"):
+                 weights: dict[str, float] | None = None, batching: str = "continuous",
+                 max_context_tokens: int | None = None, max_infra_share: float = 0.25,
+                 infra_window: int = 256):
         from rewards import correctness
 
         if max_new_tokens < 1 or concurrency < 1:
@@ -336,7 +396,10 @@ class EnvRolloutFunc:
             raise ValueError(f"reward weights {sorted(self.weights)} and reward components {sorted(self.rewards)} "
                              f"must name the same terms")
         self.verifier = verifier
+        self.max_context_tokens = max_context_tokens
         self.calls = 0
+        self._rounds_before: int | None = None  # generation rounds a resumed GRPO run had done (see round_index)
+        self.infra = _InfraWindow(max_infra_share, infra_window)
 
     # ------------------------------------------------------------------ the hook TRL calls
     def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
@@ -351,8 +414,10 @@ class EnvRolloutFunc:
             function kwargs ``reward_<name>`` (one per component) and ``episode_stats``: lists, one per row.
         """
         args = trainer.args
+        call = self.round_index(trainer)
+        limit = self.max_context_tokens or context_limit(trainer)
         if args.use_vllm:
-            return self._run_vllm(prompts, trainer)
+            return self._run_vllm(prompts, trainer, call=call, limit=limit)
         from trl.models import unwrap_model_for_generation
 
         check_generation_layout(trainer.accelerator)
@@ -363,7 +428,7 @@ class EnvRolloutFunc:
             try:
                 out = self.run(prompts, self.hf_generator(model, temperature=args.temperature, top_p=args.top_p,
                                                           top_k=args.top_k),
-                               rank=trainer.accelerator.process_index)
+                               call=call, rank=trainer.accelerator.process_index, max_context_tokens=limit)
             finally:
                 model.train(was_training)
         out["logprobs"] = None  # only vLLM's importance-sampling correction reads them
@@ -376,7 +441,26 @@ class EnvRolloutFunc:
                                      temperature=temperature, top_p=top_p, top_k=top_k)
         return gen
 
-    def _run_vllm(self, prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
+    def round_index(self, trainer: Any) -> int:
+        """The number of this generation round in the whole run (1, 2, ...), continued across a resume.
+
+        TRL's GRPO calls the hook every ``steps_per_generation * num_iterations`` micro-steps and restarts its
+        micro-step counter when a run resumes, so counting calls alone would replay the first rounds' seeds. The
+        rounds done before this trainer's first call are read from ``trainer.state.global_step`` and added to the
+        call count (they are 0 on a fresh run, which numbers its rounds 1, 2, ... as before).
+        """
+        if self._rounds_before is None:
+            args = trainer.args
+            accumulation = int(getattr(trainer, "current_gradient_accumulation_steps", 0)
+                               or args.gradient_accumulation_steps)
+            every = int(args.steps_per_generation or accumulation) * int(getattr(args, "num_iterations", 1) or 1)
+            micro_steps = int(trainer.state.global_step) * accumulation
+            self._rounds_before = -(-micro_steps // every)  # rounds start at micro-steps 0, every, 2 * every, ...
+        self.calls += 1
+        return self._rounds_before + self.calls
+
+    def _run_vllm(self, prompts: list[Any], trainer: Any, *, call: int | None = None,
+                  limit: int | None = None) -> dict[str, list[Any]]:
         vg = trainer.vllm_generation
         if (vg.mode == "server" and trainer.accelerator.num_processes > 1) or vg.tensor_parallel_size > 1:
             raise NotImplementedError("multi-turn vLLM rollouts need vllm_mode='colocate' with tensor parallel size "
@@ -390,7 +474,7 @@ class EnvRolloutFunc:
             return completion_ids, [[lp[0] for lp in seq] for seq in logprobs]
 
         with self._vllm_awake(vg, trainer.state.global_step):
-            return self.run(prompts, gen, rank=trainer.accelerator.process_index)
+            return self.run(prompts, gen, call=call, rank=trainer.accelerator.process_index, max_context_tokens=limit)
 
     @contextlib.contextmanager
     def _vllm_awake(self, vg: Any, step: int) -> Iterator[None]:
@@ -417,7 +501,7 @@ class EnvRolloutFunc:
 
     # ------------------------------------------------------------------ the rollout itself
     def run(self, prompts: Sequence[Any], batch_generate: BatchGenerate, *, call: int | None = None,
-            rank: int = 0) -> dict[str, list[Any]]:
+            rank: int = 0, max_context_tokens: int | None = None) -> dict[str, list[Any]]:
         """Run one episode per prompt row and collate them in row order.
 
         Episode ``row`` samples with the seed ``episode_seed(self.seed, rank, call, row)``: the same arguments give
@@ -430,6 +514,7 @@ class EnvRolloutFunc:
             call: Round number the seeds derive from; None takes the next one (``self.calls + 1``). A fixed
                 evaluation passes the same ``call`` before and after training.
             rank: The process index (``accelerator.process_index``).
+            max_context_tokens: The generator's context limit (default ``self.max_context_tokens``; None: none).
 
         Returns:
             The hook's dict (``logprobs`` filled from the generator).
@@ -442,8 +527,10 @@ class EnvRolloutFunc:
         if call is None:
             self.calls += 1
             call = self.calls
+        limit = max_context_tokens if max_context_tokens is not None else self.max_context_tokens
         seeds = [episode_seed(self.seed, rank, call, row) for row in range(len(instances))]
         episodes: list[TokenEpisode | None] = [None] * len(instances)
+        failures: dict[int, str] = {}  # row -> why its episode failed outside the env's own handling
         batcher = TurnBatcher(batch_generate, len(instances), flush_s=self.flush_s, batching=self.batching)
         started = threading.Semaphore(self.concurrency)
 
@@ -451,15 +538,8 @@ class EnvRolloutFunc:
             with started:
                 batcher.start()
                 try:
-                    env = self.make_env()
-                    try:
-                        episodes[row] = token_rollout(
-                            env, instances[row], tokenizer=self.tokenizer, generate_fn=batcher.generate_fn(row),
-                            seed=seeds[row], max_new_tokens=self.max_new_tokens,
-                            max_completion_tokens=self.max_completion_tokens, sample_idx=sample_idx[row],
-                            policy_name=self.policy_name)
-                    finally:
-                        env.close()
+                    self._episode(row, instances[row], batcher, seeds[row], sample_idx[row], episodes, failures,
+                                  limit)
                 finally:
                     batcher.done()
 
@@ -470,30 +550,94 @@ class EnvRolloutFunc:
                 f.result()  # re-raise an episode's error here, in the trainer's thread
         self.timing = {"generate_s": batcher.generate_s, "wall_s": batcher.wall_s,
                        "idle_share": batcher.idle_share, "calls": float(batcher.calls)}
-        missing = [row for row, e in enumerate(episodes) if e is None]
-        if missing:
-            raise RuntimeError(f"episodes of rows {missing} produced no result")
-        return self._collate(episodes)
+        for row, ep in enumerate(episodes):
+            if ep is None:  # an infrastructure failure: a placeholder row (reward None, nothing trained on)
+                failures.setdefault(row, "the episode produced no result")
+                episodes[row] = self._placeholder(prompts[row])
+        return self._collate(episodes, failures)
 
-    def _collate(self, episodes: list[TokenEpisode]) -> dict[str, list[Any]]:
+    def _episode(self, row: int, instance: Any, batcher: TurnBatcher, seed: int, sample_idx: int,
+                 episodes: list[TokenEpisode | None], failures: dict[int, str],
+                 max_context_tokens: int | None = None) -> None:
+        """Play one episode into ``episodes[row]``; whatever escapes the env is recorded in ``failures[row]``.
+
+        An episode whose env server died mid-way (``ServerLost``) is played again from its reset, same seed, on
+        another server (:func:`env_client.http_client.retry_lost`) before it counts as a failure."""
+
+        def play() -> TokenEpisode:
+            env = self.make_env()
+            try:
+                return token_rollout(
+                    env, instance, tokenizer=self.tokenizer, generate_fn=batcher.generate_fn(row), seed=seed,
+                    max_new_tokens=self.max_new_tokens, max_completion_tokens=self.max_completion_tokens,
+                    sample_idx=sample_idx, policy_name=self.policy_name, max_context_tokens=max_context_tokens)
+            finally:
+                try:
+                    env.close()
+                except Exception as exc:  # noqa: BLE001 - the episode is recorded; a failed close only logs
+                    log.warning("closing the env of row %d failed: %s: %s", row, type(exc).__name__, exc)
+
+        try:
+            episodes[row] = retry_lost(play, what=f"episode of row {row}")
+        except Exception as exc:  # noqa: BLE001 - one episode's failure is that episode's outcome
+            if batcher.failed:  # generation itself failed: serve() re-raises it in the trainer's thread
+                return
+            episodes[row] = None
+            failures[row] = f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
+            log.error("episode of row %d (%s) failed outside the environment's handling, counted as an "
+                      "infrastructure failure (reward None): %s", row, getattr(instance, "id", "?"), failures[row],
+                      exc_info=exc)
+
+    def _placeholder(self, prompt: Any) -> TokenEpisode:
+        """A row for an episode that could not be played: the prompt, one masked end-of-turn token, reward None."""
+        from env_client.tokens import render_prompt
+
+        try:
+            ids = render_prompt(self.tokenizer, prompt) if isinstance(prompt, list) else \
+                list(self.tokenizer(str(prompt), add_special_tokens=False)["input_ids"])
+        except Exception:  # noqa: BLE001 - any ids will do: the row carries no reward and no trained token
+            ids = [self.tokenizer.eos_token_id]
+        ep = TokenEpisode(prompt_ids=ids or [self.tokenizer.eos_token_id], reward=None)
+        ep.extend([self.tokenizer.eos_token_id], model=False)
+        return ep
+
+    def _score(self, episodes: list[TokenEpisode], failures: dict[int, str]) -> list[dict[str, Any]]:
+        """The verifier's score per episode (none for failed rows; a failed call scores None everywhere)."""
+        extra: list[dict[str, Any]] = [{} for _ in episodes]
+        if self.verifier is None:
+            return extra
+        rows = [i for i in range(len(episodes)) if i not in failures]
+        scores = list(self.verifier.score([episodes[i].trajectory for i in rows]))  # one batched call per round
+        if len(scores) != len(rows):
+            raise RuntimeError(f"the verifier returned {len(scores)} scores for {len(rows)} episodes")
+        for i in range(len(episodes)):
+            extra[i] = {"verifier_score": None}
+        for i, score in zip(rows, scores):
+            extra[i] = {"verifier_score": score}
+        return extra
+
+    def _collate(self, episodes: list[TokenEpisode], failures: dict[int, str] | None = None) -> dict[str, list[Any]]:
+        failures = dict(failures or {})
         components: dict[str, list[float | None]] = {name: [] for name in self.rewards}
         stats = []
-        extra: list[dict[str, Any]] = [{} for _ in episodes]
-        if self.verifier is not None:  # one batched call per generation round
-            scores = list(self.verifier.score([ep.trajectory for ep in episodes]))
-            if len(scores) != len(episodes):
-                raise RuntimeError(f"the verifier returned {len(scores)} scores for {len(episodes)} episodes")
-            extra = [{"verifier_score": s} for s in scores]
-        for ep, kwargs in zip(episodes, extra):
+        extra = self._score(episodes, failures)
+        for row, (ep, kwargs) in enumerate(zip(episodes, extra)):
             n_model = sum(ep.env_mask)
-            verdict, st = episode_outcome(ep.trajectory, model_tokens=n_model,
-                                          env_tokens=len(ep.env_mask) - n_model)
-            values = {name: fn(verdict=verdict, trajectory=ep.trajectory, **kwargs)
-                      for name, fn in self.rewards.items()}
-            unscorable = combine(values, self.weights).total is None
-            for name, value in values.items():
-                components[name].append(None if unscorable else value)
-            stats.append(dataclasses.replace(st, grader_error=unscorable).to_dict())
+            if row in failures:
+                st, values = EpisodeStats(model_tokens=n_model, env_tokens=len(ep.env_mask) - n_model), {}
+            else:
+                verdict, st = episode_outcome(ep.trajectory, model_tokens=n_model,
+                                              env_tokens=len(ep.env_mask) - n_model)
+                values = self._components(row, verdict, ep.trajectory, kwargs, failures)
+            unscorable = row in failures or combine(values, self.weights).total is None
+            for name in self.rewards:
+                components[name].append(None if unscorable else values[name])
+            infra = row in failures or _infra_outcome(ep.trajectory)
+            stats.append(dataclasses.replace(st, grader_error=unscorable, infra_failure=infra,
+                                             truncated=st.truncated or ep.truncated).to_dict())
+        causes = [failures.get(row) or str(getattr(episodes[row].trajectory.final, "reason", ""))
+                  for row, s in enumerate(stats) if s["infra_failure"]]
+        self.infra.add([bool(s["infra_failure"]) for s in stats], causes)
         return {
             "prompt_ids": [e.prompt_ids for e in episodes],
             "completion_ids": [e.completion_ids for e in episodes],
@@ -502,3 +646,25 @@ class EnvRolloutFunc:
             **{f"reward_{name}": values for name, values in components.items()},
             "episode_stats": stats,
         }
+
+    def _components(self, row: int, verdict: Any, trajectory: Any, kwargs: dict[str, Any],
+                    failures: dict[int, str]) -> dict[str, float | None]:
+        """Every reward term of one episode; a term that raises is missing (our failure: the row is dropped)."""
+        values: dict[str, float | None] = {}
+        for name, fn in self.rewards.items():
+            try:
+                values[name] = fn(verdict=verdict, trajectory=trajectory, **kwargs)
+            except Exception as exc:  # noqa: BLE001 - a broken reward term or family is ours, not the policy's
+                failures[row] = f"reward term {name!r} raised {type(exc).__name__}: {str(exc)[:200]}"
+                log.error("row %d: %s", row, failures[row])
+                values[name] = None
+        return values
+
+
+def _infra_outcome(trajectory: Any) -> bool:
+    """True when the env ended the episode on an infrastructure failure (a fatal sandbox error or infra grading)."""
+    final = getattr(trajectory, "final", None)
+    if final is None:
+        return False
+    verdict = final.verdict or {}
+    return bool(verdict.get("infra") and verdict.get("error")) or str(final.reason or "").startswith("fatal")

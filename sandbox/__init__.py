@@ -47,7 +47,8 @@ What this sandbox does NOT protect against:
     * Memory pressure on the host: the limit is RLIMIT_AS per process (plus the IPC caps), not a cgroup;
       many processes of a call can together use ``processes x memory_mb``. Disk use is capped only where
       ``ws-quota`` is active.
-    * CPU contention: rlimits bound time, not share; a call may use a full core until its limits hit.
+    * CPU contention: limits bound a call's CPU time and its time not spent waiting for a CPU (``sandbox._clock``),
+      not its share; a call may use a full core until its limits hit, and a starved one ends at the hard cap.
     * Files the jailed code writes to the workspace: they may be symlinks, FIFOs, hard links or huge; the
       host must read them with care (``sandbox.hostio``, ``Session.workspace``).
     * The status fields of a session's own calls (see above).
@@ -68,7 +69,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .api import ErrorKind, ExecResult, Limits
-from .errors import SandboxBusy, SandboxError, SandboxUnavailable, SessionClosed, WorkerLost
+from .errors import SandboxBusy, SandboxError, SandboxUnavailable, SessionClosed, WorkerLost, WorkerRefused
 
 if TYPE_CHECKING:
     from .pool import Pool, Session
@@ -84,6 +85,7 @@ __all__ = [
     "Session",
     "SessionClosed",
     "WorkerLost",
+    "WorkerRefused",
     "make_pool",
 ]
 
@@ -106,7 +108,7 @@ def make_pool(backend: str = "bwrap", *, workers: int | None = None, limits: Lim
               allow_unisolated: bool = False, workspace_mb: int = 512,
               preload: tuple[str, ...] = ("numpy", "pandas", "sqlite3"), start_timeout: float = 120.0,
               acquire_timeout: float = 30.0, sysv_shm_mb: int = 64, max_workers: int | None = None,
-              idle_s: float = 60.0, **backend_options) -> Pool:
+              idle_s: float = 60.0, grow_preload: tuple[str, ...] | None = ("sqlite3",), **backend_options) -> Pool:
     """Start a pool of warm sandbox workers that grows with the sessions open, up to a cap.
 
     One worker serves one session at a time (its jail keeps the session's files and, when persistent, its
@@ -126,7 +128,10 @@ def make_pool(backend: str = "bwrap", *, workers: int | None = None, limits: Lim
         mounts: Extra ``{name: host_path}`` shown read-only at ``/data/<name>`` in every session.
         allow_unisolated: Required to use ``backend="local"``.
         workspace_mb: Size of each worker's workspace + /tmp tmpfs (when the host allows mounting).
-        preload: Modules each worker imports once, before forking runners.
+        preload: Modules each warm worker imports once, before forking runners.
+        grow_preload: What workers started on demand (beyond ``workers``) preload. The default, sqlite3 only,
+            makes them lean (no zygotes; ~25 MiB per idle session instead of ~80): their sessions import numpy,
+            pandas or scikit-learn on first use. ``None``: the same as ``preload``.
         start_timeout: Seconds a worker may take to start.
         acquire_timeout: Seconds ``pool.session()`` waits at the cap for a session to close before raising
             ``SandboxBusy`` (time a worker spends starting for it is not counted).
@@ -171,4 +176,5 @@ def make_pool(backend: str = "bwrap", *, workers: int | None = None, limits: Lim
         launcher = _jail.BwrapLauncher()
     return Pool(launcher, workers=workers or os.cpu_count() or 2, limits=limits, data_root=data_root,
                 mounts=mounts, workspace_mb=workspace_mb, preload=tuple(preload), start_timeout=start_timeout,
-                acquire_timeout=acquire_timeout, sysv_shm_mb=sysv_shm_mb, max_workers=max_workers, idle_s=idle_s)
+                acquire_timeout=acquire_timeout, sysv_shm_mb=sysv_shm_mb, max_workers=max_workers, idle_s=idle_s,
+                grow_preload=None if grow_preload is None else tuple(grow_preload))

@@ -35,14 +35,32 @@ BWRAP_FIX = ("install it with `apt-get install bubblewrap`, or run unisolated fo
              "make_pool(backend='local', allow_unisolated=True)")
 
 
+def passwd_text(uid: int, alt_uid: int | None) -> str:
+    """The jail's /etc/passwd: root and the slot's runner uids (``sandbox``, ``sandbox2``), group ``uid``."""
+    text = f"root:x:0:0:root:/root:/usr/sbin/nologin\nsandbox:x:{uid}:{uid}:sandbox:{JAIL_WORKSPACE}:/bin/sh\n"
+    if alt_uid is not None:
+        text += f"sandbox2:x:{alt_uid}:{uid}:sandbox:{JAIL_WORKSPACE}:/bin/sh\n"
+    return text
+
+
 @dataclass
 class Slot:
-    """Host-side resources of one worker: its directories and its unprivileged uid."""
+    """Host-side resources of one worker: its directories and its unprivileged uids.
+
+    Sessions take turns between ``uid`` and ``alt_uid`` (see ``sandbox.worker.Server``); both share the group
+    ``uid``, which owns the slot's writable directories.
+    """
 
     index: int
     root: Path
     uid: int | None
     mounts: dict[str, Path] = field(default_factory=dict)
+    alt_uid: int | None = None
+
+    @property
+    def uids(self) -> list[int]:
+        """Every uid the slot's code may run as."""
+        return [u for u in (self.uid, self.alt_uid) if u is not None]
 
     @property
     def workspace(self) -> Path:
@@ -206,6 +224,8 @@ class BwrapLauncher:
             args.append("--seccomp-preloaded")
         if self.as_root and slot.uid is not None:
             args += ["--uid", str(slot.uid), "--gid", str(slot.uid)]
+            if slot.alt_uid is not None:
+                args += ["--alt-uid", str(slot.alt_uid)]
         return args
 
     def env(self, slot: Slot) -> dict[str, str]:
@@ -226,11 +246,7 @@ class BwrapLauncher:
     def prepare(self, slot: Slot) -> None:
         """Write the slot's /etc/passwd and /etc/group (names for the jail's uids)."""
         uid = slot.uid if slot.uid is not None else os.getuid()
-        files = {
-            "passwd": (f"root:x:0:0:root:/root:/usr/sbin/nologin\n"
-                       f"sandbox:x:{uid}:{uid}:sandbox:{JAIL_WORKSPACE}:/bin/sh\n"),
-            "group": f"root:x:0:\nsandbox:x:{uid}:\n",
-        }
+        files = {"passwd": passwd_text(uid, slot.alt_uid), "group": f"root:x:0:\nsandbox:x:{uid}:\n"}
         for name, text in files.items():
             path = _etc_file(slot, name)
             tmp = path.with_suffix(".tmp")

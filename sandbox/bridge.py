@@ -14,6 +14,12 @@ bridge opens exactly one hole, chosen by the host: ``pool.session(bridges={8080:
 
 Only the target the host named is reachable: the jail still has no route to any host or outside address.
 
+Every host relay connection costs the host two threads and two descriptors (and the target service its own),
+and jailed code can connect to the relay socket directly, so the host relays of a session are budgeted:
+at most :data:`MAX_OPEN_CONNECTIONS` at once and :data:`MAX_SESSION_CONNECTIONS` over the session, per bridge.
+A connection past the budget is accepted and closed at once (the jailed client sees the connection reset): the
+episode's problem, never the host's.
+
 Example:
     >>> relay = host_relay(Path("/tmp/w0/bridge/8080.sock"), Path("/run/fhir.sock"))
     >>> relay.close()
@@ -29,6 +35,10 @@ from pathlib import Path
 
 #: Where the slot's bridge directory appears inside a bwrap jail.
 JAIL_BRIDGE_DIR = "/run/bridge"
+#: Connections one session's host relay keeps open at once (each costs the host two threads and two fds).
+MAX_OPEN_CONNECTIONS = 16
+#: Connections one session's host relay accepts in all (an episode makes a few dozen requests).
+MAX_SESSION_CONNECTIONS = 4096
 _CHUNK = 1 << 16
 _POLL_S = 0.2
 
@@ -81,16 +91,27 @@ def _pump(src: socket.socket, dst: socket.socket) -> None:
 class Forwarder:
     """Accepts on ``listener`` and joins each client to a fresh ``connect()`` socket, both ways.
 
+    Args:
+        listener: A listening socket.
+        connect: Opens the upstream socket for one client.
+        name: For the thread names.
+        max_open: Clients served at once (None: no bound); one past it is closed as soon as it is accepted.
+        max_total: Clients served over the forwarder's life (None: no bound).
+
     Attributes:
         address: What the listener is bound to (a path or ``(host, port)``).
+        refused: Clients closed at once because a budget was spent.
     """
 
-    def __init__(self, listener: socket.socket, connect: Callable[[], socket.socket], name: str) -> None:
+    def __init__(self, listener: socket.socket, connect: Callable[[], socket.socket], name: str,
+                 max_open: int | None = None, max_total: int | None = None) -> None:
         self._listener = listener
         self._connect = connect
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._open: set[socket.socket] = set()
+        self.max_open, self.max_total = max_open, max_total
+        self._active = self._served = self.refused = 0
         self.address = listener.getsockname()
         listener.settimeout(_POLL_S)
         self._thread = threading.Thread(target=self._accept_loop, name=f"bridge-{name}", daemon=True)
@@ -109,10 +130,35 @@ class Forwarder:
             if self._stop.is_set():  # the knock of close()
                 client.close()
                 return
+            with self._lock:
+                over = (self.max_open is not None and self._active >= self.max_open) or \
+                    (self.max_total is not None and self._served >= self.max_total)
+                if over:
+                    self.refused += 1
+                else:
+                    self._active += 1
+                    self._served += 1
+            if over:  # the budget is spent: the client's problem, at the cost of one accept
+                client.close()
+                continue
             client.settimeout(None)
-            threading.Thread(target=self._serve, args=(client,), daemon=True).start()
+            try:
+                threading.Thread(target=self._serve, args=(client,), daemon=True).start()
+            except RuntimeError:  # no thread left on the host: refuse this one
+                client.close()
+                self._release()
+
+    def _release(self) -> None:
+        with self._lock:
+            self._active -= 1
 
     def _serve(self, client: socket.socket) -> None:
+        try:
+            self._serve_one(client)
+        finally:
+            self._release()
+
+    def _serve_one(self, client: socket.socket) -> None:
         try:
             upstream = self._connect()
         except OSError:
@@ -125,9 +171,13 @@ class Forwarder:
                 return
             self._open.update((client, upstream))
         back = threading.Thread(target=_pump, args=(upstream, client), daemon=True)
-        back.start()
-        _pump(client, upstream)
-        back.join()
+        try:
+            back.start()
+        except RuntimeError:  # no thread left (the jail's process limit): drop this connection
+            back = None
+        if back is not None:
+            _pump(client, upstream)
+            back.join()
         with self._lock:
             self._open.difference_update((client, upstream))
         client.close()
@@ -169,7 +219,8 @@ class SessionBridges:
         self._relays: list[Forwarder] = []
         try:
             for port, target in self.bridges.items():
-                self._relays.append(host_relay(self.bridge_dir / socket_name(port), target))
+                self._relays.append(host_relay(self.bridge_dir / socket_name(port), target,
+                                               max_open=MAX_OPEN_CONNECTIONS, max_total=MAX_SESSION_CONNECTIONS))
         except BaseException:
             self.close()
             raise
@@ -202,8 +253,10 @@ def _unix_connector(path: str | os.PathLike) -> Callable[[], socket.socket]:
     return connect
 
 
-def host_relay(listen_path: Path, target: Path, *, mode: int = 0o666) -> Forwarder:
-    """Host side: listen on ``listen_path`` (created, ``mode`` applied) and forward to the socket ``target``."""
+def host_relay(listen_path: Path, target: Path, *, mode: int = 0o666, max_open: int | None = None,
+               max_total: int | None = None) -> Forwarder:
+    """Host side: listen on ``listen_path`` (created, ``mode`` applied) and forward to the socket ``target``
+    (at most ``max_open`` clients at once and ``max_total`` in all, see :class:`Forwarder`)."""
     listen_path = Path(listen_path)
     if listen_path.exists() or listen_path.is_symlink():
         listen_path.unlink()
@@ -211,7 +264,8 @@ def host_relay(listen_path: Path, target: Path, *, mode: int = 0o666) -> Forward
     listener.bind(str(listen_path))
     os.chmod(listen_path, mode)  # the jail's unprivileged uid must be allowed to connect
     listener.listen(64)
-    return Forwarder(listener, _unix_connector(target), name=listen_path.name)
+    return Forwarder(listener, _unix_connector(target), name=listen_path.name, max_open=max_open,
+                     max_total=max_total)
 
 
 def _bind_loopback(port: int, wait_s: float = 3.0) -> socket.socket:
@@ -248,5 +302,7 @@ def jail_forwarders(bridges: dict, bridge_dir: str = JAIL_BRIDGE_DIR) -> list[Fo
     for port, path in sorted(bridges.items(), key=lambda kv: int(kv[0])):
         listener = _bind_loopback(int(port))
         target = path or os.path.join(bridge_dir, socket_name(int(port)))
-        out.append(Forwarder(listener, _unix_connector(target), name=f"port{port}"))
+        # The same bound as the host relay: connections past it would only be refused there, after costing
+        # threads here (which count against the session's own process limit).
+        out.append(Forwarder(listener, _unix_connector(target), name=f"port{port}", max_open=MAX_OPEN_CONNECTIONS))
     return out

@@ -74,6 +74,7 @@ from ._jail import (
     Slot,
     ipc_limits,
     jail_env,
+    passwd_text,
     worker_command,
 )
 from .errors import SandboxUnavailable
@@ -84,7 +85,7 @@ __all__ = ["DEFAULT_IMAGE", "DockerLauncher", "make_launcher"]
 DEFAULT_IMAGE = "medagentgym-sandbox:latest"
 #: The label ``sandbox/Dockerfile`` sets; bumped when what the launcher expects of the image changes.
 IMAGE_ABI_LABEL = "org.medagentgym.sandbox.abi"
-IMAGE_ABI = "3"
+IMAGE_ABI = "4"  # 4: the worker takes --alt-uid (sessions alternate runner uids)
 IMAGE_PACKAGE_PARENT = "/opt/medagentgym"  # where the Dockerfile copies the sandbox package
 _CAP_NAMES = {CAP_KILL: "KILL", CAP_SETGID: "SETGID", CAP_SETUID: "SETUID", CAP_SETPCAP: "SETPCAP"}
 #: The container's only capabilities: the worker server's permitted set (it narrows itself and its children).
@@ -161,16 +162,16 @@ class DockerLauncher:
         """
         if slot.uid is None:
             slot.uid = next(_UIDS)
+        if slot.alt_uid is None:  # sessions alternate between the two uids (see sandbox.worker.Server)
+            slot.alt_uid = next(_UIDS)
         for path in (slot.workspace, slot.tmp, slot.shm):
             path.mkdir(parents=True, exist_ok=True)
             if os.geteuid() == 0:
                 os.chown(path, slot.uid, slot.uid)
-                os.chmod(path, 0o700)
+                os.chmod(path, 0o770)  # both runner uids are in the group slot.uid
             else:
                 os.chmod(path, 0o1777)  # rootless or docker-group caller: the runner uid is not ours
-        texts = {"passwd": (f"root:x:0:0:root:/root:/usr/sbin/nologin\n"
-                            f"sandbox:x:{slot.uid}:{slot.uid}:sandbox:{JAIL_WORKSPACE}:/bin/sh\n"),
-                 "group": f"root:x:0:\nsandbox:x:{slot.uid}:\n"}
+        texts = {"passwd": passwd_text(slot.uid, slot.alt_uid), "group": f"root:x:0:\nsandbox:x:{slot.uid}:\n"}
         for name, text in texts.items():
             path = _slot_file(slot, f"etc-{name}")
             tmp = path.with_suffix(".tmp")
@@ -227,7 +228,7 @@ class DockerLauncher:
             args += ["--env", f"{key}={value}"]
         args += [self.image, *container_command(), "--pidns", "--ipcns",
                  "--data", JAIL_DATA, "--workspace", JAIL_WORKSPACE, "--preload", preload,
-                 "--uid", str(slot.uid), "--gid", str(slot.uid)]
+                 "--uid", str(slot.uid), "--gid", str(slot.uid), "--alt-uid", str(slot.alt_uid)]
         return args
 
     @staticmethod

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["SandboxBusy", "SandboxError", "SandboxUnavailable", "SessionClosed", "WorkerLost"]
+__all__ = ["SandboxBusy", "SandboxError", "SandboxUnavailable", "SessionClosed", "WorkerLost", "WorkerRefused"]
 
 
 class SandboxError(RuntimeError):
@@ -19,6 +19,11 @@ class SessionClosed(SandboxError):
 
 class WorkerLost(SandboxError):
     """A worker process died or stopped answering; the pool replaces it."""
+
+
+class WorkerRefused(SandboxError):
+    """A worker answered a request with an error. During a session's call the session turns this into a killed
+    call on a fresh worker (the call's code may have caused it); elsewhere (open, reset) the pool replaces it."""
 
 
 class SandboxBusy(SandboxError):

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # pragma: no cover - typing only
     import sqlite3
 
-__all__ = ["MAX_MESSAGE_CHARS", "collect_context", "ground"]
+__all__ = ["MAX_MESSAGE_CHARS", "clean_context", "collect_context", "ground"]
 
 #: Upper bound on the length of a grounded message.
 MAX_MESSAGE_CHARS = 1500
@@ -302,6 +302,55 @@ def _bounded(value: Any, depth: int = 0) -> Any:
     return _clip_str(value)
 
 
+#: The context keys and their shapes; :func:`clean_context` keeps exactly these. ``list`` = a list of strings,
+#: ``table`` = ``{name: [strings]}``, ``str`` = one string; ``tables`` may be a ``table`` or a ``list``.
+_CONTEXT_SHAPES = {"missing": "str", "import_hint": "str", "note": "str", "context_error": "str",
+                   "suggestions": "list", "defined": "list", "columns": "list", "attributes": "list",
+                   "available": "list", "frames": "table", "tables": "table|list"}
+
+
+def _clean_text(value: Any) -> str:
+    if isinstance(value, str):
+        return _clip_str(value)
+    if value is None or isinstance(value, (bool, int, float)):
+        return _clip_str(repr(value) if isinstance(value, float) else str(value))
+    return f"<{type(value).__name__}>"
+
+
+def _clean_list(value: Any) -> list[str]:
+    if not isinstance(value, list):
+        return [_clean_text(value)] if value is not None else []
+    out = [_clean_text(v) for v in value[:_MAX_ITEMS]]
+    if len(value) > _MAX_ITEMS:
+        out.append(f"... {len(value) - _MAX_ITEMS} more")
+    return out
+
+
+def clean_context(ctx: Any) -> dict[str, Any] | None:
+    """The context a runner sent back, reduced to the documented keys and shapes (see :func:`collect_context`).
+
+    The runner is the process that runs the user's code, and the user's code can replace any module of its own
+    process, so what arrives as "context" may be anything JSON can carry: other keys, other types, nesting as
+    deep as the decoder allows. This keeps only known keys, as strings, lists of strings and ``{str: [str]}``
+    tables, each bounded like :func:`collect_context`'s output: at most two levels deep and a few KB. Never raises.
+    """
+    if not isinstance(ctx, dict):
+        return None
+    out: dict[str, Any] = {}
+    for key, shape in _CONTEXT_SHAPES.items():
+        if key not in ctx:
+            continue
+        value = ctx[key]
+        if shape == "str":
+            out[key] = _clean_text(value)
+        elif shape == "list" or (shape == "table|list" and isinstance(value, list)):
+            out[key] = _clean_list(value)
+        elif isinstance(value, dict):
+            items = list(value.items())[:_MAX_TABLES]
+            out[key] = {_clean_text(k): _clean_list(v) for k, v in items}
+    return out
+
+
 # --------------------------------------------------------------------------------------------------------
 # Host half: ground
 # --------------------------------------------------------------------------------------------------------
@@ -361,8 +410,8 @@ def _exception_info(result: Any) -> dict[str, Any]:
 
 
 def _hint(info: dict[str, Any]) -> str | None:
-    ctx = info.get("context") or info.get("hints") or {}
-    if not isinstance(ctx, dict):
+    ctx = clean_context(info.get("context") or info.get("hints") or {})
+    if not ctx:
         return None
     suggestions = [s for s in ctx.get("suggestions") or [] if isinstance(s, str)]
     did_you_mean = ("did you mean " + " or ".join(repr(s) for s in suggestions[:3]) + "?") if suggestions else ""
@@ -481,7 +530,24 @@ def ground(result: Any, source: str | None = None, *, wall_limit_s: float | None
         KeyError: 'agee'
         Hint: did you mean 'age'?; DataFrame columns: age, sex
     """
+    try:
+        return _ground(result, source, wall_limit_s)
+    except Exception as exc:  # noqa: BLE001 - the result holds what jailed code sent: never let it break a step
+        return (f"Error ({_safe_kind(result)}); the error details could not be shown "
+                f"({type(exc).__name__} while formatting them).")
+
+
+def _safe_kind(result: Any) -> str:
+    try:
+        return _kind(result)[:40]
+    except Exception:  # noqa: BLE001
+        return "unknown"
+
+
+def _ground(result: Any, source: str | None, wall_limit_s: float | None) -> str:
     source = source if source is not None else getattr(result, "source", None)
+    if not isinstance(source, str):
+        source = None
     kind = _kind(result)
     lines: list[str] = []
     if kind in ("python_error", "syntax_error"):

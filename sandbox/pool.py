@@ -35,10 +35,11 @@ from pathlib import Path
 from . import _uids
 from . import worker as _proto
 from ._caps import mask
+from ._clock import hard_wall_s
 from ._jail import JAIL_BRIDGE_DIR, Slot, ipc_limits, mount_tmpfs, set_bwrap_ipc_limits, sync_bwrap_mounts, umount
 from .api import ErrorKind, ExecResult, Limits
 from .bridge import SessionBridges, check_bridges
-from .errors import SandboxBusy, SandboxError, SandboxUnavailable, SessionClosed, WorkerLost
+from .errors import SandboxBusy, SandboxError, SandboxUnavailable, SessionClosed, WorkerLost, WorkerRefused
 
 log = logging.getLogger("sandbox")
 _MOUNT_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
@@ -146,14 +147,16 @@ class _Worker:
                 deadline = time.monotonic() + timeout
                 _send(self.proc.stdin.fileno(), msg, deadline)
                 reply = _recv(self.proc.stdout.fileno(), deadline)
-            except (OSError, TimeoutError, ValueError) as exc:
+                if reply is not None and not isinstance(reply, dict):
+                    raise ValueError(f"a reply that is not a JSON object ({type(reply).__name__})")
+            except Exception as exc:  # noqa: BLE001 - wedged, dead, or a reply we cannot read (RecursionError too)
                 self.kill()
-                raise WorkerLost(f"worker {self.slot.index} failed: {type(exc).__name__}: {exc}") from None
+                raise WorkerLost(f"worker {self.slot.index} failed: {type(exc).__name__}: {str(exc)[:200]}") from None
             if reply is None:
                 self.kill()
                 raise WorkerLost(f"worker {self.slot.index} died (exit status {self.proc.poll()})")
             if not reply.get("ok"):
-                raise SandboxError(f"worker {self.slot.index} refused {msg.get('op')!r}: {reply.get('error')}")
+                raise WorkerRefused(f"worker {self.slot.index} refused {msg.get('op')!r}: {str(reply.get('error'))[:300]}")
             return reply
 
     def kill(self) -> None:
@@ -177,9 +180,25 @@ def _cleanup(base: Path, workers: list, mounted: list, uids: list) -> None:
         w.kill()
     for path in mounted:
         umount(path)
+    shutil.rmtree(_stage_dir_of(base), ignore_errors=True)
     shutil.rmtree(base, ignore_errors=True)
     for uid in uids:
         _uids.release(uid)
+
+
+def _raise_fd_limit(workers: int) -> None:
+    """Raise this process's soft open-files limit towards its hard limit when ``workers`` need more: each worker
+    holds two pipes here (and its session's bridges more), and the usual soft limit of 1024 ends a pool at a few
+    hundred workers with EMFILE."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = 8 * workers + 256
+    if soft != resource.RLIM_INFINITY and soft < want:
+        new = want if hard == resource.RLIM_INFINITY else min(want, hard)
+        if new > soft:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (new, hard))
+            log.info("sandbox pool: open-files limit raised from %d to %d for %d workers", soft, new, workers)
 
 
 def _shrink_loop(ref: weakref.ref) -> None:
@@ -192,6 +211,19 @@ def _shrink_loop(ref: weakref.ref) -> None:
         pool._shrink(time.monotonic())
         del pool
         time.sleep(period)
+
+
+def _stage_dir_of(base: Path) -> Path:
+    """The pool's staging directory: a sibling with a random name of its own, recorded in ``base/stage-dir``.
+
+    A bind mount shows its source's path in the jail's ``/proc/self/mountinfo``; staging under the pool's directory
+    would name that directory (where the slots' workspaces live) to every jail. The sibling's name says nothing.
+    """
+    try:
+        name = (base / "stage-dir").read_text().strip()
+    except OSError:
+        return base / "stage"
+    return base.parent / name if name.startswith("s-") and "/" not in name else base / "stage"
 
 
 def _force_writable(func, path, _exc) -> None:
@@ -294,7 +326,12 @@ def _remove_stale_pools(parent: Path) -> None:
         log.info("removed stale sandbox pool directory %s (owner %s is gone)", base, owner)
 
 
-def _wipe(path: Path, uid: int | None) -> None:
+def _slot_mode(slot: Slot) -> int:
+    """Mode of a slot's writable directories: its two runner uids share the group ``slot.uid``."""
+    return 0o770 if slot.alt_uid is not None else 0o700
+
+
+def _wipe(path: Path, uid: int | None, mode: int = 0o700) -> None:
     """Empty ``path`` without following links planted by the jailed code; restore owner and mode."""
     os.chmod(path, 0o700)
     with os.scandir(path) as entries:
@@ -306,7 +343,7 @@ def _wipe(path: Path, uid: int | None) -> None:
                     os.unlink(entry.path)
                 except FileNotFoundError:
                     pass
-    os.chmod(path, 0o700)
+    os.chmod(path, mode)
     if uid is not None and os.geteuid() == 0:
         os.chown(path, uid, uid)
 
@@ -322,10 +359,11 @@ class _Ticket:
         self.event = threading.Event()
 
 
-#: Host memory one worker with a live session costs, in MiB: the private (anonymous) pages of its bwrap, server,
-#: light zygote, spare runners and the session's runner, which is what grows with the number of workers (their
-#: file-backed pages are shared by all). ``scripts/bench_scale.py`` measures it ("MiB per live session").
-WORKER_MB = 48
+#: Host memory one worker with a live session costs, in MiB (PSS of its processes: the pages shared by all workers
+#: count once in all): ``scripts/bench_scale.py`` measured 39.6 MiB per session (38.7 marginal) with 256 sessions
+#: of the flagship mix open on lean workers, idle between turns (an SQL session ~25, pandas ~60, scikit-learn
+#: ~150-200; a warm worker ~80). Heavier mixes are stopped by the memory reserve before the cap (``_memory_low``).
+WORKER_MB = 40
 #: Share of the host's memory (or of the cgroup's limit) the default cap of a pool may take.
 MEMORY_SHARE = 0.5
 #: Environment variable that sets the default cap of every pool (``make_pool(max_workers=...)`` wins).
@@ -378,6 +416,14 @@ class Pool:
     close, at most ``acquire_timeout`` seconds, then raises :class:`SandboxBusy` with one line naming the cap and
     how to raise it. Waiting sessions are served first come, first served.
 
+    Memory: one worker serves one session at a time, and a session keeps its worker from open to close, idle
+    turns included, because a persistent session's variables live in its runner process and its files in its jail.
+    The ``workers`` warm workers preload ``preload`` (numpy and pandas: fastest first calls, ~80 MiB of host memory
+    each, ~200 MiB once a session imported scikit-learn, whose zygote stays); workers started on demand are *lean*:
+    they preload ``grow_preload`` (sqlite3 only) and keep no zygote, so an idle or SQL session costs ~25 MiB and a
+    session frees what it imported (numpy, pandas, scikit-learn: 0.3-3 s of CPU on first use) when it ends.
+    ``grow_preload=None`` starts every worker like the warm ones. ``scripts/bench_scale.py`` measures all of this.
+
     Attributes:
         backend: ``"bwrap"``, ``"docker"`` or ``"local"``.
         layers: Isolation layers in force, e.g. ``["bwrap", "uid-drop", "pidns", "netns", "seccomp", ...]``.
@@ -391,7 +437,7 @@ class Pool:
                  mounts: dict[str, Path] | None = None, workspace_mb: int = 512,
                  preload: tuple[str, ...] = ("numpy", "pandas", "sqlite3"), start_timeout: float = 120.0,
                  acquire_timeout: float = 30.0, sysv_shm_mb: int = 64, max_workers: int | None = None,
-                 idle_s: float = 60.0) -> None:
+                 idle_s: float = 60.0, grow_preload: tuple[str, ...] | None = ("sqlite3",)) -> None:
         if workers < 1:
             raise ValueError(f"workers={workers} is invalid: use at least 1")
         if max_workers is not None and (not isinstance(max_workers, int) or max_workers < 1):
@@ -403,6 +449,8 @@ class Pool:
         self.backend = launcher.backend
         self.limits = limits
         self.preload = ",".join(preload)
+        self.grow_preload = self.preload if grow_preload is None else ",".join(grow_preload)
+        self._slot_preload: dict[int, str] = {}  # slot index -> the preload of the workers started there
         self.start_timeout = start_timeout
         self.acquire_timeout = acquire_timeout
         self.workspace_quota_mb = workspace_mb
@@ -413,11 +461,14 @@ class Pool:
             self.cap_source = f"max_workers={max_workers}"
         self.max_workers = max(max_workers, workers)
         self.min_workers = workers
+        _raise_fd_limit(self.max_workers)
         self.idle_s = idle_s
         self._closed = False
         _remove_stale_pools(Path(tempfile.gettempdir()))
         self._base = Path(tempfile.mkdtemp(prefix="sandbox-pool-"))
         (self._base / "owner").write_text(_process_identity(os.getpid()) or "")
+        self._stage_dir = Path(tempfile.mkdtemp(prefix="s-", dir=self._base.parent))  # see _stage_dir_of
+        (self._base / "stage-dir").write_text(self._stage_dir.name)
         self._staged: dict[tuple, Path] = {}
         self._stage_lock = threading.Lock()
         self.data_root = Path(data_root).resolve() if data_root else None
@@ -445,7 +496,7 @@ class Pool:
         try:
             with self._cond:
                 self._starting = workers
-            futures = [self._submit_spawn(self._new_slot()) for _ in range(workers)]
+            futures = [self._submit_spawn(self._new_slot(self.preload)) for _ in range(workers)]
             started = [fut.result() for fut in futures]
         except BaseException:
             self.close()
@@ -477,7 +528,7 @@ class Pool:
     @property
     def jail_uids(self) -> list[int]:
         """Host uids the jailed code of this pool's slots runs as (one per slot ever started)."""
-        return [s.uid for s in list(self._slots) if s.uid is not None]
+        return [u for s in list(self._slots) for u in s.uids]
 
     def stats(self) -> dict[str, int]:
         """Live capacity counts: ``live`` workers (``idle`` + ``busy``), ``starting``, sessions ``waiting``,
@@ -509,11 +560,11 @@ class Pool:
         return wanted
 
     def _stage(self, source: Path) -> Path:
-        """The path a jail binds for host ``source``: a hard-linked copy under the pool's own directory.
+        """The path a jail binds for host ``source``: a hard-linked copy in the pool's staging directory.
 
         A bind mount shows its source's path within its filesystem in the jail's ``/proc/self/mountinfo``;
-        binding a staged copy shows the pool's directory instead of the tasks root or the user's data
-        layout. Hard links cost no space and share the bytes; where the source is on another filesystem a file
+        binding a staged copy shows a randomly named directory (:func:`_stage_dir_of`) instead of the tasks root,
+        the user's data layout or the pool's own directory. Hard links cost no space and share the bytes; where the source is on another filesystem a file
         tree up to ``_STAGE_COPY_MB`` is copied, and a larger one is bound as it is (its path then shows: logged).
         The local backend (no jail) binds nothing and uses the source itself.
         """
@@ -524,8 +575,7 @@ class Pool:
         with self._stage_lock:
             staged = self._staged.get(key)
             if staged is None:
-                target = self._base / "stage" / f"{len(self._staged)}-{source.name}"
-                target.parent.mkdir(mode=0o700, exist_ok=True)
+                target = self._stage_dir / f"{len(self._staged)}-{source.name}"
                 try:
                     _link_tree(source, target)
                     staged = target
@@ -546,23 +596,29 @@ class Pool:
             sub.mkdir(mode=0o700, exist_ok=True)
             if slot.uid is not None:
                 os.chown(sub, slot.uid, slot.uid)
+        for sub in (slot.workspace, slot.tmp, slot.shm):
+            os.chmod(sub, _slot_mode(slot))
         os.chmod(slot.data, 0o755)
         if slot.uid is not None:
             os.chown(slot.bridge, 0, 0)  # relay sockets are created by the host; the jail only connects
         os.chmod(slot.bridge, 0o755)
         return slot
 
-    def _new_slot(self) -> Slot:
-        """A slot for one more worker: one stopped for idleness (already wiped), else a new one with its own uid."""
+    def _new_slot(self, preload: str) -> Slot:
+        """A slot for one more worker (started with ``preload``): one stopped for idleness (already wiped), else a
+        new one with its own uid."""
         with self._spawn_lock:
             if self._free_slots:
-                return self._free_slots.pop()
-            uid = None
-            if self._as_root:
-                uid = _uids.lease()
-                self._uids.append(uid)
-            slot = Slot(len(self._slots), self._base / f"w{len(self._slots)}", uid)
+                slot = self._free_slots.pop()
+                self._slot_preload[slot.index] = preload
+                return slot
+            uid = alt = None
+            if self._as_root:  # two uids: sessions alternate between them (sandbox.worker.Server)
+                uid, alt = _uids.lease(), _uids.lease()
+                self._uids += [uid, alt]
+            slot = Slot(len(self._slots), self._base / f"w{len(self._slots)}", uid, alt_uid=alt)
             self._slots.append(slot)
+            self._slot_preload[slot.index] = preload
         return self._prepare_slot(slot)
 
     def _sync_local_data(self, slot: Slot) -> None:
@@ -611,7 +667,7 @@ class Pool:
         if self.backend == "local":
             self._sync_local_data(slot)
         log_path = self._base / f"w{slot.index}.log"
-        argv, pass_fds = self.launcher.argv(slot, self.preload), ()
+        argv, pass_fds = self.launcher.argv(slot, self._slot_preload.get(slot.index, self.preload)), ()
         if getattr(self.launcher, "args_via_fd", False):
             # bwrap reads its options from a pipe, so the jail's /proc/1/cmdline shows no host paths; the seccomp
             # filter (BPF) comes through another pipe and is in force before the jailed interpreter starts.
@@ -684,7 +740,7 @@ class Pool:
         """Start ``n`` workers (already counted in ``_starting``); each goes to the first waiting session."""
         for _ in range(n):
             try:
-                slot = self._new_slot()
+                slot = self._new_slot(self.grow_preload)
                 fut = self._submit_spawn(slot, priority=2)
             except BaseException as exc:
                 self._started(None, exc)
@@ -826,7 +882,7 @@ class Pool:
             if worker in self._workers:
                 self._workers.remove(worker)
             for path in (worker.slot.workspace, worker.slot.tmp, worker.slot.shm):
-                _wipe(path, worker.slot.uid)
+                _wipe(path, worker.slot.uid, _slot_mode(worker.slot))
             with self._spawn_lock:
                 self._free_slots.append(worker.slot)
         if victims:
@@ -844,7 +900,7 @@ class Pool:
         if self._closed:
             raise SessionClosed("the pool is closed: create a new one with make_pool()")
         for path in (worker.slot.workspace, worker.slot.tmp, worker.slot.shm):
-            _wipe(path, worker.slot.uid)
+            _wipe(path, worker.slot.uid, _slot_mode(worker.slot))
         log.warning("sandbox worker %d replaced (log: %s)", worker.slot.index, worker.log_path)
         return self._submit_spawn(worker.slot, priority=0).result()
 
@@ -951,7 +1007,7 @@ class Pool:
                 raise WorkerLost("worker not usable")
             worker.request({"op": "reset"}, timeout=_GRACE_S)
             for path in (worker.slot.workspace, worker.slot.tmp, worker.slot.shm):
-                _wipe(path, worker.slot.uid)
+                _wipe(path, worker.slot.uid, _slot_mode(worker.slot))
         except (SandboxError, OSError):
             try:
                 worker = self._replace(worker)
@@ -1075,12 +1131,16 @@ class Session:
             msg = {"op": "run", "lang": lang, "source": source, "limits": limits.to_dict(), **extra}
             start = time.monotonic()
             try:
-                reply = self._worker.request(msg, timeout=limits.wall_s + _GRACE_S)
+                # The worker ends a call by its own clock (sandbox._clock), at the latest at the hard cap.
+                reply = self._worker.request(msg, timeout=hard_wall_s(limits.wall_s) + _GRACE_S)
                 return ExecResult.from_dict(reply["result"])
-            except (WorkerLost, KeyError, TypeError, ValueError) as exc:
-                # Dead, wedged, or a reply that does not parse: never reuse that worker or its files.
-                why = exc if isinstance(exc, WorkerLost) else f"worker {self._worker.slot.index} replied " \
-                    f"nonsense ({type(exc).__name__})"
+            except (WorkerLost, WorkerRefused, KeyError, TypeError, ValueError, RecursionError) as exc:
+                # Dead, wedged, a call the server could not complete or a reply that does not parse: whatever the
+                # call's code did, it is the call's outcome (killed), never an error of the host. Never reuse
+                # that worker or its files; only failing to start a fresh one (SandboxUnavailable) is ours.
+                why = exc if isinstance(exc, (WorkerLost, WorkerRefused)) else \
+                    f"worker {self._worker.slot.index} replied nonsense ({type(exc).__name__})"
+                log.warning("sandbox call killed, worker %d replaced: %s", self._worker.slot.index, why)
                 self._worker = self._pool._replace(self._worker)
                 self._open()
                 res = ExecResult.sandbox_error(lang, source, f"{why}; the session continues on a fresh worker "

@@ -19,12 +19,15 @@ An exception raised by the env is returned as ``{"detail": {"error": <class name
 status 409 when its class is in ``client_errors`` (the caller misused the episode), 503 (with ``Retry-After``)
 when it is in ``busy_errors`` (e.g. no sandbox worker became free in time) and 500 otherwise; with
 ``internal_error_detail=False`` a 500 names only the class (the message goes to the server log).
-A background reaper closes sessions idle for longer than ``idle_timeout_s``; shutdown closes them all.
+A background reaper closes sessions idle for longer than ``idle_timeout_s`` (activity is a ``/reset`` or a
+``/step``: polling ``/state`` keeps nothing alive) and episodes older than ``max_episode_s`` since their
+``/reset``, active or not; shutdown closes them all.
 
 Abuse limits (see ``sandbox/_server_guard.py``): with ``tokens`` every endpoint but ``/health`` needs
 ``Authorization: Bearer <token>`` (401 otherwise; tokens compared in constant time); request bodies over
-``max_body_bytes`` get 413 before they are buffered; a client (its token, else its peer address) may hold at
-most ``max_sessions_per_client`` sessions (429 beyond) and sees only its own sessions (404 for the others').
+``max_body_bytes`` get 413 before they are buffered; a client (its token, else its peer address) may run at
+most ``max_sessions_per_client`` sessions at once (429 beyond; a session whose env says it is ``idle``, e.g. its
+episode ended, does not count) and sees only its own sessions (404 for the others').
 
 The served object (``env_factory()``) needs ``reset(request) -> (observation, info)``, ``step(action) ->
 (observation, reward, terminated, truncated, info)`` (tuple or attributes), ``state() -> dict``, ``close()``.
@@ -57,15 +60,17 @@ log = logging.getLogger("sandbox.server")
 class _Session:
     def __init__(self, env: Any, owner: str) -> None:
         self.env, self.owner, self.lock, self.last_used = env, owner, threading.Lock(), time.monotonic()
+        self.started = self.last_used  # the current episode's /reset
 
 
 class _Sessions:
     """Thread-safe session table with a capacity, a per-client cap and idle-timeout reaping."""
 
     def __init__(self, factory: Callable[[], Any], capacity: int, idle_timeout_s: float,
-                 per_client: int | None = None) -> None:
+                 per_client: int | None = None, max_episode_s: float | None = None) -> None:
         self.factory, self.capacity, self.idle_timeout_s = factory, capacity, idle_timeout_s
         self.per_client = per_client or capacity
+        self.max_episode_s = max_episode_s
         self._table: dict[str, _Session] = {}
         self._lock = threading.Lock()  # guards the table; each session has its own lock for env calls
 
@@ -77,10 +82,9 @@ class _Sessions:
             if len(self._table) >= self.capacity:
                 raise HTTPException(503, f"server at capacity ({self.capacity} open sessions); close finished "
                                          "episodes with /close or retry later", headers={"Retry-After": "5"})
-            if sum(s.owner == owner for s in self._table.values()) >= self.per_client:
-                raise HTTPException(429, f"this client already holds {self.per_client} open sessions (the "
-                                         "per-client cap); close finished episodes with /close first",
-                                    headers={"Retry-After": "5"})
+            if sum(s.owner == owner and _running(s) for s in self._table.values()) >= self.per_client:
+                raise HTTPException(429, f"this client already runs {self.per_client} episodes (the per-client "
+                                         "cap); finish or /close one first", headers={"Retry-After": "5"})
             episode_id, session = uuid.uuid4().hex, _Session(None, owner)
             self._table[episode_id] = session  # reserve the slot before the (slow) factory runs
         try:
@@ -91,11 +95,13 @@ class _Sessions:
             raise
         return episode_id, session
 
-    def get(self, episode_id: str, owner: str = "") -> _Session:
+    def get(self, episode_id: str, owner: str = "", touch: bool = True) -> _Session:
+        """The client's session; ``touch`` counts the request as activity (``/state`` does not)."""
         session = self._table.get(episode_id)
         if session is None or session.env is None or session.owner != owner:  # another client's: as if unknown
             raise HTTPException(404, f"unknown or expired episode_id {episode_id!r:.80}; call /reset to start one")
-        session.last_used = time.monotonic()
+        if touch:
+            session.last_used = time.monotonic()
         return session
 
     def pop(self, episode_id: str, owner: str = "") -> _Session:
@@ -107,11 +113,16 @@ class _Sessions:
         return session
 
     def reap(self, now: float | None = None) -> list[str]:
-        """Close sessions idle past the timeout (skipping any that are mid-call); return their ids."""
+        """Close sessions idle past the timeout or whose episode passed its lifetime (skipping any that are
+        mid-call); return their ids."""
         now = time.monotonic() if now is None else now
+
+        def expired(s: _Session) -> bool:
+            return now - s.last_used > self.idle_timeout_s or (
+                self.max_episode_s is not None and now - s.started > self.max_episode_s)
+
         with self._lock:
-            stale = [k for k, s in self._table.items()
-                     if s.env is not None and now - s.last_used > self.idle_timeout_s and not s.lock.locked()]
+            stale = [k for k, s in self._table.items() if s.env is not None and expired(s) and not s.lock.locked()]
             victims = [(k, self._table.pop(k)) for k in stale]
         for _, session in victims:
             _close_quietly(session)
@@ -122,6 +133,11 @@ class _Sessions:
             victims, self._table = list(self._table.values()), {}
         for session in victims:
             _close_quietly(session)
+
+
+def _running(session: _Session) -> bool:
+    """Whether a session counts against its client's cap: a served env may say it holds nothing (``idle``)."""
+    return session.env is None or not getattr(session.env, "idle", False)
 
 
 def _close_quietly(session: _Session) -> None:
@@ -140,7 +156,7 @@ class _Errors:
                  detail: bool) -> None:
         self.client, self.busy, self.detail = client, busy, detail
 
-    def call(self, session: _Session, fn: Callable[[], Any]) -> Any:
+    def call(self, session: _Session, fn: Callable[[], Any], touch: bool = True) -> Any:
         with session.lock:
             try:
                 return fn()
@@ -158,7 +174,8 @@ class _Errors:
                 raise HTTPException(500, {"error": type(exc).__name__, "message": "internal error (details in "
                                           "the server log)"}) from exc
             finally:
-                session.last_used = time.monotonic()
+                if touch:
+                    session.last_used = time.monotonic()
 
 
 async def _maybe_await(value: Any) -> Any:
@@ -179,7 +196,8 @@ def create_app(env_factory: Callable[[], Any], action_model: type[BaseModel], ob
                busy_errors: tuple[type[BaseException], ...] = (), internal_error_detail: bool = True,
                tokens: tuple[str, ...] | list[str] = (), max_body_bytes: int = 1 << 20,
                max_sessions_per_client: int | None = None, title: str = "environment server",
-               on_shutdown: Callable[[], None] | None = None) -> FastAPI:
+               on_shutdown: Callable[[], None] | None = None, max_episode_s: float | None = None,
+               max_ws_per_client: int | None = None) -> FastAPI:
     """Build the FastAPI app serving environments made by ``env_factory``.
 
     Args:
@@ -189,7 +207,7 @@ def create_app(env_factory: Callable[[], Any], action_model: type[BaseModel], ob
         reset_model: Pydantic model of the ``/reset`` fields (besides ``episode_id``); the env's ``reset``
             receives an instance. ``None`` means no fields.
         capacity: Maximum number of open sessions; ``/reset`` beyond it answers 503.
-        idle_timeout_s: A session unused for this many seconds is closed by the reaper.
+        idle_timeout_s: A session without a ``/reset`` or ``/step`` for this many seconds is closed by the reaper.
         reap_interval_s: How often the reaper runs; defaults to ``min(idle_timeout_s / 4, 30)``.
         client_errors: Exception classes raised by the env that mean misuse (answered 409, not 500).
         busy_errors: Exception classes that mean "try again later" (answered 503 with ``Retry-After``).
@@ -199,6 +217,10 @@ def create_app(env_factory: Callable[[], Any], action_model: type[BaseModel], ob
         max_sessions_per_client: Open sessions one client may hold (429 beyond); ``None`` = ``capacity``.
         title: Shown in the OpenAPI page.
         on_shutdown: Called once after every session is closed at shutdown (e.g. to stop a sandbox pool).
+        max_episode_s: A session whose last ``/reset`` is older than this is closed by the reaper even while
+            it steps (``None``: no limit).
+        max_ws_per_client: Open WebSocket connections one client may hold (another protocol mounted on the app,
+            e.g. OpenEnv's); ``None`` = ``max_sessions_per_client``.
 
     Returns:
         The app (behind the token and size guard); the reaper thread starts and stops with the app's lifespan.
@@ -206,14 +228,16 @@ def create_app(env_factory: Callable[[], Any], action_model: type[BaseModel], ob
     Raises:
         ValueError: If a limit is not positive, or a token is shorter than 8 characters.
     """
-    if capacity < 1 or idle_timeout_s <= 0 or max_body_bytes < 1 or (max_sessions_per_client or 1) < 1:
-        raise ValueError(f"capacity, max_sessions_per_client and max_body_bytes must be >= 1 and idle_timeout_s "
-                         f"> 0 (got {capacity}, {max_sessions_per_client}, {max_body_bytes}, {idle_timeout_s})")
+    if capacity < 1 or idle_timeout_s <= 0 or max_body_bytes < 1 or (max_sessions_per_client or 1) < 1 or \
+            (max_episode_s is not None and max_episode_s <= 0):
+        raise ValueError(f"capacity, max_sessions_per_client and max_body_bytes must be >= 1, idle_timeout_s and "
+                         f"max_episode_s > 0 (got {capacity}, {max_sessions_per_client}, {max_body_bytes}, "
+                         f"{idle_timeout_s}, {max_episode_s})")
     check_tokens(tokens)
     reset_model = reset_model or _Empty
-    sessions = _Sessions(env_factory, capacity, idle_timeout_s, max_sessions_per_client)
+    sessions = _Sessions(env_factory, capacity, idle_timeout_s, max_sessions_per_client, max_episode_s)
     errors = _Errors(client_errors, busy_errors, internal_error_detail)
-    interval = reap_interval_s or min(idle_timeout_s / 4, 30.0)
+    interval = reap_interval_s or min(idle_timeout_s / 4, (max_episode_s or idle_timeout_s) / 4, 30.0)
     eid = (str, Field(description="Session returned by /reset."))
     ResetRequest = create_model("ResetRequest", __base__=reset_model, episode_id=(
         str | None, Field(None, description="Reuse this session's env; omit to open a new one.")))
@@ -247,7 +271,7 @@ def create_app(env_factory: Callable[[], Any], action_model: type[BaseModel], ob
 
     app = FastAPI(title=title, lifespan=lifespan)
     app.add_middleware(Guard, tokens=tuple(tokens), max_body_bytes=max_body_bytes,  # checked above, not per call
-                       max_ws_per_client=max_sessions_per_client)
+                       max_ws_per_client=max_ws_per_client or max_sessions_per_client)
 
     @app.get("/health")
     def health() -> dict[str, Any]:
@@ -265,6 +289,7 @@ def create_app(env_factory: Callable[[], Any], action_model: type[BaseModel], ob
         episode_id, session = sessions.open(owner) if request.episode_id is None else (
             request.episode_id, sessions.get(request.episode_id, owner))
         fields = reset_model.model_validate(request.model_dump(exclude={"episode_id"}))
+        session.started = time.monotonic()  # a new episode: its lifetime starts now
         try:
             observation, info = errors.call(session, lambda: session.env.reset(fields))
         except HTTPException:
@@ -286,8 +311,8 @@ def create_app(env_factory: Callable[[], Any], action_model: type[BaseModel], ob
 
     @app.get("/state")
     def state(http: Request, episode_id: str = Query(description="Session returned by /reset.")) -> dict[str, Any]:
-        session = sessions.get(episode_id, client_id(http.scope))
-        return _dump(errors.call(session, lambda: session.env.state()))
+        session = sessions.get(episode_id, client_id(http.scope), touch=False)  # reading is not activity
+        return _dump(errors.call(session, lambda: session.env.state(), touch=False))
 
     @app.post("/close")
     def close(request: CloseRequest, http: Request) -> dict[str, Any]:  # type: ignore[valid-type]

@@ -40,6 +40,7 @@ import errno
 import fcntl
 import gc
 import json
+import math
 import os
 import re
 import select
@@ -51,6 +52,7 @@ import time
 from typing import Any
 
 from sandbox import _caps
+from sandbox._clock import CallClock
 
 _HDR = struct.Struct(">I")
 MAX_FRAME = 256 << 20
@@ -139,7 +141,8 @@ class ReplyReader:
         """Read what is available. Returns the reply once complete, else None (``closed`` is set at EOF).
 
         Raises:
-            ValueError: A frame is larger than :data:`MAX_REPLY`, not JSON, or not a JSON object.
+            ValueError: A frame is larger than :data:`MAX_REPLY`, not JSON (or nested past the decoder's depth), or
+                not a JSON object.
         """
         while True:
             try:
@@ -158,7 +161,10 @@ class ReplyReader:
                 raise ValueError(f"reply frame of {size} bytes announced")
             if len(self.buf) < _HDR.size + size:
                 return None
-            reply = json.loads(bytes(self.buf[_HDR.size:_HDR.size + size]))
+            try:
+                reply = json.loads(bytes(self.buf[_HDR.size:_HDR.size + size]))
+            except RecursionError:  # nesting past the decoder's depth: as unreadable as bad JSON
+                raise ValueError("reply frame nested too deeply") from None
             del self.buf[:_HDR.size + size]
             if not isinstance(reply, dict):
                 raise ValueError("reply is not a JSON object")
@@ -168,22 +174,39 @@ class ReplyReader:
 
 
 def _clean_reply(reply: dict) -> tuple[int | None, int | None, str, dict | None]:
-    """The typed fields of a runner's reply: whatever the user's code wrote there, the host gets sane types."""
+    """The typed fields of a runner's reply: whatever the user's code wrote there, the host gets sane types.
+
+    The user's code can rewrite any module of the runner it runs in (what it reports as error context, say), so
+    every field is rebuilt from scratch: ints in range, strings only where strings belong (anything else, however
+    deeply nested, becomes its type's name, without ever being converted), and the context through
+    ``sandbox.grounding.clean_context`` (documented keys and shapes only).
+    """
     def small_int(value: Any) -> int | None:
         return value if isinstance(value, int) and not isinstance(value, bool) and -(1 << 31) <= value < 1 << 31 \
             else None
 
+    def text(value: Any, cap: int) -> str:
+        return value[:cap] if isinstance(value, str) else "" if value is None else f"<{type(value).__name__}>"
+
     kind = reply.get("error_kind")
-    kind = kind if kind in _KINDS else "python_error"
+    kind = kind if isinstance(kind, str) and kind in _KINDS else "python_error"
     exc = reply.get("exception")
     exception = None
     if isinstance(exc, dict):
-        exception = {"type": str(exc.get("type", ""))[:200], "message": str(exc.get("message", ""))[:4000],
-                     "lineno": small_int(exc.get("lineno")), "traceback": str(exc.get("traceback", ""))[:20000],
-                     "context": exc.get("context") if isinstance(exc.get("context"), dict) else None}
+        exception = {"type": text(exc.get("type"), 200), "message": text(exc.get("message"), 4000),
+                     "lineno": small_int(exc.get("lineno")), "traceback": text(exc.get("traceback"), 20000),
+                     "context": _clean_context(exc.get("context"))}
         if "offset" in exc:
             exception["offset"] = small_int(exc.get("offset"))
     return small_int(reply.get("exit_code")), small_int(reply.get("signal")), kind, exception
+
+
+def _clean_context(ctx: Any) -> dict | None:
+    try:
+        from sandbox.grounding import clean_context
+    except Exception:  # the optional grounding module is unavailable: no context at all
+        return None
+    return clean_context(ctx)
 
 
 class Capture:
@@ -323,39 +346,47 @@ def _load_seccomp() -> str:
     return "on"
 
 
-def spawn_runner(args: argparse.Namespace) -> dict:
-    """Fork a runner child of this process; returns the host ends of its pipes and its pid."""
+def runner_uids(args: argparse.Namespace) -> list[int | None]:
+    """The uids runners take turns with, one per session (``--uid`` and, when given, ``--alt-uid``)."""
+    return [args.uid] if args.alt_uid is None else [args.uid, args.alt_uid]
+
+
+def spawn_runner(args: argparse.Namespace, turn: int = 0) -> dict:
+    """Fork a runner child of this process (uid ``runner_uids(args)[turn]``); returns its pipes' host ends."""
     pipes = [os.pipe() for _ in range(4)]  # req, resp, out, err
     (req_r, req_w), (resp_r, resp_w), (out_r, out_w), (err_r, err_w) = pipes
     pid = os.fork()
     if pid == 0:
         try:
-            become_runner(args, req_r, resp_w, out_w, err_w)
+            become_runner(args, req_r, resp_w, out_w, err_w, turn)
         finally:
             os._exit(70)
     for fd in (req_r, resp_w, out_w, err_w):
         os.close(fd)
-    return _runner_handle(pid, req_w, resp_r, out_r, err_r)
+    return _runner_handle(pid, req_w, resp_r, out_r, err_r, turn)
 
 
-def _runner_handle(pid: int, req: int, resp: int, out: int, err: int) -> dict:
+def _runner_handle(pid: int, req: int, resp: int, out: int, err: int, turn: int = 0) -> dict:
     for fd in (resp, out, err):
         fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_NONBLOCK)
-    return {"pid": pid, "req": req, "resp": resp, "out": out, "err": err}
+    return {"pid": pid, "req": req, "resp": resp, "out": out, "err": err, "turn": turn}
 
 
-def become_runner(args: argparse.Namespace, req_r: int, resp_w: int, out_w: int, err_w: int) -> None:
+def become_runner(args: argparse.Namespace, req_r: int, resp_w: int, out_w: int, err_w: int,
+                  turn: int = 0) -> None:
     """In a freshly forked child: drop every privilege at once, wait for the session's configuration, serve.
 
     The privileges go before anything else: the bounding set, every capability, then the uid for good (a
-    failure exits), so a spare runner waiting for its session holds nothing either.
+    failure exits), so a spare runner waiting for its session holds nothing either. The uid is the one of the
+    session the runner is forked for (``turn``, see :class:`Server`).
     """
     import resource
 
     from sandbox._runner import REQ_FD, Runner
 
+    uids = runner_uids(args)
     try:
-        _caps.drop_to_uid(args.uid, args.gid)
+        _caps.drop_to_uid(uids[turn % len(uids)], args.gid)
     except OSError as exc:
         print(f"sandbox.worker: runner could not drop privileges: {exc}", file=sys.stderr)
         os._exit(71)
@@ -399,6 +430,11 @@ ML_PRELOAD = ("scipy.stats", "sklearn.linear_model", "sklearn.ensemble", "sklear
               "sklearn.model_selection", "sklearn.pipeline", "sklearn.preprocessing", "statsmodels.api",
               "statsmodels.stats.power", "lifelines", "lifelines.statistics")
 _ML_IMPORT = re.compile(r"^[ \t]*(?:from|import)[ \t]+(?:scipy|sklearn|statsmodels|lifelines)\b", re.MULTILINE)
+
+
+def is_lean(preload: str) -> bool:
+    """Whether a worker with this ``--preload`` is lean (neither numpy nor pandas preloaded: no zygotes)."""
+    return not {"numpy", "pandas"} & {name.strip() for name in preload.split(",")}
 
 
 def runner_kind(lang: str | None, source: str | None) -> str:
@@ -466,11 +502,11 @@ class Zygote:
         # runner then never writes to their pages, so they stay shared instead of being copied on write.
         gc.freeze()
         sock.sendall(b"r")
-        while sock.recv(1):
-            Zygote._fork_runner(args, sock)
+        while request := sock.recv(1):  # one byte per runner: b"0" + its turn
+            Zygote._fork_runner(args, sock, request[0] - ord("0"))
 
     @staticmethod
-    def _fork_runner(args: argparse.Namespace, sock: socket.socket) -> None:
+    def _fork_runner(args: argparse.Namespace, sock: socket.socket, turn: int = 0) -> None:
         pipes = [os.pipe() for _ in range(4)]
         (req_r, req_w), (resp_r, resp_w), (out_r, out_w), (err_r, err_w) = pipes
         pid_r, pid_w = os.pipe()
@@ -479,7 +515,7 @@ class Zygote:
             try:
                 runner = os.fork()
                 if runner == 0:
-                    become_runner(args, req_r, resp_w, out_w, err_w)
+                    become_runner(args, req_r, resp_w, out_w, err_w, turn)
                 else:
                     os.write(pid_w, _HDR.pack(runner))
             finally:
@@ -501,12 +537,12 @@ class Zygote:
                 return False
         return self._ready
 
-    def spawn(self) -> dict | None:
-        """A new runner forked by the zygote, or None when the zygote is gone."""
+    def spawn(self, turn: int = 0) -> dict | None:
+        """A new runner (uid of ``turn``) forked by the zygote, or None when the zygote is gone."""
         try:
             if not self.ready():
                 return None
-            self.sock.sendall(b"s")
+            self.sock.sendall(bytes([ord("0") + turn]))
             packed, fds, _, _ = socket.recv_fds(self.sock, _HDR.size, 4)
         except OSError:
             return None
@@ -515,7 +551,7 @@ class Zygote:
             for fd in fds:
                 os.close(fd)
             return None
-        return _runner_handle(pid, *fds)
+        return _runner_handle(pid, *fds, turn)
 
     def stop(self, kill: bool = True) -> None:
         """Close the channel (the zygote exits on EOF) and, with ``kill``, SIGKILL it."""
@@ -556,20 +592,21 @@ def _remove_sysv_ipc(args: argparse.Namespace) -> None:
     Raises:
         RuntimeError: Objects remain afterwards.
     """
-    if not _sysv_ids():
-        return
-    pid = os.fork()
-    if pid == 0:
-        try:
-            _caps.drop_to_uid(args.uid, args.gid)
-            libc = ctypes.CDLL(None, use_errno=True)
-            for kind, ids in _sysv_ids().items():
-                call = getattr(libc, _SYSV[kind])
-                for ident in ids:
-                    call(ident, 0, 0, None) if kind == "sem" else call(ident, 0, None)  # IPC_RMID = 0
-        finally:
-            os._exit(0)
-    os.waitpid(pid, 0)
+    for uid in runner_uids(args):  # the objects of each session uid are removable by that uid only
+        if not _sysv_ids():
+            return
+        pid = os.fork()
+        if pid == 0:
+            try:
+                _caps.drop_to_uid(uid, args.gid)
+                libc = ctypes.CDLL(None, use_errno=True)
+                for kind, ids in _sysv_ids().items():
+                    call = getattr(libc, _SYSV[kind])
+                    for ident in ids:
+                        call(ident, 0, 0, None) if kind == "sem" else call(ident, 0, None)  # IPC_RMID = 0
+            finally:
+                os._exit(0)
+        os.waitpid(pid, 0)
     left = _sysv_ids()
     if left:
         raise RuntimeError(f"System V IPC objects remain after cleanup: {left}")
@@ -579,20 +616,24 @@ class Server:
     """The worker server: one session at a time, one call at a time.
 
     A *spare* runner is forked ahead of need (after each reply), so a session's first call does not pay
-    for the fork. The spare stays uid 0 without file capabilities, runs no user code and is configured
-    (uid drop, rlimits) by the first frame it receives, so the session in progress cannot touch it.
+    for the fork. A runner drops every privilege and its uid at fork, and sessions take turns between two uids
+    (``--uid`` and ``--alt-uid``): a spare forked while a session's code is alive (mid-session, for the next
+    session) runs as the *other* uid, so that code can neither signal it (SIGSTOP would make the next session's
+    first call time out) nor lower its limits (prlimit). A spare is only handed to a session of its own uid; a
+    one-shot session's spares (its own uid, forked between its calls) are dropped when it ends.
     """
 
     def __init__(self, args: argparse.Namespace, chan_in: int, chan_out: int,
-                 light: Zygote | None = None) -> None:
+                 light: Zygote | None = None, lean: bool = False) -> None:
         self.args = args
+        self.lean = lean  # no zygotes: every runner is a fork of this (small) process
         self.chan_in, self.chan_out = chan_in, chan_out
         self.persistent = True
         self.session_limits: dict = {}
         self.bridges: dict[str, str] = {}  # in-jail port -> Unix socket path (sandbox.bridge)
         self.runner: dict | None = None
         #: Spare runners forked ahead of need: ``full`` from this process, the others from their zygote.
-        self.spares: dict[str, dict | None] = {"full": None, "light": None}
+        self.spares: dict[str, dict | None] = {"full": None} if lean else {"full": None, "light": None}
         #: Zygotes by kind; None once one died (its kind then forks from this process).
         self.zygotes: dict[str, Zygote | None] = {"light": light} if light else {}
         self.status: dict[int, int] = {}  # wait status of the current runner, once reaped
@@ -603,19 +644,33 @@ class Server:
         #: True while no process of ours but the spare exists: nothing ran since the last full cleanup,
         #: so a session's ``open`` need not scan /proc again.
         self.clean = False
+        #: Sessions counted since start: session ``turn`` runs its code as ``runner_uids(args)[turn % 2]``.
+        self.turn = 0
+        self.in_session = False
+
+    def _spare_turn(self) -> int:
+        """The turn spares are forked for now: this one-shot session's own calls, else the next session."""
+        return self.turn if self.in_session and not self.persistent else self.turn + 1
+
+    def _same_uid(self, a: int, b: int) -> bool:
+        n = len(runner_uids(self.args))
+        return a % n == b % n
 
     # -- runner lifecycle ---------------------------------------------------------------------
-    def _spawn_runner(self, kind: str = "full", wait_s: float = _ZYGOTE_WAIT_S) -> dict:
-        """Fork a runner: from this process (``full``: the preloaded modules) or from the zygote of ``kind``."""
+    def _spawn_runner(self, kind: str = "full", wait_s: float = _ZYGOTE_WAIT_S, turn: int | None = None) -> dict:
+        """Fork a runner for session ``turn`` (default: the current one): from this process (``full``: the
+        preloaded modules) or from the zygote of ``kind``."""
+        turn = self.turn if turn is None else turn
+        turn %= len(runner_uids(self.args))
         zygote = self.zygotes.get(kind)
         if kind == "ml" and "ml" not in self.zygotes:  # first demand: start it and wait for its imports (~2 s
             zygote = self.zygotes["ml"] = Zygote.start("ml", self.args)  # once; cheaper than importing twice)
         if zygote is not None and zygote.ready(wait_s):
-            runner = zygote.spawn()
+            runner = zygote.spawn(turn)
             if runner is not None:
                 return runner
             self._lose_zygote(kind)
-        return spawn_runner(self.args)
+        return spawn_runner(self.args, turn)
 
     def _lose_zygote(self, kind: str, reaped: bool = False) -> None:
         """Forget a dead zygote: sessions of its kind fork from this process from now on.
@@ -631,7 +686,9 @@ class Server:
         """Hand the spare of ``kind`` (or a fresh runner) its configuration; it then drops privileges."""
         for _ in range(2):
             runner = self.spares.get(kind)
-            if kind in self.spares:
+            if runner is not None and not self._same_uid(runner["turn"], self.turn):
+                runner = None  # forked for the next session's uid: it stays that session's spare
+            elif kind in self.spares:
                 self.spares[kind] = None
             if runner is None:
                 runner = self._spawn_runner(kind, wait_s)
@@ -647,9 +704,13 @@ class Server:
         ml = self.zygotes.get("ml")
         if "ml" not in self.spares and ml is not None and ml.ready():
             self.spares["ml"] = None  # the ml zygote is up: keep a spare of it from now on
+        turn = self._spare_turn()
         for kind, spare in self.spares.items():
+            if spare is not None and not self._same_uid(spare["turn"], turn):
+                self._discard(spare)  # e.g. a one-shot session's spare once it ended: its code had that uid
+                spare = self.spares[kind] = None
             if spare is None:
-                self.spares[kind] = self._spawn_runner(kind)
+                self.spares[kind] = self._spawn_runner(kind, turn=turn)
 
     def _discard(self, runner: dict) -> None:
         try:
@@ -751,7 +812,9 @@ class Server:
                 if self.args.ipcns:
                     _remove_sysv_ipc(self.args)  # raises when objects remain: the host then replaces us
                 self.clean = True
+            self.in_session = op == "open"
             if op == "open":
+                self.turn += 1  # this session's code runs as the uid no process alive now has
                 self.persistent = bool(req.get("persistent", True))
                 self.session_limits = dict(req.get("limits") or {})
                 self.bridges = {str(k): str(v) for k, v in (req.get("bridges") or {}).items()}
@@ -760,8 +823,18 @@ class Server:
             return {"ok": True, "result": self.run(req)}
         return {"ok": False, "error": f"unknown op {op!r}: expected open, run, reset or ping"}
 
+    def _call_pids(self) -> list[int]:
+        """Pids of the call in flight: every process of the jail but ours (server, zygotes, spares), or without a
+        pid namespace the runner's process group."""
+        if self.args.pidns:
+            skip = {os.getpid(), *(z.pid for z in self.zygotes.values() if z is not None),
+                    *(r["pid"] for r in self.spares.values() if r is not None)}
+            return [int(n) for n in os.listdir("/proc") if n.isdigit() and int(n) not in skip]
+        pgid = self.runner["pid"] if self.runner else None
+        return [pid for pid, _ppid, group, _state in _proc_table({os.getpid()}) if group == pgid]
+
     def run(self, req: dict) -> dict:
-        """Execute one call in the runner, draining its output, enforcing the wall-clock limit."""
+        """Execute one call in the runner, draining its output, enforcing its time limits (``sandbox._clock``)."""
         limits = dict(self.session_limits)
         limits.update(req.get("limits") or {})
         wall = float(limits.get("wall_s", 30.0))
@@ -775,7 +848,7 @@ class Server:
             # scikit-learn/SciPy/statsmodels when the first call imports one of them. A later call needing more
             # than its runner holds still works: its imports just load on demand.
             # A zygote still importing may take up to half the call's wall-clock budget.
-            self.runner = self._take_runner(runner_kind(req.get("lang"), req.get("source")),
+            self.runner = self._take_runner("full" if self.lean else runner_kind(req.get("lang"), req.get("source")),
                                             wait_s=min(_ZYGOTE_WAIT_S, wall / 2))
         runner = self.runner
         for fd in (runner["resp"], runner["out"], runner["err"]):
@@ -784,6 +857,8 @@ class Server:
         self.seq = int.from_bytes(os.urandom(8), "big") >> 2
         call.update(limits=limits, once=not self.persistent, seq=self.seq)
         reply, died, timed_out = None, False, False
+        clock = CallClock(wall, float(limits.get("cpu_s", 30.0)), time.monotonic(), self._call_pids)
+        verdict = None
         try:
             # A runner that does not read (its code holds the GIL in a thread, say) must not wedge the server.
             timed_out = not _write_within(runner["req"], call, start + wall)
@@ -797,16 +872,17 @@ class Server:
         # too: read it without blocking, under the call's deadline, and treat a frame that is too large, not
         # JSON or not an object as a lie (the runner is killed and the call reported as such).
         frame = ReplyReader(runner["resp"], self.seq)
-        while not died and reply is None:
-            remaining = start + wall - time.monotonic()
-            if remaining <= 0:
+        while not died and not timed_out and reply is None:
+            now = time.monotonic()
+            verdict = clock.check(now)
+            if verdict is not None:
                 timed_out = True
                 break
-            for fd, _ in poller.poll(remaining * 1000):
+            for fd, _ in poller.poll(math.ceil(clock.timeout_s(now) * 1000)):
                 if fd == runner["resp"]:
                     try:
                         reply = frame.feed()
-                    except (ValueError, OSError) as exc:
+                    except Exception as exc:  # noqa: BLE001 - anything unreadable is a lie, never our failure
                         died, lied = True, str(exc)
                         err.feed(f"\n[sandbox] the call's reply channel was corrupted ({lied}); its process "
                                  f"was killed\n".encode())
@@ -823,7 +899,8 @@ class Server:
             if reply is None:
                 status = self._status_of(runner["pid"])
             self._close_runner()
-        return self._result(req, limits, reply, status, timed_out, out, err, time.monotonic() - start)
+        note = clock.note(verdict, time.monotonic()) if verdict else None
+        return self._result(req, limits, reply, status, timed_out, out, err, time.monotonic() - start, note)
 
     @staticmethod
     def _drain(fd: int, sink: Capture | None, once: bool = False) -> bool:
@@ -843,7 +920,7 @@ class Server:
                 return True
 
     def _result(self, req: dict, limits: dict, reply: dict | None, status: int | None,
-                timed_out: bool, out: Capture, err: Capture, duration: float) -> dict:
+                timed_out: bool, out: Capture, err: Capture, duration: float, clock_note: str | None = None) -> dict:
         lang = req.get("lang", "python")
         exit_code, sig, exception = None, None, None
         notes = []
@@ -852,7 +929,8 @@ class Server:
         elif timed_out:
             kind = "timeout"
             sig = signal.SIGKILL
-            notes.append(f"wall-clock limit of {limits.get('wall_s')} s reached; every process of the call was killed")
+            notes.append(clock_note or f"wall-clock limit of {limits.get('wall_s')} s reached; every process of the "
+                         f"call was killed")
         else:
             if status is not None and os.WIFEXITED(status):
                 exit_code = os.WEXITSTATUS(status)
@@ -906,8 +984,12 @@ class Server:
             # Fork while the host is busy elsewhere: between sessions (and calls of a one-shot session) at
             # once; in a persistent session once the host has been quiet for a moment (an agent thinking),
             # so back-to-back calls do not wait for the fork and the next session finds a spare ready.
-            if None in self.spares.values() and (self.runner is None or not self._request_within(_SPARE_IDLE_S)):
+            if self._spares_wanted() and (self.runner is None or not self._request_within(_SPARE_IDLE_S)):
                 self._prepare_spare()
+
+    def _spares_wanted(self) -> bool:
+        turn = self._spare_turn()
+        return any(s is None or not self._same_uid(s["turn"], turn) for s in self.spares.values())
 
 
 _BRIDGES: list = []  # the runner's bridge forwarders (threads); kept referenced for the runner's lifetime
@@ -932,6 +1014,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m sandbox.worker", description=__doc__.split("\n")[0])
     p.add_argument("--uid", type=int, default=None, help="uid the runners drop to (needs CAP_SETUID)")
     p.add_argument("--gid", type=int, default=None, help="gid the runners drop to (default: --uid)")
+    p.add_argument("--alt-uid", type=int, default=None,
+                   help="second runner uid: sessions alternate between --uid and this one (needs CAP_SETUID)")
     p.add_argument("--pidns", action="store_true", help="the worker owns its pid namespace: kill all on cleanup")
     p.add_argument("--ipcns", action="store_true",
                    help="the worker owns its IPC namespace: remove every System V IPC object between sessions")
@@ -969,7 +1053,11 @@ def main(argv: list[str] | None = None) -> None:
     sys.stdout = sys.stderr
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER: orphans of a call come back to us to be reaped
-    light = Zygote.start("light", args)  # before the preload: it stays small
+    # A lean worker (its preload leaves out numpy and pandas: the pool's workers started on demand) is small
+    # itself, so it keeps no zygote: every runner forks from the server and a session imports what it uses, which
+    # it frees when it ends (an idle lean worker holds ~15 MiB instead of ~80; see sandbox.pool.Pool).
+    lean = is_lean(args.preload)
+    light = None if lean else Zygote.start("light", args)  # before the preload: it stays small
     preloaded = []
     for name in filter(None, args.preload.split(",")):
         try:
@@ -986,11 +1074,11 @@ def main(argv: list[str] | None = None) -> None:
         print(f"sandbox.worker: sandbox.grounding unavailable: {exc}", file=sys.stderr)
     gc.freeze()  # see Zygote._serve
     caps = _caps.read_status()
-    write_frame(chan_out, {"op": "ready", "pid": os.getpid(), "uid": os.getuid(), "runner_uid": args.uid,
+    write_frame(chan_out, {"op": "ready", "pid": os.getpid(), "uid": os.getuid(), "runner_uid": args.uid, "alt_uid": args.alt_uid,
                            **hardening, "caps": {k: caps[k] for k in ("CapEff", "CapPrm", "CapBnd", "CapAmb")},
                            "preloaded": preloaded, "python": sys.version.split()[0],
                            "light_zygote": light.pid if light else None})
-    Server(args, chan_in, chan_out, light).serve()
+    Server(args, chan_in, chan_out, light, lean=lean).serve()
 
 
 if __name__ == "__main__":

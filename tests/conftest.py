@@ -5,6 +5,7 @@
 * ``train_main``: ``train.main(argv) -> exit status``, the repository's real ``train.py`` entry point, in process.
 * ``sample_trajectory_store``: a small trajectory JSONL with successes and failures of three toy tasks.
 * ``repo_copy``: ``repo_copy(dest)`` copies the repository as a fresh clone has it (for tests of documented commands).
+* ``env_server_processes``: ``start(root, n)`` runs ``n`` real ``medagentgym serve`` processes (stopped after).
 
 The environment defaults below are set before any test imports torch or transformers: tests never touch the
 network, wandb (when a recipe reports to it) writes offline runs, and torch uses one thread (see below).
@@ -123,6 +124,52 @@ def make_test_pool():
             return make_pool("local", workers=workers, allow_unisolated=True, **kwargs)
 
     return make
+
+
+@pytest.fixture()
+def env_server_processes(tmp_path, sandbox_backend):
+    """``start(root, n, *args)`` -> ``[(process, url, log path)]``: ``n`` ``medagentgym serve`` processes on free
+    loopback ports serving ``root``, each answering ``/health`` before it returns; all are stopped afterwards."""
+    import subprocess
+
+    import httpx
+
+    started: list = []
+
+    def start(root: Path, n: int, *extra: str) -> list:
+        batch = []
+        for _ in range(n):
+            with socket.socket() as sock:
+                sock.bind(("127.0.0.1", 0))
+                port = sock.getsockname()[1]
+            log = tmp_path / f"server{len(started)}.log"
+            cmd = [sys.executable, "-m", "medagentgym", "serve", "--tasks-root", str(root),
+                   "--port", str(port), "--sandbox", sandbox_backend, *extra]
+            if sandbox_backend == "local":
+                cmd.append("--allow-unisolated")
+            proc = subprocess.Popen(cmd, stdout=log.open("w"), stderr=subprocess.STDOUT,
+                                    env={**os.environ, "OPENBLAS_NUM_THREADS": "1"})
+            started.append((proc, f"http://127.0.0.1:{port}", log))
+            batch.append(started[-1])
+        for proc, url, log in batch:
+            deadline = time.monotonic() + 120
+            while True:
+                try:
+                    if httpx.get(url + "/health", timeout=2).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-2000:]
+                time.sleep(0.3)
+        return batch
+
+    yield start
+    for proc, _, _ in started:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
 
 
 @pytest.fixture(scope="session")

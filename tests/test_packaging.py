@@ -44,6 +44,7 @@ OPTIONAL = {
     ("env_client", "huggingface_hub"): "train",  # the hf:PATH policy: is a Hub id in the local cache?
     ("env_client", "vllm"): "gpu",            # the vllm:PATH policy
     ("env_client", "ray"): "ray",             # the ray rollout backend
+    ("scripts/bench_scale.py", "ray"): "ray",  # --scale-out's two-node Ray cluster
 }
 #: Declared but never imported by our code, and why they are declared anyway.
 NOT_IMPORTED = {

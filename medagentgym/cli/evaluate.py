@@ -106,7 +106,11 @@ def ensure_built(names: list[str], root: Path, size: str | None, seed: int) -> d
 def read_scores(path: Path) -> dict[tuple[str, int], float]:
     """``(task_id, sample_idx) -> score`` from a JSONL file of ``{"task_id", "sample_idx", "score"}``."""
     scores: dict[tuple[str, int], float] = {}
-    for lineno, line in enumerate(path.read_text().splitlines(), 1):
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise EvalError(f"--scores {path}: cannot read it ({type(exc).__name__}: {exc})") from exc
+    for lineno, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         try:
@@ -146,6 +150,7 @@ def _report_failures(failures: list[dict[str, Any]]) -> None:
 def run(args: argparse.Namespace) -> dict:
     """Roll out, evaluate and write the report; returns the summary printed as the JSON line."""
     split = "test" if args.suite else args.split
+    scores = read_scores(args.scores) if args.scores else None  # a bad file fails now, not after every episode ran
     names = choose_families(args.families, args.suite, args.tasks_root)
     sizes = ensure_built(names, args.tasks_root, args.size, args.seed)
     instances, base_rates, floors = [], {}, {}
@@ -171,7 +176,6 @@ def run(args: argparse.Namespace) -> dict:
     result = rollout(instances, policy, spec, k=args.k, seed=args.seed, concurrency=args.concurrency,
                      store=store, policy_name=args.policy, on_error="skip", progress=not args.no_progress,
                      run_info=run_info, max_consecutive_failures=failures_in_a_row(args))
-    scores = read_scores(args.scores) if args.scores else None
     if args.verifier:
         scores = verifier_scores(args.verifier, result.trajectories, out / "scores.jsonl")
     built = sorted(set(sizes.values()))

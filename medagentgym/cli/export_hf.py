@@ -61,6 +61,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="Hub dataset id the model was trained on, for the card's metadata (repeatable)")
     parser.add_argument("--eval", action="append", default=[], metavar="REPORT",
                         help="evaluate.py report.json (or its folder) for the card's model-index (repeatable)")
+    parser.add_argument("--dtype", choices=["auto", "bfloat16", "float16", "float32"], default=None,
+                        help="weights of the export (default: the recipe's model.dtype); the merge is fp32 either "
+                             "way, float32 keeps small updates that a bf16 export rounds away")
     parser.add_argument("--public", action="store_true", help="create the Hub repo public (default: private)")
     parser.add_argument("--debug", action="store_true", help="show the traceback on errors")
     args = parser.parse_args(argv)
@@ -76,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         out = export_model(args.run_dir, args.out, push=args.push, private=not args.public,
                            base_model=args.base_model, license=args.license, datasets=args.dataset,
-                           eval_reports=args.eval)
+                           eval_reports=args.eval, dtype=args.dtype)
     except KeyboardInterrupt:
         line = (f"interrupted: the upload of {args.upload} did not finish (the folder is unchanged); rerun the same "
                 f"command" if args.upload else interrupted_line(args.out, args.push, started))

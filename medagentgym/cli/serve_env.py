@@ -11,9 +11,10 @@ server also speaks OpenEnv's protocol (WebSocket sessions at ``/ws``; ``medagent
 
 Abuse limits, all on by default: gold answers and grader reasons never reach a client (``--show-gold`` turns
 that off for a trusted debugging session); bodies over ``--max-body-bytes`` get 413; one client (its token, else
-its address) holds at most ``--max-sessions-per-client`` sessions (429 beyond); a ``/reset`` waits at most
-``--worker-wait`` seconds for a sandbox worker (503 beyond); a session idle for ``--idle-timeout`` seconds is
-closed and its worker freed. ``--token`` (repeatable: one per client) or ``MEDAGENTGYM_ENV_TOKEN`` requires
+its address) holds at most ``--max-sessions-per-client`` sessions (429 beyond; never more than ``--workers``); a
+``/reset`` waits at most ``--worker-wait`` seconds for a sandbox worker (503 beyond); a session without a ``/reset``
+or ``/step`` for ``--idle-timeout`` seconds (polling ``/state`` does not count), or whose episode started
+``--max-episode-s`` ago, is closed and its worker freed. ``--token`` (repeatable: one per client) or ``MEDAGENTGYM_ENV_TOKEN`` requires
 ``Authorization: Bearer <token>`` on every endpoint but ``/health``; binding beyond loopback without a token is
 refused. Tokens travel in clear text: over a network, put the server behind TLS. Ctrl-C closes the open sessions
 and stops the server with one line (exit 130); the server keeps no state, so nothing is lost.
@@ -51,15 +52,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--workers", type=int, default=4, help="warm sandbox workers kept ready; default 4")
     p.add_argument("--max-workers", type=int, default=None,
                    help="most sandbox workers: the pool grows to the open episodes (each holds one) up to this; "
-                        "default half the memory at 48 MiB per worker, or $MEDAGENTGYM_SANDBOX_MAX_WORKERS")
+                        "default half the memory at 40 MiB per worker, or $MEDAGENTGYM_SANDBOX_MAX_WORKERS")
     p.add_argument("--sandbox", choices=["bwrap", "docker", "local"], default="bwrap",
                    help="sandbox backend; default bwrap ('local' is unisolated)")
     p.add_argument("--allow-unisolated", action="store_true", help="permit --sandbox local")
     p.add_argument("--capacity", type=int, default=64, help="open sessions allowed (503 beyond); default 64")
-    p.add_argument("--max-sessions-per-client", type=int, default=32,
-                   help="open sessions one client may hold (429 beyond); default 32")
+    p.add_argument("--max-sessions-per-client", type=int, default=None,
+                   help="open sessions one client may hold (429 beyond), at most --workers; default --workers")
     p.add_argument("--idle-timeout", type=float, default=120.0,
-                   help="seconds after which an unused session is closed and its worker freed; default 120")
+                   help="seconds without a /reset or /step after which a session is closed and its worker freed "
+                        "(polling /state does not count); default 120")
+    p.add_argument("--max-episode-s", type=float, default=None,
+                   help="seconds after its /reset at which an episode is closed even if it keeps stepping; default "
+                        "the episode's wall budget (600 s) plus 120")
     p.add_argument("--worker-wait", type=float, default=10.0,
                    help="seconds a /reset waits for a free sandbox worker before answering 503; default 10")
     p.add_argument("--max-body-bytes", type=int, default=1 << 20,
@@ -102,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
                    "config": config, "capacity": args.capacity, "idle_timeout_s": args.idle_timeout,
                    "hide_gold": not args.show_gold, "tokens": tokens, "max_body_bytes": args.max_body_bytes,
                    "max_sessions_per_client": args.max_sessions_per_client, "worker_wait_s": args.worker_wait,
-                   "splits": splits}
+                   "splits": splits, "max_episode_s": args.max_episode_s}
         if args.openenv:
             from medagentgym.adapters.openenv import build_openenv_app
 

@@ -46,7 +46,7 @@ def ensure_store(cfg: RecipeConfig) -> Path:
 
     specs = [s.strip() for s in cfg.rollout.policy.split("+") if s.strip()]
     instances = task_instances(cfg)
-    env = EnvSpec(tasks_root=cfg.tasks.root, backend=cfg.env.sandbox, allow_unisolated=cfg.env.sandbox == "local",
+    env = EnvSpec(tasks_root=cfg.tasks.root, backend=cfg.env.sandbox, allow_unisolated=cfg.env.allow_unisolated,
                   config={"max_turns": cfg.env.max_turns} if cfg.env.max_turns else None,
                   sandbox_workers=cfg.env.workers)
     parts = path.with_name(path.name + ".parts")

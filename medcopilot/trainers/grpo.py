@@ -18,6 +18,13 @@ Reads top to bottom: model → env → trainer → train → save.
   the prompt (model and environment tokens).
 - **Saved**: the model (or LoRA adapter), tokenizer, ``trainer_state.json`` (``log_history``: TRL's
   ``reward``, ``loss``, ... and our ``env/*`` metrics per logging step) and ``run_summary.json``.
+- **Exact policy**: dropout is off during the update (``disable_dropout``, LoRA's included), vLLM's
+  importance-sampling correction is per token (``token_truncate``), and with vLLM the LoRA weights reach the
+  engine merged in fp32 into fresh tensors (:mod:`medcopilot.vllm_sync`): TRL's own sync merges into the bf16
+  base and back every step, which changes the frozen base. An episode whose next turn cannot fit the
+  generator's context (``vllm_max_model_length``, else the model's ``max_position_embeddings``) ends as
+  truncated before the call; a resumed run continues the sampling seeds where it stopped
+  (:meth:`EnvRolloutFunc.round_index`).
 - **Generation backend**: ``rollout.backend: transformers`` runs ``model.generate`` inside the hook (CPU or
   GPU; each episode samples from its own seeded stream, the rank included, see ``EnvRolloutFunc.run``); it is
   refused under ZeRO-3 or FSDP with several processes, where ranks making different numbers of ``generate``
@@ -42,7 +49,7 @@ from medcopilot.mixture import apply_mixture
 from medcopilot.rewards_adapter import EpisodeReward
 from medcopilot.rollout_func import EnvRolloutFunc, PromptIndex, check_generation_layout
 
-__all__ = ["build_index", "make_env_factory", "make_verifier", "reward_components", "run", "vllm_start",
+__all__ = ["build_index", "build_trainer", "make_env_factory", "make_verifier", "reward_components", "run", "vllm_start",
            "vllm_started"]
 
 log = logging.getLogger(__name__)
@@ -148,7 +155,16 @@ def vllm_start(model: Any, cfg: RecipeConfig) -> str | None:
 
 
 def vllm_started(trainer: Any, model: Any, own: str | None) -> None:
-    """Undo :func:`vllm_start` once TRL's engine exists, so new adapters record their real base (the folder)."""
+    """Once TRL's engine exists: make its weight sync exact, and undo :func:`vllm_start` so new adapters record
+    their real base (the folder).
+
+    TRL's sync merges LoRA into the bf16 base in place and unmerges it every step, which changes the frozen base;
+    :func:`medcopilot.vllm_sync.install_exact_sync` computes the merged weights into fresh tensors instead.
+    """
+    if getattr(trainer.args, "use_vllm", False):
+        from medcopilot.vllm_sync import install_exact_sync
+
+        install_exact_sync(trainer.vllm_generation)
     if own is None:
         return
     model.name_or_path = own
@@ -156,8 +172,16 @@ def vllm_started(trainer: Any, model: Any, own: str | None) -> None:
         config.base_model_name_or_path = own  # PEFT read the base's name during the trainer's construction
 
 
+#: GRPOConfig values this trainer uses unless the recipe sets them: the policy that sampled is the one trained
+#: (TRL leaves dropout, LoRA's included, on during the update, so the importance ratio would compare two
+#: different policies), and vLLM's importance-sampling correction is per token (TRL's default ``sequence_mask``
+#: drops a whole episode whose summed log-ratio passes ln 3, which long multi-turn episodes do).
+DEFAULTS = {"disable_dropout": True, "vllm_importance_sampling_mode": "token_truncate"}
+
+
 def _trainer_args(cfg: RecipeConfig) -> Any:
-    """TRL's ``GRPOConfig`` from the recipe, with the keys that the rollout sections own filled in."""
+    """TRL's ``GRPOConfig`` from the recipe, with the keys that the rollout sections own filled in and
+    :data:`DEFAULTS` where the recipe is silent."""
     owned = {"temperature": cfg.rollout.temperature, "use_vllm": cfg.rollout.backend == "vllm",
              "reward_weights": list(cfg.reward.weights.values())}
     for key, value in owned.items():
@@ -165,7 +189,49 @@ def _trainer_args(cfg: RecipeConfig) -> Any:
             where = {"temperature": "rollout.temperature", "use_vllm": "rollout.backend",
                      "reward_weights": "reward.weights"}[key]
             raise RecipeError(f"trainer.{key}={cfg.trainer[key]!r} contradicts {where}; set {where} only")
-    return cfg.trainer_args(**owned)
+    return cfg.trainer_args(**DEFAULTS, **owned)
+
+
+def build_trainer(cfg: RecipeConfig, *, model: Any, tokenizer: Any, pool: Any, verifier: Any = None,
+                  rollout_cls: type = EnvRolloutFunc, callbacks: list[Any] | None = None) -> tuple[Any, Any, PromptIndex]:
+    """TRL's ``GRPOTrainer`` for ``cfg`` around a loaded ``model``, with our rollout hook on ``pool``.
+
+    What :func:`run` trains with; ``scripts/bench_gpu.py`` builds the same trainer around a randomly initialised
+    model (``rollout_cls`` lets it script the first turn of each episode).
+
+    Returns:
+        ``(trainer, rollout, index)``: the trainer, its rollout hook and the prompt index of the dataset.
+    """
+    from datasets import Dataset
+    from trl import GRPOTrainer
+
+    from medcopilot.modeling import lora_config
+
+    args = _trainer_args(cfg)
+    index = build_index(cfg)
+    dataset = Dataset.from_list(apply_mixture(cfg.tasks, index.rows, seed=args.seed, tag="grpo"))
+    if pool is not None and cfg.rollout.concurrency > getattr(pool, "max_workers", cfg.rollout.concurrency):
+        log.warning("rollout.concurrency=%d > the sandbox pool's cap of %d workers (%s): an episode holds a sandbox "
+                    "session from reset to end, so episodes will wait for workers and turns batch poorly; raise "
+                    "env.max_workers",
+                    cfg.rollout.concurrency, pool.max_workers, getattr(pool, "cap_source", "its cap"))
+    components = reward_components(cfg.reward.weights)
+    rollout = rollout_cls(
+        make_env=make_env_factory(cfg, pool), index=index, tokenizer=tokenizer,
+        max_new_tokens=cfg.rollout.max_new_tokens, max_completion_tokens=args.max_completion_length,
+        concurrency=cfg.rollout.concurrency, rewards=components, weights=cfg.reward.weights, seed=args.seed,
+        verifier=verifier, max_infra_share=cfg.rollout.max_infra_failure_share,
+    )
+    reward_funcs = [EpisodeReward(name, group_size=args.num_generations, log_metrics=i == 0)
+                    for i, name in enumerate(components)]
+    started_from = vllm_start(model, cfg) if args.use_vllm else None
+    trainer = GRPOTrainer(model=model, reward_funcs=reward_funcs, args=args, train_dataset=dataset,
+                          processing_class=tokenizer, rollout_func=rollout, peft_config=lora_config(cfg.model.lora),
+                          callbacks=callbacks)
+    if not args.use_vllm:
+        check_generation_layout(trainer.accelerator)  # before any step: ZeRO-3 / FSDP ranks would hang
+    vllm_started(trainer, model, started_from)
+    return trainer, rollout, index
 
 
 def run(cfg: RecipeConfig) -> dict[str, Any]:
@@ -183,17 +249,8 @@ def run(cfg: RecipeConfig) -> dict[str, Any]:
     Raises:
         RecipeError: Invalid sections (unknown reward, contradicting keys, missing tasks or model).
     """
-    from datasets import Dataset
-    from trl import GRPOTrainer
-
     import sandbox
-    from medcopilot.modeling import (
-        load_model,
-        load_tokenizer,
-        lora_config,
-        resume_checkpoint,
-        trainable_parameter_count,
-    )
+    from medcopilot.modeling import load_model, load_tokenizer, resume_checkpoint, trainable_parameter_count
     from medcopilot.trainers._common import finish_run, rl_summary
 
     if cfg.method != "grpo":
@@ -206,38 +263,14 @@ def run(cfg: RecipeConfig) -> dict[str, Any]:
     tokenizer = load_tokenizer(cfg.model.name_or_path)
     model = load_model(cfg.model)
 
-    # ---- env: dataset of opening chats, a sandbox pool, one Env per episode
-    args = _trainer_args(cfg)
-    index = build_index(cfg)
-    dataset = Dataset.from_list(apply_mixture(cfg.tasks, index.rows, seed=args.seed, tag="grpo"))
+    # ---- env: a sandbox pool (one Env per episode on it); dataset, rollout hook and trainer
     pool = None if cfg.env.urls else sandbox.make_pool(cfg.env.sandbox, workers=cfg.env.workers,
                                                        max_workers=cfg.env.max_workers,
-                                                       allow_unisolated=cfg.env.sandbox == "local")
+                                                       allow_unisolated=cfg.env.allow_unisolated)
     layers = [f"env servers {', '.join(cfg.env.urls)}"] if pool is None else list(getattr(pool, "layers", []))
-    if pool is not None and cfg.rollout.concurrency > pool.max_workers:
-        log.warning("rollout.concurrency=%d > the sandbox pool's cap of %d workers (%s): an episode holds a sandbox "
-                    "session from reset to end, so episodes will wait for workers and turns batch poorly; raise "
-                    "env.max_workers",
-                    cfg.rollout.concurrency, pool.max_workers, pool.cap_source)
-    components = reward_components(cfg.reward.weights)
-    rollout = EnvRolloutFunc(
-        make_env=make_env_factory(cfg, pool), index=index, tokenizer=tokenizer,
-        max_new_tokens=cfg.rollout.max_new_tokens, max_completion_tokens=args.max_completion_length,
-        concurrency=cfg.rollout.concurrency, rewards=components, weights=cfg.reward.weights, seed=args.seed,
-        verifier=verifier,
-    )
-    reward_funcs = [EpisodeReward(name, group_size=args.num_generations, log_metrics=i == 0)
-                    for i, name in enumerate(components)]
-
-    # ---- trainer
-    started_from = vllm_start(model, cfg) if args.use_vllm else None
     try:
-        trainer = GRPOTrainer(model=model, reward_funcs=reward_funcs, args=args, train_dataset=dataset,
-                              processing_class=tokenizer, rollout_func=rollout,
-                              peft_config=lora_config(cfg.model.lora))
-        if not args.use_vllm:
-            check_generation_layout(trainer.accelerator)  # before any step: ZeRO-3 / FSDP ranks would hang
-        vllm_started(trainer, model, started_from)
+        trainer, _, index = build_trainer(cfg, model=model, tokenizer=tokenizer, pool=pool, verifier=verifier)
+        args = trainer.args
         trainable, total = trainable_parameter_count(trainer.model)
         resumed_from = resume_checkpoint(cfg.trainer, cfg.output.dir)
         print(f"[grpo] {len(index.rows)} tasks x {args.num_generations} generations; sandbox {cfg.env.sandbox} "

@@ -508,7 +508,7 @@ def run(cfg: RecipeConfig) -> dict[str, Any]:
     index = build_index(cfg)
     pool = None if cfg.env.urls else sandbox.make_pool(cfg.env.sandbox, workers=cfg.env.workers,
                                                        max_workers=cfg.env.max_workers,
-                                                       allow_unisolated=cfg.env.sandbox == "local")
+                                                       allow_unisolated=cfg.env.allow_unisolated)
     layers = [f"env servers {', '.join(cfg.env.urls)}"] if pool is None else list(getattr(pool, "layers", []))
     if pool is not None and cfg.rollout.concurrency > pool.max_workers:
         log.warning("rollout.concurrency=%d > the sandbox pool's cap of %d workers (%s): an episode holds a sandbox "
@@ -518,7 +518,8 @@ def run(cfg: RecipeConfig) -> dict[str, Any]:
         make_env=make_env_factory(cfg, pool), index=index, tokenizer=tokenizer,
         max_new_tokens=cfg.rollout.max_new_tokens, max_completion_tokens=args.max_completion_length,
         concurrency=cfg.rollout.concurrency, rewards=components, weights=cfg.reward.weights, verifier=verifier,
-        seed=args.seed, policy_name="ppo")
+        seed=args.seed, policy_name="ppo", max_infra_share=cfg.rollout.max_infra_failure_share,
+        max_context_tokens=getattr(model.config, "max_position_embeddings", None))  # the context guard
 
     # ---- trainer, train
     try:

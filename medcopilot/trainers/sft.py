@@ -29,8 +29,12 @@ from medcopilot.trainers._common import episodes_for, finish_run
 __all__ = ["build_trainer", "run"]
 
 
-def build_trainer(cfg: RecipeConfig) -> tuple[Any, int]:
+def build_trainer(cfg: RecipeConfig, *, model: Any = None, tokenizer: Any = None,
+                  rows: list[dict[str, Any]] | None = None) -> tuple[Any, int]:
     """Model, data and ``SFTTrainer`` for ``cfg`` (nothing trained yet).
+
+    ``model``, ``tokenizer`` and ``rows`` (conversations: ``{"messages", "tools"?}``) replace what the recipe
+    names (``scripts/bench_gpu.py`` passes a randomly initialised model and conversations of a set length).
 
     Returns:
         ``(trainer, n_rows)``: the trainer, and the number of training conversations.
@@ -42,11 +46,12 @@ def build_trainer(cfg: RecipeConfig) -> tuple[Any, int]:
 
     # Data first: a store with nothing to train on should fail before minutes of loading a large model.
     # Successful episodes only; every row ends on an assistant turn.
-    rows = mixed_rows(cfg.tasks, episodes_for(cfg), sft_rows, seed=int(cfg.trainer.get("seed", 0)), tag="sft")
+    if rows is None:
+        rows = mixed_rows(cfg.tasks, episodes_for(cfg), sft_rows, seed=int(cfg.trainer.get("seed", 0)), tag="sft")
     dataset = to_dataset(rows, what="sft")
     # Model.
-    tokenizer = load_tokenizer(cfg.model.name_or_path)
-    model = load_model(cfg.model)
+    tokenizer = tokenizer if tokenizer is not None else load_tokenizer(cfg.model.name_or_path)
+    model = model if model is not None else load_model(cfg.model)
     # Trainer: the recipe's trainer keys win, except that only assistant tokens are ever trained.
     if cfg.trainer.get("assistant_only_loss") is False:
         raise RecipeError("trainer.assistant_only_loss=False is not supported: SFT never trains on observations; "

@@ -4,15 +4,19 @@ server it started on."""
 
 from __future__ import annotations
 
+import json
 import socket
+import threading
+import time
 
+import httpx
 import pytest
 
-from medagentgym import tasks
 from env_client.http_client import EnvServers, ServerError
 from env_client.policies import make_policy
 from env_client.rollout import rollout
 from env_client.server_app import background_server, build_app
+from medagentgym import tasks
 
 
 def _dead_url() -> str:
@@ -79,3 +83,76 @@ def test_bad_urls_are_refused():
         EnvServers(["http://127.0.0.1:1", "http://127.0.0.1:1"])
     with pytest.raises(ValueError, match="distinct http"):
         EnvServers(["127.0.0.1:8000"])
+
+
+class _Thinking:
+    """The oracle with a pause before every turn (a model's latency), so episodes are open when a server dies."""
+
+    def __init__(self, oracle, think_s: float) -> None:
+        self.oracle, self.think_s = oracle, think_s
+
+    def for_episode(self, instance):
+        replay = self.oracle.for_episode(instance)
+        think_s = self.think_s
+
+        class Turn:
+            def act(self, messages, *, tools=None, seed=None):
+                time.sleep(think_s)
+                return replay.act(messages, tools=tools, seed=seed)
+
+        return Turn()
+
+
+def test_a_server_that_dies_mid_run_loses_no_episode_and_duplicates_none(toy_root, toy_test, make_test_pool,
+                                                                         tmp_path):
+    """Two servers; one stops (its port closes) while episodes run on it: each of those is played again on the
+    other server, and the store ends with every (task, sample) exactly once, all correct."""
+    oracle = make_policy("oracle", families=lambda name: tasks.make(name, root=toy_root))
+    pool = make_test_pool(2)
+    store = tmp_path / "episodes.jsonl"
+    try:
+        app_a = build_app(toy_root, pool=pool, capacity=16, hide_gold=False)
+        app_b = build_app(toy_root, pool=pool, capacity=16, hide_gold=False)
+        server_a = background_server(app_a)
+        url_a = server_a.__enter__()
+        with background_server(app_b) as url_b:
+            servers = EnvServers([url_a, url_b], health_every_s=0.5, backoff_s=0.05)
+            killed = threading.Event()
+
+            def kill_a_mid_episode() -> None:
+                deadline = time.monotonic() + 120
+                while time.monotonic() < deadline:  # once an episode is open on a and two are stored
+                    stored = store.read_text().count("\n") if store.exists() else 0
+                    if stored >= 2 and httpx.get(url_a + "/health", timeout=5).json()["sessions"] >= 1:
+                        server_a.__exit__(None, None, None)
+                        killed.set()
+                        return
+                    time.sleep(0.01)
+
+            killer = threading.Thread(target=kill_a_mid_episode)
+            killer.start()
+            result = rollout(toy_test[:6], _Thinking(oracle, 0.15), servers.env, k=2, concurrency=4, store=store,
+                             on_error="skip")
+            killer.join()
+            assert killed.is_set(), "server a was never stopped mid-run"
+            assert result.summary.failed == 0 and result.summary.episodes == 12 == result.summary.new
+            assert result.summary.success_rate == 1.0
+            lines = [json.loads(line) for line in store.read_text().splitlines()]
+            keys = [(rec["header"]["task_id"], rec["header"]["sample_idx"]) for rec in lines]
+            assert len(keys) == 12 == len(set(keys)), "every episode stored exactly once"
+            assert servers.lost[url_a] >= 1, "an episode was running on a when it stopped"
+            # every replay was a new episode start (on b), and nothing else was started twice
+            assert sum(servers.episodes.values()) == 12 + servers.lost[url_a] and servers.lost[url_b] == 0
+            servers.close()
+    finally:
+        pool.close()
+
+
+def test_a_server_marked_down_by_a_missed_health_check_is_checked_again_before_giving_up(two_servers):
+    """An overloaded server can miss a health check; when every server looks down, pick() asks each again instead
+    of failing the episode (found by the kill-a-server benchmark at load 40: the survivor missed one check)."""
+    url = two_servers[0]
+    servers = EnvServers([url], health_every_s=600)
+    servers.mark(url, False)  # as after a check that timed out
+    assert servers.pick() == url and servers.healthy(url)
+    servers.close()

@@ -372,3 +372,72 @@ def test_a_mount_that_exposes_gold_answers_is_refused(make_env, tmp_path):
         env.reset(inst)
     with pytest.raises(ResetNeeded):
         env.step(call("submit_answer", answer="4"))
+
+
+# -- attacks on the host side of a step: nothing a reply or the jailed code does may raise out of step() ---------
+_DEEP_CONTEXT = "ctx = cur = {}\nfor _ in range(960):\n    cur['k'] = {}\n    cur = cur['k']\n"
+
+
+@pytest.mark.parametrize("context", [
+    # The worker-side grounding of the agent's own process rewritten to send types the host does not expect.
+    'ctx = {"tables": {"t": 5}, "suggestions": 7, "frames": [1], "columns": {"a": 1}, "defined": None, '
+    '"note": [[1]]}\n',
+    # ... or nesting as deep as the runner's encoder allows: deeper than the host's decoder once wrapped.
+    _DEEP_CONTEXT,
+])
+def test_a_rewritten_runner_module_cannot_crash_the_step(make_env, toy_test, context):
+    env = make_env()
+    env.reset(toy_test[0])
+    rewrite = context + "import sandbox._runner as r\nr._context = lambda *a, **k: ctx\n"
+    assert env.step(call("code_execution", code=rewrite)).info["status"] == "ok"
+    r = env.step(call("code_execution", code="undefined_name_here"))  # grounding raised TypeError / RecursionError
+    assert not r.terminated and r.info["status"] == "error", r
+    assert "NameError" in r.observation.text or "Error" in r.observation.text
+    r = env.step(call("debugging"))  # explain_failure grounds the same result again
+    assert r.info["status"] == "ok" and not r.terminated
+
+
+def test_garbage_on_the_reply_pipe_is_a_killed_call_not_an_infrastructure_failure(make_env, toy_test):
+    env = make_env()
+    env.reset(toy_test[0])
+    code = ("import os, struct\nbody = b'[' * 200000 + b']' * 200000\n"
+            "os.write(4, struct.pack('>I', len(body)) + body)\nimport time; time.sleep(30)")
+    r = env.step(call("code_execution", code=code))  # was: SandboxError -> fatal, reward None
+    assert not r.terminated and r.info["status"] == "error" and r.info["error_kind"] == "killed", r.info
+    r = env.step(call("code_execution", code="print(6 * 7)"))
+    assert r.info["status"] == "ok" and "42" in r.observation.text
+    r = env.step(call("submit_answer", answer="definitely wrong"))
+    assert r.terminated and r.reward == 0.0
+
+
+def test_an_unforeseen_exception_ends_the_episode_as_a_wrong_answer(make_env, toy_test, monkeypatch):
+    """An exception we did not classify may be the action's doing: the episode ends with 0.0, never None."""
+    from env_client.request_info import Catalogue
+
+    env = make_env()
+    env.reset(toy_test[0])
+    monkeypatch.setattr(Catalogue, "answer", lambda *a, **k: {}["no such key"])
+    r = env.step(call("request_info", info_type="schema"))
+    assert r.terminated and r.reward == 0.0 and r.info["status"] == "agent_error", r.info
+    final = env.trajectory.final
+    assert final.reward == 0.0 and "KeyError" in final.verdict["error"] and not final.verdict["infra"]
+    assert final.reason.startswith("agent_error")
+    # ... while an infrastructure error while handling an action is None, as in grading.
+    env.reset(toy_test[0])
+    monkeypatch.setattr(Catalogue, "answer", lambda *a, **k: (_ for _ in ()).throw(InfraError("data gone")))
+    r = env.step(call("request_info", info_type="schema"))
+    assert r.terminated and r.reward is None and r.info["status"] == "fatal"
+
+
+def test_request_info_has_a_cpu_budget_and_a_keyterm_bound(make_env, toy_test, monkeypatch):
+    import env_client.request_info as ri
+
+    env = make_env()
+    env.reset(toy_test[0])
+    r = env.step(call("request_info", info_type="term", keyterm="x" * 2000))  # 75 s of host CPU before
+    assert r.info["status"] == "parse_error" and not r.terminated
+    r = env.step(call("request_info", info_type="term", keyterm="y" * 500))
+    assert r.info["status"] == "error" and "characters" in r.observation.text
+    monkeypatch.setattr(ri, "INFO_CPU_S", 0.0)  # any request runs out at its first check: the episode's error
+    r = env.step(call("request_info", info_type="term", keyterm="astma"))
+    assert r.info["status"] == "error" and "CPU" in r.observation.text and not r.terminated

@@ -255,7 +255,8 @@ def test_abandoned_session_frees_its_worker_and_waiting_is_bounded(vault):
             abandoned.reset(inst)  # holds the only worker, then goes silent
             waiting = HTTPEnv(url)
             t0 = time.monotonic()
-            with pytest.raises(ServerBusy, match="HTTP 503"):
+            # 429: the client's cap is the one worker (503 would come after worker_wait_s): busy, not a hang
+            with pytest.raises(ServerBusy, match="HTTP (429|503)"):
                 waiting.reset(inst)
             assert time.monotonic() - t0 < 20  # bounded by worker_wait_s (generous for a loaded machine)
             deadline = time.monotonic() + 30  # idle timeout 1 s + reaper interval 0.25 s, plus load
@@ -286,3 +287,26 @@ def test_serve_env_refuses_a_public_bind_without_a_token(load_script, capsys, mo
     assert "\n" not in err and "no token is set" in err and "--token" in err
     assert serve_env.main(["--tasks-root", str(tmp_path / "missing"), "--host", "0.0.0.0", "--token", "x" * 16]) == 2
     assert "does not exist" in capsys.readouterr().err  # the token check passed; the next check speaks
+
+
+def test_a_client_holds_at_most_as_many_sessions_as_there_are_workers(vault):
+    """The per-client cap defaults to the pool's workers and may never exceed them (it defaulted to 32 over 4)."""
+    inst = tasks.make("toy_sql", root=vault).instances("test")[0]
+    with make_pool(BACKEND, workers=2, max_workers=2, allow_unisolated=True) as pool:  # the cap is 2 workers
+        with pytest.raises(ValueError, match="exceeds the 2 sandbox workers"):
+            build_app(vault, pool=pool, max_sessions_per_client=3)
+        app = build_app(vault, pool=pool, capacity=8, worker_wait_s=0.3)
+        _three_resets(app, inst)
+
+
+def _three_resets(app, inst) -> None:
+    with background_server(app) as url:
+        envs = [HTTPEnv(url) for _ in range(3)]
+        try:
+            envs[0].reset(inst)
+            envs[1].reset(inst)
+            with pytest.raises(ServerBusy, match="HTTP 429"):
+                envs[2].reset(inst)
+        finally:
+            for env in envs:
+                env.close()

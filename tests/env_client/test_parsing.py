@@ -119,3 +119,46 @@ def test_typed_actions_and_tool_schemas():
         parse_call("terminal", {"cmd": "ls", "cwd": "/"})
     with pytest.raises(ValueError, match="unknown action"):
         tool_schemas(["shell"])
+
+
+# -- attacks: a reply is the policy's to choose, so no reply may crash or stall the host ---------------------------
+_DEEP = "[" * 5000
+
+
+@pytest.mark.parametrize("text", [
+    f'<tool_call>{{"name": "submit_answer", "arguments": {{"answer": {_DEEP}}}}}</tool_call>',
+    f'{{"action": "submit_answer", "params": {{"answer": {_DEEP}}}}}',
+    f'```json\n{{"action": "submit_answer", "params": {_DEEP}}}\n```',
+    '<tool_call>{"name": "submit_answer", "arguments": ' + json.dumps(_DEEP + "]" * 5000) + "}</tool_call>",
+    f'{{"action": "submit_answer", "params": {{"answer": """{_DEEP}""", "x": {_DEEP}}}}}',
+    "{" * 100_000,
+])
+def test_deeply_nested_replies_are_parse_errors_not_exceptions(text):
+    result = parse_model_text(text)  # raised RecursionError before
+    assert not result.ok and result.error.startswith("Invalid action") and result.raw == text
+
+
+@pytest.mark.parametrize("text", [
+    "<think>" * 60_000,                                 # every open tag scanned to the end: quadratic
+    "```" + " " * 200_000,                              # an unclosed fence after whitespace: quadratic
+    "```json" + "\n" * 200_000 + "x",
+    '{"action": "x", "params": {"a": """' + "'''x" * 60_000,
+    "<tool_call>" * 30_000,
+])
+def test_parsing_is_linear_time(text):
+    import time
+
+    start = time.process_time()
+    result = parse_model_text(text)
+    used = time.process_time() - start
+    # Linear scanning takes milliseconds; the regular expressions it replaced took ~15 s of CPU on the first
+    # input at a third of this size. A CPU-time bound (not wall time) holds on a loaded machine.
+    assert used < 2.0, used
+    assert not result.ok
+
+
+def test_an_oversized_or_non_text_reply_is_an_error():
+    from env_client.parsing import MAX_REPLY_CHARS
+
+    assert "characters" in parse_model_text("x" * (MAX_REPLY_CHARS + 1)).error
+    assert not parse_model_text(["a"] * 10).ok and not parse_model_text(None).ok

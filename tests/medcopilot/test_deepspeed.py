@@ -72,6 +72,7 @@ def test_grpo_step_on_two_cpu_processes_zero2(tiny_model_dir, toy_root, tmp_path
     out = tmp_path / "grpo"
     done = _launch("zero2", "grpo_tiny", [f"model.name_or_path={tiny_model_dir}", f"tasks.root={toy_root}",
                                           f"output.dir={out}", "tasks.limit=2", "env.sandbox=local",
+                                          "env.allow_unisolated=true",
                                           "env.workers=2", "rollout.concurrency=2", "rollout.max_new_tokens=8",
                                           "trainer.max_steps=1", "trainer.per_device_train_batch_size=2",
                                           "trainer.num_generations=2", "trainer.max_completion_length=64",
@@ -88,6 +89,7 @@ def test_grpo_step_under_zero3_is_refused_or_runs_never_hangs(tiny_model_dir, to
     out = tmp_path / "grpo3"
     done = _launch("zero3", "grpo_tiny", [f"model.name_or_path={tiny_model_dir}", f"tasks.root={toy_root}",
                                           f"output.dir={out}", "tasks.limit=2", "env.sandbox=local",
+                                          "env.allow_unisolated=true",
                                           "env.workers=2", "rollout.concurrency=2", "rollout.max_new_tokens=8",
                                           "trainer.max_steps=1", "trainer.per_device_train_batch_size=2",
                                           "trainer.num_generations=2", "trainer.max_completion_length=64"], tmp_path)

@@ -111,6 +111,7 @@ def test_missing_store_is_rolled_out_from_mixed_policies(tmp_path):
 
     store = tmp_path / "store.jsonl"
     cfg = load_recipe("dpo_tiny", [f"tasks.root={tmp_path / 'tasks'}", "tasks.limit=2", "env.sandbox=local",
+                                   "env.allow_unisolated=true",
                                    "env.workers=1", "rollout.concurrency=1", f"rollout.store={store}"])
     assert ensure_store(cfg) == store
     episodes = load_episodes(store)

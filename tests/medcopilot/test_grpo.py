@@ -97,7 +97,8 @@ def test_grpo_tiny_through_train_py(tiny_model_dir, sandbox_backend, tmp_path, t
     tasks.make("toy_sql", root=root).build(root, size="tiny", seed=0)
     out = tmp_path / "grpo"
     argv = ["recipe=grpo_tiny", f"model.name_or_path={tiny_model_dir}", f"tasks.root={root}", f"output.dir={out}",
-            f"env.sandbox={sandbox_backend}", "tasks.limit=2", "env.max_turns=2", "rollout.max_new_tokens=16",
+            f"env.sandbox={sandbox_backend}", f"env.allow_unisolated={sandbox_backend == 'local'}",
+            "tasks.limit=2", "env.max_turns=2", "rollout.max_new_tokens=16",
             "trainer.max_steps=2", "trainer.per_device_train_batch_size=4", "trainer.num_generations=2"]
     assert train_main(argv) == 0
     summary = json.loads((out / "run_summary.json").read_text())

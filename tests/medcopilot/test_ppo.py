@@ -315,7 +315,8 @@ def test_ppo_tiny_through_train_py_then_resume(tiny_model_dir, sandbox_backend, 
     tasks.make("toy_sql", root=root).build(root, size="tiny", seed=0)
     out = tmp_path / "ppo"
     argv = ["recipe=ppo_tiny", f"model.name_or_path={tiny_model_dir}", f"tasks.root={root}", f"output.dir={out}",
-            f"env.sandbox={sandbox_backend}", "tasks.limit=1", "env.max_turns=2", "rollout.max_new_tokens=6",
+            f"env.sandbox={sandbox_backend}", f"env.allow_unisolated={sandbox_backend == 'local'}",
+            "tasks.limit=1", "env.max_turns=2", "rollout.max_new_tokens=6",
             "trainer.rollout_batch_size=2", "trainer.ppo_epochs=1", "trainer.ent_coef=0.5", "trainer.save_steps=1",
             "trainer.learning_rate=1e-2"]
     assert train_main([*argv, "trainer.max_steps=2"]) == 0
@@ -337,7 +338,8 @@ def test_ppo_tiny_through_train_py_then_resume(tiny_model_dir, sandbox_backend, 
     for key in ("reward", "kl", "kl_coef", "policy_loss", "value_loss", "clipfrac", "entropy", "approx_kl",
                 "env/success_rate", "env/turns_mean", "env/truncation_rate", "learning_rate"):
         assert key in history[-1], key
-    assert history[0]["kl"] == pytest.approx(0.0, abs=1e-6) and history[1]["kl"] > 0  # moved off the reference
+    # moved off the reference (k1, the recipe's estimator, sums to either sign on one episode)
+    assert history[0]["kl"] == pytest.approx(0.0, abs=1e-6) and abs(history[1]["kl"]) > 1e-6
 
     capsys.readouterr()
     assert train_main([*argv, "trainer.max_steps=3", "trainer.report_to=[wandb]"]) == 0

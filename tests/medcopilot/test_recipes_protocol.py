@@ -62,8 +62,10 @@ def test_no_recipe_names_a_kernel_its_extras_do_not_install(name):
 
 @pytest.mark.parametrize("override, expected", [
     (["trainer.vllm_gpu_memory_utilization=0.4"], "cannot hold one 12,288-token sequence"),
-    (["trainer.vllm_enable_sleep_mode=false"], "need 95.0 GiB together"),
-    (["trainer.per_device_train_batch_size=8", "trainer.gradient_accumulation_steps=8"], "micro-batch of 8"),
+    (["trainer.vllm_enable_sleep_mode=false"], "need 84.8 GiB together"),
+    (["trainer.per_device_train_batch_size=16", "trainer.gradient_accumulation_steps=4"], "micro-batch of 16"),
+    (["trainer.per_device_train_batch_size=8", "trainer.gradient_accumulation_steps=8"],
+     "training with vLLM asleep 95.9 GiB"),
     (["trainer.vllm_max_model_length=null"], "vllm_max_model_length is unset"),
     (["model.attn_implementation=flash_attention_3"], "installed by no extra"),
     (["model.attn_implementation=flash_attention_2", "model.dtype=float32"], "needs bf16 or fp16"),

@@ -33,7 +33,8 @@ def _declare_family(root):
 
 def _shared(tiny_model_dir, tasks_root) -> list[str]:
     return [f"model.name_or_path={tiny_model_dir}", f"tasks.root={tasks_root}", f"tasks.families=[{FAMILY}]",
-            "env.sandbox=local", "env.workers=2", "env.max_turns=1", "rollout.concurrency=2",
+            "env.sandbox=local",
+            "env.allow_unisolated=true", "env.workers=2", "env.max_turns=1", "rollout.concurrency=2",
             "rollout.max_new_tokens=8", "trainer.max_steps=1", "trainer.logging_steps=1", "trainer.report_to=[]",
             "trainer.disable_tqdm=true"]
 

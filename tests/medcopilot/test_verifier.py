@@ -34,7 +34,8 @@ def trained(tiny_model_dir, train_main, tmp_path_factory):
     base = tmp_path_factory.mktemp("verifier")
     out, store = base / "run", base / "store.jsonl"
     argv = ["recipe=verifier_tiny", f"model.name_or_path={tiny_model_dir}", f"tasks.root={base / 'tasks'}",
-            "tasks.limit=16", "env.sandbox=local", f"rollout.store={store}", f"output.dir={out}",
+            "tasks.limit=16", "env.sandbox=local",
+            "env.allow_unisolated=true", f"rollout.store={store}", f"output.dir={out}",
             f"trainer.max_steps={STEPS}", f"trainer.save_steps={STEPS}", "--debug"]  # a failure shows its traceback
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("WANDB_MODE", "offline")
@@ -305,7 +306,8 @@ def test_grpo_trains_with_the_verifier_reward_through_train_py(trained, tiny_mod
     tasks.make("toy_sql", root=root).build(root, size="tiny", seed=0)
     out = tmp_path / "grpo"
     argv = ["recipe=grpo_tiny", f"model.name_or_path={tiny_model_dir}", f"tasks.root={root}", f"output.dir={out}",
-            "env.sandbox=local", "tasks.limit=2", "env.max_turns=2", "rollout.max_new_tokens=16",
+            "env.sandbox=local",
+            "env.allow_unisolated=true", "tasks.limit=2", "env.max_turns=2", "rollout.max_new_tokens=16",
             "trainer.max_steps=1", "trainer.per_device_train_batch_size=4", "trainer.num_generations=2",
             "reward.weights.verifier_score=0.5", f"reward.verifier={trained[0]}"]
     assert train_main(argv) == 0

@@ -44,7 +44,8 @@ def test_grpo_on_vllm_after_sft_starts_the_engine_from_the_base_model(tiny_model
 
     tasks.make("toy_sql", root=tasks_root).build(tasks_root, size="tiny", seed=0)
     status = train_main(["recipe=grpo_tiny", f"model.name_or_path={sft}", "rollout.backend=vllm",
-                         f"tasks.root={tasks_root}", "tasks.limit=2", "env.sandbox=local", "env.workers=2",
+                         f"tasks.root={tasks_root}", "tasks.limit=2", "env.sandbox=local",
+                         "env.allow_unisolated=true", "env.workers=2",
                          "rollout.concurrency=2", "trainer.max_steps=1", "trainer.per_device_train_batch_size=2",
                          "trainer.num_generations=2", "trainer.vllm_mode=colocate",
                          "trainer.vllm_max_model_length=4096", f"output.dir={tmp_path / 'grpo'}",

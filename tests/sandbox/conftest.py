@@ -70,7 +70,9 @@ def pool(tmp_path_factory):
     (root / "demo" / "readme.txt").write_text("demo data\n")
     for path in (root, root / "demo"):
         path.chmod(0o755)
-    p = make_pool(BACKEND, workers=2, max_workers=4, limits=FAST, workspace_mb=64, data_root=root)
+    # Workers it starts beyond the two are like them (grow_preload=None), not lean: the tests here may assume the
+    # preloaded runners of a warm worker; test_elastic.py covers lean workers with pools of its own.
+    p = make_pool(BACKEND, workers=2, max_workers=4, grow_preload=None, limits=FAST, workspace_mb=64, data_root=root)
     if BACKEND == "docker" or os.geteuid() == 0:
         assert p.jail_uids, f"the {BACKEND} pool reports no jail uids: the leak checks would be vacuous"
     yield p

@@ -11,6 +11,7 @@ import time
 import pytest
 
 from sandbox import ErrorKind, Limits, make_pool
+from sandbox._clock import hard_wall_s
 
 
 @pytest.fixture()
@@ -38,7 +39,9 @@ def test_fork_bomb(pool, still_serves):
         side = other.run_python("import subprocess\nprint(subprocess.run(['true']).returncode)")
         t.join()
         assert side.stdout == "0\n", side
-        assert results[0].timed_out and results[0].duration_s < 5
+        # 32 runnable processes are all kept waiting on a busy host, which the wall guard does not charge: the bomb
+        # ends at the call's CPU limit or, at the latest, at the hard cap (sandbox._clock)
+        assert results[0].timed_out and results[0].duration_s < hard_wall_s(2.0) + 5
         assert bomb.run_python("print('after')").stdout == "after\n"
     still_serves(pool)
 
@@ -55,7 +58,9 @@ def test_cpu_spin_past_limit(pool, still_serves):
     with pool.session() as s:
         start = time.monotonic()
         res = s.run_python("x = 0\nwhile True:\n    x += 1", limits=Limits(cpu_s=1, wall_s=1.5))
-        assert res.timed_out and res.error_kind == ErrorKind.TIMEOUT and time.monotonic() - start < 5
+        # ended by its CPU: on a busy host that takes longer on the clock, never past the hard cap
+        assert res.timed_out and res.error_kind == ErrorKind.TIMEOUT
+        assert time.monotonic() - start < hard_wall_s(1.5) + 5
     still_serves(pool)
 
 
@@ -332,6 +337,9 @@ def test_server_and_zygotes_have_an_isolated_sys_path(solo):
     "os.write(4, b'\\xff\\xff\\xff\\xff')\ntime.sleep(60)",                          # an absurd length
     "os.write(4, b'\\x00\\x00\\x00\\x05hello')\ntime.sleep(60)",                     # not JSON
     "os.write(4, b'\\x00\\x00\\x00\\x02[]')\ntime.sleep(60)",                        # JSON, not an object
+    # JSON nested past the decoder's depth: RecursionError in the server was answered as its own failure
+    # (SandboxError on the host, which grading counted as infrastructure: reward None for a wrong answer)
+    "b = b'[' * 100000 + b']' * 100000\nos.write(4, len(b).to_bytes(4, 'big') + b)\ntime.sleep(60)",
 ])
 def test_a_lying_reply_channel_is_killed_not_waited_for(solo, forgery, still_serves):
     with solo.session() as s:
@@ -501,6 +509,8 @@ def test_a_session_sees_only_its_own_mounts_and_no_host_paths(solo, tmp_path, st
         assert s.run_python("print(open('/data/labels/labels.csv').read())").stdout.startswith("patient")
         info = s.run_shell("cat /proc/self/mountinfo /proc/1/mountinfo 2>/dev/null").stdout
         assert "tasks-root-marker" not in info and str(tmp_path) not in info, info
+        # ... nor the pool's own directory, where every slot's workspace lives (the staged copies showed it)
+        assert solo._base.name not in info and "sandbox-pool" not in info, info
     with solo.session() as s:  # the next session on the same worker does not see the earlier one's mount
         res = s.run_shell("ls /data; cat /data/labels/labels.csv 2>&1")
         assert "patient" not in res.stdout, res.stdout
@@ -517,4 +527,91 @@ def test_a_runner_that_stops_reading_cannot_wedge_the_server(solo, still_serves)
         res = s.run_python(big, limits=Limits(wall_s=2.0))
         assert res.timed_out and time.monotonic() - start < 8, res
         assert s.run_python("print('fresh runner')").stdout == "fresh runner\n"
+    still_serves(solo)
+
+
+def test_a_runner_rewriting_its_reply_module_reaches_the_host_with_documented_shapes(solo, still_serves):
+    """The code can replace any module of its own runner: what it sends as error context is rebuilt by the server."""
+    from sandbox.grounding import ground
+
+    deep = "ctx = cur = {}\nfor _ in range(960):\n    cur['k'] = {}\n    cur = cur['k']\n"
+    odd = ('ctx = {"tables": {"t": 5, "u": [[1]]}, "suggestions": 7, "frames": [1], "columns": {"a": 1}, '
+           '"defined": None, "note": [[1]], "extra": "x" * 10**6, "missing": {"a": [1]}}\n')
+    with solo.session() as s:
+        for ctx in (deep, odd):
+            assert s.run_python(ctx + "import sandbox._runner as r\nr._context = lambda *a, **k: ctx").ok
+            res = s.run_python("undefined_name")
+            assert res.error_kind == ErrorKind.PYTHON, res  # the host read the reply (RecursionError before)
+            context = res.exception["context"]
+            assert set(context) <= {"tables", "suggestions", "frames", "columns", "defined", "note", "missing"}
+            assert len(json.dumps(context)) < 20_000
+            for value in context.values():
+                assert isinstance(value, (str, list, dict))
+                for item in (value.values() if isinstance(value, dict) else [value]):
+                    assert isinstance(item, str) or all(isinstance(x, str) for x in item), context
+            assert "NameError" in ground(res)
+        # Exception fields of other types (a forged reply of this very call) become strings without conversion.
+        forged = ("import os, sys, json\nf = sys._getframe()\nwhile 'req' not in f.f_locals: f = f.f_back\n"
+                  "seq = f.f_locals['req']['seq']\nv = []\nfor _ in range(900): v = [v]\n"
+                  "body = json.dumps({'seq': seq, 'error_kind': 'python_error', 'exception': {'type': v, "
+                  "'message': v, 'traceback': v, 'lineno': v, 'context': {'tables': v}}}).encode()\n"
+                  "os.write(4, len(body).to_bytes(4, 'big') + body)\n")
+        res = s.run_python(forged)
+        assert res.exception["type"] == "<list>" and res.exception["lineno"] is None, res
+        assert ground(res)
+        assert s.run_python("print('next')").stdout == "next\n"
+    still_serves(solo)
+
+
+_STOP_MY_UID = """
+import os, resource, signal, threading, time
+me = os.getpid()
+def mine():
+    for name in os.listdir('/proc'):
+        if name.isdigit() and int(name) != me:
+            try:
+                with open(f'/proc/{name}/status') as fh:
+                    uid = next(line.split()[1] for line in fh if line.startswith('Uid:'))
+            except (OSError, StopIteration):
+                continue
+            if int(uid) == os.getuid():
+                yield int(name)
+def hit():
+    hits = 0
+    for pid in mine():
+        for act in (lambda: os.kill(pid, signal.SIGSTOP),
+                    lambda: resource.prlimit(pid, resource.RLIMIT_AS, (8 << 20, 8 << 20))):
+            try:
+                act()
+                hits += 1
+            except OSError:
+                pass
+    return hits
+def keep_hitting():
+    while True:
+        hit()
+        time.sleep(0.005)
+threading.Thread(target=keep_hitting, daemon=True).start()
+print('hit', hit())
+"""
+
+
+def test_a_session_cannot_touch_the_runner_of_the_next_session(solo, still_serves):
+    """Spare runners forked while a session's code lives must not share its uid: a SIGSTOP (or a prlimit) on them
+    made the next session's first call time out (or fail) although that session did nothing wrong."""
+    with solo.session() as s:
+        assert s.run_python("print('warm')").ok
+        time.sleep(0.5)  # the worker forks its spares once the host is quiet
+        res = s.run_python(_STOP_MY_UID)
+        assert res.ok, res
+        time.sleep(0.5)  # the thread keeps at it while the session stays open
+    for _ in range(3):  # the next sessions on the same worker: every kind of first call
+        with solo.session() as s:
+            start = time.monotonic()
+            results = [s.run_python("import numpy\nprint(numpy.zeros(1000).sum())", limits=Limits(wall_s=5)),
+                       s.run_sql("SELECT 1", database=":memory:", limits=Limits(wall_s=5)),
+                       s.run_shell("echo ok", limits=Limits(wall_s=5))]
+            assert results[0].ok and results[0].stdout == "0.0\n", results[0]
+            assert results[2].ok, results[2]
+            assert time.monotonic() - start < 12
     still_serves(solo)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 import socketserver
 import threading
+import time
 import urllib.request
 from http.server import BaseHTTPRequestHandler
 
@@ -143,3 +144,92 @@ def test_a_port_that_cannot_listen_is_reported(unix_service):
         port = taken.getsockname()[1]
         notes = _start_bridges({str(port): str(unix_service)})
     assert len(notes) == 1 and f"port(s) {port}" in notes[0] and "unavailable" in notes[0]
+
+
+_FLOOD = """
+import signal, socket, time
+signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+held, refused = [], 0
+for _ in range({n}):
+    s = socket.socket(socket.AF_UNIX if {direct} else socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        s.connect('/run/bridge/8080.sock' if {direct} else ('127.0.0.1', 8080))
+        held.append(s)
+    except OSError:
+        refused += 1
+        s.close()
+time.sleep({hold})
+served = 0
+for s in held:  # a refused connection was accepted and closed at once: it reads EOF
+    try:
+        s.settimeout(2)
+        s.sendall(b'GET /x HTTP/1.0\\r\\n\\r\\n')
+        served += bool(s.recv(100))
+    except OSError:
+        pass
+    s.close()
+print(len(held), refused, served)
+"""
+
+
+@pytest.mark.parametrize("direct", [True, False], ids=["relay-socket", "loopback-port"])
+def test_a_connection_flood_costs_the_host_a_bounded_number_of_threads(pool, unix_service, direct):
+    """Jailed code can connect to the host relay socket directly: each connection costs host threads and fds."""
+    import sandbox.bridge
+
+    budget = getattr(sandbox.bridge, "MAX_OPEN_CONNECTIONS", 16)
+    before = threading.active_count()
+    peak = [before]
+    stop = threading.Event()
+
+    def sample() -> None:
+        while not stop.is_set():
+            peak[0] = max(peak[0], threading.active_count())
+            stop.wait(0.02)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    with pool.session(bridges={8080: unix_service}) as s:
+        res = s.run_python(_FLOOD.format(n=300, direct=direct, hold=1.5), limits=None)
+        stop.set()
+        sampler.join()
+        held, _refused, served = (int(x) for x in res.stdout.split())
+        # Every relay connection is two host threads (plus one of the target service): bounded by the budget,
+        # not by what the jail opens (300 connections were ~900 host threads before).
+        assert peak[0] - before <= 3 * budget + 4, (peak[0], before)
+        assert served <= budget and held >= served, res.stdout
+        # The flood is over (its sockets closed): the bridge serves the session again.
+        again = s.run_python(FETCH.format(url="http://127.0.0.1:8080/fhir/Patient"))
+        assert again.stdout.strip() == "hello from unix /fhir/Patient", again
+
+
+def test_a_bridge_has_a_connection_budget_per_session(tmp_path, unix_service):
+    def closed_at_once(c: socket.socket) -> bool:
+        c.settimeout(5)
+        try:
+            return c.recv(10) == b""
+        except ConnectionResetError:
+            return True
+
+    def fetch() -> socket.socket:
+        c = socket.socket(socket.AF_UNIX)
+        c.connect(str(tmp_path / "relay.sock"))
+        return c
+
+    relay = host_relay(tmp_path / "relay.sock", unix_service, max_open=2, max_total=3)
+    try:
+        held = [fetch() for _ in range(3)]
+        assert closed_at_once(held[2])  # a third at once: accepted and closed by the relay
+        for c in held:
+            c.close()
+        deadline = time.monotonic() + 30
+        while relay._active and time.monotonic() < deadline:  # the relay sees both ends close in its threads
+            time.sleep(0.01)
+        third = fetch()  # the two are gone: one more may open (three served in all) ...
+        third.sendall(b"GET /a HTTP/1.0\r\n\r\n")
+        assert b"hello from unix /a" in third.makefile("rb").read()
+        third.close()
+        assert closed_at_once(fetch())  # ... and then the session's budget is spent
+        assert relay.refused == 2
+    finally:
+        relay.close()

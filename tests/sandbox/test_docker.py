@@ -83,7 +83,7 @@ def test_run_command_is_locked_down(slot: Slot):
     # One long-lived isolated interpreter speaking the pipe protocol, runners dropped to the slot's uid.
     assert argv[argv.index(DEFAULT_IMAGE) + 1:] == [
         *container_command(), "--pidns", "--ipcns", "--data", "/data", "--workspace", "/workspace",
-        "--preload", "numpy,pandas", "--uid", str(slot.uid), "--gid", str(slot.uid)]
+        "--preload", "numpy,pandas", "--uid", str(slot.uid), "--gid", str(slot.uid), "--alt-uid", str(slot.alt_uid)]
     # both stages are isolated interpreters; the second is exactly the bwrap backend's worker command
     first, worker = container_command(), worker_command("python", "/opt/medagentgym")
     assert first[:4] == ["python", "-I", "-B", "-c"] and repr(worker[1:]) in first[4]
@@ -141,13 +141,15 @@ def test_prepare_gives_each_slot_its_own_runner_uid(tmp_path: Path):
         launcher.prepare(s)
         launcher.prepare(s)  # a restart keeps the uid
     uids = [s.uid for s in slots]
-    assert len(set(uids)) == 2 and all(u >= 70000 for u in uids)
+    every = [u for s in slots for u in s.uids]  # sessions alternate between two uids per slot
+    assert len(set(every)) == 4 and all(u >= 70000 for u in every)
     passwd = (slots[1].root / "etc-passwd").read_text()
     assert f"sandbox:x:{uids[1]}:{uids[1]}:" in passwd and str(uids[0]) not in passwd
+    assert f"sandbox2:x:{slots[1].alt_uid}:{uids[1]}:" in passwd
     if os.geteuid() == 0:
         for sub in (slots[0].workspace, slots[0].tmp, slots[0].shm):
-            st = sub.stat()
-            assert st.st_uid == uids[0] and stat.S_IMODE(st.st_mode) == 0o700
+            st = sub.stat()  # owner and group: the slot uid, which is both runner uids' group
+            assert st.st_uid == st.st_gid == uids[0] and stat.S_IMODE(st.st_mode) == 0o770
 
 
 @pytest.mark.parametrize("kwargs, fragment", [
@@ -281,8 +283,10 @@ def test_container_process_model_without_an_engine():
 
     with Pool(_ContainerLikeLauncher(), workers=1, limits=Limits(), preload=("sqlite3",)) as pool:
         ready = pool._workers[0].ready
-        uid = pool._workers[0].slot.uid
-        assert ready["pid"] == 1 and ready["uid"] == 0 and ready["runner_uid"] == uid == pool.jail_uids[0]
+        slot = pool._workers[0].slot
+        assert ready["pid"] == 1 and ready["uid"] == 0 and ready["runner_uid"] == slot.uid == pool.jail_uids[0]
+        assert ready["alt_uid"] == slot.alt_uid and pool.jail_uids == slot.uids
+        uid = slot.alt_uid  # sessions alternate between the two; the first one runs as the second uid
         assert "caps" in pool.layers  # the server could narrow its bounding set with the container's caps
         with pool.session() as s:
             assert s.run_python("x = 1\nopen('out.txt', 'w').write('ok')").ok  # workspace writable by the runner

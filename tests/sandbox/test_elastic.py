@@ -39,8 +39,9 @@ def test_pool_grows_to_demand_then_fails_fast_at_the_cap_with_one_line(leftovers
         try:
             assert pool.stats()["live"] == 3 == pool.stats()["busy"]
             outs = [s.run_shell("id -u").stdout.strip() for s in sessions]
-            if os.geteuid() == 0:  # each session runs as its own leased uid
-                assert len(set(outs)) == 3 and {int(u) for u in outs} == set(pool.jail_uids)
+            if os.geteuid() == 0:  # each session runs as a leased uid of its own slot (a slot has two, in turn)
+                assert len(set(outs)) == 3 and {int(u) for u in outs} <= set(pool.jail_uids)
+                assert len(pool.jail_uids) == 6
             t0 = time.monotonic()
             with pytest.raises(SandboxBusy) as info:
                 pool.session()
@@ -147,3 +148,48 @@ def test_a_leased_uid_is_refused_to_every_other_process_until_released():
         for leased in (uid, *others):
             _uids.release(leased)
     assert run() == "free\n"
+
+
+
+def _tree_pss_kib(root: int) -> int:
+    """PSS (kB) of ``root`` and its descendants."""
+    total, todo = 0, [root]
+    while todo:
+        pid = todo.pop()
+        try:
+            with open(f"/proc/{pid}/smaps_rollup") as fh:
+                total += next(int(line.split()[1]) for line in fh if line.startswith("Pss:"))
+            for task in os.listdir(f"/proc/{pid}/task"):
+                with open(f"/proc/{pid}/task/{task}/children") as fh:
+                    todo += [int(c) for c in fh.read().split()]
+        except (OSError, StopIteration):
+            continue
+    return total
+
+
+def test_workers_started_on_demand_are_lean_and_their_sessions_import_what_they_use():
+    """The warm worker preloads pandas and keeps zygotes; a worker started for demand preloads sqlite3 only and
+    keeps none, so it holds a fraction of the memory, yet its sessions run pandas and scikit-learn code all the
+    same (importing on first use) and keep their variables across calls."""
+    with make_pool("bwrap", workers=1, max_workers=2, limits=Limits(wall_s=120, cpu_s=60)) as pool:
+        warm, lean = pool.session(), pool.session()
+        try:
+            by_pid = {w.proc.pid: w for w in pool._workers}
+            full = [w for w in by_pid.values() if "pandas" in w.ready["preloaded"]]
+            thin = [w for w in by_pid.values() if "pandas" not in w.ready["preloaded"]]
+            assert len(full) == 1 == len(thin) and thin[0].ready["light_zygote"] is None
+            assert full[0].ready["light_zygote"] is not None
+            for s in (warm, lean):  # a first call that imports scikit-learn: the warm worker starts its ml zygote
+                assert s.run_python("import pandas as pd\nfrom sklearn.linear_model import LinearRegression\n"
+                                    "fit = LinearRegression().fit(pd.DataFrame({'x': [0, 1, 2]}), [1, 3, 5])").ok
+                assert s.run_python("print(round(float(fit.coef_[0]), 3))").stdout == "2.0\n"
+            roles = set(pool.process_roles().values())
+            assert "zygote-ml" in roles  # the warm worker keeps its scikit-learn zygote for later sessions
+        finally:
+            warm.close()
+            lean.close()
+        idle = {w.proc.pid: _tree_pss_kib(w.proc.pid) for w in pool._workers}
+        lean_pid = next(pid for pid, w in by_pid.items() if w in thin)
+        warm_pid = next(pid for pid, w in by_pid.items() if w in full)
+        # after its session, the lean worker freed pandas and scikit-learn; the warm one keeps both (zygotes)
+        assert idle[lean_pid] * 3 < idle[warm_pid], idle

@@ -278,3 +278,16 @@ def test_e2e_exit_status_memory_and_missing_database(sandbox_session):
     assert memory.error_kind.value == "memory" and ground(memory).startswith("Memory:")
     missing = ground(sandbox_session.run_sql("SELECT 1", database="nowhere.db"))
     assert "no database file" in missing and "Hint: name the database as /data/<mount>" in missing
+
+
+@pytest.mark.parametrize("exception", [
+    {"type": "NameError", "message": "x", "context": {"suggestions": 7, "tables": {"t": 5}, "frames": [1]}},
+    {"type": "KeyError", "message": "x", "context": {"columns": {"a": 1}, "defined": None, "note": [[1]]}},
+    {"type": ["KeyError"], "message": {"m": 1}, "lineno": "3", "offset": [2], "text": 5, "context": "x"},
+    {"type": "SyntaxError", "message": None, "lineno": 10**30, "offset": -5, "context": {"tables": [[[]]]}},
+])
+@pytest.mark.parametrize("kind", ["python_error", "syntax_error", "sql_error", "killed", "weird"])
+def test_ground_never_raises_on_what_a_runner_may_send(exception, kind):
+    """A runner can send any JSON as its exception (its code can rewrite the runner's modules): ground is total."""
+    message = ground(_result(error_kind=kind, exception=exception, signal=[9], exit_code="1", source=b"x"))
+    assert isinstance(message, str) and len(message) <= MAX_MESSAGE_CHARS

@@ -280,3 +280,36 @@ def test_clients_without_tokens_are_told_apart_by_address():
         eid = c.post("/reset", json={}).json()["episode_id"]
         assert c.post("/reset", json={}).status_code == 429
         assert c.post("/close", json={"episode_id": eid}).status_code == 200
+
+
+def _reaped_within(c, eid, seconds: float, poke) -> bool:
+    """Keep ``poke``-ing the session until it is gone (True) or ``seconds`` passed (False)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if poke(c, eid).status_code == 404:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_polling_state_does_not_keep_a_session_alive():
+    """One client could hold every worker forever by polling GET /state: only /reset and /step are activity."""
+    CounterEnv.instances.clear()
+    app = create_app(CounterEnv, Add, Count, reset_model=Start, capacity=2, idle_timeout_s=2.0,
+                     reap_interval_s=0.05)
+    with TestClient(app) as c:  # polled every 50 ms, far more often than the idle timeout
+        eid = c.post("/reset", json={"limit": 10**6}).json()["episode_id"]
+        assert _reaped_within(c, eid, 30, lambda c, e: c.get("/state", params={"episode_id": e}))
+        assert CounterEnv.instances[0].closed == 1
+
+
+def test_an_episode_has_a_maximum_lifetime_even_while_it_steps():
+    CounterEnv.instances.clear()
+    app = create_app(CounterEnv, Add, Count, reset_model=Start, capacity=2, idle_timeout_s=30, max_episode_s=0.5,
+                     reap_interval_s=0.05)
+    with TestClient(app) as c:
+        eid = c.post("/reset", json={"limit": 10**6}).json()["episode_id"]
+        assert _reaped_within(c, eid, 20, lambda c, e: c.post("/step", json={"episode_id": e, "action": {"amount": 1}}))
+        assert CounterEnv.instances[0].closed == 1
+    with pytest.raises(ValueError, match="max_episode_s"):
+        create_app(CounterEnv, Add, Count, max_episode_s=0)

@@ -151,3 +151,15 @@ def test_a_failing_endpoint_lowers_the_headline_and_says_why_once(runs, tmp_path
     assert summary["success_rate"] == 0.0 and summary["episodes"] == 8 and summary["infra_failures"] == 8
     failed = [line for line in done.stderr.splitlines() if "failed to run" in line]
     assert len(failed) == 1 and "8 episode(s)" in failed[0] and "OPENAI_API_KEY" in failed[0]
+
+
+def test_a_bad_scores_file_fails_before_any_episode_runs(runs, tmp_path):
+    """--scores was read only after every episode had run (hours on a real model): now it is read first."""
+    _, root, _, _ = runs
+    scores = tmp_path / "scores.jsonl"
+    scores.write_text('{"task_id": "x", "score": 0.5}\n')
+    for path in (scores, tmp_path / "missing.jsonl"):
+        bad = _evaluate(root, tmp_path / "out", "oracle", "--scores", str(path))
+        assert bad.returncode == 2 and bad.stderr.count("\n") == 1, bad.stderr
+        assert str(path) in bad.stderr
+        assert not (tmp_path / "out" / "trajectories.jsonl").exists()  # no episode was rolled out

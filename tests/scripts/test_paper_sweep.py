@@ -25,7 +25,8 @@ def test_tiny_paper_sweep_writes_the_table_then_resumes(tiny_model_dir, tmp_path
     data = yaml.safe_load((RECIPES_DIR / "sweeps" / "paper_tiny.yaml").read_text())
     tasks_root = tmp_path / "tasks"
     data["overrides"] += [f"model.name_or_path={tiny_model_dir}", f"tasks.root={tasks_root}",
-                          f"env.sandbox={sandbox_backend}", "trainer.report_to=[]"]
+                          f"env.sandbox={sandbox_backend}",
+                          f"env.allow_unisolated={sandbox_backend == 'local'}", "trainer.report_to=[]"]
     args = data["evaluate"]["args"]
     args[args.index("artifacts/tasks")] = str(tasks_root)
     args += ["--limit", "1", "--sandbox", sandbox_backend] + (["--allow-unisolated"] if sandbox_backend == "local"

@@ -23,7 +23,7 @@ def test_a_build_of_another_size_is_refused_with_the_command_that_rebuilds_it(ti
         check_build("toy_sql", tiny_root, size="default")
     line = str(err.value)
     assert "\n" not in line and line.startswith(f"{tiny_root / 'toy_sql'} is a tiny build, not default: rebuild")
-    assert f"build_tasks.py --families toy_sql --size default --out {tiny_root}" in line
+    assert f"medagentgym build --families toy_sql --size default --out {tiny_root}" in line
     assert check_build("eicu", tiny_root, required=False) is None
     with pytest.raises(tasks.NotBuilt, match="family 'eicu' is not built"):
         check_build("eicu", tiny_root)
@@ -39,4 +39,4 @@ def test_a_build_made_by_an_older_family_version_is_refused_wherever_instances_a
         tasks.make("toy_sql", root=tiny_root).instances("test")
     line = str(err.value)
     assert "\n" not in line and "was built by version 0 of family 'toy_sql', but this code is version 1" in line
-    assert f"build_tasks.py --families toy_sql --size tiny --out {tiny_root}" in line
+    assert f"medagentgym build --families toy_sql --size tiny --out {tiny_root}" in line

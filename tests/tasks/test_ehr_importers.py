@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from pathlib import Path
 
@@ -103,3 +104,17 @@ def test_missing_file_is_named(tmp_path):
 def test_postprocess_matches_ehrsql_evaluator():
     out = im.postprocess_ehrsql("SELECT strftime('%j', x) FROM t WHERE a < = current_time AND b > sao2_lower AND b < sao2_upper")
     assert out == "select strftime('%J', x) from t where a <= '2105-12-31 23:59:00' and b > 95.0 and b < 100.0"
+
+
+def test_a_question_file_cannot_attach_or_write_a_host_file(imported, tmp_path):
+    """A question file's SQL runs on the host: ATTACH would create a database file wherever the file says."""
+    planted = tmp_path / "planted.db"
+    queries = [f"attach database '{planted}' as p",
+               f"select 1 from patients where 0 union all select count(*) from pragma_database_list",
+               "select count(*) from patients"]
+    records = [{"id": f"r{k}", "question": "How many?", "query": q, "split": "train"} for k, q in enumerate(queries)]
+    path = tmp_path / "hostile.json"
+    path.write_text(json.dumps(records))
+    items, stats = im.ehrsql_instances(path, imported / "mimic_iii.db", family="mimic_iii")
+    assert not planted.exists(), "ATTACH created a file on the host"
+    assert stats["errors"] == 2 and [i.metadata["source_id"] for i in items] == ["r2"], stats

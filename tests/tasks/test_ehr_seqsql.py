@@ -86,5 +86,5 @@ def test_counts_default_size_and_bad_inputs(tmp_path):
     bad.write_text("chains:\n- id: one\n  pool: 'select 1 as x'\n  steps:\n  - {type: integer, q: 'a', sql: 'b'}\n")
     with pytest.raises(TaskError, match="has 1 steps; use 2 to 4"):
         load_chains(bad)
-    with pytest.raises(tasks.NotBuilt, match="build_tasks.py"):
+    with pytest.raises(tasks.NotBuilt, match="medagentgym build"):
         EHRSeqSQL(root=tmp_path / "missing").instances("test")

@@ -151,3 +151,27 @@ def test_hostile_and_sloppy_requests_get_clear_answers(base, resources):
     deep = b"[" * 100000 + b"]" * 100000
     assert store.request("POST", "/fhir/Observation", "", deep)[0] == 400
     assert store.request("DELETE", "/fhir/Observation/1")[0] == 405
+
+
+def test_an_episode_store_keeps_a_bounded_number_of_bytes(base):
+    """Every POST is kept in the host's memory for grading: ~450 MB per episode at the resource cap before."""
+    store, proxy = FhirStore(base), ProxyStore("http://127.0.0.1:9/fhir/")
+    body = json.dumps({"resourceType": "Observation", "note": "x" * 900_000}).encode()
+    for target in (store, proxy):
+        statuses = [target.request("POST", "/fhir/Observation", "", body)[0] for _ in range(40)]
+        kept = sum(len(json.dumps(r)) for r in target.created)
+        assert statuses[0] == 201 and statuses[-1] in (413, 429), statuses
+        assert kept <= 8 << 20, kept
+        small = json.dumps({"resourceType": "Observation"}).encode()
+        assert target.request("POST", "/fhir/Observation", "", small)[0] in (201, 413, 429)
+
+
+def test_a_post_without_a_byte_count_is_refused_before_it_is_read(base):
+    with open_episode_server(base) as server:
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        conn.settimeout(10)
+        conn.connect(str(server.socket_path))
+        # read(-1) would hold the thread and every byte sent until the client closed the connection
+        conn.sendall(b"POST /fhir/Observation HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n" + b"x" * 100_000)
+        assert conn.recv(100).startswith(b"HTTP/1.1 400")  # at once (it timed out waiting before)
+        conn.close()

@@ -335,6 +335,36 @@ def test_forged_result_lines_are_wrong_answers_not_errors(root, pool, backend, h
     ds.close()
 
 
+_PIPE_GARBAGE = ("import os as _os\n_b = b'[' * 100000 + b']' * 100000\n"
+                 "_os.write(4, len(_b).to_bytes(4, 'big') + _b)\n")
+
+
+@pytest.mark.parametrize("where", ["top", "call"])
+def test_garbage_on_the_reply_pipe_is_a_wrong_answer_not_an_infrastructure_failure(root, pool, backend, where):
+    """Any wrong submission could write a frame nested past the decoder's depth to the runner's reply pipe while
+    the grader ran it: the worker answered with an error, the host raised SandboxError, grading said "infra",
+    and the wrong answer got reward None (no penalty) in biocoder and biodsbench."""
+    coder, ds = family(root, "biocoder", backend), family(root, "biodsbench", backend)
+    inst_c = first(coder, task="reverse_complement.complement_rna")
+    fn = inst_c.metadata["target"]
+    if where == "top":
+        sub_c = _PIPE_GARBAGE + f"def {fn}(seq):\n    return seq\n"
+    else:  # only when the hidden test calls the function
+        body = "\n".join("    " + line for line in _PIPE_GARBAGE.splitlines())
+        sub_c = f"def {fn}(seq):\n{body}\n    return seq\n"
+    inst_d = first(ds, "cohort_size")
+    sub_d = "n_patients = n_samples = 1\n" + _PIPE_GARBAGE
+    with pool.session() as session:
+        reward, verdict = reward_of(coder, inst_c, sub_c, GradeContext(session=session))
+        assert reward == 0.0 and not verdict.infra, verdict
+        assert reward_of(coder, inst_c, inst_c.solution, GradeContext(session=session))[0] == 1.0  # still serves
+    with ds_session(pool, ds) as session:
+        reward, verdict = reward_of(ds, inst_d, sub_d, GradeContext(session=session))
+        assert reward == 0.0 and not verdict.infra, verdict
+        assert reward_of(ds, inst_d, inst_d.solution, GradeContext(session=session))[0] == 1.0
+    ds.close()
+
+
 def test_text_the_jail_raises_cannot_break_the_stored_verdict(root, pool, backend):
     """An exception message with lone surrogates (JSON "\\ud800" escapes) and megabytes of text reaches the
     verdict's reason: it is made printable and cut, so the trajectory still serialises."""

@@ -30,6 +30,7 @@ from medagentgym.tasks.ehr_synth import hospital
 from medagentgym.tasks.ehr_synth.conventions import CURRENT_TIME
 from medagentgym.tasks.ehr_synth.eicu_db import build_eicu
 from medagentgym.tasks.ehr_synth.mimic_iii_db import VITAL_ITEMIDS, build_mimic_iii
+from medagentgym.tasks.ehr_synth.public_sql import connect_read_only, execute
 from medagentgym.tasks.ehr_synth.treqs_db import build_treqs
 
 _MIMIC_TIMES = {"DOB", "DOD", "DOD_HOSP", "ADMITTIME", "DISCHTIME", "DEATHTIME", "INTIME", "OUTTIME", "CHARTTIME",
@@ -192,7 +193,8 @@ def _answer(rows: list[tuple], sql: str) -> tuple[Any, str] | None:
 
 def _instances(records: list[dict[str, Any]], db_path: Path, *, family: str, question_key: str, sql_key: str,
                category_key: str, rewrite, default_split: str) -> tuple[list[Instance], dict[str, int]]:
-    con = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
+    # The file's SQL runs on the host: read-only, behind the authorizer (no ATTACH, no PRAGMA), with a deadline.
+    con = connect_read_only(db_path)
     stats = {"records": len(records), "kept": 0, "unanswerable": 0, "errors": 0, "empty": 0}
     out: list[Instance] = []
     try:
@@ -202,9 +204,8 @@ def _instances(records: list[dict[str, Any]], db_path: Path, *, family: str, que
                 stats["unanswerable"] += 1
                 continue
             sql = rewrite(raw_sql)
-            try:
-                rows = con.execute(sql).fetchmany(101)
-            except sqlite3.Error:
+            rows = execute(con, sql, limit=101)
+            if rows is None:  # failed, refused by the authorizer, or past the deadline
                 stats["errors"] += 1
                 continue
             got = _answer(rows, sql)

@@ -131,17 +131,25 @@ def outcome(rows: list[tuple] | None) -> str:
     return "meaningful"
 
 
-#: What a checked query may do: read and compute. ATTACH, PRAGMA and every write are refused, so a question
-#: file cannot make the checker open or create another database file (the main one is opened read-only).
-_ALLOWED = frozenset({sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_FUNCTION, sqlite3.SQLITE_RECURSIVE})
+#: What SQL from a file (a question file's gold query, a template) may do on the host: read and compute.
+#: ATTACH, PRAGMA and every write are refused, so such a file cannot make the host open or create another
+#: database file (the main one is opened read-only). Every host-side reader of file SQL uses this authorizer
+#: (:func:`connect_read_only`, ``importers._slots``); model-written SQL runs only in the jail.
+READ_ONLY_ACTIONS = frozenset({sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_FUNCTION,
+                               sqlite3.SQLITE_RECURSIVE})
+_ALLOWED = READ_ONLY_ACTIONS
 
 
-def _authorize(action: int, *_args) -> int:
-    return sqlite3.SQLITE_OK if action in _ALLOWED else sqlite3.SQLITE_DENY
+def authorize_read_only(action: int, *_args) -> int:
+    """A ``sqlite3`` authorizer that allows :data:`READ_ONLY_ACTIONS` only."""
+    return sqlite3.SQLITE_OK if action in READ_ONLY_ACTIONS else sqlite3.SQLITE_DENY
+
+
+_authorize = authorize_read_only
 
 
 def connect_read_only(db_path: Path | str) -> sqlite3.Connection:
-    """A read-only connection that refuses anything but reading (see ``_ALLOWED``)."""
+    """A read-only connection that refuses anything but reading (see :data:`READ_ONLY_ACTIONS`)."""
     con = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
     con.set_authorizer(_authorize)
     return con

@@ -33,6 +33,7 @@ from typing import Any
 import yaml
 
 from medagentgym.tasks.base import Instance, Split, TaskError
+from medagentgym.tasks.ehr_synth.public_sql import authorize_read_only
 
 NOW = "2105-12-31 23:59:00"
 _NOW_DT = dt.datetime(2105, 12, 31, 23, 59)
@@ -169,6 +170,7 @@ class Instantiator:
 
     def __init__(self, db: Path, filters: dict[str, Filter], templates: list[Template], *, family: str, seed: int) -> None:
         self.con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+        self.con.set_authorizer(authorize_read_only)  # template SQL comes from a file: read-only, no ATTACH
         self.filters, self.templates, self.family, self.seed = filters, templates, family, seed
         self._pools: dict[str, list[dict[str, Any]]] = {}
 

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from medagentgym.tasks.fhir.store import BaseData, FhirStore, outcome
+from medagentgym.tasks.fhir.store import MAX_CREATED_BYTES, MAX_CREATES, BaseData, FhirStore, outcome
 
 _MAX_BODY = 1 << 20
 
@@ -43,7 +43,12 @@ class _Handler(BaseHTTPRequestHandler):
         split = urlsplit(self.path)
         body = None
         if method == "POST":
-            length = int(self.headers.get("Content-Length") or 0)
+            declared = (self.headers.get("Content-Length") or "0").strip()
+            if not declared.isdigit():  # read(-1) would read until the client stops sending
+                self._send(400, outcome(f"Content-Length {declared[:40]!r} is not a byte count"))
+                self.close_connection = True
+                return
+            length = int(declared)
             if length > _MAX_BODY:
                 self._send(413, outcome(f"body of {length} bytes is too large (limit {_MAX_BODY})", "too-large"))
                 return
@@ -185,6 +190,7 @@ class ProxyStore:
         self.base_url = base_url.rstrip("/") + "/"
         self.timeout_s = timeout_s
         self.created: list[dict[str, Any]] = []
+        self.created_bytes = 0
         self._lock = threading.Lock()
 
     def request(self, method: str, path: str, query: str = "", body: bytes | None = None) -> tuple[int, dict]:
@@ -192,15 +198,21 @@ class ProxyStore:
         rel = "/".join(p for p in path.split("/") if p)
         rel = rel[len("fhir/"):] if rel.startswith("fhir/") else ("" if rel == "fhir" else rel)
         if method == "POST":
+            body = body or b""
+            with self._lock:
+                if len(self.created) >= MAX_CREATES or self.created_bytes + len(body) > MAX_CREATED_BYTES:
+                    return 429, outcome(f"this episode reached its budget of {MAX_CREATES} resources or "
+                                        f"{MAX_CREATED_BYTES} bytes; no more are accepted")
             try:
-                resource = json.loads((body or b"").decode("utf-8"))
-            except (UnicodeDecodeError, ValueError) as exc:
-                return 400, outcome(f"body is not JSON ({exc}); send a FHIR resource as a JSON object")
+                resource = json.loads(body.decode("utf-8"))
+            except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+                return 400, outcome(f"body is not JSON ({type(exc).__name__}); send a FHIR resource as a JSON object")
             if not isinstance(resource, dict) or resource.get("resourceType") != rel.split("/")[0]:
                 return 400, outcome("body must be one FHIR resource whose resourceType matches the URL")
             with self._lock:
                 resource["id"] = f"ep-{len(self.created) + 1}"
                 self.created.append(resource)
+                self.created_bytes += len(body)
             return 201, resource
         if method != "GET":
             return 405, outcome(f"{method} is not supported: use GET or POST")

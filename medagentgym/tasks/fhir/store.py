@@ -38,6 +38,8 @@ _PATIENT_PARAMS = {"_id", "identifier", "name", "family", "given", "birthdate", 
 _OTHER_PARAMS = {"code", "category", "date", "status"}
 #: POSTs one episode may make (a runaway loop must not exhaust the host's memory).
 MAX_CREATES = 500
+#: Bytes of POSTed bodies one episode's store keeps in the host's memory (a real order is ~1 KB).
+MAX_CREATED_BYTES = 4 << 20
 _IGNORED = {"_format", "_pretty", "_summary"}
 
 
@@ -160,6 +162,7 @@ class FhirStore:
     def __init__(self, base: BaseData) -> None:
         self.base = base
         self.created: list[dict[str, Any]] = []
+        self.created_bytes = 0
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
 
@@ -212,6 +215,10 @@ class FhirStore:
         """Store a POSTed resource for this episode; returns it with its new ``id`` and ``meta``."""
         import json
 
+        with self._lock:
+            if self.created_bytes + len(body) > MAX_CREATED_BYTES:
+                raise FhirError(413, f"this episode's created resources would pass {MAX_CREATED_BYTES} bytes; "
+                                     "no more are accepted (send one small resource per order)")
         try:
             resource = json.loads(body.decode("utf-8"))
         except (UnicodeDecodeError, ValueError) as exc:
@@ -226,6 +233,7 @@ class FhirStore:
             resource["id"] = f"ep-{rtype.lower()}-{next(self._ids)}"
             resource["meta"] = {"versionId": "1"}
             self.created.append(resource)
+            self.created_bytes += len(body)
             return copy.deepcopy(resource)
 
     def search(self, rtype: str, params: dict[str, list[str]]) -> dict[str, Any]:

@@ -22,13 +22,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from medagentgym.tasks.ehr_synth.importers import _answer
+from medagentgym.tasks.ehr_synth.public_sql import READ_ONLY_ACTIONS
 
 __all__ = ["DIALECTS", "Dialect", "Draw", "Reinstantiator", "Slot", "find_slots", "replace_in_text", "result_of",
            "rewrite_sql", "stated"]
 
 #: A set answer longer than this is not a question one can grade (EHRSQL's own answers are short lists).
 MAX_SET = 20
-_READ_ACTIONS = {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_FUNCTION, sqlite3.SQLITE_RECURSIVE}
+_READ_ACTIONS = READ_ONLY_ACTIONS  # the one authorizer set for SQL from files (ehr_synth.public_sql)
 _INDEX_ACTIONS = {sqlite3.SQLITE_CREATE_INDEX, sqlite3.SQLITE_INSERT, sqlite3.SQLITE_UPDATE, sqlite3.SQLITE_READ,
                   sqlite3.SQLITE_REINDEX, sqlite3.SQLITE_PRAGMA}
 #: Rows read from one execution (distinct values are counted after reading).

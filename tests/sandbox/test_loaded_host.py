@@ -1,0 +1,57 @@
+"""Limits that measure the program, not the host: with every core saturated by other processes, a correct program
+still passes and a sleeping one still times out (``sandbox._clock``).
+
+The busy loops run at the test's own priority, six per core, so the sandbox's processes get at most about a
+seventh of a core (six per core plus the jail, each its own scheduling group): a program that needs 1.5 CPU seconds then spends ten or more seconds on the clock, far past its
+3 s limit, and must pass; a program that sleeps uses no CPU and waits for none, and must time out at its limit.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from sandbox import ErrorKind, Limits, make_pool
+from sandbox._clock import hard_wall_s
+
+WALL_S = 3.0
+BURN = ("import time\nt = time.process_time()\nwhile time.process_time() - t < 1.5:\n    pass\n"
+        "print('burned', round(time.process_time() - t, 1))")
+
+
+@pytest.fixture
+def saturated():
+    """Six busy-loop processes per core for the length of the test, each in its own session: with the kernel's
+    autogroup scheduling on, every session shares the CPUs as one group, so loops in the test's own session would
+    compete only with one another."""
+    procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
+             for _ in range(6 * (os.cpu_count() or 2))]
+    try:
+        yield len(procs)
+    finally:
+        for proc in procs:
+            proc.kill()
+        for proc in procs:
+            proc.wait()
+
+
+def test_correct_programs_pass_and_sleeping_ones_time_out_on_a_saturated_host(saturated):
+    limits = Limits(wall_s=WALL_S, cpu_s=20)
+    with make_pool("bwrap", workers=1, max_workers=1, limits=limits) as pool, pool.session() as s:
+        assert s.run_python("x = 1").ok  # a plain runner: the import below really loads scikit-learn
+        heavy = s.run_python("import sklearn.linear_model\nprint(sklearn.linear_model.LogisticRegression.__name__)")
+        assert heavy.ok and heavy.stdout == "LogisticRegression\n", heavy.stderr
+        burn = s.run_python(BURN)
+        assert burn.ok and burn.stdout.startswith("burned"), burn.stderr
+        # it needed 1.5 CPU seconds and got a seventh of a core: far more than 3 s on the clock, yet it passed
+        assert burn.duration_s > 2 * WALL_S, burn.duration_s
+        slept = s.run_python("import time\nprint('asleep', flush=True)\ntime.sleep(600)")
+        assert slept.timed_out and slept.error_kind == ErrorKind.TIMEOUT and slept.stdout == "asleep\n"
+        assert f"wall-clock limit of {WALL_S:g} s reached" in slept.stderr
+        assert WALL_S <= slept.duration_s < hard_wall_s(WALL_S)
+        blocked = s.run_shell("mkfifo fifo && cat fifo")  # blocks opening a FIFO no one will ever write
+        assert blocked.timed_out and blocked.error_kind == ErrorKind.TIMEOUT
+        assert s.run_python("print('still serving')").stdout == "still serving\n"
