@@ -148,7 +148,9 @@ def floor_section(name: str, family: Any, floors: dict[str, Any], default: dict[
              ("**Per-template floor**: per question template, the best constant on the train split, submitted to the "
               "template's test instances (`medagentgym.tasks.floors.template_floor`). The bound is 10 % per "
               "template, and the label base rate for yes/no templates (no template may pay more than \"always the "
-              "majority answer\"), weighted by the templates' test instances. Tiny builds have one or two "
+              "majority answer\"), plus, in a family that states a public \"nothing found\" share "
+              "(`nothing_found_share`), the template's own share of empty / None / 0 answers up to it; weighted "
+              "by the templates' test instances. Tiny builds have one or two "
               "instances per template, so only the default row says much. *Over bound*: templates above their own "
               "bound by more than two binomial standard errors."), "",
              "| size | test instances | templates | floor | bound | template contributing most | over bound |",

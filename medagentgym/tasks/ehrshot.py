@@ -432,7 +432,8 @@ class EHRShot:
                             splits[split].append(inst)
                             break
                     else:  # the reference never cleared the no-information spread: no instance, no files
-                        dropped.append(key)
+                        dropped.append(f"{key}: the reference model does not clear the no-information spread "
+                                       "(mean + 3 sd of predictions that read no feature) by its margin")
                         for part in ("data", "hidden"):
                             shutil.rmtree(family_dir / part / key)
         for split, items in splits.items():

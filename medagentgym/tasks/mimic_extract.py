@@ -384,7 +384,8 @@ class MimicExtract:
             for task in TASKS:
                 inst = self._instance(family_dir, cohort, task, split, len(splits[split]))
                 if inst is None:  # the reference does not clear the no-information spread here
-                    dropped.append(f"{cohort}/{task}")
+                    dropped.append(f"{cohort}/{task}: the reference model does not clear the no-information "
+                                   "spread (mean + 3 sd of predictions that read no feature) by one sd")
                     continue
                 refs[f"{cohort}/{task}"] = inst.metadata["reference_metric"]
                 splits[split].append(inst)

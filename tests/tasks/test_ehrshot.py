@@ -51,6 +51,7 @@ def test_contract_and_layout(fam):
     report = fam.contract_report
     assert report["train"]["oracle"] == report["test"]["oracle"] == 1.0
     dropped = json.loads((fam.root / "manifest.json").read_text())["dropped"]
+    assert all("no-information spread" in k for k in dropped)
     assert report["test"]["instances"] + sum(k.startswith("test/") for k in dropped) == (
         EHRShot(fam.root).counts("tiny")["instances"] // 2)
     assert len(dropped) <= 4  # cohorts whose reference does not clear the no-information spread
