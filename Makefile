@@ -23,7 +23,7 @@ all: test
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q $(TORCH_PIN)
-	$(PY) -m pip install -q -c constraints.txt -e '.[train,adapters,dev]' --config-settings editable_mode=compat
+	$(PY) -m pip install -q -c constraints.txt -e '.[train,adapters,dev,bio]' --config-settings editable_mode=compat
 	@touch $(STAMP)
 
 venv: $(STAMP) bwrap
