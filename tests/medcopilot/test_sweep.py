@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import yaml
@@ -22,7 +23,7 @@ from _learning import declare_family
 from medcopilot.config import RECIPES_DIR, RecipeError
 from medcopilot.sweep import load_sweep, main, plan_runs
 
-REPO = RECIPES_DIR.parent
+REPO = Path(__file__).resolve().parents[2]
 FAMILY = "say_seven"
 QUESTIONS = ["Submit the number 7.", "Please submit 7 as the answer.", "The answer is 7; submit it."]
 
