@@ -20,7 +20,7 @@ import pytest
 import yaml
 from _learning import declare_family
 
-from medcopilot.config import RECIPES_DIR, RecipeError
+from medcopilot.config import RecipeError
 from medcopilot.sweep import load_sweep, main, plan_runs
 
 REPO = Path(__file__).resolve().parents[2]
