@@ -23,7 +23,8 @@ all: test
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q $(TORCH_PIN)
-	$(PY) -m pip install -q -c constraints.txt -e '.[train,adapters,dev]' --config-settings editable_mode=compat
+	$(PY) -m pip install -q -c constraints.txt -e '.[train,adapters,dev,bio]' --config-settings editable_mode=compat
+	$(PY) -m pip install -q --no-deps -c constraints.txt centrosome  # see pyproject.toml's [bio] note
 	@touch $(STAMP)
 
 venv: $(STAMP) bwrap

@@ -5,9 +5,9 @@ A recipe has the sections ``method``, ``model``, ``tasks``, ``env``, ``rollout``
 section is a plain mapping handed straight to TRL's ``SFTConfig`` / ``DPOConfig`` / ``GRPOConfig`` by
 :meth:`RecipeConfig.trainer_args`, so TRL validates its own fields and we never re-declare them.
 
-Loading is cheap (PyYAML only): ``load_recipe`` reads ``recipes/<name>.yaml`` (or a path), applies dotted overrides
-such as ``trainer.max_steps=5`` (values are parsed as YAML: ``5`` is an int, ``5e-4`` a float, ``null`` is None,
-``[q, v]`` a list) and validates names, types and ranges. Every problem is one line of :class:`RecipeError` naming
+Loading is cheap (PyYAML only): ``load_recipe`` reads a bundled recipe by name (:data:`RECIPES_DIR`) or a YAML
+file by path, applies dotted overrides such as ``trainer.max_steps=5`` (values are parsed as YAML: ``5`` is an
+int, ``5e-4`` a float, ``null`` is None, ``[q, v]`` a list) and validates names, types and ranges. Every problem is one line of :class:`RecipeError` naming
 the bad key or value, the nearest valid key and what to do.
 
 Example:
@@ -33,8 +33,9 @@ import yaml
 
 from medagentgym.tasks._files import FileFormatError, load_yaml
 
-#: Folder of the bundled recipes (``recipes/`` at the repository root).
-RECIPES_DIR = Path(__file__).resolve().parent.parent / "recipes"
+#: Folder of the bundled recipes, with ``accelerate/`` configs and ``sweeps/``: package data of ``medcopilot``, so
+#: ``recipe=<name>`` works from any directory of an installed package; a clone also has it as ``recipes/`` (a link).
+RECIPES_DIR = Path(__file__).resolve().parent / "recipes"
 Method = Literal["sft", "dpo", "grpo", "ppo", "verifier"]
 #: Config class per method: a TRL class name, or ``module:Class`` (the verifier's ``TrainingArguments``
 #: subclass); ``ppo`` is trained in house and takes its ``trainer`` keys as they are.
@@ -402,7 +403,7 @@ def check_recipe(cfg: RecipeConfig, *, base_model: str | None = None, notes: lis
 
 
 def load_recipe(recipe: str | os.PathLike, overrides: list[str] | tuple[str, ...] = ()) -> RecipeConfig:
-    """Read a recipe by name (``recipes/<name>.yaml``) or path, apply dotted overrides, validate.
+    """Read a recipe by name (``<RECIPES_DIR>/<name>.yaml``) or path, apply dotted overrides, validate.
 
     Args:
         recipe: A bundled recipe name such as ``"sft_tiny"``, or a path to a YAML file.

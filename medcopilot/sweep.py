@@ -57,7 +57,10 @@ import yaml
 from medcopilot.config import RECIPES_DIR, RecipeError, check_recipe, load_recipe
 from medagentgym.tasks._files import FileFormatError, load_yaml
 
-REPO = RECIPES_DIR.parent
+SWEEPS_DIR = RECIPES_DIR / "sweeps"
+#: What a sweep's subprocess runs after its launcher: ``medagentgym train`` as a module, which an installed package
+#: has too (``train.py`` is the repository's copy of the same entry point).
+TRAIN_MODULE = ("-m", "medagentgym.cli.train")
 SWEEP_KEYS = ("recipe", "overrides", "grid", "stages", "metric", "mode", "output_root", "evaluate")
 STAGE_KEYS = ("name", "recipe", "overrides", "from")
 SUMMARY = "run_summary.json"
@@ -66,8 +69,8 @@ RESULTS = "sweep_results.json"
 #: ``launch(recipe, overrides) -> exit status``: runs one train.py invocation.
 Launch = Callable[[str, list[str]], int]
 
-__all__ = ["Run", "Stage", "Sweep", "load_sweep", "main", "plan_runs", "plot_grid", "rank", "run_metric",
-           "stage_rows", "subprocess_launch"]
+__all__ = ["Run", "Stage", "Sweep", "load_sweep", "main", "plan_runs", "plot_grid", "rank", "resolve_sweep_path",
+           "run_metric", "stage_rows", "subprocess_launch"]
 
 
 @dataclass
@@ -112,17 +115,30 @@ class Run:
         return (self.output_dir / SUMMARY).is_file()
 
 
+def resolve_sweep_path(path: str | os.PathLike) -> Path:
+    """A sweep file by path, or a bundled sweep by name (``paper_tiny``: ``SWEEPS_DIR/paper_tiny.yaml``).
+
+    Raises:
+        RecipeError: Neither exists (the message lists the bundled sweeps).
+    """
+    file, text = Path(path), str(path)
+    if file.is_file():
+        return file
+    bundled = SWEEPS_DIR / f"{text}.yaml"
+    if os.sep not in text and not text.endswith((".yaml", ".yml")) and bundled.is_file():
+        return bundled
+    raise RecipeError(f"sweep file {text!r} not found; bundled sweeps (by name, or in {SWEEPS_DIR}): "
+                      f"{', '.join(sorted(p.stem for p in SWEEPS_DIR.glob('*.yaml')))}")
+
+
 def load_sweep(path: str | os.PathLike) -> Sweep:
-    """Read and check a sweep file.
+    """Read and check a sweep file (a path, or a bundled sweep's name).
 
     Raises:
         RecipeError: Missing file, unknown keys, both or neither of grid/stages, an empty grid, a bad stage or
             a bad mode (one line each).
     """
-    file = Path(path)
-    if not file.is_file():
-        raise RecipeError(f"sweep file {str(file)!r} not found; bundled sweeps: "
-                          f"{', '.join(sorted(p.name for p in (RECIPES_DIR / 'sweeps').glob('*.yaml')))}")
+    file = resolve_sweep_path(path)
     try:
         data = load_yaml(file) or {}
     except FileFormatError as exc:
@@ -331,15 +347,17 @@ def plot_grid(sweep: Sweep, ranked: list[dict[str, Any]], path: Path) -> Path | 
 
 
 def subprocess_launch(launcher: str = "") -> Launch:
-    """A :data:`Launch` running ``[launcher] train.py recipe=<recipe> <overrides>`` in a fresh process.
+    """A :data:`Launch` running ``[launcher] -m medagentgym.cli.train recipe=<recipe> <overrides>`` in a fresh
+    process (``train.py``'s entry point, found the same way in a clone and in an installed package).
 
     Args:
-        launcher: Command before train.py, e.g. ``"accelerate launch"``; empty = this Python interpreter.
+        launcher: Command before ``-m medagentgym.cli.train``, e.g. ``"accelerate launch"`` (``accelerate launch``,
+            ``torchrun`` and ``python`` take ``-m``); empty = this Python interpreter.
     """
     prefix = shlex.split(launcher) or [sys.executable]
 
     def launch(recipe: str, overrides: list[str]) -> int:
-        return subprocess.call([*prefix, str(REPO / "train.py"), f"recipe={recipe}", *overrides])
+        return subprocess.call([*prefix, *TRAIN_MODULE, f"recipe={recipe}", *overrides])
 
     return launch
 
@@ -357,9 +375,11 @@ def main(argv: list[str] | None = None, *, launch: Launch | None = None, launch_
         The exit status: 0, 2 for an invalid sweep, or the status of the first run that failed.
     """
     parser = argparse.ArgumentParser(description="Run a grid or a stage chain of train.py runs from a sweep file.")
-    parser.add_argument("sweep", help="sweep YAML file (e.g. recipes/sweeps/pipeline_tiny.yaml)")
+    parser.add_argument("sweep", help="sweep YAML file (e.g. recipes/sweeps/pipeline_tiny.yaml), or a bundled "
+                                      "sweep's name (pipeline_tiny)")
     parser.add_argument("--dry-run", action="store_true", help="validate every run and print the plan; train nothing")
-    parser.add_argument("--launcher", default="", help='command before train.py, e.g. "accelerate launch"')
+    parser.add_argument("--launcher", default="",
+                        help='command before `-m medagentgym.cli.train` (train.py), e.g. "accelerate launch"')
     parser.add_argument("--output-root", default="", help="write under this folder instead of the file's output_root")
     parser.add_argument("--debug", action="store_true", help="show the traceback on errors")
     args = parser.parse_args(argv)

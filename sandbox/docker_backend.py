@@ -11,9 +11,10 @@ Each container runs with (``pool.layers`` names them):
 * ``uid-drop``: the worker server is uid 0 of the container with ``--cap-drop ALL`` plus only CAP_KILL,
   CAP_SETUID, CAP_SETGID and CAP_SETPCAP (``cap-drop``; the bounding set is those four), exactly what the bwrap
   backend grants: the server narrows itself to CAP_KILL effective and each runner drops every capability, its
-  bounding set included, and then becomes the slot's own unprivileged uid (70000+, one per worker, the same
-  uid on the host: no user namespace) at fork (``caps``, ``sandbox._caps``). The code of a call therefore holds
-  no capability, cannot signal, trace or read the memory of the server or the zygotes, and RLIMIT_NPROC stops a
+  bounding set included, and then becomes one of the slot's two unprivileged uids at fork (``caps``,
+  ``sandbox._caps``): sessions alternate between them, and both are leased host-wide from ``sandbox._uids``
+  like the bwrap pool's (the same uids on the host: no user namespace). The code of a call therefore holds no
+  capability, cannot signal, trace or read the memory of the server or the zygotes, and RLIMIT_NPROC stops a
   fork bomb within its own worker. (The alternative, everything as one uid 65534 without any capability,
   would let a call kill its server and write into the memory of the process that serves the next session.)
 * ``netns`` (``--network none``: a private loopback only), ``pidns`` (the server is PID 1 and kills every
@@ -50,14 +51,13 @@ running container.
 Example:
     >>> from sandbox import make_pool
     >>> with make_pool("docker", workers=2, memory_mb=4096) as pool, pool.session() as s:  # doctest: +SKIP
-    ...     print(s.run_python("import os; print(os.getuid() >= 70000)").stdout)
+    ...     print(s.run_python("import os; print(os.getuid() >= 100_000)").stdout)
     True
 """
 
 from __future__ import annotations
 
 import atexit
-import itertools
 import os
 import shutil
 import subprocess
@@ -66,6 +66,7 @@ from pathlib import Path
 
 import sandbox
 
+from . import _uids
 from ._caps import CAP_KILL, CAP_SETGID, CAP_SETPCAP, CAP_SETUID
 from ._jail import (
     JAIL_DATA,
@@ -95,8 +96,6 @@ BUILD_HINT = ("build it with `.venv/bin/medagentgym sandbox-image` (local files 
 # Host variables the docker CLI itself may need; nothing else of the caller's environment is passed on.
 _CLIENT_ENV = ("PATH", "HOME", "DOCKER_HOST", "DOCKER_CONTEXT", "DOCKER_CONFIG", "DOCKER_CERT_PATH",
                "DOCKER_TLS_VERIFY", "XDG_RUNTIME_DIR")
-# Runner uids: one per worker, apart from the bwrap backend's 60000+ range and from other processes' pools.
-_UIDS = itertools.count(70000 + (os.getpid() % 300) * 16)
 
 
 class DockerLauncher:
@@ -157,13 +156,17 @@ class DockerLauncher:
         return f"medagentgym-sbx-{os.getpid()}-{self.run_id}-{slot.index}"
 
     def prepare(self, slot: Slot) -> None:
-        """Give the slot its runner uid (once), hand it the slot's writable folders, write its /etc/passwd and
+        """Give the slot its two runner uids (once), hand it the slot's writable folders, write its /etc/passwd and
         package copy, and remove the slot's previous container. Called by the pool before each (re)start.
+
+        The uids are host-wide leases (``sandbox._uids``, the bwrap pool's): no other slot of any process on this
+        host runs code as them until the pool that owns the slot closes (it gives back every uid of its slots) or
+        this process exits. Sessions alternate between the two (see ``sandbox.worker.Server``).
         """
         if slot.uid is None:
-            slot.uid = next(_UIDS)
-        if slot.alt_uid is None:  # sessions alternate between the two uids (see sandbox.worker.Server)
-            slot.alt_uid = next(_UIDS)
+            slot.uid = _uids.lease()
+        if slot.alt_uid is None:
+            slot.alt_uid = _uids.lease()
         for path in (slot.workspace, slot.tmp, slot.shm):
             path.mkdir(parents=True, exist_ok=True)
             if os.geteuid() == 0:

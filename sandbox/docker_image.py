@@ -34,9 +34,10 @@ from pathlib import Path
 __all__ = ["IMAGE_DISTRIBUTIONS", "USERLAND_PACKAGES", "base_files", "distribution_closure", "library_closure",
            "materialize"]
 
-#: What code in the container may import, beyond the standard library (with their requirements).
+#: What code in the container may import, beyond the standard library (with their requirements): the task
+#: libraries, plus the ``[bio]`` extra that BioCoder's public records import (scikit-image, pysam, centrosome).
 IMAGE_DISTRIBUTIONS = ("numpy", "pandas", "scipy", "scikit-learn", "statsmodels", "lifelines", "biopython",
-                       "matplotlib", "pyseccomp")
+                       "matplotlib", "pyseccomp", "scikit-image", "pysam", "centrosome")
 #: Host Debian packages whose files make the ``host`` userland (tools an agent's shell commands expect).
 USERLAND_PACKAGES = ("base-files", "libc6", "libc-bin", "dash", "bash", "coreutils", "debianutils", "grep", "sed",
                      "mawk", "findutils", "util-linux", "procps", "diffutils", "gzip", "tar", "sqlite3",

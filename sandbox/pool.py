@@ -174,16 +174,18 @@ class _Worker:
                 pass
 
 
-def _cleanup(base: Path, workers: list, mounted: list, uids: list) -> None:
-    """Kill every worker, unmount the quotas, remove the pool's directory and give its uids back (also at exit)."""
+def _cleanup(base: Path, workers: list, mounted: list, slots: list) -> None:
+    """Kill every worker, unmount the quotas, remove the pool's directory and give back its slots' uids, whoever
+    leased them (the pool for bwrap, the docker launcher's ``prepare``), also at exit."""
     for w in list(workers):
         w.kill()
     for path in mounted:
         umount(path)
     shutil.rmtree(_stage_dir_of(base), ignore_errors=True)
     shutil.rmtree(base, ignore_errors=True)
-    for uid in uids:
-        _uids.release(uid)
+    for slot in list(slots):
+        for uid in slot.uids:
+            _uids.release(uid)
 
 
 def _raise_fd_limit(workers: int) -> None:
@@ -478,7 +480,6 @@ class Pool:
         self._mounted: list[Path] = []
         self._slots: list[Slot] = []
         self._free_slots: list[Slot] = []  # slots whose worker was stopped for idleness, reused by growth
-        self._uids: list[int] = []
         # Capacity state, all under _cond: idle workers (most recently used last), workers starting, sessions
         # waiting (FIFO), workers lent to sessions.
         self._cond = threading.Condition()
@@ -492,7 +493,7 @@ class Pool:
         self._spawn_seq = itertools.count()
         self._spawners: list[threading.Thread] = []
         self._spawn_lock = threading.Lock()
-        self._finalizer = weakref.finalize(self, _cleanup, self._base, self._workers, self._mounted, self._uids)
+        self._finalizer = weakref.finalize(self, _cleanup, self._base, self._workers, self._mounted, self._slots)
         try:
             with self._cond:
                 self._starting = workers
@@ -614,8 +615,7 @@ class Pool:
                 return slot
             uid = alt = None
             if self._as_root:  # two uids: sessions alternate between them (sandbox.worker.Server)
-                uid, alt = _uids.lease(), _uids.lease()
-                self._uids += [uid, alt]
+                uid, alt = _uids.lease(), _uids.lease()  # given back at close (_cleanup)
             slot = Slot(len(self._slots), self._base / f"w{len(self._slots)}", uid, alt_uid=alt)
             self._slots.append(slot)
             self._slot_preload[slot.index] = preload

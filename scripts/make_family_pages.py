@@ -8,12 +8,15 @@
 Writes ``docs/families/<family>.md`` and ``docs/families/README.md``. A page gives the family's version, suite
 and turn budget; what it tests, its grading and its episode end (from the module docstring's spec card); one real
 test instance of the tiny build, seed 0 (question, context excerpt, answer type, gold answer, the reference
-solution and the actions the oracle replays); the permitted actions (the family's ``actions``); the
-constant-answer floor (``env_client.evaluation.constant_floor`` over the whole test split) at tiny size, computed
-here, and at default size, read from ``docs/families/floors.json`` (``--measure-default`` builds every family at
-default size, which takes minutes, and rewrites it with the date); and how to import the public benchmark
-(``medagentgym import --family F``). ``tests/docs/test_family_pages.py`` checks that each page's version,
-actions, instance and tiny floor still match the code.
+solution and the actions the oracle replays); the permitted actions (the family's ``actions``); the reward
+floors: the constant-answer floor (``env_client.evaluation.constant_floor`` over the whole test split; for
+families graded on a predictions file, the best no-information predictor) and the per-template floor (one
+constant per question template learned on train, scored on test: ``medagentgym.tasks.floors.template_floor``),
+each at tiny size, computed here, and at default size, read from ``docs/families/floors.json``
+(``--measure-default`` builds every family at default size, which takes minutes, and rewrites it with the date);
+and how to import the public benchmark (``medagentgym import --family F``). ``tests/docs/test_family_pages.py``
+checks that each page's version, actions, instance and tiny floors still match the code, and that the default
+floors are within their bounds.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from typing import Any
 from medagentgym import tasks
 from env_client.evaluation import constant_floor
 from medagentgym.tasks.base import write_bytes_atomic
+from medagentgym.tasks.floors import template_floor
 from medagentgym.tasks.graders import render_answer
 from medagentgym.tasks.importers import IMPORTERS
 
@@ -114,6 +118,55 @@ def floor_row(size: str, floor: dict[str, Any], when: str) -> str:
             f"≤ {floor['bound']:.0%} | {floor['method']} |")
 
 
+def template_row(size: str, floor: dict[str, Any], when: str) -> str:
+    """One row of a page's per-template floor table; the test rebuilds the tiny row and looks for it."""
+    top = floor["top"][0] if floor["top"] else None
+    worst = (f"`{top['template']}`: {top['score']:.0%} of {top['test']} with `{' '.join(str(top['constant']).split())[:30]}`"
+             if top else "-")
+    over = ", ".join(f"`{t}`" for t in floor["over"][:6]) + (" ..." if len(floor["over"]) > 6 else "") or "none"
+    return (f"| {size} ({when}) | {floor['instances']} | {floor['templates']} | {floor['floor']:.1%} | "
+            f"≤ {floor['bound']:.1%} | {worst} | {over} |")
+
+
+def measured_on(row: dict[str, Any], default: dict[str, Any]) -> str:
+    """The date a family's default-size floors were measured (its own, else the floors file's)."""
+    return str(row.get("measured") or default.get("measured"))
+
+
+def floor_section(name: str, family: Any, floors: dict[str, Any], default: dict[str, Any]) -> list[str]:
+    """The page's reward-floor section: the constant floor and the per-template floor, tiny and default."""
+    row = default.get("families", {}).get(name)
+    current = row and row.get("version") == family.version
+    predictions = hasattr(family, "null_submissions")
+    what = ("the best no-information predictor (a predictions file with constant, uniformly random or "
+            "train-proportional random predictions for every test id, written without reading a feature, graded "
+            "10 times per instance)" if predictions else
+            "one constant answer (a common gold answer, `0`, `1`, `[-1]`, yes/no, ...)")
+    lines = ["## Reward floors", "",
+             (f"**Constant floor**: what {what} earns over the whole test split under this grader "
+              "(`env_client.evaluation.constant_floor`; `medagentgym eval` reports it beside every success rate). A "
+              "policy that does not beat it has learned nothing."), "",
+             "| size | test instances | floor | constant | bound | method |", "|---|---:|---:|---|---|---|",
+             floor_row("tiny", floors[name], "seed 0"),
+             floor_row("default", row, f"measured {measured_on(row, default)}") if current else
+             "| default | | not measured for this version | | | |", "",
+             ("**Per-template floor**: per question template, the best constant on the train split, submitted to the "
+              "template's test instances (`medagentgym.tasks.floors.template_floor`). The bound is 10 % per "
+              "template, and the label base rate for yes/no templates (no template may pay more than \"always the "
+              "majority answer\"), plus, in a family that states a public \"nothing found\" share "
+              "(`nothing_found_share`), the template's own share of empty / None / 0 answers up to it; weighted "
+              "by the templates' test instances. Tiny builds have one or two "
+              "instances per template, so only the default row says much. *Over bound*: templates above their own "
+              "bound by more than two binomial standard errors."), "",
+             "| size | test instances | templates | floor | bound | template contributing most | over bound |",
+             "|---|---:|---:|---:|---:|---|---|",
+             template_row("tiny", floors[f"{name}/template"], "seed 0")]
+    tmpl = (row or {}).get("template")
+    lines.append(template_row("default", tmpl, f"measured {measured_on(row, default)}") if current and tmpl else
+                 "| default | | | not measured for this version | | | |")
+    return lines + [""]
+
+
 def instance_section(family: Any, inst: Any) -> list[str]:
     """The real instance: what the agent sees, the gold answer, the reference solution, the oracle's actions."""
     steps = family.reference_solution(inst)
@@ -156,18 +209,8 @@ def page(name: str, family: Any, floors: dict[str, Any], default: dict[str, Any]
              "Permitted actions: " + ", ".join(f"`{a}`" for a in sorted(family.actions)) + ". The episode enforces "
              "them: any other action is an invalid action and costs a turn.", "", card.get("Allowed actions", ""),
              "", "## Grading", "", card.get("Grading", ""), "", WRONG_OR_INFRA, "", "## Episode end", "",
-             card.get("Episode end", ""), "", "## Constant-answer floor", "",
-             ("The best score one constant answer (a common gold answer, `0`, `1`, `[-1]`, yes/no, ...) earns over "
-             "the whole test split under this grader (`env_client.evaluation.constant_floor`; `medagentgym eval` "
-             "reports it beside every success rate). A policy that does not beat it has learned nothing."), "",
-             "| size | test instances | floor | constant | bound | method |", "|---|---:|---:|---|---|---|",
-             floor_row("tiny", floors[name], "seed 0")]
-    row = default.get("families", {}).get(name)
-    if row and row.get("version") == family.version:
-        lines.append(floor_row("default", row, f"measured {measured_on(row, default)}"))
-    else:
-        lines.append("| default | | not measured for this version | | | |")
-    lines += ["", "## Public benchmark", ""]
+             card.get("Episode end", ""), "", *floor_section(name, family, floors, default)]
+    lines += ["## Public benchmark", ""]
     if name in IMPORTERS:
         what, needs = IMPORT_INPUTS[name]
         lines += [f"Import the public task file ({what}) as a built family; it needs {needs}:", "",
@@ -181,25 +224,24 @@ def page(name: str, family: Any, floors: dict[str, Any], default: dict[str, Any]
     return "\n".join(lines)
 
 
-def measured_on(row: dict[str, Any], default: dict[str, Any]) -> str:
-    """The date a family's default-size floor was measured (its own, else the floors file's)."""
-    return str(row.get("measured") or default.get("measured"))
-
-
 def index(rows: list[tuple[str, Any, dict[str, Any]]], default: dict[str, Any]) -> str:
     """``docs/families/README.md``: one row per family."""
     lines = ["# Task families", "", ("One page per family: what it tests, one real instance from a tiny build, how "
              "it is graded, its constant-answer floor and how to import the public benchmark. Generated by "
              "`scripts/make_family_pages.py` (part of `make docs`); `tests/docs/test_family_pages.py` checks them "
              "against the code."), "",
-             "| family | version | suite | what it tests | floor (tiny) | floor (default; date on its page) |",
-             "|---|---:|---|---|---:|---:|"]
+             ("| family | version | suite | what it tests | floor (tiny) | floor (default; date on its page)"
+              " | per-template floor (default) / bound |"),
+             "|---|---:|---|---|---:|---:|---:|"]
     for name, family, floor in rows:
         suite = next((s for s, names in tasks.SUITES.items() if name in names), "-")
         row = default.get("families", {}).get(name) or {}
-        dflt = f"{row['floor']:.1%}" if row.get("version") == family.version else "-"
+        current = row.get("version") == family.version
+        dflt = f"{row['floor']:.1%}" if current else "-"
+        tmpl = row.get("template") if current else None
+        per = f"{tmpl['floor']:.1%} / {tmpl['bound']:.1%}" if tmpl else "-"
         lines.append(f"| [{name}]({name}.md) | {family.version} | {suite} | {spec_card(type(family))['summary']} | "
-                     f"{floor['floor']:.1%} | {dflt} |")
+                     f"{floor['floor']:.1%} | {dflt} | {per} |")
     return "\n".join(lines) + "\n"
 
 
@@ -218,7 +260,8 @@ def measure_default(root: Path | None, names: list[str] | None = None,
         for name in names:
             family = tasks.make(name, root=root)
             out[name] = {"version": family.version, "measured": date.today().isoformat(),
-                         **constant_floor(family, family.instances("test"))}
+                         **constant_floor(family, family.instances("test")),
+                         "template": template_floor(family, family.instances("train"), family.instances("test"))}
     return {"measured": date.today().isoformat(), "size": "default", "seed": 0, "split": "test",
             "families": dict(sorted(out.items()))}
 
@@ -230,7 +273,9 @@ def generate(root: Path, out: Path, default: dict[str, Any], only: list[str] | N
     for name in only or tasks.names():
         family = tasks.make(name, root=root)
         floor = constant_floor(family, family.instances("test"))
-        write_bytes_atomic(out / f"{name}.md", page(name, family, {name: floor}, default).encode("utf-8"))
+        per_template = template_floor(family, family.instances("train"), family.instances("test"))
+        write_bytes_atomic(out / f"{name}.md", page(name, family, {name: floor, f"{name}/template": per_template},
+                                                    default).encode("utf-8"))
         rows.append((name, family, floor))
         written.append(out / f"{name}.md")
     if only:

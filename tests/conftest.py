@@ -266,9 +266,13 @@ def repo_copy():
         listed = subprocess.run(["git", "-C", str(REPO_ROOT), "ls-files", "-z", "--cached", "--others",
                                  "--exclude-standard"], capture_output=True, check=True).stdout.decode().split("\0")
         for rel in filter(None, listed):
-            if (REPO_ROOT / rel).is_file():
+            source = REPO_ROOT / rel
+            if source.is_symlink():  # a link git tracks (``recipes/``) stays a link, as a clone checks it out
                 (dest / rel).parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(REPO_ROOT / rel, dest / rel)
+                (dest / rel).symlink_to(os.readlink(source))
+            elif source.is_file():
+                (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(source, dest / rel)
         (dest / ".venv").symlink_to(Path(sys.prefix), target_is_directory=True)
         return dest
 

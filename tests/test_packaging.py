@@ -293,3 +293,44 @@ def test_pip_install_gives_the_medagentgym_command_without_torch_beside_adapterh
     assert ours.endswith("site-packages/medagentgym/adapters/__init__.py"), ours
     assert "usage: medagentgym <command>" in run(cli, "--help").stdout
     assert json.loads(run(cli, "info", "--json").stdout)["packages"] == where
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(2400)
+def test_installed_train_extra_runs_bundled_recipes_and_sweeps_by_name_from_any_folder(tmp_path):
+    """``pip install '<clone>[train]'`` (not editable) into a new venv, then, from a folder that is no clone:
+    ``medagentgym train recipe=sft_tiny --dry-run`` and ``medagentgym sweep pipeline_tiny --dry-run`` find the bundled
+    recipes and sweeps in the installed package (package data; the copy has no repository-root ``recipes/``), a
+    ``recipes/`` folder in the working directory is never read for a name, and a user's own recipe file is read by its
+    path. Installs the CPU torch first, as ``make venv`` does (minutes the first time)."""
+    src = tmp_path / "src"
+    src.mkdir()
+    _copy_sources(src)
+    shutil.copy2(ROOT / "constraints.txt", src / "constraints.txt")
+    venv = tmp_path / "venv"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))}
+    subprocess.run([sys._base_executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    py, cli = str(venv / "bin" / "python"), str(venv / "bin" / "medagentgym")
+    for args in (["torch==2.13.0"], ["-c", str(src / "constraints.txt"), f"{src}[train]"]):
+        install = subprocess.run([py, "-m", "pip", "install", "-q", *args], capture_output=True, text=True, env=env,
+                                 timeout=1800, check=False)
+        assert install.returncode == 0, install.stderr[-3000:]
+
+    work = tmp_path / "work"
+    (work / "recipes" / "sweeps").mkdir(parents=True)  # decoys: a name never resolves from the working directory
+    (work / "recipes" / "sft_tiny.yaml").write_text("method: not_a_method\n")
+    (work / "recipes" / "sweeps" / "pipeline_tiny.yaml").write_text("stages: 3\n")
+
+    def run(*args: str) -> str:
+        done = subprocess.run(list(args), cwd=work, env=env, capture_output=True, text=True, timeout=600, check=False)
+        assert done.returncode == 0, f"{args}: {done.returncode}\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
+        return done.stdout
+
+    bundled = Path(run(py, "-P", "-c", "from medcopilot.config import RECIPES_DIR; print(RECIPES_DIR)").strip())
+    assert bundled.is_relative_to(venv) and "site-packages" in str(bundled), bundled
+    assert (bundled / "accelerate" / "zero2.yaml").is_file() and (bundled / "sweeps" / "paper_tiny.yaml").is_file()
+    assert "dry run: recipe 'sft_tiny' is valid" in run(cli, "train", "recipe=sft_tiny", "--dry-run")
+    assert "a chain of 3 stages" in run(cli, "sweep", "pipeline_tiny", "--dry-run")
+    own = (bundled / "sft_tiny.yaml").read_text().replace("max_steps: 5", "max_steps: 3")
+    (work / "mine.yaml").write_text(own)
+    assert "max_steps: 3" in run(cli, "train", "recipe=mine.yaml", "--dry-run")

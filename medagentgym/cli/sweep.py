@@ -5,6 +5,7 @@
     medagentgym sweep recipes/sweeps/pipeline_tiny.yaml             # SFT -> DPO -> GRPO, a stage table
     medagentgym sweep recipes/sweeps/grpo_qwen7b_lr.yaml \
         --launcher "accelerate launch --config_file recipes/accelerate/single_gpu.yaml"
+    medagentgym sweep pipeline_tiny --dry-run                       # a bundled sweep by name, from any folder
 
 The sweep file format, resuming and outputs are described in :mod:`medcopilot.sweep`.
 """

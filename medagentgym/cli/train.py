@@ -2,15 +2,16 @@
 
     medagentgym train recipe=sft_tiny --dry-run
     accelerate launch train.py recipe=sft_qwen7b [section.key=value ...]
+    accelerate launch -m medagentgym.cli.train recipe=sft_qwen7b     # the same from an installed package
     python train.py recipe=sft_tiny trainer.max_steps=2 output.dir=runs/try2
     python train.py recipe=grpo_qwen14b --dry-run      # print + validate the resolved recipe, load nothing
 
-Reads ``recipes/<name>.yaml`` (or a path), applies the dotted overrides (values parsed as YAML), prints the resolved
-recipe, checks it without loading a model (family names, reward terms, every ``trainer`` value against the type
-its TRL / verifier / PPO config declares), prints and checks every input file it reads (task builds: size and
+Reads a bundled recipe by name (the package's ``medcopilot/recipes/``, ``medcopilot.config.RECIPES_DIR``; a clone
+links it as ``recipes/``) or a YAML file by path, applies the dotted overrides (values parsed as YAML), prints the
+resolved recipe, checks it without loading a model (family names, reward terms, every ``trainer`` value against the
+type its TRL / verifier / PPO config declares), prints and checks every input file it reads (task builds: size and
 family version; the trajectory store: rows per family; models: ``medcopilot.inputs``) -- what ``--dry-run``
-stops after --, saves it to ``<output.dir>/recipe.yaml``,
-and calls ``medcopilot.trainers.<method>.run(cfg)``. When
+stops after --, saves it to ``<output.dir>/recipe.yaml``, and calls ``medcopilot.trainers.<method>.run(cfg)``. When
 ``output.push_to_hub`` is set, the final model is exported and uploaded afterwards. Errors are one line and a
 non-zero exit; ``--debug`` shows the traceback.
 """

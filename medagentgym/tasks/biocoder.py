@@ -32,8 +32,12 @@ Grading:
     results with the gold it keeps, and every one must be equal (numbers within 1e-6; tuples and lists are the
     same; sets and dicts compare order-free). A syntax error, an exception, a missing function, a timeout
     (10 s), any wrong result, or a result line that is missing, duplicated (the program printed its own) or
-    malformed is wrong (reward 0, never an error). Stdout is ignored, except for imported records, whose
-    whole stdout must equal the gold stdout captured offline (also compared on the host).
+    malformed is wrong (reward 0, never an error). Stdout is ignored, except for imported records: their
+    module's own ``main()`` demo is run once as shown and once per hidden seed (every seed the demo sets is
+    replaced by one derived from a salt the agent never sees, so the demo draws inputs it has not read;
+    ``medagentgym/tasks/bio/demo_runs.py``), and each whole stdout must equal the gold captured at import
+    (compared on the host). Records whose demo uses no seed (a third of the public file) have no hidden seed
+    and are graded on the visible demo alone: a function that special-cases the demo's inputs passes them.
 
 Episode end:
     The graded submit (terminated) or a budget (truncated). Default 10 turns.
@@ -48,6 +52,9 @@ Version history:
     1: first version (45 kinds x 4 variants, hidden tests executed in the sandbox).
     2: the result line is parsed strictly on the host (one line; missing, duplicated or malformed is a wrong
        answer, not a grader error); the offline fallback pool runs each graded program in a fresh process.
+    3: imported records: the demo's determinism is decided in fixed worlds (seeded generators, fixed hash
+       seeds, traced entropy use: the same verdict on every import) and graded on hidden seeds as well as the
+       visible demo; the public file's scikit-image / pysam / centrosome records import with the [bio] extra.
 """
 
 from __future__ import annotations
@@ -70,6 +77,7 @@ from medagentgym.tasks.base import (
 )
 from medagentgym.tasks.bio import biocoder_build as bb
 from medagentgym.tasks.bio import kinds_io, kinds_seq
+from medagentgym.tasks.bio.demo_runs import run_salts
 from medagentgym.tasks.bio.kinds_base import Kind
 from medagentgym.tasks.bio.runner import (
     FallbackPool,
@@ -97,7 +105,7 @@ class BioCoder:
     """The biocoder family (see the module docstring for the spec card)."""
 
     name = "biocoder"
-    version = 2
+    version = 3
     actions = frozenset({"code_execution", "terminal", "debugging", "submit_answer"})
 
     def __init__(self, root: Path | str, grader_backend: str = "bwrap") -> None:
@@ -196,22 +204,38 @@ class BioCoder:
         if hopeless:
             return Verdict(correct=False, score=0.0, reason=f"program failed: {hopeless}")
         session = ctx.session if ctx is not None and ctx.session is not None else self._fallback.session()
-        nonce = new_nonce()
         if meta.get("mode") == "stdout":
-            try:
-                source = bb.splice(meta["module"], code)
-            except ValueError as exc:
-                raise GraderError(f"{instance.id}: {exc}") from exc
-            status, _, stdout = run_graded(session, source, nonce, wall_s=_WALL_S)
-            if status != "ok":
-                return Verdict(correct=False, score=0.0, reason=f"program failed: {status}")
-            ok = stdout.rstrip() == meta["expected_stdout"].rstrip()  # the gold stdout never enters the jail
-            return Verdict(correct=ok, score=float(ok), reason="stdout matches" if ok else "stdout differs")
+            return _grade_stdout(instance, code, session)
+        nonce = new_nonce()
         source = bb.program(meta["module"], code, meta["target"], meta["tests"], nonce)
         status, payload, _ = run_graded(session, source, nonce, wall_s=_WALL_S, module_name=bb.GRADED_MODULE)
         if status != "ok" or payload is None:
             return Verdict(correct=False, score=0.0, reason=f"program failed: {status}")
         return _compare(payload, meta["expected"], meta["target"])
+
+
+def _grade_stdout(instance: Instance, code: str, session: Any) -> Verdict:
+    """An imported record: the module's demo runs once visibly and once per hidden seed; every stdout must match.
+
+    The gold stdouts never enter the jail: they are compared here, on the host.
+    """
+    meta = instance.metadata
+    try:
+        source = bb.splice(meta["module"], code)
+    except ValueError as exc:
+        raise GraderError(f"{instance.id}: {exc}") from exc
+    salts = list(meta.get("hidden_salts") or [])
+    want = [meta["expected_stdout"], *(meta.get("hidden_stdout") or [])]
+    if len(want) != len(salts) + 1:
+        raise GraderError(f"{instance.id}: {len(salts)} hidden seeds but {len(want) - 1} hidden outputs; re-import")
+    status, got = run_salts(session, source, [None, *salts], wall_s=_WALL_S * (1 + len(salts)))
+    if status != "ok":
+        return Verdict(correct=False, score=0.0, reason=f"program failed: {status}")
+    differs = [k for k, (g, w) in enumerate(zip(got, want)) if g.rstrip() != w.rstrip()]
+    if not differs:
+        return Verdict(correct=True, score=1.0, reason=f"stdout matches (demo and {len(salts)} hidden seed(s))")
+    where = "the visible demo" if differs[0] == 0 else f"hidden seed {differs[0]}"
+    return Verdict(correct=False, score=0.0, reason=f"stdout differs ({where}; {len(differs)} of {len(want)} runs)")
 
 
 def _compare(payload: Any, want: list[Any], target: str) -> Verdict:
@@ -261,14 +285,14 @@ def import_records(path: Path | str, *, split: Split = "test", session: Any = No
         for lineno, rec, error in read_records(path):
             if rec is None:
                 raise TaskError(f"{path}:{lineno}: {error}; one BioCoder record per line")
-            reason, detail, context = check_record(rec, session if session is not None else pool.session())
+            reason, detail, context, hidden = check_record(rec, session if session is not None else pool.session())
             if reason == "missing_field":
                 raise TaskError(f"{path}:{lineno}: {detail}")
             if reason:  # a missing package is where the old API ran the program and saw it fail
                 label = "reference fails to import" if reason == "needs_packages" else reason.replace("_", " ")
                 dropped.append(f"{rec.get('idx')}: {label}: {detail}")
             else:
-                out.append(_instance(rec, context, detail, split))
+                out.append(_instance(rec, context, detail, split, hidden))
     finally:
         if pool is not None:
             pool.close()

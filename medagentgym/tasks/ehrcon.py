@@ -5,14 +5,19 @@ Description:
     disagree with its structured records. Here the records are the synthetic hospital of ``medagentgym.tasks.ehr_synth``
     written by the ``mimic_iii`` builder as one merged database (``EHRCon_combined.db``, EHRSQL MIMIC-III schema,
     admissions scoped by ``hadm_id``), and the notes (``clinical_notes.csv``, NOTEEVENTS columns: discharge
-    summaries, nursing and physician notes) are RENDERED from those rows by ``medagentgym.tasks.ehr_synth.notes``. About
-    half of the stated entities are falsified on purpose and the kind is recorded: ``value``, ``unit``, ``time``,
-    ``dose`` or ``absent`` (the note asserts an entity the admission has no row of). Each entity is mentioned
-    once per admission, so (admission, entity) pairs are unique and never carry conflicting labels. The gold
-    label is produced by EXECUTING a reference check (SQL: does any row of the admission match the note's
-    claim?) and must agree with the recorded injection; disagreeing items are dropped and counted. Labels are
-    balanced exactly 50/50 in each split; admissions do not cross splits. Category = ``<table>.<kind>`` (tables
-    lab, vital, rx, dx, px; kind ``none`` for a faithful mention).
+    summaries, nursing and physician notes, in the shorthand such notes use: "Hct 31.2 % @ 08:00", "s/p",
+    "d/w", "cont to monitor") are RENDERED from those rows by ``medagentgym.tasks.ehr_synth.notes``. An entity is
+    written by its database label or, 60 % of the time when it has one, by clinical shorthand (``Hct`` for
+    hematocrit, ``BUN``, ``HR``, ``SBP``); the question names the entity as the note writes it (EHRCon's
+    "Medical entity" is the note's surface string), so the agent maps it to the database. Some stated entities are
+    falsified on purpose and the kind is recorded: ``value``, ``unit``, ``time``, ``dose`` or ``absent`` (the
+    note asserts an entity the admission has no row of). Each entity is mentioned once per admission, so
+    (admission, entity) pairs are unique and never carry conflicting labels. The gold label is produced by
+    EXECUTING a reference check (SQL: does any row of the admission match the note's claim?) and must agree with
+    the recorded injection; disagreeing items are dropped and counted. Labels follow the public balance: 30 %
+    inconsistent in each split AND each entity table (the public files: 28.8 % train, 31.5 % test), so a constant
+    answer earns the 70 % base rate and no table pays more; admissions do not cross splits. Category =
+    ``<table>.<kind>`` (tables lab, vital, rx, dx, px; kind ``none`` for a faithful mention).
 
 Example instance:
     question: "Hospital admission 100876, medical entity 'glucose'. Is there any inconsistency between what
@@ -27,7 +32,7 @@ Allowed actions:
 Grading:
     One ``submit_answer``: the strict boolean grader, exactly one of true/false/yes/no. Printing both words (the
     original harness's "true wins" exploit), tracebacks and empty submissions are wrong. A constant answer
-    scores exactly the 50 % base rate.
+    scores the base rate: 70 % for "false" (consistent), as on the public files; compare success with it.
 
 Episode end:
     The graded submit (terminated) or a budget (turns, tokens, wall time: truncated). 15 turns.
@@ -41,6 +46,9 @@ Arguments:
 Version history:
     1: first version (rendered notes, recorded injections, executed reference check, balanced labels).
     2: the MIMIC-III database draws from the public EHRSQL vocabularies (same notes and checks, new values).
+    3: the public label balance (30 % inconsistent, per split and per entity table; was 50/50), clinical
+       shorthand in notes and questions (Hct, BUN, HR, SBP ...; 60 % of entities that have one), shorthand filler
+       lines in every note.
 """
 
 from __future__ import annotations
@@ -82,6 +90,9 @@ from medagentgym.tasks.graders import grade, render_answer
 DB_FILE = "EHRCon_combined.db"
 NOTES_FILE = "clinical_notes.csv"
 TEST_FRACTION = 0.4
+#: Share of inconsistent (true) labels in each split and entity table: the public EHRCon files have 28.8 % (train)
+#: and 31.5 % (test).
+INCONSISTENT_SHARE = 0.30
 ACTIONS = frozenset({"request_info", "code_execution", "terminal", "debugging", "submit_answer"})
 CONTEXT = (
     f"Files (read-only): /data/{DB_FILE}, an SQLite database in the EHRSQL MIMIC-III schema (labevents + "
@@ -89,7 +100,8 @@ CONTEXT = (
     f"d_icd_procedures, admissions, ...; text lower-case), and /data/{NOTES_FILE}, the clinical notes (NOTEEVENTS "
     "columns ROW_ID, SUBJECT_ID, HADM_ID, CHARTDATE, CHARTTIME, STORETIME, CATEGORY, DESCRIPTION, CGID, ISERROR, "
     "TEXT, ADMITTIME). Notes state lab and vital values with unit and chart time (YYYY-MM-DD HH:MM), prescriptions "
-    "with dose, unit, route and start date, and diagnoses/procedures by their short title. A statement is "
+    "with dose, unit, route and start date, and diagnoses/procedures by their short title; notes name an entity by "
+    "its database label or by clinical shorthand (Hct, BUN, HR, SBP, ...), as the question does. A statement is "
     "consistent when some row of THAT admission matches all of it; a statement about an entity the admission has "
     "no row of is inconsistent. Submit exactly one word: true (inconsistent) or false (consistent)."
 )
@@ -109,12 +121,17 @@ def _notes_csv(rows: list[list[Any]]) -> bytes:
     return buf.getvalue().encode("utf-8")
 
 
-def _balance(items: list[dict[str, Any]], rng: random.Random) -> list[dict[str, Any]]:
-    """Keep equally many inconsistent and consistent items (drop a seeded sample of the majority)."""
-    pos = [k for k, it in enumerate(items) if it["label"]]
-    neg = [k for k, it in enumerate(items) if not it["label"]]
-    n = min(len(pos), len(neg))
-    keep = set(rng.sample(pos, n)) | set(rng.sample(neg, n))
+def _balance(items: list[dict[str, Any]], rng: random.Random, share: float = INCONSISTENT_SHARE
+             ) -> list[dict[str, Any]]:
+    """Keep ``share`` inconsistent items in EACH entity table (drop a seeded sample of the surplus), so that
+    neither the split nor any table (what the entity's name tells) pays more than the base rate to a constant."""
+    keep: set[int] = set()
+    for table in KINDS:
+        pos = [k for k, it in enumerate(items) if it["label"] and it["mention"].table == table]
+        neg = [k for k, it in enumerate(items) if not it["label"] and it["mention"].table == table]
+        n_pos = min(len(pos), round(len(neg) * share / (1 - share)))
+        n_neg = min(len(neg), round(n_pos * (1 - share) / share)) if n_pos else 0
+        keep |= set(rng.sample(pos, n_pos)) | set(rng.sample(neg, n_neg))
     return [it for k, it in enumerate(items) if k in keep]
 
 
@@ -122,8 +139,10 @@ class EHRCon:
     """The ehrcon family (see the module docstring for the spec card)."""
 
     name = "ehrcon"
-    version = 2
+    version = 3
     actions = ACTIONS
+    #: Built at the public label balance, "always consistent" earns the 70 % base rate (plus rounding).
+    floor_bound = 1 - INCONSISTENT_SHARE + 0.01
 
     def __init__(self, root: Path | str | None = None) -> None:
         """Bind to the built directory ``root`` (``<tasks_root>/ehrcon``)."""
@@ -213,11 +232,16 @@ class EHRCon:
         m = item["mention"]
         return Instance(
             id=f"{self.name}/{split}/{index:06d}", family=self.name, category=f"{m.table}.{m.kind}", split=split,
-            question=_question(item["hadm"], m.entity), context=CONTEXT, answer=item["label"], answer_type="boolean",
+            question=_question(item["hadm"], m.surface), context=CONTEXT, answer=item["label"], answer_type="boolean",
             solution=item["sql"], solution_lang="sql", data={DB_FILE: DB_FILE, NOTES_FILE: NOTES_FILE},
-            metadata={"hadm_id": item["hadm"], "entity": m.entity, "table": m.table, "kind": m.kind,
-                      "claim": m.claim, "sql_database": DB_FILE},
+            metadata={"hadm_id": item["hadm"], "entity": m.entity, "surface": m.surface, "table": m.table,
+                      "kind": m.kind, "claim": m.claim, "sql_database": DB_FILE},
         )
+
+    def question_template(self, instance: Instance) -> str:
+        """The entity's table (``lab``, ``rx`` ...): one question wording for all, and the entity's name tells the
+        table; the category's kind (``lab.value``) is the label itself (used by the per-template reward floor)."""
+        return str(instance.metadata.get("table") or instance.category.split(".", 1)[0])
 
     def instances(self, split: Split) -> list[Instance]:
         """Instances of ``split`` from the built directory (raises ``NotBuilt`` with the build command)."""

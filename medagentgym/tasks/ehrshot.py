@@ -10,9 +10,14 @@ Description:
     cohorts' folders: they hold the full label set of its training patients. Labels come from a hidden model
     of the latent patient state plus noise, so they are learnable from the embeddings. Few-shot instances
     follow EHRSHOT's setting: only k labelled training examples per class (per finding for chexpert) are given,
-    k in {all, 128, 32, 8}; a few-shot draw on which the reference model does not beat chance by 0.03 is
-    redrawn (up to 5 times). The test labels live under ``hidden/`` in the built directory, which is never
-    mounted. All data are synthetic.
+    k in {all, 128, 32, 8}. Each instance's chance baseline is measured by permutation when it is built
+    (``medagentgym.tasks.floors.null_metric``, 200 draws of each predictor that reads no feature: constants,
+    uniform and train-proportional random output, the test labels permuted, the reference model's predictions
+    permuted across patients): ``chance`` is the best such predictor's mean metric and ``null_high`` the largest
+    mean + 3 standard deviations. An instance is kept only when the reference model clears ``null_high`` by
+    max(0.03, one standard deviation); a few-shot draw that does not is redrawn (up to 5 times), else the
+    instance is dropped (listed in the manifest). The test labels live under ``hidden/`` in the built
+    directory, which is never mounted. All data are synthetic.
 
 Example instance:
     question: "EHRSHOT task guo_los (operational outcomes): predict whether the hospital visit lasts at least 7
@@ -32,11 +37,13 @@ Grading:
     predicted probability (boolean tasks); balanced accuracy of the predicted class 0-3 (lab tasks; plain
     accuracy, the original's metric, lets a constant "normal" earn the majority share, so it is only
     reported); macro-F1 over the 14 findings decoded from the predicted integer (chexpert).
-    ``Verdict.score`` = the share of the reference model's lift over chance that the submission recovers,
-    clip((metric - chance) / (reference - chance), 0, 1), where chance is the best constant predictor (AUROC 0.5,
-    balanced accuracy 1/classes, macro-F1 of predicting every finding) and the reference is the scikit-learn
-    logistic regression of the reference solution (its metric is in ``metadata["reference_metric"]``).
-    ``correct`` = score >= 0.8, i.e. metric >= ``metadata["correct_threshold"]`` = chance + 0.8 (reference - chance).
+    ``Verdict.score`` = the share of the reference model's lift above the no-information spread that the
+    submission recovers, clip((metric - null_high) / (reference - null_high), 0, 1), where ``null_high`` (see
+    above) is what predictions reading no feature reach with probability ~0.1 %, and the reference is the
+    scikit-learn logistic regression of the reference solution (its metric is in ``metadata["reference_metric"]``).
+    ``correct`` = score >= 0.8, i.e. metric >= ``metadata["correct_threshold"]`` = null_high + 0.8 (reference -
+    null_high). Random predictions therefore earn nothing, not the half of the chance-to-reference gap they
+    reached by luck when the zero point was the chance mean.
 
 Episode end:
     The graded submit (terminated), or a budget (turns, tokens, wall time: truncated). Default 12 turns.
@@ -44,21 +51,27 @@ Episode end:
 Arguments:
     ``tasks.make("ehrshot", root=DIR)``; ``build(out_dir, size="tiny"|"default", seed=0)`` writes
     ``<out_dir>/ehrshot/{data/, hidden/, train.jsonl, test.jsonl, manifest.json}``, byte-identical per seed.
-    tiny: 300 train / 200 test patients per cohort, k in {all, 32} (60 instances); default: 1,500 / 600
-    patients, k in {all, 128, 32, 8} (120 instances). Train and test instances use different cohorts.
+    tiny: 300 train / 400 test patients per cohort, k in {all, 32} (up to 60 instances); default: 1,500 / 600
+    patients, k in {all, 128, 32, 8} (up to 120 instances). Train and test instances use different cohorts.
 
 Version history:
     1: first version (15 tasks, hidden labels, full-coverage scoring, normalised partial credit).
     2: each instance mounts only its own cohort folder (a k-shot instance could read the full labels of its
        training patients); predictions read through ``sandbox.hostio``; malformed ids are wrong answers.
+    3: chance measured by permutation over every no-information predictor; instances kept only above its
+       spread, partial credit and the pass threshold measured from mean + 3 sd (random predictions earned full
+       reward on a few-shot hyperkalemia instance in 19.7 % of draws); hyperkalemia's potassium sd 0.8 -> 1.0
+       (a severe class of 4 test patients made its balanced accuracy pure noise); tiny test cohorts 200 -> 400.
 """
 
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import json
 import math
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -87,15 +100,18 @@ TASKS: list[dict[str, Any]] = json.loads(
     (Path(__file__).parent / "data" / "ehrshot" / "tasks.json").read_text(encoding="utf-8"))["tasks"]
 _BY_NAME = {t["name"]: t for t in TASKS}
 _SIZES: dict[str, dict[str, Any]] = {
-    "tiny": {"train": 300, "test": 200, "ks": ("all", 32)},
+    "tiny": {"train": 300, "test": 400, "ks": ("all", 32)},
     "default": {"train": 1500, "test": 600, "ks": ("all", 128, 32, 8)},
 }
 DIMS, LATENT = 64, 16
 MOUNT = "ehrshot"
 PREDICTIONS = "predictions.csv"
 CORRECT_SHARE = 0.8
-#: The reference model must beat chance by this much (else the few-shot sample is redrawn, up to _DRAWS times).
+#: The reference model must beat the no-information spread (``null_high``) by this much and by one standard
+#: deviation of it (else the few-shot sample is redrawn, up to _DRAWS times; an "all" cohort is dropped).
 _MIN_LIFT, _DRAWS = 0.03, 5
+#: Permutations per no-information predictor when an instance's chance baseline is measured.
+NULL_PERMUTATIONS = 200
 _MAX_FILE_BYTES = 20 << 20
 _ACCEPTED_SUBMISSIONS = {PREDICTIONS, f"./{PREDICTIONS}", f"/workspace/{PREDICTIONS}"}
 _METRIC = {"boolean": "AUROC", "categorical": "balanced accuracy", "multilabel": "macro-F1 over the 14 findings"}
@@ -272,30 +288,74 @@ def _read_predictions(workspace: Path, label_type: str) -> tuple[dict[int, float
     return out, ""
 
 
-def score_predictions(label_type: str, workspace: Path, truth: dict[int, int]) -> tuple[float | None, float, str]:
-    """``(metric, chance, reason)`` of ``<workspace>/predictions.csv`` against the hidden labels; metric None when
-    the file is invalid (the reason says why)."""
+def metric_of(label_type: str, y: np.ndarray, p: np.ndarray) -> float:
+    """The task metric of predictions ``p`` against labels ``y`` (both ordered by patient id)."""
+    if label_type == "boolean":
+        return _auroc(y, p)
+    if label_type == "categorical":
+        return float(np.mean([(p[y == c] == c).mean() for c in np.unique(y)]))
+    return _macro_f1(y, p.astype(np.int64))[0]
+
+
+def score_predictions(label_type: str, workspace: Path, truth: dict[int, int]) -> tuple[float | None, str]:
+    """``(metric, reason)`` of ``<workspace>/predictions.csv`` against the hidden labels; metric None when the
+    file is invalid (the reason says why)."""
     predicted, why = _read_predictions(workspace, label_type)
     if predicted is None:
-        return None, 0.0, why
+        return None, why
     missing, extra = set(truth) - set(predicted), set(predicted) - set(truth)
     if missing or extra:
-        return None, 0.0, (f"predictions must cover exactly the {len(truth)} test ids: {len(missing)} missing, "
-                           f"{len(extra)} unknown")
+        return None, (f"predictions must cover exactly the {len(truth)} test ids: {len(missing)} missing, "
+                      f"{len(extra)} unknown")
     ids = sorted(truth)
     y = np.asarray([truth[i] for i in ids], dtype=np.int64)
     p = np.asarray([predicted[i] for i in ids], dtype=float)
-    if label_type == "boolean":
-        return _auroc(y, p), 0.5, ""
     if label_type == "categorical":
-        classes = np.unique(y)
-        recall = [float((p[y == c] == c).mean()) for c in classes]
-        accuracy = float((p == y).mean())
-        return float(np.mean(recall)), 1 / len(classes), f"(plain accuracy {accuracy:.3f})"
-    if ((p < 0) | (p >= 1 << 14)).any():
-        return None, 0.0, "chexpert predictions must be integers in [0, 16383]"
-    metric, chance = _macro_f1(y, p.astype(np.int64))
-    return metric, chance, ""
+        return metric_of(label_type, y, p), f"(plain accuracy {float((p == y).mean()):.3f})"
+    if label_type == "multilabel" and ((p < 0) | (p >= 1 << 14)).any():
+        return None, "chexpert predictions must be integers in [0, 16383]"
+    return metric_of(label_type, y, p), ""
+
+
+def _bits(y: np.ndarray) -> np.ndarray:
+    return (np.asarray(y, dtype=np.int64)[:, None] >> np.arange(13, -1, -1)) & 1
+
+
+def _from_bits(bits: np.ndarray) -> np.ndarray:
+    return bits.astype(np.int64) @ (1 << np.arange(13, -1, -1))
+
+
+def _null_predictors(label_type: str, train_y: np.ndarray, n: int) -> dict[str, Any]:
+    """Predictors that read no feature, for ``n`` test patients: constants, uniform and train-proportional
+    random draws (``draw(rng) -> predictions``). The labels' own permutation is added by the caller."""
+    from medagentgym.tasks.floors import constant_predictor
+
+    if label_type == "boolean":
+        return {"constant 0.5": constant_predictor(np.full(n, 0.5)), "uniform random": lambda rng: rng.random(n)}
+    if label_type == "categorical":
+        classes, counts = np.unique(train_y, return_counts=True)
+        out: dict[str, Any] = {f"constant {c}": constant_predictor(np.full(n, float(c))) for c in classes}
+        out["uniform random class"] = lambda rng: rng.choice(classes, n).astype(float)
+        out["train-proportional random"] = lambda rng: rng.choice(classes, n, p=counts / counts.sum()).astype(float)
+        return out
+    prevalence = _bits(train_y).mean(axis=0)
+    majority = _from_bits((prevalence >= 0.5).astype(np.int64)[None, :])[0]
+    return {"constant every finding": constant_predictor(np.full(n, float((1 << 14) - 1))),
+            "constant train majority": constant_predictor(np.full(n, float(majority))),
+            "train-prevalence random": lambda rng: _from_bits(rng.random((n, 14)) < prevalence).astype(float)}
+
+
+def null_baseline(label_type: str, y: np.ndarray, reference: np.ndarray, train_y: np.ndarray, seed: Any
+                  ) -> dict[str, Any]:
+    """The instance's chance baseline by permutation (``medagentgym.tasks.floors.null_metric``): constants,
+    uniform and train-proportional random predictions, the test labels permuted (class-proportional random with
+    the test shares) and the reference model's predictions permuted across patients."""
+    from medagentgym.tasks.floors import null_metric
+
+    predictors = _null_predictors(label_type, train_y, len(y))
+    predictors["permuted labels"] = lambda rng: rng.permutation(y).astype(float)
+    predictors["permuted reference"] = lambda rng: rng.permutation(reference)
+    return null_metric(lambda p: metric_of(label_type, y, p), predictors, draws=NULL_PERMUTATIONS, seed=seed)
 
 
 def _read_truth(path: Path) -> dict[int, int]:
@@ -320,7 +380,7 @@ class EHRShot:
     """The ehrshot family (see the module docstring for the spec card)."""
 
     name = "ehrshot"
-    version = 2
+    version = 3
     #: Grading reads predictions.csv from the episode workspace, so contract checks replay in a real sandbox.
     needs_sandbox = True
     actions = frozenset({"code_execution", "terminal", "debugging", "submit_answer"})
@@ -352,14 +412,15 @@ class EHRShot:
             The manifest (counts, seed, size, version, reference metrics, sha256 per file).
 
         Raises:
-            TaskError: Unknown size, or a reference model that does not beat chance by 0.03 even after
-                redrawing the few-shot sample.
+            TaskError: Unknown size. A cohort whose reference does not clear the no-information spread (after
+                redrawing a few-shot sample) is dropped and listed under ``dropped``, not an error.
         """
         if size not in _SIZES:
             raise TaskError(f"size {size!r} is not one of {sorted(_SIZES)}")
         family_dir = Path(out_dir) / self.name
         conf, encoder = _SIZES[size], _encoder(seed)
         splits: dict[str, list[Instance]] = {"train": [], "test": []}
+        dropped: list[str] = []
         for split in ("train", "test"):
             for task in TASKS:
                 for k in conf["ks"]:
@@ -368,15 +429,17 @@ class EHRShot:
                         self._write_cohort(family_dir, key, task, k, conf, seed, split, encoder, attempt)
                         inst = self._instance(family_dir, key, task, k, split, len(splits[split]))
                         if inst is not None:
+                            splits[split].append(inst)
                             break
-                    else:  # an unlucky few-shot draw was redrawn _DRAWS times; "all" has nothing to redraw
-                        raise TaskError(f"ehrshot {key}: the reference model does not beat chance by "
-                                        f"{_MIN_LIFT}; try another seed")
-                    splits[split].append(inst)
+                    else:  # the reference never cleared the no-information spread: no instance, no files
+                        dropped.append(f"{key}: the reference model does not clear the no-information spread "
+                                       "(mean + 3 sd of predictions that read no feature) by its margin")
+                        for part in ("data", "hidden"):
+                            shutil.rmtree(family_dir / part / key)
         for split, items in splits.items():
             write_instances(family_dir, split, items)
         return write_manifest(
-            family_dir, family=self.name, version=self.version, size=size, seed=seed,
+            family_dir, family=self.name, version=self.version, size=size, seed=seed, dropped=dropped,
             counts={split: len(items) for split, items in splits.items()},
             reference_metric={i.id: i.metadata["reference_metric"] for items in splits.values() for i in items},
         )
@@ -399,14 +462,21 @@ class EHRShot:
         import tempfile
 
         label_type = task["label_type"]
+        truth = _read_truth(family_dir / "hidden" / key / "test_labels.csv")
         with tempfile.TemporaryDirectory() as tmp:  # EXECUTE the reference solution on the host copy of the mount
             out = Path(tmp) / PREDICTIONS
             run_reference(solution_code(label_type, str(family_dir / "data" / key), str(out)))
-            metric, chance, why = score_predictions(label_type, Path(tmp), _read_truth(family_dir / "hidden" / key /
-                                                                                 "test_labels.csv"))
-        if metric is None:
+            metric, why = score_predictions(label_type, Path(tmp), truth)
+            predicted, _ = _read_predictions(Path(tmp), label_type)
+        if metric is None or predicted is None:
             raise TaskError(f"ehrshot {key}: the reference predictions are invalid ({why})")
-        if metric - chance < _MIN_LIFT:  # partial credit is measured against this lift; redraw the k-shot sample
+        ids = sorted(truth)
+        train_y = np.asarray(list(_read_truth(family_dir / "data" / key / "train_labels.csv").values()))
+        null = null_baseline(label_type, np.asarray([truth[i] for i in ids]),
+                             np.asarray([predicted[i] for i in ids]), train_y,
+                             seed=int(hashlib.sha256(key.encode()).hexdigest()[:8], 16))
+        # Kept only when the reference clears what no-information predictions reach (mean + 3 sd), by a margin.
+        if metric - null["high"] < max(_MIN_LIFT, null["sd"]):
             return None
         shots = ("all labelled training patients are given" if k == "all" else
                  f"few-shot setting: only k = {k} labelled training examples per "
@@ -430,14 +500,30 @@ class EHRShot:
             # with this one instead of keeping both (a new NAME would stay attached for later sessions).
             data={MOUNT: f"data/{key}"},
             metadata={"cohort": key, "label_type": label_type, "k": k, "hidden_labels": f"hidden/{key}/test_labels.csv",
-                      "metric": _METRIC[label_type], "reference_metric": metric, "chance": chance,
-                      "correct_threshold": chance + CORRECT_SHARE * (metric - chance),
+                      "metric": _METRIC[label_type], "reference_metric": metric, "chance": null["chance"],
+                      "chance_by": null["chance_by"], "null_high": null["high"], "null_sd": null["sd"],
+                      "correct_threshold": null["high"] + CORRECT_SHARE * (metric - null["high"]),
                       "reference_model": "StandardScaler + LogisticRegression(C=0.1)"},
         )
 
     def instances(self, split: Split) -> list[Instance]:
         """Instances of ``split`` from the built directory (raises ``NotBuilt`` with the build command)."""
         return load_instances(self.root, split, family=self.name)
+
+    def null_submissions(self, instance: Instance, rng: np.random.Generator) -> list[tuple[str, str, dict[str, bytes]]]:
+        """Predictions that read no feature, for the reward floor (``medagentgym.tasks.floors``): one
+        ``(predictor, answer, {"predictions.csv": bytes})`` per no-information predictor (constants, uniform and
+        train-proportional random), every test id covered, drawn with ``rng``."""
+        data = Path(self.root) / instance.data[MOUNT]
+        ids = [int(r[0]) for r in csv.reader((data / "test_ids.csv").read_text(encoding="utf-8").splitlines()[1:])]
+        train_y = np.asarray(list(_read_truth(data / "train_labels.csv").values()))
+        out = []
+        for name, draw in _null_predictors(instance.metadata["label_type"], train_y, len(ids)).items():
+            values = draw(rng)
+            text = [f"{i},{int(v) if instance.metadata['label_type'] != 'boolean' else float(v)!r}"
+                    for i, v in zip(ids, values)]
+            out.append((name, PREDICTIONS, {PREDICTIONS: ("id,prediction\n" + "\n".join(text) + "\n").encode()}))
+        return out
 
     def reference_solution(self, instance: Instance) -> list[dict[str, Any]]:
         """Train the logistic regression and write predictions.csv in the workspace, then submit its name."""
@@ -486,11 +572,12 @@ class EHRShot:
         if not labels.is_file():
             raise GraderError(f"hidden labels of {instance.id} are missing ({labels}); rebuild the family")
         meta = instance.metadata
-        metric, chance, why = score_predictions(meta["label_type"], Path(ctx.workspace),
-                                                _read_truth(labels))
+        metric, why = score_predictions(meta["label_type"], Path(ctx.workspace), _read_truth(labels))
         if metric is None:
             return Verdict(correct=False, score=0.0, reason=why)
         reference = meta["reference_metric"]
-        share = 1.0 if metric >= reference else max(0.0, (metric - chance) / (reference - chance))
+        zero = meta.get("null_high", meta["chance"])  # v2 instances: the plain chance level
+        share = 1.0 if metric >= reference else max(0.0, (metric - zero) / (reference - zero))
         return Verdict(correct=share >= CORRECT_SHARE, score=share,
-                       reason=f"{meta['metric']} {metric:.4f} (reference {reference:.4f}, chance {chance:.4f}) {why}")
+                       reason=(f"{meta['metric']} {metric:.4f} (reference {reference:.4f}, no-information level "
+                               f"{zero:.4f}) {why}"))

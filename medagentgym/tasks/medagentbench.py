@@ -43,7 +43,7 @@ Arguments:
     (``export_bundle(path)`` writes them as a transaction Bundle to load). ``build(out_dir, size, seed)``
     writes ``<out_dir>/medagentbench/{fhir/resources.json, train.jsonl, test.jsonl, manifest.json}``;
     tiny: 12 patients; default: 240 patients (10 instances each, plus "not found" look-ups, minus the
-    do-nothing cases beyond 8 % of a split); 20 % of the patients go to test. Episodes: ``ep = fam.open_episode(instance)``; ``pool.session(..., bridges=ep.bridges)``;
+    do-nothing cases beyond 6 % of a split); 20 % of the patients go to test. Episodes: ``ep = fam.open_episode(instance)``; ``pool.session(..., bridges=ep.bridges)``;
     ``ep.close()`` after grading.
 
 Version history:
@@ -57,6 +57,8 @@ Version history:
     3: malformed POST bodies and answer values (non-object codes, non-list codings, huge numbers, impossible
        instants) are wrong answers with a reason instead of grader crashes; a missing FHIR bridge is an
        infrastructure failure (``Verdict.infra``).
+    4: do-nothing instances capped at 6 % of a split (was 8 %): one constant per task type learned on train
+       ("[-1]", "Patient not found") scored 10.3 % of test at default size, above the 10 % per-template bound.
 """
 
 from __future__ import annotations
@@ -100,8 +102,9 @@ _SIZES = {"tiny": 12, "default": 240}
 _TEST_EVERY = 5
 _NOT_FOUND_EVERY = 5
 #: The most a split's do-nothing instances (answer [-1], no order) may make up: about a fifth of the drawn
-#: instances are such, which let a silent "[-1]" score ~20 %; the rest of them are not kept.
-IDLE_SHARE = 0.08
+#: instances are such, which let a silent "[-1]" score ~20 %; the rest of them are not kept. 6 %, not 8 %: per
+#: task type, "[-1]" and task1's "Patient not found" add up (the per-template floor was 10.3 % at 8 %).
+IDLE_SHARE = 0.06
 TASKS = tuple(TEXTS)
 CATEGORIES = ("task1_found", "task1_not_found", "task2_age", "task3_record_bp", "task4_recent", "task4_none",
               "task5_none", "task5_normal", "task5_severe", "task5_moderate", "task5_mild", "task6_recent",
@@ -287,7 +290,7 @@ class MedAgentBench:
     """The medagentbench family (see the module docstring for the spec card)."""
 
     name = "medagentbench"
-    version = 3
+    version = 4
     actions = frozenset(ALL_ACTIONS)
 
     def __init__(self, root: Path | str, fhir_base_url: str | None = None) -> None:
@@ -377,6 +380,11 @@ class MedAgentBench:
             answer=json.dumps(gold, sort_keys=True), answer_type="text",
             solution=solution_code(task, slots), solution_lang="python",
             metadata={"task": task, "slots": slots, "fhir_port": FHIR_PORT})
+
+    def question_template(self, instance: Instance) -> str:
+        """The task type (``task5``): its instruction wording is one template, whatever the outcome category
+        (``task5_normal`` / ``task5_mild``) says about the answer (used by the per-template reward floor)."""
+        return str(instance.metadata.get("task") or instance.category.split("_", 1)[0])
 
     def instances(self, split: Split) -> list[Instance]:
         """Instances of ``split`` from the built directory (raises ``NotBuilt`` with the build command)."""
@@ -498,7 +506,8 @@ def reference_gold(server: FhirServer, base: BaseData, task: str, slots: dict[st
 
 def _rebalance(drawn: list[tuple[str, str, bool]]) -> set[int]:
     """Indices of the drawn ``(split, task, idle)`` instances to keep: every non-idle one, and per split at most
-    :data:`IDLE_SHARE` of idle ones, taken round-robin over the task types in draw order (so each kind stays)."""
+    :data:`IDLE_SHARE` of idle ones (in train at least one per task type), taken round-robin over the task types in
+    draw order (so each kind stays)."""
     keep = {k for k, (_, _, idle) in enumerate(drawn) if not idle}
     for split in ("train", "test"):
         others = sum(1 for s, _, idle in drawn if s == split and not idle)
@@ -508,6 +517,8 @@ def _rebalance(drawn: list[tuple[str, str, bool]]) -> set[int]:
             if s == split and idle:
                 queues.setdefault(task, []).append(k)
         chosen = [k for group in itertools.zip_longest(*queues.values()) for k in group if k is not None]
+        if split == "train":  # a small build still shows every do-nothing branch once (in train, not test)
+            allowed = max(allowed, len(queues))
         keep.update(chosen[:allowed])
     return keep
 

@@ -4,19 +4,30 @@ Description:
     Each instance is a patient note plus one fixed question per calculator (CHA2DS2-VASc, Cockcroft-Gault,
     APACHE II, QTc, due dates, ...; the 55 calculators of MedCalc-Bench). Notes are rendered from sampled
     "Relevant Entities" (clinically plausible ranges, optional criteria sometimes unmentioned, mixed units such as
-    lbs/kg, µmol/L/mg/dL, °F/°C, distractor facts). The gold answer is obtained by EXECUTING the instance's
-    reference snippet (``calculate(<id>, <entities>)``, medagentgym/tasks/medcalc) on the sampled entities. Unlike the
-    original harness, the note and the calculator's method summary are shown to the agent. Real MedCalc-Bench
+    lbs/kg, µmol/L/mg/dL, °F/°C) in the shape the public rows of that calculator have
+    (``medagentgym.tasks.medcalc.notes.render_case``): one formulaic sentence for the 11 template-generated
+    calculators (QTc, dates, steroid conversion, MME, target weight; ~70 characters), a clinician vignette for
+    10 score calculators (~1,000), a case report for the other 34 (~3,000; lengths drawn from the lognormals
+    measured on the public rows). Vignettes and reports hide the relevant facts among distractors no formula of
+    that calculator reads: complaint and history of present illness, unrelated history, medications, social and
+    family history, normal-range vitals and labs it does not use (shorthand such as BP, HR, Cr, Hct), imaging and
+    a hospital course. As in the original harnesses (MedCalc-Bench's prompts, and MedAgentGym's, which builds
+    a method paragraph but never sends it), the agent sees the note and the question, not the calculator's
+    method (it is kept in ``metadata["method"]``). Each synthetic instance keeps, of 24 candidate entity sets,
+    the one whose answer is rarest so far in its calculator and split, so one constant per calculator learned
+    on train earns little on test. The gold answer is obtained by EXECUTING the instance's reference snippet
+    (``calculate(<id>, <entities>)``, medagentgym/tasks/medcalc) on the sampled entities. Real MedCalc-Bench
     rows can be imported (:func:`import_rows`) and checked against these calculators (:func:`check_rows`, or
-    ``python -m medagentgym.tasks.medcalcbench ROWS.jsonl``, which prints per-calculator within-bounds rates under both
-    conventions); the check defaults to the ``medcalc-bench`` convention, which reproduces the benchmark's 2024
-    gold-generating code, every departure from the published rules listed in ``medagentgym.tasks.medcalc.bench.QUIRKS`` (all
-    1,047 public test rows within bounds). Synthetic gold always follows the published rules.
+    ``python -m medagentgym.tasks.medcalcbench ROWS.jsonl``, which prints per-calculator within-bounds rates under
+    both conventions); the check defaults to the ``medcalc-bench`` convention, which reproduces the benchmark's
+    2024 gold-generating code, every departure from the published rules listed in
+    ``medagentgym.tasks.medcalc.bench.QUIRKS`` (all 1,047 public test rows within bounds). Synthetic gold always
+    follows the published rules.
 
 Example instance:
     question: "What is the patient's CHA2DS2-VASc Score? Submit exactly one integer."
-    context:  "Patient note: A 72-year-old woman presents ... History is notable for hypertension. ...
-               Calculator: CHA2DS2-VASc Score for Atrial Fibrillation Stroke Risk. Method: CHF 1, ..."
+    context:  "Patient note: A 72-year-old woman was referred to our clinic with fatigue. ... History is notable
+               for hypertension. ... Initial labs: Plt 292 × 10^3/µL; lipase 50 U/L; ..."
     answer:   4            answer_type: "integer"        category: "c04_cha2ds2_vasc"
     solution: "from medagentgym.tasks.medcalcbench import calculate\\nentities = {...}\\nanswer = calculate(4, entities)"
 
@@ -41,6 +52,10 @@ Arguments:
 
 Version history:
     1: first version (55 calculators, synthetic notes, official answer classes, importer and row checker).
+    2: notes shaped like the public rows (template sentences, vignettes, case reports: mean 279 -> ~2,000
+       characters against the public 2,196) with distractors no formula reads; the method is no longer shown
+       (neither original harness shows it); answers spread per calculator (24 candidates, the rarest answer
+       kept): one constant per calculator learned on train scored 15.2 % of test, now under 10 %.
 """
 
 from __future__ import annotations
@@ -69,7 +84,7 @@ from medagentgym.tasks.base import (
 from medagentgym.tasks.graders import grade as strict_grade
 from medagentgym.tasks.graders import looks_like_error
 from medagentgym.tasks.medcalc import CALCULATORS, Calculator, bounds, calculate, get_calculator
-from medagentgym.tasks.medcalc.notes import render_note
+from medagentgym.tasks.medcalc.notes import render_case
 from medagentgym.tasks.medcalc.registry import CONVENTIONS, DATE, DECIMAL, INTEGER, WEEKS_DAYS
 from medagentgym.tasks.medcalc.specs import sample_entities
 
@@ -191,8 +206,10 @@ def run_snippet(code: str) -> Any:
     return namespace["answer"]
 
 
-def _context(note: str, calc: Calculator) -> str:
-    return f"Patient note:\n{note}\n\nCalculator: {calc.name}.\nMethod: {calc.method}"
+def _context(note: str) -> str:
+    """What the agent reads beside the question: the patient note only. Neither MedCalc-Bench's own prompts nor
+    MedAgentGym's show the calculator's method (MedAgentGym builds a method paragraph and never sends it)."""
+    return f"Patient note:\n{note}"
 
 
 def _entity_key(entities: dict[str, Any]) -> str:
@@ -202,27 +219,57 @@ def _entity_key(entities: dict[str, Any]) -> str:
 def _instance(calc: Calculator, *, iid: str, split: Split, note: str, entities: dict[str, Any], answer: Any,
               lower: Any, upper: Any, solution: str | None, source: str, extra: dict[str, Any] | None = None
               ) -> Instance:
+    question = calc.question
+    if calc.id == 24 and "input steroid" in entities and "target steroid" in entities:  # the benchmark's wording
+        question = (f"Based on the patient's dose of {entities['input steroid'][0]}, what is the equivalent dosage "
+                    f"in mg of {entities['target steroid']}?")
     return Instance(
         id=iid, family=MedCalcBench.name, category=calc.slug, split=split,
-        question=f"{calc.question} {_FORMAT_HINT[calc.kind]}", context=_context(note, calc),
+        question=f"{question} {_FORMAT_HINT[calc.kind]}", context=_context(note),
         answer=list(answer) if isinstance(answer, tuple) else answer, answer_type=_ANSWER_TYPE[calc.kind],
         solution=solution, solution_lang="python" if solution else None,
         metadata={"calculator_id": calc.id, "calculator_name": calc.name, "output_type": calc.kind,
                   "benchmark_category": calc.category, "lower": lower, "upper": upper, "entities": entities,
+                  "method": calc.method,
                   "note_source": source, **(extra or {})},
     )
 
 
-def _synthetic(calc: Calculator, rng: random.Random, split: Split, index: int, seen: set[str]) -> Instance:
-    for _ in range(20):  # prefer entity sets not already used (test first, so train avoids test's)
+#: Candidate entity sets drawn per synthetic instance; the one whose answer is rarest so far is kept (see
+#: :func:`_answer_bin`), so no single answer dominates a calculator and one constant per calculator, learned on
+#: train, stays a small share of test (the per-template reward floor).
+CANDIDATES = 24
+
+
+def _answer_bin(kind: str, answer: Any) -> Any:
+    """The answers one constant could match together: the exact value for scores, dates and (weeks, days); for
+    decimals a log-width-0.1 bin (about the ±5 % band a constant covers), signed."""
+    if kind != DECIMAL:
+        return str(answer)
+    if answer == 0:
+        return "0"
+    return (answer > 0, math.floor(math.log(abs(answer)) / 0.1))
+
+
+def _synthetic(calc: Calculator, rng: random.Random, split: Split, index: int, seen: set[str],
+               tally: dict[Any, int]) -> Instance:
+    best: tuple[dict[str, Any], Any] | None = None
+    for _ in range(CANDIDATES):  # prefer entity sets not already used (test first, so train avoids test's)
         entities = sample_entities(calc.id, rng)
-        if _entity_key(entities) not in seen:
+        if _entity_key(entities) in seen:
+            continue
+        key = _answer_bin(calc.kind, calculate(calc.id, entities))
+        if best is None or tally.get(key, 0) < tally.get(best[1], 0):
+            best = (entities, key)
+        if tally.get(key, 0) == 0:
             break
+    entities, key = best if best is not None else (sample_entities(calc.id, rng), None)
+    tally[key] = tally.get(key, 0) + 1
     seen.add(_entity_key(entities))
     code = SNIPPET.format(entities=entities, cid=calc.id)
     answer = run_snippet(code)
     lower, upper = bounds(calc.kind, answer)
-    return _instance(calc, iid=f"medcalcbench/{split}/{index:05d}", split=split, note=render_note(entities, rng, calc.id),
+    return _instance(calc, iid=f"medcalcbench/{split}/{index:05d}", split=split, note=render_case(entities, rng, calc.id),
                      entities=entities, answer=answer, lower=lower, upper=upper, solution=code, source="synthetic")
 
 
@@ -230,7 +277,7 @@ class MedCalcBench:
     """The medcalcbench family (see the module docstring for the spec card)."""
 
     name = "medcalcbench"
-    version = 1
+    version = 2
     actions = frozenset({"code_execution", "terminal", "debugging", "submit_answer"})
 
     def __init__(self, root: Path | str) -> None:
@@ -267,8 +314,9 @@ class MedCalcBench:
             rng = random.Random(f"medcalcbench:{seed}:{calc.id}")
             seen: set[str] = set()
             for split in ("test", "train"):
+                tally: dict[Any, int] = {}  # each split's answers spread on their own
                 for _ in range(_SIZES[size][split]):
-                    splits[split].append(_synthetic(calc, rng, split, len(splits[split]), seen))
+                    splits[split].append(_synthetic(calc, rng, split, len(splits[split]), seen, tally))
         for split, items in splits.items():
             write_instances(family_dir, split, items)
         table = [{"id": c.id, "name": c.name, "category": c.slug, "output_type": c.kind, "unit": c.unit,

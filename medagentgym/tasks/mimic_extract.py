@@ -32,11 +32,15 @@ Grading:
     through ``sandbox.hostio`` (never by name: a symlink, FIFO, hard link, directory or a file over 20 MB is a
     wrong answer with the reason; header exactly ``id,prediction``). It must cover the test ids exactly: a
     missing, extra or duplicate id, or an unparsable prediction, scores 0 with the reason. Metric: AUROC of the
-    predicted probabilities (stay tasks) or macro-F1 of the predicted classes (window tasks). ``correct`` when
-    the metric reaches ``metadata["threshold"]`` = max(reference - margin, chance + 0.05) (margin 0.03 AUROC,
-    0.05 macro-F1). ``score`` = 1 when correct, else the metric rescaled above chance: (AUROC - 0.5) / 0.5, or
-    (F1 - F1_const) / (1 - F1_const) with F1_const the best constant prediction's macro-F1, clipped to [0, 1].
-    A constant prediction therefore scores 0 (the original graded accuracy over the ids the agent chose).
+    predicted probabilities (stay tasks) or macro-F1 of the predicted classes (window tasks). Chance is measured
+    by permutation when the instance is built (``medagentgym.tasks.floors.null_metric``, 200 draws of each
+    predictor that reads no feature: constants, uniform and train-proportional random output, the test labels
+    permuted, the reference's predictions permuted): ``chance`` = the best mean (class-proportional random
+    beats every constant on macro-F1), ``null_high`` = the largest mean + 3 sd. ``correct`` when the metric
+    reaches ``metadata["threshold"]`` = max(reference - margin, chance + 0.05, null_high + sd) (margin 0.03
+    AUROC, 0.05 macro-F1); an instance whose reference does not reach it is dropped (listed in the manifest).
+    ``score`` = 1 when correct, else clip((metric - null_high) / (1 - null_high), 0, 1): predictions that read
+    no feature score 0 (the original graded accuracy over the ids the agent chose).
 
 Episode end:
     The graded submit (terminated) or a budget (turns, tokens, wall time: truncated). 15 turns.
@@ -44,7 +48,7 @@ Episode end:
 Arguments:
     ``tasks.make("mimic_extract", root=DIR)``; ``build(out_dir, size="tiny"|"default", seed=0)`` writes
     ``<out_dir>/mimic_extract/{cohort_<k>/{stay,window}/..., hidden/cohort_<k>/..., train.jsonl, test.jsonl,
-    manifest.json}``. tiny: 2 cohorts of 600 stays (1 train, 1 test instance set); default: 5 cohorts of
+    manifest.json}``. tiny: 2 cohorts of 1,000 stays (1 train, 1 test instance set); default: 5 cohorts of
     1,500 stays (3 train, 2 test). 70 % of each cohort's subjects are its train split. Byte-identical per seed.
 
 Version history:
@@ -52,11 +56,16 @@ Version history:
     2: leaks closed: one window per stay at fixed hours (sliding windows gave away the length of stay and the
        next window's state), per-task-type mounts; predictions.csv read through ``sandbox.hostio``; larger
        cohorts (600 / 1,500 stays) for the fewer windows.
+    3: chance by permutation over every no-information predictor (random class-proportional predictions beat
+       the best constant's macro-F1 on every window instance, so they always earned partial credit); threshold
+       and partial credit start above mean + 3 sd; tiny cohorts 600 -> 1,000 stays (the window tasks' reference
+       did not clear that spread on 180 test windows).
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import inspect
 import io
 import tempfile
@@ -100,13 +109,15 @@ PREDICTIONS = "predictions.csv"
 MAX_PREDICTION_BYTES = 20 << 20
 MOUNT = "mimic_extract"
 #: (stays per cohort, cohorts for the train instances, cohorts for the test instances) by size.
-SIZES: dict[str, tuple[int, int, int]] = {"tiny": (600, 1, 1), "default": (1500, 3, 2)}
+SIZES: dict[str, tuple[int, int, int]] = {"tiny": (1000, 1, 1), "default": (1500, 3, 2)}
 #: The mounted half of a cohort per task type (a stay-task instance never sees windows, and vice versa).
 HALF = {"stay": "mortality_los", "window": "vasopressor_ventilation"}
 TRAIN_FRACTION = 0.7
 MARGIN = {"auroc": 0.03, "macro_f1": 0.05}
 #: The threshold is at least this far above the best constant prediction.
 MIN_LIFT = 0.05
+#: Permutations per no-information predictor when an instance's chance baseline is measured.
+NULL_PERMUTATIONS = 200
 _DESCRIBE = {
     "mort_icu": "whether each ICU stay ends with death in the ICU",
     "mort_hosp": "whether each patient dies in hospital",
@@ -248,6 +259,60 @@ def chance(task: str, gold: pd.Series) -> float:
                               zero_division=0)) for c in CLASSES)
 
 
+def _null_predictors(task: str, train_labels: pd.Series, n: int) -> dict[str, Any]:
+    """Predictions for ``n`` test ids that read no feature (``draw(rng) -> array``): constants, uniformly
+    random output and (window tasks) classes drawn with the train labels' shares."""
+    from medagentgym.tasks.floors import constant_predictor
+
+    if task in STAY_TASKS:
+        return {"constant 0.5": constant_predictor(np.full(n, 0.5)), "uniform random": lambda rng: rng.random(n)}
+    shares = train_labels.value_counts(normalize=True).reindex(list(CLASSES), fill_value=0.0).to_numpy()
+    out: dict[str, Any] = {f"constant {c}": constant_predictor(np.full(n, c, dtype=object)) for c in CLASSES}
+    out["uniform random class"] = lambda rng: rng.choice(np.asarray(CLASSES, dtype=object), n)
+    out["train-proportional random"] = lambda rng: rng.choice(np.asarray(CLASSES, dtype=object), n, p=shares)
+    return out
+
+
+def null_baseline(task: str, gold: pd.Series, reference: pd.Series, train_labels: pd.Series, seed: Any
+                  ) -> dict[str, Any]:
+    """The instance's chance baseline by permutation (``medagentgym.tasks.floors.null_metric``): constants,
+    uniform and train-proportional random predictions, the test labels permuted (class-proportional random with
+    the test shares) and the reference model's predictions permuted across ids."""
+    from medagentgym.tasks.floors import null_metric
+
+    ref = reference.loc[gold.index].to_numpy()
+    predictors = _null_predictors(task, train_labels, len(gold))
+    predictors["permuted labels"] = lambda rng: rng.permutation(gold.to_numpy())
+    predictors["permuted reference"] = lambda rng: rng.permutation(ref)
+
+    if task in STAY_TASKS:
+        y = gold.to_numpy()
+
+        def metric(values: Any) -> float:
+            return float(roc_auc_score(y, np.asarray(values, dtype=float)))
+    else:  # macro-F1 over CLASSES with zero_division=0, as evaluate() computes it, without sklearn's overhead
+        codes = {c: k for k, c in enumerate(CLASSES)}
+        y = np.asarray([codes[c] for c in gold.to_numpy()])
+        truth = np.bincount(y, minlength=len(CLASSES))
+
+        def metric(values: Any) -> float:
+            p = np.asarray([codes[c] for c in values])
+            tp = np.bincount(y[p == y], minlength=len(CLASSES))
+            predicted = np.bincount(p, minlength=len(CLASSES))
+            denom = truth + predicted
+            return float(np.mean(np.where(denom > 0, 2 * tp / np.maximum(denom, 1), 0.0)))
+
+    return null_metric(metric, predictors, draws=NULL_PERMUTATIONS, seed=seed)
+
+
+def load_train_labels(kind_dir: Path, task: str) -> pd.Series:
+    """The train labels of ``task`` from the mounted half of a cohort (``<cohort>/<stay|window>``)."""
+    stay = task in STAY_TASKS
+    path = kind_dir / HALF[task_type(task)] / ("train_labels.csv" if stay else "train_window_labels.csv")
+    df = pd.read_csv(path, dtype=str)
+    return df[task].astype(int) if stay else df[task]
+
+
 def host_play(family: MimicExtract, instance: Instance, steps: list[dict[str, Any]]) -> float:
     """Replay TRUSTED steps on the host for ``tasks.check_family(..., play=host_play)``; returns the score.
 
@@ -273,7 +338,7 @@ class MimicExtract:
     """The mimic_extract family (see the module docstring for the spec card)."""
 
     name = "mimic_extract"
-    version = 1
+    version = 3
     actions = ACTIONS
     #: Grading reads predictions.csv from the episode workspace, so contract checks replay in a real sandbox.
     needs_sandbox = True
@@ -311,23 +376,30 @@ class MimicExtract:
         n, n_train, n_test = SIZES[size]
         splits: dict[Split, list[Instance]] = {"train": [], "test": []}
         rows, refs = {}, {}
+        dropped: list[str] = []
         for k in range(n_train + n_test):
             split: Split = "train" if k < n_train else "test"
             cohort = f"cohort_{k}"
             rows[cohort] = write_cohort(family_dir / cohort, family_dir / "hidden" / cohort, n, seed * 100 + k)
             for task in TASKS:
                 inst = self._instance(family_dir, cohort, task, split, len(splits[split]))
+                if inst is None:  # the reference does not clear the no-information spread here
+                    dropped.append(f"{cohort}/{task}: the reference model does not clear the no-information "
+                                   "spread (mean + 3 sd of predictions that read no feature) by one sd")
+                    continue
                 refs[f"{cohort}/{task}"] = inst.metadata["reference_metric"]
                 splits[split].append(inst)
         for split, items in splits.items():
             write_instances(family_dir, split, items)
         manifest = write_manifest(family_dir, family=self.name, version=self.version, size=size, seed=seed,
-                                  counts={s: len(v) for s, v in splits.items()}, rows=rows, reference_metrics=refs)
+                                  counts={s: len(v) for s, v in splits.items()}, rows=rows, reference_metrics=refs,
+                                  dropped=dropped)
         manifest["build_seconds"] = round(time.perf_counter() - started, 2)  # returned only, not written
         return manifest
 
-    def _instance(self, family_dir: Path, cohort: str, task: str, split: Split, index: int) -> Instance:
-        """One (cohort, task) instance; runs the reference model on the host to record its metric."""
+    def _instance(self, family_dir: Path, cohort: str, task: str, split: Split, index: int) -> Instance | None:
+        """One (cohort, task) instance; runs the reference model on the host to record its metric and measures the
+        no-information spread by permutation. None when the reference does not clear it (the build drops it)."""
         hidden = family_dir / "hidden" / cohort
         gold = load_hidden_labels(hidden, task)
         kind_dir = family_dir / cohort / task_type(task)
@@ -337,11 +409,13 @@ class MimicExtract:
         metric, kind = evaluate(task, gold, pred) if pred is not None else (None, why)
         if metric is None:
             raise TaskError(f"{self.name}: the reference model's predictions for {cohort}/{task} fail: {kind}")
-        base = chance(task, gold)
-        threshold = round(max(metric - MARGIN[kind], base + MIN_LIFT), 6)
-        if metric < threshold:
-            raise TaskError(f"{self.name}: reference {kind} {metric:.3f} for {cohort}/{task} is within {MIN_LIFT} of "
-                            f"chance {base:.3f}; the cohort is too small or the outcome too rare")
+        null = null_baseline(task, gold, pred, load_train_labels(kind_dir, task),
+                             seed=int(hashlib.sha256(f"{cohort}/{task}".encode()).hexdigest()[:8], 16))
+        base, high = null["chance"], null["high"]
+        # The pass threshold sits above what no-information predictions reach (mean + 3 sd, by permutation).
+        threshold = round(max(metric - MARGIN[kind], base + MIN_LIFT, high + null["sd"]), 6)
+        if metric < threshold:  # kept only when the reference beats that spread by a margin (one more sd)
+            return None
         stay = task in STAY_TASKS
         question = (f"Task {task}: predict {_DESCRIBE[task]} in the TEST split. Train any model on the train split "
                     f"(features and labels under /data/{MOUNT}/"
@@ -356,7 +430,8 @@ class MimicExtract:
             solution=solution_code(f"/data/{MOUNT}", task, f"/workspace/{PREDICTIONS}"),
             solution_lang="python", data={MOUNT: f"{cohort}/{task_type(task)}"},
             metadata={"task": task, "cohort": cohort, "metric": kind, "reference_metric": round(metric, 6),
-                      "chance": round(base, 6), "threshold": threshold, "n_test": len(gold),
+                      "chance": round(base, 6), "chance_by": null["chance_by"], "null_high": high,
+                      "null_sd": null["sd"], "threshold": threshold, "n_test": len(gold),
                       "hidden_labels": f"hidden/{cohort}"},
         )
 
@@ -393,7 +468,24 @@ class MimicExtract:
         if metric is None:
             return Verdict(correct=False, score=0.0, reason=kind)
         correct = metric >= meta["threshold"]
-        base = meta["chance"]
-        partial = float(np.clip((metric - base) / (1 - base), 0.0, 1.0))
+        zero = meta.get("null_high", meta["chance"])  # v1/v2 instances: the best constant's metric
+        partial = float(np.clip((metric - zero) / (1 - zero), 0.0, 1.0))
         return Verdict(correct=correct, score=1.0 if correct else partial,
-                       reason=f"{kind} {metric:.4f} (threshold {meta['threshold']:.4f}, chance {base:.4f})")
+                       reason=(f"{kind} {metric:.4f} (threshold {meta['threshold']:.4f}, no-information level "
+                               f"{zero:.4f})"))
+
+    def null_submissions(self, instance: Instance, rng: np.random.Generator) -> list[tuple[str, str, dict[str, bytes]]]:
+        """Predictions that read no feature, for the reward floor (``medagentgym.tasks.floors``): one
+        ``(predictor, "done", {"predictions.csv": bytes})`` per no-information predictor (constants, uniform and
+        train-proportional random), every test id covered (ids read from the test file, nothing else)."""
+        task = instance.metadata["task"]
+        kind_dir = Path(self.root) / instance.data[MOUNT]
+        stay = task in STAY_TASKS
+        half = kind_dir / HALF[task_type(task)]
+        ids = pd.read_csv(half / ("X_static_test.csv" if stay else "X_windows_static_test.csv"), dtype=str,
+                          usecols=["subject_id" if stay else "id"]).iloc[:, 0].drop_duplicates()
+        out = []
+        for name, draw in _null_predictors(task, load_train_labels(kind_dir, task), len(ids)).items():
+            frame = pd.DataFrame({"id": ids.to_numpy(), "prediction": draw(rng)})
+            out.append((name, "done", {PREDICTIONS: _csv(frame)}))
+        return out

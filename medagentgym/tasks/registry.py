@@ -398,9 +398,12 @@ def check_family(name: str, *, size: str = "tiny", seed: int = 0, root: Path | s
     answer (:func:`reference_output_problems`: a reference that computes something else, or fails where the
     agent's code runs, fails the check even though its final submission is the gold); empty, traceback and
     shotgun submissions score 0; constant answers score at most the base rate (the best score one of the
-    20 most common gold labels gets as a constant answer, under the family's own grader); and over each WHOLE
-    split, no constant answer scores above the reward-floor bound (``medagentgym.tasks.floors.constant_floor``: 10 %, or
-    50 % for yes/no families).
+    20 most common gold labels gets as a constant answer, under the family's own grader); over each WHOLE
+    split, no constant answer scores above the reward-floor bound (``medagentgym.tasks.floors.constant_floor``: 10 %,
+    50 % for yes/no families, or the family's ``floor_bound``); and at ``size="default"``, one constant per
+    question template learned on train scores at most its bound on test (``template_floor``; reported as
+    ``report["template_floor"]`` at every size, enforced only at default size, where templates hold enough
+    instances for the number to mean something).
 
     Args:
         name: A registered (or config-declared under ``root``) family.
@@ -418,7 +421,7 @@ def check_family(name: str, *, size: str = "tiny", seed: int = 0, root: Path | s
     import tempfile
 
     from medagentgym.tasks.base import ALL_ACTIONS, GradeContext, Instance
-    from medagentgym.tasks.floors import constant_floor
+    from medagentgym.tasks.floors import constant_floor, template_floor
     from medagentgym.tasks.graders import render_answer
 
     def direct(family: Any, inst: Any, steps: list[dict[str, Any]]) -> float:
@@ -496,6 +499,16 @@ def check_family(name: str, *, size: str = "tiny", seed: int = 0, root: Path | s
                 score = scores[f"constant:{constant}"]
                 if score > base + 1e-9:
                     problems.append(f"{split}: constant {constant[:20]!r} scores {score:.3f} > base rate {base:.3f}")
+        train_all, test_all = family.instances("train"), family.instances("test")
+        if train_all and test_all:  # one constant per question template, learned on train, scored on test
+            per_template = template_floor(family, train_all, test_all)
+            report["template_floor"] = {k: per_template[k] for k in ("floor", "bound", "templates", "over")}
+            # A tiny build has one or two instances per template: its per-template floor is noise, not a property.
+            if size == "default" and per_template["exceeds"]:
+                top = per_template["top"][0]
+                problems.append(f"one constant per question template scores {per_template['floor']:.1%} on test, above "
+                                f"the {per_template['bound']:.1%} bound (most from {top['template']!r}: "
+                                f"{top['score']:.0%} with {str(top['constant'])[:20]!r})")
     if problems:
         raise TaskError(f"family {name!r} fails its contract: " + "; ".join(problems))
     return report

@@ -2,8 +2,9 @@
 
 A tiny build of every family (seed 0, the build the pages were written from) is made once for the module; each
 page must name its family's current version and permitted actions, show an instance id that exists in that
-build with the same question, give the tiny-size floor that ``constant_floor`` computes on it now, and carry a
-default-size floor measured under the current version. A failure says to rerun ``make docs``.
+build with the same question, give the tiny-size floors that ``constant_floor`` and ``template_floor`` compute on
+it now, and carry default-size floors measured under the current version, within their bounds. A failure says to
+rerun ``make docs``.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import pytest
 
 from medagentgym import tasks
 from env_client.evaluation import constant_floor
+from medagentgym.tasks.floors import template_floor
 from medagentgym.tasks.importers import IMPORTERS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -76,6 +78,21 @@ def test_page_floors_are_the_ones_measured_now(name, tiny_root, load_script):
         f"{name}: docs/families/floors.json was measured for another version; rerun "
         f"`scripts/make_family_pages.py --measure-default` (minutes) and commit it")
     assert pages.floor_row("default", row, f"measured {pages.measured_on(row, measured)}") in text, REGENERATE
+    per_template = template_floor(family, family.instances("train"), family.instances("test"))
+    assert pages.template_row("tiny", per_template, "seed 0") in text, f"{name}: the tiny template floor changed"
+    assert row.get("template") and pages.template_row("default", row["template"],
+                                                      f"measured {pages.measured_on(row, measured)}") in text, REGENERATE
+
+
+@pytest.mark.parametrize("name", tasks.names())
+def test_default_floors_are_within_their_bounds(name):
+    # Measured at default size (make_family_pages.py --measure-default): the constant floor and the per-template
+    # floor (one constant per question template, learned on train) may not exceed their bounds.
+    measured = json.loads((PAGES / "floors.json").read_text(encoding="utf-8"))["families"][name]
+    assert not measured["exceeds"], (name, measured["floor"], measured["bound"], measured["constant"])
+    template = measured.get("template")
+    assert template, f"{name}: no per-template floor in docs/families/floors.json; rerun --measure-default"
+    assert template["floor"] <= template["bound"] + 1e-9, (name, template["floor"], template["bound"], template["top"])
 
 
 @pytest.mark.parametrize("name", tasks.names())

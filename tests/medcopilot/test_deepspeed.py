@@ -27,7 +27,7 @@ from medcopilot.config import RECIPES_DIR
 
 pytest.importorskip("deepspeed", reason="the deepspeed extra is not installed")
 pytestmark = pytest.mark.slow
-REPO = RECIPES_DIR.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _launch(stage: str, recipe: str, overrides: list[str], tmp_path: Path) -> subprocess.CompletedProcess:

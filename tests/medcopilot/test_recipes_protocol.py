@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 import tomllib
@@ -15,7 +16,7 @@ from medcopilot.mixture import mixture_shares, resample
 from medcopilot.recipe_checks import ATTENTION_KERNELS, model_shape, vllm_base_model
 from medagentgym.tasks import SUITES
 
-REPO = RECIPES_DIR.parent
+REPO = Path(__file__).resolve().parents[2]
 QWEN_RECIPES = sorted(p.stem for p in RECIPES_DIR.glob("*_qwen*.yaml"))
 ALL_RECIPES = sorted(p.stem for p in RECIPES_DIR.glob("*.yaml"))
 

@@ -7,11 +7,11 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
-from medcopilot.config import RECIPES_DIR
 from medcopilot.modeling import last_checkpoint
 
-REPO = RECIPES_DIR.parent
+REPO = Path(__file__).resolve().parents[2]
 MAX_STEPS = 20
 
 

@@ -14,15 +14,16 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import yaml
 from _learning import declare_family
 
-from medcopilot.config import RECIPES_DIR, RecipeError
+from medcopilot.config import RecipeError
 from medcopilot.sweep import load_sweep, main, plan_runs
 
-REPO = RECIPES_DIR.parent
+REPO = Path(__file__).resolve().parents[2]
 FAMILY = "say_seven"
 QUESTIONS = ["Submit the number 7.", "Please submit 7 as the answer.", "The answer is 7; submit it."]
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import yaml
@@ -11,7 +12,7 @@ import yaml
 from medcopilot.config import RECIPES_DIR, RecipeError
 from medcopilot.trainers import METHODS, get_trainer
 
-REPO = RECIPES_DIR.parent
+REPO = Path(__file__).resolve().parents[2]
 ALL_RECIPES = sorted(p.stem for p in RECIPES_DIR.glob("*.yaml"))
 
 
@@ -142,6 +143,56 @@ def test_sweep_script_runs_the_shared_logic():
                           cwd=REPO, capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 0, proc.stderr
     assert "a chain of 3 stages" in proc.stdout and "model.name_or_path=runs/sweeps/pipeline_qwen7b/dpo" in proc.stdout
+
+
+def test_bundled_recipes_are_package_data_found_by_name_from_any_folder(tmp_path, monkeypatch, train_main, capsys):
+    """The recipes, accelerate configs and sweeps ship inside the ``medcopilot`` package (an installed package has
+    them; ``tests/test_packaging.py`` installs one), a clone's ``recipes/`` is the same folder, names resolve from any
+    working directory, and a user's own recipe or sweep file is read by its path."""
+    import tomllib
+
+    import medcopilot
+    from medcopilot.config import load_recipe, resolve_recipe_path
+    from medcopilot.sweep import SWEEPS_DIR, load_sweep
+
+    package = Path(medcopilot.__file__).resolve().parent
+    assert RECIPES_DIR.is_relative_to(package) and SWEEPS_DIR == RECIPES_DIR / "sweeps"
+    globs = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["medcopilot"]
+    shipped = {path for pattern in globs for path in package.glob(pattern)}
+    assert shipped == set(RECIPES_DIR.rglob("*.yaml")) and len(shipped) > len(ALL_RECIPES) >= 10
+    assert {p.parent.name for p in shipped} == {"recipes", "accelerate", "sweeps"}
+    assert (REPO / "recipes").resolve() == RECIPES_DIR  # the documented recipes/... paths of a clone
+
+    monkeypatch.chdir(tmp_path)  # no recipes/ here
+    assert resolve_recipe_path("sft_tiny") == RECIPES_DIR / "sft_tiny.yaml"
+    assert [stage.recipe for stage in load_sweep("pipeline_tiny").stages] == ["sft_tiny", "dpo_tiny", "grpo_tiny"]
+    assert train_main(["recipe=sft_tiny", "--dry-run"]) == 0
+    assert "recipe 'sft_tiny' is valid" in capsys.readouterr().out
+    # a user's own files, named like the bundled ones: their path wins, relative or absolute
+    (tmp_path / "mine").mkdir()
+    own = tmp_path / "mine" / "sft_tiny.yaml"
+    own.write_text((RECIPES_DIR / "sft_tiny.yaml").read_text().replace("max_steps: 5", "max_steps: 3"))
+    assert load_recipe("sft_tiny").trainer["max_steps"] == 5
+    assert load_recipe("mine/sft_tiny.yaml").trainer["max_steps"] == load_recipe(own).trainer["max_steps"] == 3
+    sweep = tmp_path / "mine" / "pipeline_tiny.yaml"
+    sweep.write_text(yaml.safe_dump({"recipe": str(own), "grid": {"trainer.seed": [1, 2]}, "output_root": "o"}))
+    assert load_sweep("mine/pipeline_tiny.yaml").recipe == str(own)
+    with pytest.raises(RecipeError, match=r"recipe 'recipes/sft_tyni.yaml' not found .* did you mean 'sft_tiny'"):
+        load_recipe("recipes/sft_tyni.yaml")
+    with pytest.raises(RecipeError, match=r"sweep file 'pipline_tiny' not found; bundled sweeps .*pipeline_tiny"):
+        load_sweep("pipline_tiny")
+
+
+def test_sweep_runs_train_as_a_module_an_installed_package_has(monkeypatch):
+    from medcopilot import sweep
+
+    calls = []
+    monkeypatch.setattr(sweep.subprocess, "call", lambda argv: calls.append(argv) or 0)
+    assert sweep.subprocess_launch()("sft_tiny", ["trainer.max_steps=1"]) == 0
+    assert sweep.subprocess_launch("accelerate launch --num_processes 2")("grpo_tiny", []) == 0
+    assert calls == [[sys.executable, "-m", "medagentgym.cli.train", "recipe=sft_tiny", "trainer.max_steps=1"],
+                     ["accelerate", "launch", "--num_processes", "2", "-m", "medagentgym.cli.train",
+                      "recipe=grpo_tiny"]]
 
 
 def test_interrupt_message_names_the_checkpoint_to_resume_from(tmp_path):

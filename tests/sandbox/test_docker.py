@@ -20,8 +20,9 @@ from pathlib import Path
 import pytest
 
 import sandbox
-from sandbox import ErrorKind, Limits, SandboxUnavailable, _caps, make_pool
+from sandbox import ErrorKind, Limits, SandboxUnavailable, _caps, _uids, make_pool
 from sandbox import docker_image as di
+from sandbox import pool as _pool
 from sandbox._jail import Slot, ipc_limits, worker_command
 from sandbox.docker_backend import (
     DEFAULT_IMAGE,
@@ -134,22 +135,46 @@ def test_argv_needs_the_slot_uid_from_prepare(slot: Slot):
         DockerLauncher().argv(slot, "")
 
 
-def test_prepare_gives_each_slot_its_own_runner_uid(tmp_path: Path):
+def _held_elsewhere(uids: list[int]) -> list[bool]:
+    """For each uid: whether another process finds its host-wide lease (``sandbox._uids``) taken."""
+    probe = ("import fcntl, os, sys\n"
+             "fd = os.open(sys.argv[1], os.O_RDWR)\n"
+             "for byte in map(int, sys.argv[2:]):\n"
+             "    try:\n"
+             "        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, byte, 0)\n"
+             "    except OSError:\n"
+             "        print('held')\n"
+             "    else:\n"
+             "        fcntl.lockf(fd, fcntl.LOCK_UN, 1, byte, 0)\n"
+             "        print('free')\n")
+    argv = [sys.executable, "-c", probe, _uids._lock_file_path(), *(str(u - _uids.BASE) for u in uids)]
+    return [word == "held" for word in subprocess.run(argv, capture_output=True, text=True, check=True).stdout.split()]
+
+
+def test_prepare_leases_each_slot_two_host_wide_uids_that_the_pool_gives_back(tmp_path: Path):
     launcher = DockerLauncher(docker="/nonexistent/docker")
     slots = [Slot(index=i, root=tmp_path / f"w{i}", uid=None) for i in range(2)]
     for s in slots:
         launcher.prepare(s)
-        launcher.prepare(s)  # a restart keeps the uid
+        launcher.prepare(s)  # a restart keeps the uids
     uids = [s.uid for s in slots]
     every = [u for s in slots for u in s.uids]  # sessions alternate between two uids per slot
-    assert len(set(every)) == 4 and all(u >= 70000 for u in every)
-    passwd = (slots[1].root / "etc-passwd").read_text()
-    assert f"sandbox:x:{uids[1]}:{uids[1]}:" in passwd and str(uids[0]) not in passwd
-    assert f"sandbox2:x:{slots[1].alt_uid}:{uids[1]}:" in passwd
-    if os.geteuid() == 0:
-        for sub in (slots[0].workspace, slots[0].tmp, slots[0].shm):
-            st = sub.stat()  # owner and group: the slot uid, which is both runner uids' group
-            assert st.st_uid == st.st_gid == uids[0] and stat.S_IMODE(st.st_mode) == 0o770
+    try:
+        # the bwrap pool's leases: no slot of any process on this host gets these uids while the pool holds them
+        assert len(set(every)) == 4 and all(_uids.BASE <= u < _uids.BASE + _uids.COUNT for u in every), every
+        assert _held_elsewhere(every) == [True] * 4
+        assert set(every) <= _uids._held  # nor to this process's other pools
+        passwd = (slots[1].root / "etc-passwd").read_text()
+        assert f"sandbox:x:{uids[1]}:{uids[1]}:" in passwd and str(uids[0]) not in passwd
+        assert f"sandbox2:x:{slots[1].alt_uid}:{uids[1]}:" in passwd
+        if os.geteuid() == 0:
+            for sub in (slots[0].workspace, slots[0].tmp, slots[0].shm):
+                st = sub.stat()  # owner and group: the slot uid, which is both runner uids' group
+                assert st.st_uid == st.st_gid == uids[0] and stat.S_IMODE(st.st_mode) == 0o770
+    finally:
+        # what a pool does at close (or at exit) with its slots, whoever leased their uids
+        _pool._cleanup(tmp_path / "pool", [], [], slots)
+    assert _held_elsewhere(every) == [False] * 4
 
 
 @pytest.mark.parametrize("kwargs, fragment", [
@@ -308,6 +333,8 @@ def test_container_process_model_without_an_engine():
             while "sleep" in (left := s.run_shell(listing).stdout.split()) and time.monotonic() < deadline:
                 time.sleep(0.2)
             assert "sleep" not in left
+        assert _held_elsewhere(slot.uids) == [True, True]  # leased host-wide while the pool runs
+    assert _held_elsewhere(slot.uids) == [False, False]  # and given back when it closes
 
 
 # -- real containers ---------------------------------------------------------------------------------------

@@ -5,12 +5,11 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
-from medcopilot.config import RECIPES_DIR
-
-REPO = RECIPES_DIR.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_a_gpu_shape_without_a_gpu_is_refused_in_one_line():

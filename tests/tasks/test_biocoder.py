@@ -13,6 +13,7 @@ from medagentgym.tasks.bio import biocoder_build as bb
 from medagentgym.tasks.biocoder import KINDS, BioCoder, import_records
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "biocoder" / "records.jsonl"
+DETERMINISM = FIXTURE.with_name("determinism.jsonl")
 
 
 @pytest.fixture(scope="module")
@@ -139,6 +140,66 @@ def test_importer_keeps_deterministic_records_and_grades_stdout(session):
     assert BioCoder(root="unused").grade(plain, plain.solution, ctx).correct
     assert not BioCoder(root="unused").grade(plain, "def count_cpg(seq):\n    return 0", ctx).correct
     assert BioCoder(root="unused").grade(method, method.solution, ctx).correct  # indented marker, re-indented code
+
+
+def test_nondeterministic_demos_are_rejected_the_same_way_every_time(session):
+    # A coin flip between two values, set order (hash seed), an unseeded default_rng, wall-clock time: each would
+    # pass a two-run comparison some of the time. Fixed worlds and traced entropy give one verdict, every run.
+    from medagentgym.tasks.importers.biocoder import check_record
+
+    records = [json.loads(line) for line in DETERMINISM.read_text().splitlines()]
+    want = {"e": "global generator without seeding", "f": "different output in fixed worlds",
+            "g": "default_rng() without a seed", "h": "different output in fixed worlds"}
+    for _ in range(2):
+        for rec in records:
+            reason, detail, _ctx, hidden = check_record(rec, session)
+            if rec["idx"][0] in want:
+                assert reason == "nondeterministic" and want[rec["idx"][0]] in detail, (rec["idx"][0], detail)
+                assert hidden == {"salts": [], "stdouts": []}
+            else:  # seeded numpy draws: deterministic, and the hidden seeds give other inputs
+                assert reason == "" and detail.strip().isdigit() and len(hidden["salts"]) == 2
+                assert len({detail, *hidden["stdouts"]}) == 3
+
+
+def test_imported_records_are_graded_on_hidden_seeds_too(session):
+    # The demo's inputs are in the module the agent reads; a function that only reproduces the demo's printed
+    # result passes the visible run and fails the hidden seeds (before hidden seeds, it earned reward 1).
+    instances, _ = import_records(FIXTURE, session=session)
+    plain = instances[0]
+    fam, ctx = BioCoder(root="unused"), GradeContext(session=session)
+    assert plain.metadata["hidden_salts"] and len(plain.metadata["hidden_stdout"]) == len(plain.metadata["hidden_salts"])
+    visible = plain.metadata["expected_stdout"].strip()
+    cheat = f"def count_cpg(seq):\n    return {visible}"
+    verdict = fam.grade(plain, cheat, ctx)
+    assert not verdict.correct and "hidden seed" in verdict.reason, verdict
+    assert fam.grade(plain, plain.solution, ctx).correct
+    # a record imported before hidden seeds existed is graded on its visible demo alone, as then
+    old = plain.model_copy(update={"metadata": {k: v for k, v in plain.metadata.items()
+                                                if not k.startswith("hidden_")}})
+    assert fam.grade(old, cheat, ctx).correct and fam.grade(old, plain.solution, ctx).correct
+    forged = plain.model_copy(update={"metadata": {**plain.metadata, "hidden_stdout": []}})
+    with pytest.raises(TaskError, match="re-import"):
+        fam.grade(forged, plain.solution, ctx)
+
+
+def test_bio_extra_packages_import_or_are_named(session, tmp_path):
+    # The [bio] extra (scikit-image, pysam, centrosome) is what the public records need: installed (make venv),
+    # a record using all three imports and grades; without it the importer names the pip line instead.
+    import importlib.util
+
+    from medagentgym.tasks.importers.biocoder import check_record
+
+    context = ("import numpy as np\nimport skimage.filters\nimport pysam\nimport centrosome.cpmorphology\n\n"
+               "<<insert solution here>>\n\ndef main():\n    np.random.seed(3)\n    image = np.random.rand(16, 16)\n"
+               "    print(round(float(otsu(image)), 6), pysam.qualitystring_to_array('II#').tolist())\n\n"
+               "if __name__ == \"__main__\":\n    main()\n")
+    rec = {"idx": "j" * 64, "problem": "This is in python\nOtsu threshold of an image.", "signature": "def otsu(image)",
+           "solution": "def otsu(image):\n    return skimage.filters.threshold_otsu(image)", "context": context}
+    reason, detail, _, hidden = check_record(rec, session)
+    if all(importlib.util.find_spec(m) for m in ("skimage", "pysam", "centrosome")):
+        assert reason == "" and "[40, 40, 2]" in detail and hidden["salts"], (reason, detail)
+    else:
+        assert reason == "needs_packages" and "pip install" in detail
 
 
 def test_importer_rejects_malformed_records(tmp_path):

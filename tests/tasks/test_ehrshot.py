@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import json
 from pathlib import Path
 
 import numpy as np
@@ -49,7 +50,11 @@ def _write(ws: Path, rows, header="id,prediction") -> GradeContext:
 def test_contract_and_layout(fam):
     report = fam.contract_report
     assert report["train"]["oracle"] == report["test"]["oracle"] == 1.0
-    assert report["test"]["instances"] == EHRShot(fam.root).counts("tiny")["instances"] // 2
+    dropped = json.loads((fam.root / "manifest.json").read_text())["dropped"]
+    assert all("no-information spread" in k for k in dropped)
+    assert report["test"]["instances"] + sum(k.startswith("test/") for k in dropped) == (
+        EHRShot(fam.root).counts("tiny")["instances"] // 2)
+    assert len(dropped) <= 4  # cohorts whose reference does not clear the no-information spread
     items = fam.instances("train") + fam.instances("test")
     assert {i.category for i in items} == set(fam.categories) and len(fam.categories) == 15
     for inst in items:
@@ -121,6 +126,47 @@ def test_lab_and_chexpert_constants_earn_nothing(fam, tmp_path):
         assert verdict.score == 0.0, (category, verdict.reason)
     lab = next(i for i in fam.instances("test") if i.category == "lab_anemia")
     assert "integer" in fam.grade(lab, PREDICTIONS, _write(tmp_path, [(i, 0.5) for i in _truth(fam, lab)])).reason
+
+
+def test_predictions_that_read_no_feature_earn_nothing(fam, tmp_path):
+    # v2 put the zero point of partial credit at the chance MEAN and the pass threshold at 80 % of the way to the
+    # reference: on few-shot lab tasks (a rare class of a few test patients makes balanced accuracy noisy)
+    # uniformly random classes earned full reward in up to ~20 % of draws and partial credit in about half.
+    rng = np.random.default_rng(3)
+    scores, correct = [], 0
+    for inst in fam.instances("test"):
+        truth = _truth(fam, inst)
+        ids, y = sorted(truth), np.asarray([truth[i] for i in sorted(truth)])
+        meta = inst.metadata
+        assert meta["reference_metric"] - meta["null_high"] >= max(0.03, meta["null_sd"]) - 1e-9
+        kind = meta["label_type"]
+        for draw in range(5):
+            if kind == "boolean":
+                guesses = [rng.random(len(ids)), rng.permutation(y)]
+            elif kind == "categorical":
+                guesses = [rng.choice(np.unique(y), len(ids)), rng.permutation(y)]
+            else:
+                guesses = [rng.permutation(y), rng.integers(0, 1 << 14, len(ids))]
+            for k, guess in enumerate(guesses):
+                verdict = fam.grade(inst, PREDICTIONS, _write(tmp_path, zip(ids, guess)))
+                scores.append(verdict.score)
+                correct += verdict.correct
+    assert correct == 0 and float(np.mean(scores)) < 0.01, (correct, float(np.mean(scores)))
+
+
+def test_the_floor_check_measures_no_information_predictions(fam):
+    from medagentgym.tasks.floors import constant_floor
+
+    floor = constant_floor(fam, fam.instances("test"))
+    assert floor["method"] == "no-information predictions" and floor["constant"]
+    assert floor["floor"] < 0.01 and floor["worst_instance_full_reward"] == 0.0 and not floor["exceeds"]
+    # Blind spot of v2's floor check (a constant "predictions.csv" on an empty workspace: always 0): the same
+    # instances with v2's zero point (the chance mean) and a reference barely above it are caught now.
+    weak = [i.model_copy(update={"metadata": {**i.metadata, "null_high": i.metadata["chance"],
+                                              "reference_metric": i.metadata["chance"] + 0.03}})
+            for i in fam.instances("test") if i.metadata["label_type"] == "categorical"]
+    caught = constant_floor(fam, weak)
+    assert caught["exceeds"] and caught["floor"] > 0.1, caught
 
 
 def test_submission_text_and_workspace_are_required(fam, tmp_path):

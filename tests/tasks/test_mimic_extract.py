@@ -129,6 +129,42 @@ def test_constant_random_and_partial_coverage_score_low(built, tmp_path):
         assert _grade(fam, inst, tmp_path / f"t{inst.id[-2:]}", ids, list(gold), answer="").score == 0.0
 
 
+def test_predictions_that_read_no_feature_earn_nothing(built, tmp_path):
+    # Class-proportional random classes beat the best constant's macro-F1 on every window instance, so with
+    # chance = the best constant they always earned partial credit (v2). Chance is now the best no-information
+    # predictor, measured by permutation, and the zero point and threshold sit above its spread.
+    _report, fam = built
+    rng = np.random.default_rng(7)
+    scores, correct = [], 0
+    for inst in fam.instances("test"):
+        gold = load_hidden_labels(fam.root / inst.metadata["hidden_labels"], inst.category)
+        ids, stay = list(gold.index), inst.category in STAY_TASKS
+        meta = inst.metadata
+        assert meta["threshold"] > meta["null_high"] >= meta["chance"] and meta["reference_metric"] >= meta["threshold"]
+        for draw in range(6):
+            guesses = [rng.permutation(gold.to_numpy()), rng.random(len(ids)) if stay else rng.choice(CLASSES, len(ids))]
+            for k, guess in enumerate(guesses):
+                verdict = _grade(fam, inst, tmp_path / f"n{inst.id[-2:]}{draw}{k}", ids, list(guess))
+                scores.append(verdict.score)
+                correct += verdict.correct
+    assert correct == 0 and float(np.mean(scores)) < 0.01, (correct, float(np.mean(scores)))
+
+
+def test_the_floor_check_measures_no_information_predictions(built):
+    from medagentgym.tasks.floors import constant_floor
+
+    _report, fam = built
+    floor = constant_floor(fam, fam.instances("test"))
+    assert floor["method"] == "no-information predictions" and floor["draws"] >= 10
+    assert floor["floor"] < 0.01 and floor["worst_instance_full_reward"] == 0.0 and not floor["exceeds"]
+    # The check is not blind: a window instance whose threshold sat at the v2 level (chance + 0.05) is caught.
+    weak = [i.model_copy(update={"metadata": {**i.metadata, "threshold": i.metadata["chance"] + 0.005,
+                                              "null_high": i.metadata["chance"]}})
+            for i in fam.instances("test") if i.category not in STAY_TASKS]
+    caught = constant_floor(fam, weak)
+    assert caught["exceeds"] and caught["worst_instance_full_reward"] > 0.1, caught
+
+
 def test_malformed_prediction_files_score_zero(built, tmp_path):
     _report, fam = built
     inst = next(i for i in fam.instances("test") if i.category == "mort_icu")

@@ -148,7 +148,13 @@ def test_config_family_is_found_under_root(tmp_path):
         tasks.make("declared_familly", root=tmp_path)
 
 
-@pytest.mark.parametrize("name", tasks.names())
+#: Families whose own test module already runs the full ``check_family`` (its fixture), so the registry-wide run
+#: repeats two ~25 s builds: it runs in ``make test-slow`` for them.
+OWN_CHECK = {"ehrshot", "mimic_extract"}
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in OWN_CHECK else n
+                                  for n in tasks.names()])
 def test_every_registered_family_passes_check_family(name):
     # A bounded sample per split keeps this fast for all families; the families' own test modules check more.
     report = tasks.check_family(name, size="tiny", seed=0, limit=6)

@@ -111,6 +111,17 @@ class EHRSQLFamily:
         path = DATA_DIR / self.name / "mix.json"
         return load_target(path) if path.is_file() else None
 
+    @property
+    def nothing_found_share(self) -> float:
+        """The "nothing found" share (zero, None, empty; yes/no aside) the build reproduces from the public files.
+
+        ``medagentgym.tasks.floors.template_floor`` lets each question template's floor bound grow by its own
+        nothing-found share up to this: "always 0" / "always None" per template earns that much on the public
+        files too. 0 for a family without a mix target.
+        """
+        target = self.mix_target() or {}
+        return round(sum(float(target.get(k, 0.0)) for k in ("nothing_zero", "nothing_none", "nothing_empty")), 6)
+
     def _templates_sha(self) -> str:
         """sha256 of what decides the counts: the template file, then the mix target when there is one."""
         digest = hashlib.sha256((DATA_DIR / self.name / "templates.yaml").read_bytes())

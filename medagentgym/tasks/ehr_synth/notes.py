@@ -1,8 +1,9 @@
 """Clinical notes rendered from an EHRSQL MIMIC-III database, with injected, recorded inconsistencies (EHRCon).
 
 For one admission, :func:`admission_mentions` picks entities from its rows (labs, vitals, prescriptions,
-diagnoses, procedures) and states each as a *claim* (entity, value, unit, time, dose, route). Some claims are
-deliberately falsified, and the kind of falsification is recorded:
+diagnoses, procedures) and states each as a *claim* (entity, value, unit, time, dose, route), naming the entity
+by its database label or by the clinical shorthand a note would use (``Hct``, ``BUN``, ``HR``, ``SBP``:
+:data:`SHORTHAND`). Some claims are deliberately falsified, and the kind of falsification is recorded:
 
 * ``value``: a lab/vital number that no row of that entity at that time has;
 * ``unit``: another unit than the row's;
@@ -40,14 +41,43 @@ NOTE_COLUMNS = ["ROW_ID", "SUBJECT_ID", "HADM_ID", "CHARTDATE", "CHARTTIME", "ST
 _FMT = "%Y-%m-%d %H:%M:%S"
 
 
+#: Clinical shorthand real notes use for a database label (MIMIC-III ``d_labitems`` / ``d_items`` / routes, as the
+#: EHRSQL vocabularies spell them). A note names an entity by its label or by one of these, and EHRCon's question
+#: names it the way the note does, so matching a note's "Hct" to ``hematocrit`` is part of the task.
+SHORTHAND: dict[str, tuple[str, ...]] = {
+    "glucose": ("BG", "gluc"), "sodium": ("Na",), "potassium": ("K",), "chloride": ("Cl",),
+    "bicarbonate": ("HCO3", "bicarb"), "platelet count": ("plt", "PLT"), "white blood cells": ("WBC",),
+    "hematocrit": ("Hct", "HCT"), "hemoglobin": ("Hgb", "Hb"), "urea nitrogen": ("BUN",), "creatinine": ("Cr", "Creat"),
+    "magnesium": ("Mg",), "calcium, total": ("Ca",), "phosphate": ("Phos",), "anion gap": ("AG",), "ptt": ("PTT",),
+    "pt": ("PT",), "inr(pt)": ("INR",), "po2": ("pO2",), "pco2": ("pCO2",), "ph": ("pH",), "lactate": ("lactate",),
+    "alanine aminotransferase (alt)": ("ALT",), "asparate aminotransferase (ast)": ("AST",),
+    "bilirubin, total": ("T bili", "tbili"), "alkaline phosphatase": ("alk phos",), "troponin t": ("TropT", "trop"),
+    "creatine kinase (ck)": ("CK",), "red blood cells": ("RBC",), "calculated total co2": ("TCO2",),
+    "base excess": ("BE",), "oxygen saturation": ("O2 sat",), "red cell distribution width": ("RDW",),
+    "heart rate": ("HR",), "sao2": ("SaO2", "sats"), "respiratory rate": ("RR",), "arterial bp [systolic]": ("SBP",),
+    "arterial bp [diastolic]": ("DBP",), "arterial bp mean": ("MAP",), "temperature c (calc)": ("temp",),
+    "admit wt": ("wt",), "admit ht": ("ht",),
+}
+#: Share of mentions written in shorthand when the label has one.
+SHORTHAND_SHARE = 0.6
+
+
 @dataclass
 class Mention:
-    """One entity stated in a note: what is claimed, and the recorded injection (``kind``)."""
+    """One entity stated in a note: what is claimed, and the recorded injection (``kind``).
+
+    ``entity`` is the database label the reference check matches; ``surface`` is how the note writes it (the
+    label, or clinical shorthand such as ``Hct``), which is what EHRCon's question names.
+    """
 
     table: str
     entity: str
     kind: str
     claim: dict[str, Any] = field(default_factory=dict)
+    surface: str = ""
+
+    def __post_init__(self) -> None:
+        self.surface = self.surface or self.entity
 
     @property
     def inconsistent(self) -> bool:
@@ -163,18 +193,33 @@ def _absent(rng: random.Random, table: str, present: set[str], vocab: Vocab, whe
     return {"entity": label, "value": _num(rng.uniform(low, high)), "unit": unit, "time": when[:16]}
 
 
+#: Chance that a mention is falsified when drawn (the build then balances each table to the public share).
+FALSIFY = 0.4
+
+
+def _surface(entity: str, rng: random.Random, taken: set[str]) -> str:
+    """How a note writes ``entity``: its shorthand about :data:`SHORTHAND_SHARE` of the time, never a form another
+    entity of the admission already uses (compared case-insensitively)."""
+    forms = [f for f in SHORTHAND.get(entity, ()) if f.lower() not in taken]
+    if forms and rng.random() < SHORTHAND_SHARE:
+        return rng.choice(forms)
+    return entity
+
+
 def admission_mentions(con: sqlite3.Connection, hadm: int, admit: str, rng: random.Random,
                        vocab: Vocab) -> list[Mention]:
-    """Entities of one admission stated as claims, about half of them falsified (kind recorded)."""
+    """Entities of one admission stated as claims, some falsified (kind recorded), each named by its label or
+    its clinical shorthand (unique within the admission)."""
     mentions: list[Mention] = []
     used: set[str] = set()
+    forms: set[str] = set()
     for table, n in PER_TABLE.items():
         rows = _event_rows(con, table, hadm)
         present = {r[0] for r in rows}
         names = sorted(present - used)
         rng.shuffle(names)
         for name in names[:n]:
-            kind = "none" if rng.random() < 0.5 else rng.choice(KINDS[table][1:])
+            kind = "none" if rng.random() >= FALSIFY else rng.choice(KINDS[table][1:])
             if kind == "absent":
                 claim = _absent(rng, table, present | used, vocab, admit)
                 if claim is None:
@@ -190,33 +235,50 @@ def admission_mentions(con: sqlite3.Connection, hadm: int, admit: str, rng: rand
                     claim = {"entity": name}
                 if kind != "none":
                     claim = _falsify(rng, table, kind, claim, vocab)
-            if claim["entity"] in used:
+            if claim["entity"] in used or claim["entity"].lower() in forms:
                 continue
             used.add(claim["entity"])
-            mentions.append(Mention(table=table, entity=claim["entity"], kind=kind, claim=claim))
+            surface = _surface(claim["entity"], rng, forms | {u.lower() for u in used})
+            forms.add(surface.lower())
+            mentions.append(Mention(table=table, entity=claim["entity"], kind=kind, claim=claim, surface=surface))
     return mentions
 
 
 def _sentence(m: Mention, rng: random.Random) -> str:
-    c = m.claim
+    c, e = m.claim, m.surface
     if m.table == "lab":
-        return rng.choice(("{e} was {v} {u} at {t}.", "labs at {t} showed {e} {v} {u}.",
-                           "{e} resulted {v} {u} ({t}).")).format(e=c["entity"], v=c["value"], u=c["unit"], t=c["time"])
+        return rng.choice(("{e} was {v} {u} at {t}.", "labs at {t} showed {e} {v} {u}.", "{e} resulted {v} {u} ({t}).",
+                           "{t} labs: {e} {v} {u}.", "{e} {v}{u} @ {t}.")).format(e=e, v=c["value"], u=c["unit"],
+                                                                                 t=c["time"])
     if m.table == "vital":
-        return rng.choice(("{e} {v} {u} at {t}.", "at {t} the {e} was {v} {u}.",
-                           "{e} charted as {v} {u} at {t}.")).format(e=c["entity"], v=c["value"], u=c["unit"], t=c["time"])
+        return rng.choice(("{e} {v} {u} at {t}.", "at {t} the {e} was {v} {u}.", "{e} charted as {v} {u} at {t}.",
+                           "VS @ {t}: {e} {v} {u}.", "{e} {v}{u} @ {t}, resting comfortably.")).format(
+            e=e, v=c["value"], u=c["unit"], t=c["time"])
     if m.table == "rx":
-        return rng.choice(("{e} {d} {u} {r} was started on {t}.", "started {e} {d} {u} ({r}) on {t}.")).format(
-            e=c["entity"], d=c["dose"], u=c["unit"], r=c["route"], t=c["date"])
+        return rng.choice(("{e} {d} {u} {r} was started on {t}.", "started {e} {d} {u} ({r}) on {t}.",
+                           "{t}: started {e} {d}{u} {r}.", "was started on {e} {d} {u} {r} {t}.")).format(
+            e=e, d=c["dose"], u=c["unit"], r=c["route"], t=c["date"])
     if m.table == "dx":
-        return rng.choice(("diagnosis this admission: {e}.", "patient was diagnosed with {e}.")).format(e=c["entity"])
-    return rng.choice(("procedure performed: {e}.", "underwent {e} during this stay.")).format(e=c["entity"])
+        return rng.choice(("diagnosis this admission: {e}.", "patient was diagnosed with {e}.", "dx: {e}.",
+                           "found to have {e} this adm.")).format(e=e)
+    return rng.choice(("procedure performed: {e}.", "underwent {e} during this stay.", "s/p {e} this adm.")).format(e=e)
+
+
+#: Filler lines of a note that claim nothing checkable (shorthand as nurses and physicians chart it).
+_FILLER = {
+    "discharge": ("tolerated diet, ambulating w/ assist.", "d/w patient and family, questions answered.",
+                  "f/u w/ pcp in 1-2 wks.", "afebrile overnight, no acute events.", "pain well controlled on current regimen."),
+    "nursing": ("alert and oriented x3, calm and cooperative.", "skin intact, turned q2h.", "voiding qs, no c/o pain.",
+                "resp: lungs clear bilat, no distress.", "family at bedside, updated on poc.", "will cont to monitor."),
+    "physician": ("a/p: cont current mgmt, trend labs.", "no acute overnight events.", "exam unchanged from yesterday.",
+                  "d/w attending, plan as above.", "consider d/c planning in am."),
+}
 
 
 _OPENINGS = {
     "discharge": ("discharge summary", "admission date: {admit}. brief hospital course follows.",
                   "discharge instructions: follow up with primary care in one week."),
-    "nursing": ("nursing progress note", "pt alert, resting in bed. vitals reviewed.", "will continue to monitor."),
+    "nursing": ("nursing progress note", "alert, resting in bed. vitals reviewed.", "will continue to monitor."),
     "physician": ("physician progress note", "assessment and plan reviewed with team. pertinent results:",
                   "continue current management."),
 }
@@ -231,7 +293,12 @@ def render_notes(hadm: int, subject: int, admit: str, disch: str | None, mention
         if not mine:
             continue
         description, opening, closing = _OPENINGS[note]
-        body = [opening.format(admit=admit[:10])] + [_sentence(m, rng) for m in mine] + [closing]
+        body = [opening.format(admit=admit[:10])] + [_sentence(m, rng) for m in mine]
+        filler = list(_FILLER[note])
+        rng.shuffle(filler)
+        for line in filler[: rng.randint(1, 3)]:
+            body.insert(rng.randint(1, len(body)), line)
+        body.append(closing)
         when = disch or admit
         out.append([first_row_id + len(out), subject, hadm, when[:10], when if note != "discharge" else "", when,
                     note if note != "discharge" else "discharge summary", description, 14000 + k, "",

@@ -14,7 +14,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-__all__ = ["render_note"]
+__all__ = ["LENGTH", "TEMPLATE_STYLE", "VIGNETTE_STYLE", "note_style", "render_case", "render_note"]
 
 _PHRASES_PATH = Path(__file__).resolve().parent.parent / "data" / "medcalcbench" / "phrases.json"
 
@@ -95,7 +95,8 @@ def _opening(ents: dict[str, Any], rng: random.Random) -> tuple[str, dict[str, s
     if "Last menstrual date" in ents:
         sex = "Female"
     male = str(sex).lower() == "male"
-    words = {"He": "He" if male else "She", "his": "his" if male else "her"}
+    words = {"He": "He" if male else "She", "his": "his" if male else "her", "he": "he" if male else "she",
+             "him": "him" if male else "her"}
     age = ents.get("age")
     if age is None:
         age = [rng.randint(19, 42) if "Last menstrual date" in ents else rng.randint(25, 80), "years"]
@@ -107,6 +108,7 @@ def _opening(ents: dict[str, Any], rng: random.Random) -> tuple[str, dict[str, s
         who = f"{article} {_fmt(number)}-year-old {'boy' if male else 'girl'}"
     else:
         who = f"{article} {_fmt(number)}-year-old {'man' if male else 'woman'}"
+    words["who"] = who
     return f"{who} {rng.choice(_PRESENTATIONS)}.", words
 
 
@@ -187,17 +189,10 @@ def _fact(key: str, value: Any, rng: random.Random, words: dict[str, str],
 _LABELS = {61: {"Body Mass Index (BMI)": "target body mass index"}}
 
 
-def render_note(entities: dict[str, Any], rng: random.Random, calc_id: int | None = None) -> str:
-    """A short clinical note that states every entity of ``entities`` (plus distractors).
-
-    Args:
-        entities: A Relevant Entities dict (benchmark key spellings and value shapes).
-        rng: The random generator (controls phrasing, order and distractors).
-        calc_id: The calculator the note is for (a few keys are phrased per calculator).
-
-    Returns:
-        The note text, one paragraph.
-    """
+def _facts(entities: dict[str, Any], rng: random.Random, calc_id: int | None
+           ) -> tuple[str, dict[str, str], dict[str, list[str]]]:
+    """``(opening sentence, pronouns, {group: sentences})`` stating every entity (groups: history, exam, vitals,
+    labs; vitals and labs as ``label value unit`` items)."""
     opening, words = _opening(entities, rng)
     words["His"] = words["his"].capitalize()
     groups: dict[str, list[str]] = {"history": [], "exam": [], "vitals": [], "labs": []}
@@ -210,6 +205,21 @@ def render_note(entities: dict[str, Any], rng: random.Random, calc_id: int | Non
             groups[fact[0]].append(fact[1])
     for items in groups.values():
         rng.shuffle(items)
+    return opening, words, groups
+
+
+def render_note(entities: dict[str, Any], rng: random.Random, calc_id: int | None = None) -> str:
+    """A short clinical note that states every entity of ``entities`` (plus distractors).
+
+    Args:
+        entities: A Relevant Entities dict (benchmark key spellings and value shapes).
+        rng: The random generator (controls phrasing, order and distractors).
+        calc_id: The calculator the note is for (a few keys are phrased per calculator).
+
+    Returns:
+        The note text, one paragraph.
+    """
+    opening, words, groups = _facts(entities, rng, calc_id)
     parts = [opening]
     history = groups["history"] + _distractors(rng, words)
     rng.shuffle(history)
@@ -222,3 +232,204 @@ def render_note(entities: dict[str, Any], rng: random.Random, calc_id: int | Non
         lead = rng.choice(("Laboratory results: ", "Labs showed ", "Measurements: "))
         parts.append(lead + "; ".join(groups["labs"]) + ".")
     return " ".join(parts)
+
+
+# ------------------------------------------------------------------------- case reports (version 2 of the family)
+
+#: Calculators whose public notes are generated from a template: one or two formulaic sentences (~70 characters).
+TEMPLATE_STYLE = frozenset({11, 13, 24, 49, 56, 57, 58, 59, 61, 68, 69})
+#: Calculators whose public notes are clinician-written vignettes (~1,000 characters); the rest are case reports
+#: from PMC-Patients (~3,300 characters, 10-90 % range about 1,000-5,300).
+VIGNETTE_STYLE = frozenset({15, 17, 21, 25, 27, 28, 29, 32, 36, 43})
+#: Lognormal note lengths (mean and sd of log characters) measured on the public test rows, per style.
+LENGTH = {"vignette": (6.84, 0.27), "report": (7.94, 0.64)}
+_POOLS_PATH = _PHRASES_PATH.with_name("note_pools.json")
+#: Shorthand real notes use for a lab or vital label (chosen at random per mention).
+SHORTHAND = {"serum creatinine": "Cr", "blood urea nitrogen": "BUN", "sodium": "Na", "potassium": "K",
+             "chloride": "Cl", "bicarbonate": "HCO3", "hemoglobin": "Hgb", "hematocrit": "Hct",
+             "white blood cell count": "WBC", "platelet count": "Plt", "total bilirubin": "T. bili",
+             "heart rate": "HR", "respiratory rate": "RR", "oxygen saturation": "SpO2", "glucose": "glucose",
+             "albumin": "Alb", "calcium": "Ca", "temperature": "T", "arterial pH": "pH", "triglycerides": "TG",
+             "total cholesterol": "TC", "HDL cholesterol": "HDL"}
+
+
+def note_style(calc_id: int | None) -> str:
+    """``"template"``, ``"vignette"`` or ``"report"``: the kind of note the public rows of this calculator have."""
+    if calc_id in TEMPLATE_STYLE:
+        return "template"
+    return "vignette" if calc_id in VIGNETTE_STYLE else "report"
+
+
+@lru_cache(maxsize=1)
+def _pools() -> dict[str, Any]:
+    return json.loads(_POOLS_PATH.read_text(encoding="utf-8"))
+
+
+def _blocked(entry: Any, keys: set[str]) -> bool:
+    """Whether a pool entry names (directly or by @GROUP) an entity key of the calculator."""
+    banned = entry.get("not", []) if isinstance(entry, dict) else entry[6] if isinstance(entry, list) else []
+    groups = _pools()["groups"]
+    expanded = {k for name in banned for k in (groups[name[1:]] if name.startswith("@") else [name])}
+    return bool(expanded & keys)
+
+
+def _slots(rng: random.Random, words: dict[str, str]) -> dict[str, Any]:
+    pools = _pools()
+    return {**words, "days": rng.randint(2, 12), "weeks": rng.randint(2, 10), "years": rng.randint(2, 15),
+            "n": rng.randint(2, 7), "size": f"{rng.uniform(0.6, 2.8):.1f}", "kids": rng.choice(("two", "three")),
+            "job": rng.choice(pools["jobs"]), "field": rng.choice(pools["fields"]),
+            "family": rng.choice(pools["families"]).format(**words), "him": words["him"], "he": words["he"]}
+
+
+def _with_shorthand(item: str, rng: random.Random) -> str:
+    """A ``label value unit`` lab/vital item with its label abbreviated about half of the time."""
+    for label, short in SHORTHAND.items():
+        if item.lower().startswith(label.lower() + " ") and rng.random() < 0.5:
+            return short + item[len(label):]
+    return item
+
+
+def _template_note(entities: dict[str, Any], rng: random.Random, calc_id: int) -> str:
+    """One or two formulaic sentences, as the benchmark's template-generated notes are."""
+    ents = entities
+    if calc_id in (11, 56, 57, 58, 59):
+        hr, qt = ents["Heart Rate or Pulse"][0], ents["QT interval"][0]
+        return rng.choice(("Patient has a heart rate of {h} bpm and a QT interval of {q} msec.",
+                           "The patient's heart rate is {h} bpm and the QT interval is {q} msec.")).format(
+            h=_fmt(hr), q=_fmt(qt))
+    if calc_id in (13, 68):
+        return (f"The patient's last menstrual period was on {ents['Last menstrual date']}. Her cycle length is "
+                f"{_fmt(ents['cycle length'])} days.")
+    if calc_id == 69:
+        return (f"The patient's last menstrual period was on {ents['Last menstrual date']}. Today's date is "
+                f"{ents['Current Date']}.")
+    if calc_id == 24:
+        drug, dose, unit = ents["input steroid"]
+        return f"Patient has taken {_fmt(dose)} {unit} of {drug}."
+    if calc_id == 61:
+        height, bmi = ents["height"], ents["Body Mass Index (BMI)"]
+        return (f"Patient has a height of {_fmt(height[0])} {height[1]} and their target BMI is {_fmt(bmi[0])} "
+                f"{bmi[1]}.")
+    doses = [k[: -len(" Dose")] for k in ents if k.endswith(" Dose")]
+    parts = []
+    for drug in doses:
+        dose, unit = ents[f"{drug} Dose"]
+        per_day = ents.get(f"{drug} Dose Per Day", [1, "per day"])[0]
+        parts.append(f"{_fmt(dose)} {unit} of {drug} {_fmt(per_day)} time{'s' if per_day != 1 else ''} a day")
+    listed = parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + f", and {parts[-1]}"
+    return f"The patient takes {listed}."
+
+
+def render_case(entities: dict[str, Any], rng: random.Random, calc_id: int) -> str:
+    """A note shaped like the public rows of calculator ``calc_id``: formulaic, a vignette, or a case report.
+
+    Every entity is stated once (as :func:`render_note` states it), hidden among distractors that no formula of
+    this calculator reads: a chief complaint and history of present illness, unrelated past history,
+    medications, social and family history, examination findings, vital signs and laboratory values the
+    calculator does not use (normal-range values, labels often in shorthand such as BP, HR, Cr, Hct), imaging
+    and a hospital course. A distractor that could be read as one of this calculator's criteria (any of its
+    entity keys, present or absent) is never used. The length is drawn from the lognormal measured on the public
+    notes of the same style, so the relevant facts sit in text of the benchmark's length.
+
+    Args:
+        entities: A Relevant Entities dict (benchmark key spellings and value shapes).
+        rng: The random generator (phrasing, order, distractors, length).
+        calc_id: The calculator the note is for.
+    """
+    from medagentgym.tasks.medcalc.specs import CALC_KEYS
+
+    style = note_style(calc_id)
+    if style == "template":
+        return _template_note(entities, rng, calc_id)
+    pools = _pools()
+    keys = set(CALC_KEYS.get(calc_id, entities))
+    mu, sd = LENGTH[style]
+    target = min(11000, max(500 if style == "report" else 450, int(rng.lognormvariate(mu, sd))))
+    _, words, groups = _facts(entities, rng, calc_id)
+    sbp, dbp = entities.get("Systolic Blood Pressure"), entities.get("Diastolic Blood Pressure")
+    if sbp and dbp and rng.random() < 0.5:  # "BP 122/84 mmHg", as notes chart it
+        groups["vitals"] = [v for v in groups["vitals"] if not v.startswith(("systolic blood", "diastolic blood"))]
+        groups["vitals"].append(f"BP {_fmt(sbp[0])}/{_fmt(dbp[0])} {rng.choice(('mm Hg', 'mmHg'))}")
+    male = words["he"] == "he"
+    slots = _slots(rng, words)
+
+    def usable(section: str) -> list[str]:
+        items = [e for e in pools[section] if not _blocked(e, keys) and (male or not e.get("male"))]
+        rng.shuffle(items)
+        return [e["text"].format(**slots) for e in items]
+
+    complaint = rng.choice(pools["complaints"])
+    presentation = rng.choice(pools["presentations"]).format(**words)
+    intro = f"{words['who']} {presentation} with {complaint}."
+    hpi, history, exam, studies, course = (usable(s) for s in ("hpi", "history", "exam", "studies", "course"))
+    social = usable("social")
+    family = [t.format(**slots) for t in pools["family"]]
+    rng.shuffle(family)
+    meds = [m.format(**slots) for m in pools["medications"] if male or "tamsulosin" not in m]
+    rng.shuffle(meds)
+    extra_vitals = _distractor_items(pools["vitals"], keys, rng)
+    if not _blocked({"not": ["@HEMO", "Hypertension history", "Blood pressure being treated with medicines"]}, keys):
+        extra_vitals.append(f"{rng.choice(('BP', 'blood pressure'))} {rng.randint(108, 134)}/{rng.randint(64, 84)} "
+                            "mm Hg")
+    labs = [_with_shorthand(item, rng) for item in groups["labs"]]
+    extra_labs = _distractor_items(pools["labs"], keys, rng)
+
+    def compose(n_extra: int) -> str:
+        """The note with about ``n_extra`` distractor sentences in each narrative section."""
+        k = max(0, n_extra)
+        paragraphs = [" ".join([intro, *hpi[: min(len(hpi), 1 + k)]])]
+        past = history[: min(len(history), 1 + k // 2)]
+        facts = list(groups["history"])
+        if past:
+            facts.append(f"{words['His']} past medical history included {_join(past)}.")
+        if k >= 2 and meds:
+            facts.append(f"{words['His']} regular medications were {_join(meds[: 1 + k // 3])}.")
+        if k >= 3:
+            facts += social[: k // 3] + family[: k // 4]
+        rng_order = random.Random(len(facts) + k)
+        rng_order.shuffle(facts)
+        paragraphs.append(" ".join(facts))
+        exam_part = list(groups["exam"]) + exam[: k // 2]
+        shown_vitals = list(groups["vitals"]) + (extra_vitals if k >= 1 else [])
+        random.Random(k + 1).shuffle(shown_vitals)
+        if shown_vitals:
+            exam_part.insert(0, rng_order.choice(("On examination, vital signs were ", "Vital signs: ",
+                                                   "On arrival: ")) + ", ".join(shown_vitals) + ".")
+        paragraphs.append(" ".join(exam_part))
+        shown_labs = labs + extra_labs[: 2 + k]
+        random.Random(k).shuffle(shown_labs)
+        if shown_labs:
+            paragraphs.append(rng_order.choice(("Laboratory studies showed ", "Initial labs: ", "Blood tests revealed "))
+                              + "; ".join(shown_labs) + ".")
+        tail = studies[: k // 3] + course[: k // 2]
+        if tail:
+            paragraphs.append(" ".join(tail))
+        return "\n".join(p for p in paragraphs if p.strip())
+
+    best = compose(0)
+    for extra in range(1, 24):  # grow the distractors until the note reaches its drawn length
+        if len(best) >= target:
+            break
+        longer = compose(extra)
+        if longer == best:
+            break
+        best = longer
+    return best
+
+
+def _join(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def _distractor_items(pool: list[list[Any]], keys: set[str], rng: random.Random) -> list[str]:
+    """``label value unit`` items from a lab or vital pool that none of ``keys`` could be read from."""
+    out = []
+    for label, short, lo, hi, unit, decimals, _banned in pool:
+        if _blocked([label, short, lo, hi, unit, decimals, _banned], keys):
+            continue
+        value = round(rng.uniform(lo, hi), decimals)
+        text = f"{value:.{decimals}f}" if decimals > 0 else f"{int(value)}"
+        name = short if rng.random() < 0.5 else label
+        out.append(f"{name} {text}{'' if unit.startswith('%') else ' '}{unit}".rstrip())
+    rng.shuffle(out)
+    return out

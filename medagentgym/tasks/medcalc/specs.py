@@ -249,6 +249,11 @@ OVERRIDES: dict[tuple[int, str], Any] = {
     (38, "Sodium"): Q(130, 170, _MEQ),
     (22, "weight"): q(3, 110, ("kg", 1), ("lbs", 0)),
     (26, "Glucose"): Q(150, 900, _MGDL_MMOL(0)),
+    # Sodium correction and serum osmolality have narrow answers (a ±5 % band covers a quarter of them); the
+    # extremes of case reports (115-165 mmol/L) widen them so that no one constant answers many instances.
+    (26, "Sodium"): Q(115, 165, _MEQ),
+    (30, "Sodium"): Q(115, 165, _MEQ),
+    (30, "Glucose"): Q(70, 900, _MGDL_MMOL(0)),
     (23, "creatinine"): q(0.6, 5.0, ("mg/dL", 2)),
     (23, "Bilirubin"): q(0.5, 20, ("mg/dL", 1)),
     (23, "Sodium"): q(118, 145, ("mEq/L", 0)),
