@@ -86,6 +86,9 @@ class EnvConfig(BaseModel):
     )
     limits: dict[str, Any] | None = Field(None, description="Per-call sandbox Limits fields (None = pool defaults).")
     format: Literal["tool_call", "json"] = Field("tool_call", description="Wire format shown in the prompt.")
+    prompt: Literal["full", "compact"] = Field(
+        "full", description="full: instruction, actions, rules and tool schemas; compact: one line of action "
+        "signatures, no tool block (tiny models that learn the format from demonstrations).")
 
     @field_validator("llm_debugger")
     @classmethod
@@ -239,8 +242,9 @@ class Env:
         self._signatures: collections.deque = collections.deque(maxlen=self.config.loop_window)
         self._errors: collections.deque = collections.deque(maxlen=self.config.loop_window)
         self._turn, self._tokens, self._prompt_tokens, self._t0 = 0, 0, 0, time.monotonic()
-        messages = initial_messages(task, self.permitted, fmt=self.config.format)
-        tools = episode_tools(self.permitted, self.config.format)  # none in json format: the text has them
+        messages = initial_messages(task, self.permitted, fmt=self.config.format, prompt=self.config.prompt)
+        # none in json format or with the compact prompt: the text has them
+        tools = episode_tools(self.permitted, self.config.format, prompt=self.config.prompt)
         header = TrajectoryHeader(
             task_id=task.id, family=task.family, family_version=getattr(fam, "version", None),
             category=task.category, split=task.split, policy=options.get("policy"),

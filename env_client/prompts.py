@@ -13,6 +13,12 @@ model once, by one of two routes:
   Python, or read-only SQL on the task database.`` (:func:`inline_tools` puts it into an existing system
   message; ``system_prompt(..., inline=True)`` builds it directly).
 
+A third, ``compact`` prompt (``EnvConfig(prompt="compact")``, :func:`compact_system_prompt`) is for tiny models
+that learn the reply format from demonstrations (the CPU learning checks, ``medcopilot.learning``): one system line
+with the action signatures and the reply format, no tool block. The Qwen2.5 tool block and rules are ~650 tokens
+of the tiny model's tokenizer; every attention row of a 140k-parameter model spread over them learns far slower
+(docs/benchmarks.md, "Learning").
+
 Example:
     >>> msgs = initial_messages(instance, ["code_execution", "submit_answer"], fmt="tool_call")
     >>> [m["role"] for m in msgs]
@@ -29,7 +35,11 @@ from typing import Any
 from env_client.actions import ACTION_MODELS, tool_schemas
 from env_client.parsing import Format
 
-__all__ = ["action_signature", "episode_tools", "initial_messages", "inline_tools", "system_prompt", "user_prompt"]
+__all__ = ["PROMPTS", "action_signature", "compact_system_prompt", "episode_tools", "initial_messages", "inline_tools",
+           "system_prompt", "user_prompt"]
+
+#: Prompt styles: ``full`` (instruction, actions, rules; the tool block in ``tool_call`` format) or ``compact``.
+PROMPTS = ("full", "compact")
 
 _INSTRUCTION = (
     "You are a biomedical data scientist in a sandbox: explore the data, run code, then submit the final answer. "
@@ -103,15 +113,30 @@ def system_prompt(actions: Iterable[str], *, fmt: Format = "tool_call", inline: 
     return "\n".join(lines)
 
 
-def episode_tools(actions: Iterable[str], fmt: Format = "tool_call") -> list[dict[str, Any]]:
+def compact_system_prompt(actions: Iterable[str], *, fmt: Format = "tool_call") -> str:
+    """The ``compact`` system text: the permitted actions' signatures and the reply format, on one line.
+
+    Example:
+        >>> compact_system_prompt(["code_execution", "submit_answer"])
+        'Actions: code_execution(lang?: python|sql, code: str); submit_answer(answer: str). Reply with one <tool_call> block; submit_answer ends the episode.'
+    """
+    wanted = set(actions)
+    tools = tool_schemas([name for name in ACTION_MODELS if name in wanted])
+    block = "<tool_call> block" if fmt == "tool_call" else "JSON object {\"action\": ..., \"params\": {...}}"
+    return (f"Actions: {'; '.join(action_signature(t) for t in tools)}. Reply with one {block}; "
+            "submit_answer ends the episode.")
+
+
+def episode_tools(actions: Iterable[str], fmt: Format = "tool_call", *, prompt: str = "full") -> list[dict[str, Any]]:
     """The tool schemas an episode hands to the chat template: the permitted actions' in ``tool_call`` format,
-    none in ``json`` format (its system text carries the compact form, so the parameters appear once).
+    none in ``json`` format (its system text carries the compact form, so the parameters appear once) or with the
+    ``compact`` prompt (its one line names the signatures).
 
     Example:
         >>> [t["function"]["name"] for t in episode_tools(["submit_answer"])], episode_tools(["submit_answer"], "json")
         (['submit_answer'], [])
     """
-    return tool_schemas(actions) if fmt == "tool_call" else []
+    return tool_schemas(actions) if fmt == "tool_call" and prompt == "full" else []
 
 
 def inline_tools(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
@@ -161,9 +186,13 @@ def user_prompt(instance: Any) -> str:
     return "\n\n".join(parts)
 
 
-def initial_messages(instance: Any, actions: Iterable[str], *, fmt: Format = "tool_call") -> list[dict[str, str]]:
-    """``[system, user]`` chat messages that open an episode on ``instance``."""
+def initial_messages(instance: Any, actions: Iterable[str], *, fmt: Format = "tool_call",
+                     prompt: str = "full") -> list[dict[str, str]]:
+    """``[system, user]`` chat messages that open an episode on ``instance`` (``prompt``: one of :data:`PROMPTS`)."""
+    if prompt not in PROMPTS:
+        raise ValueError(f"prompt style {prompt!r} is unknown; choose one of {', '.join(PROMPTS)}")
+    system = system_prompt(actions, fmt=fmt) if prompt == "full" else compact_system_prompt(actions, fmt=fmt)
     return [
-        {"role": "system", "content": system_prompt(actions, fmt=fmt)},
+        {"role": "system", "content": system},
         {"role": "user", "content": user_prompt(instance)},
     ]

@@ -38,9 +38,28 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
-    "DECLARED", "FAMILIES", "GRPO_DEFAULTS", "PPO_DEFAULTS", "Playground", "RunResult", "Score", "WARM_DEFAULTS",
-    "declare_clinic_code", "declare_say_number", "evaluate", "learning_run", "oracle_episodes", "train_grpo",
-    "train_ppo", "warm_start",
+    "DECLARED",
+    "FAMILIES",
+    "GRPO_DEFAULTS",
+    "OBSERVATION",
+    "PPO_DEFAULTS",
+    "PROMPT",
+    "WARM_DEFAULTS",
+    "Playground",
+    "RunResult",
+    "Score",
+    "copy_check",
+    "declare_clinic_code",
+    "declare_say_number",
+    "decoy_observations",
+    "evaluate",
+    "learning_run",
+    "oracle_episodes",
+    "train_grpo",
+    "train_ppo",
+    "warm_start",
+    "warm_up",
+    "wilson",
 ]
 
 SAY_NUMBER = "say_number"
@@ -51,8 +70,15 @@ CLINIC_CODE_QUESTIONS = ("What is the clinic's protocol code? Query the database
                          "Look up the protocol code in the clinic database and submit it.",
                          "Find the clinic's current protocol code with SQL; submit only the code.",
                          "Run a query for the protocol code, then submit the code.")
+#: The family whose answers exist only in a tool observation (``medagentgym/tasks/toy_lookup.py``): its fixed
+#: evaluation runs on held-out records and has a control with every observed value made wrong.
+OBSERVATION = "toy_lookup"
 #: Family -> (turn budget, tokens per assistant turn, tokens per episode after the prompt).
-FAMILIES = {SAY_NUMBER: (1, 32, 64), CLINIC_CODE: (3, 40, 160), "toy_lookup": (3, 40, 160)}
+FAMILIES = {SAY_NUMBER: (1, 32, 64), CLINIC_CODE: (3, 40, 160), OBSERVATION: (3, 40, 160)}
+#: Prompt style of every learning run (``env_client.prompts``): one system line naming the actions instead of the
+#: ~650-token tool block, which the tiny model learns from demonstrations anyway; a third of the tokens to train
+#: and sample on each step.
+PROMPT = "compact"
 #: Round number of the fixed evaluation's seeds (training rounds count from 1, so they never coincide).
 EVAL_CALL = 1_000_000
 #: Warm-start steps (the first ``short`` of them without the shared system prompt: cheap, see
@@ -60,12 +86,15 @@ EVAL_CALL = 1_000_000
 #: only part of the time (success ~0.2-0.5).
 WARM_DEFAULTS = {SAY_NUMBER: {"steps": 100, "batch": 8, "lr": 3e-3, "per_task": 9, "right_share": 1 / 3},
                  CLINIC_CODE: {"steps": 200, "short": 150, "batch": 8, "lr": 3e-3, "per_task": 8, "right_share": 0.5},
-                 "toy_lookup": {"steps": 120, "batch": 8, "lr": 3e-3, "per_task": 1, "right_share": 1.0}}
+                 OBSERVATION: {"steps": 600, "last_turn": 300, "clean": 100, "batch": 8, "lr": 3e-3,
+                               "per_task": 4, "right_share": 0.25}}
 #: GRPO and PPO settings (chosen from the sweep in docs/benchmarks.md).
 #: GRPO warms its learning rate up over 5 steps: Adam's first steps move every weight by about ``lr`` whatever
 #: the gradient, and at full rate they collapsed one seed in five (docs/benchmarks.md, "Learning").
 GRPO_DEFAULTS = {"steps": 60, "lr": 5e-4, "group": 16, "lr_scheduler_type": "constant_with_warmup", "warmup_steps": 5}
 PPO_DEFAULTS = {"steps": 30, "lr": 5e-4, "group": 4, "batch": 16}
+#: Per-family changes to those: on toy_lookup PPO takes 60 steps (seed 0: +0.12 after 30, +0.32 after 60).
+FAMILY_RL = {OBSERVATION: {"ppo": {"steps": 60}}}
 
 
 def declare_say_number(root: str | os.PathLike, questions: tuple[str, ...] = SAY_NUMBER_QUESTIONS, *,
@@ -144,17 +173,17 @@ class Playground:
     max_turns: int
     max_new_tokens: int
     max_completion_tokens: int
+    prompt: str = PROMPT
 
     @classmethod
     def open(cls, name: str, root: str | os.PathLike, tokenizer: Any, *, sandbox: str = "auto", workers: int = 16,
-             split: str = "train") -> Playground:
+             split: str = "train", prompt: str = PROMPT) -> Playground:
         """Load family ``name`` from the tasks root ``root`` (a :data:`DECLARED` one is declared there if missing,
         ``toy_lookup`` built at size tiny) and start a sandbox pool of ``workers``: ``bwrap`` (``auto`` is the same:
-        it fails where bwrap cannot run rather than fall back), or ``local`` (unisolated, asked for by name)."""
+        it fails where bwrap cannot run rather than fall back), or ``local`` (unisolated, asked for by name).
+        Episodes open with the ``prompt`` style (``env_client.prompts.PROMPTS``; default :data:`PROMPT`)."""
         import sandbox as sandbox_pkg
         from medagentgym import tasks
-        from env_client.prompts import initial_messages
-        from medcopilot.rollout_func import PromptIndex
 
         if name not in FAMILIES:
             raise ValueError(f"family {name!r} has no learning settings; choose one of {', '.join(FAMILIES)}")
@@ -164,27 +193,38 @@ class Playground:
         family = tasks.make(name, root=root)
         if name not in DECLARED and not (root / name / "manifest.json").is_file():
             family.build(root, size="tiny", seed=0)
-        index = PromptIndex.from_instances(family.instances(split),
-                                           render=lambda inst: initial_messages(inst, family.actions))
+        index = _index(family, split, prompt)
         # Workers start with the family's data mounted, so no episode restarts one to mount it.
         mounts = {name: root / family.name / rel for inst in family.instances(split) for name, rel in inst.data.items()}
         # ``auto`` is the jail: isolation is never lost silently (bwrap that cannot start raises, naming the fix);
         # unisolated runs are asked for by name, ``sandbox="local"``.
         backend = "bwrap" if sandbox == "auto" else sandbox
         pool = sandbox_pkg.make_pool(backend, workers=workers, allow_unisolated=backend == "local", mounts=mounts)
-        return cls(root, family, index, tokenizer, pool, *FAMILIES[name])
+        return cls(root, family, index, tokenizer, pool, *FAMILIES[name], prompt=prompt)
 
     @property
     def prompts(self) -> list[Any]:
         """The dataset prompts, one per task."""
         return [row["prompt"] for row in self.index.rows]
 
+    @property
+    def env_config(self) -> Any:
+        """The episode rules: the family's turn budget and the prompt style."""
+        from env_client import EnvConfig
+
+        return EnvConfig(max_turns=self.max_turns, prompt=self.prompt)
+
+    def split_index(self, split: str) -> Any:
+        """A prompt index of another split's instances (their data must be under the same mounts, as
+        ``toy_lookup``'s test records are)."""
+        return _index(self.family, split, self.prompt)
+
     def rollout(self, *, seed: int, concurrency: int = 16, index: Any = None) -> Any:
         """An :class:`~medcopilot.rollout_func.EnvRolloutFunc` over this family (``index`` defaults to ours)."""
-        from env_client import Env, EnvConfig
+        from env_client import Env
         from medcopilot.rollout_func import EnvRolloutFunc
 
-        config = EnvConfig(max_turns=self.max_turns)
+        config = self.env_config
         return EnvRolloutFunc(make_env=lambda: Env(self.pool, tasks_root=self.root, config=config),
                               index=index or self.index, tokenizer=self.tokenizer, max_new_tokens=self.max_new_tokens,
                               max_completion_tokens=self.max_completion_tokens, concurrency=concurrency, seed=seed,
@@ -193,6 +233,15 @@ class Playground:
     def close(self) -> None:
         """Stop the sandbox pool."""
         self.pool.close()
+
+
+def _index(family: Any, split: str, prompt: str) -> Any:
+    """The prompt index (dataset rows) of ``family``'s ``split`` instances, rendered in the ``prompt`` style."""
+    from env_client.prompts import initial_messages
+    from medcopilot.rollout_func import PromptIndex
+
+    return PromptIndex.from_instances(family.instances(split),
+                                      render=lambda inst: initial_messages(inst, family.actions, prompt=prompt))
 
 
 # --- warm start --------------------------------------------------------------------------------------------------
@@ -223,7 +272,7 @@ def oracle_episodes(playground: Playground, instances: list[Any] | None = None, 
     """
     import random
 
-    from env_client import Env, EnvConfig
+    from env_client import Env
     from env_client.policies import render_action
     from env_client.tokens import token_rollout
 
@@ -243,7 +292,7 @@ def oracle_episodes(playground: Playground, instances: list[Any] | None = None, 
             ids = tok(render_action(step["action"], step["params"]), add_special_tokens=False)["input_ids"]
             return ids + [tok.eos_token_id], [0.0] * (len(ids) + 1)
 
-        env = Env(playground.pool, tasks_root=playground.root, config=EnvConfig(max_turns=playground.max_turns))
+        env = Env(playground.pool, tasks_root=playground.root, config=playground.env_config)
         try:
             episode = token_rollout(env, inst, tokenizer=tok, generate_fn=scripted, seed=0, policy_name="oracle")
         finally:
@@ -257,8 +306,50 @@ def oracle_episodes(playground: Playground, instances: list[Any] | None = None, 
     return out
 
 
+def warm_up(model: Any, playground: Playground, settings: dict[str, Any], *, seed: int) -> float:
+    """The warm start of a learning run, from a family's :data:`WARM_DEFAULTS` entry (``settings``).
+
+    ``steps`` supervised steps (:func:`warm_start`, one AdamW throughout, ``batch`` episodes per step at ``lr``) in
+    up to four phases, in this order:
+
+    1. ``last_turn`` steps on the exact demonstrator's episodes (one per task) with each episode cut to its last
+       turn: the observation before it, then the submit. With a ~60-token context the model learns to copy the
+       observed value in ~200 steps; with the whole episode (~250 tokens) that takes thousands on some seeds.
+    2. ``clean`` steps on the same episodes, whole: the copying carries over within ~50 steps.
+    3. ``short`` steps on the noisy demonstrator's episodes (``per_task`` per task, right with probability
+       ``right_share``) without the shared prompt prefix.
+    4. The rest on the noisy demonstrator's episodes, whole. After phases 1-2 this brings success down to about
+       ``right_share`` while the copying stays in the weights, for RL to raise again.
+
+    Returns:
+        The last step's loss.
+    """
+    import torch
+
+    pad, batch, lr = playground.tokenizer.pad_token_id, settings["batch"], settings["lr"]
+    last_turn, clean, short = (settings.get(k, 0) for k in ("last_turn", "clean", "short"))
+    opt = torch.optim.AdamW(model.parameters(), lr=lr)
+    rest = settings["steps"] - last_turn - clean - short
+    if min(last_turn, clean, short, rest) < 0:
+        raise ValueError(f"warm-up phases last_turn={last_turn}, clean={clean}, short={short} must be >= 0 and "
+                         f"add up to at most steps={settings['steps']}")
+    common = {"batch": batch, "lr": lr, "pad_id": pad, "optimizer": opt}
+    loss = float("nan")
+    if last_turn or clean:
+        exact = oracle_episodes(playground, seed=seed)
+        if last_turn:
+            loss = warm_start(model, exact, steps=last_turn, seed=seed + 3, last_turn=True, **common)
+        if clean:
+            loss = warm_start(model, exact, steps=clean, seed=seed + 2, **common)
+    if not (short or rest):
+        return loss
+    demos = oracle_episodes(playground, per_task=settings["per_task"], right_share=settings["right_share"], seed=seed)
+    warm_start(model, demos, steps=short, seed=seed, prefix=False, **common)
+    return warm_start(model, demos, steps=rest, seed=seed + 1, **common)
+
+
 def warm_start(model: Any, episodes: list[Any], *, steps: int, batch: int, lr: float, pad_id: int,
-               seed: int = 0, prefix: bool = True) -> float:
+               seed: int = 0, prefix: bool = True, last_turn: bool = False, optimizer: Any = None) -> float:
     """Supervised steps on oracle episodes: loss on the model's tokens only (``env_mask`` 1), AdamW.
 
     The prompt prefix every episode shares (the system prompt and tool schemas, most of each sequence) is
@@ -278,18 +369,25 @@ def warm_start(model: Any, episodes: list[Any], *, steps: int, batch: int, lr: f
             out): a cheap first phase in which attention between the question, the actions and the observations
             is learnt without the shared system-prompt and tool tokens (~650 for ``clinic_code`` with the tiny
             model's tokenizer) diluting every attention row.
+        last_turn: Train on each episode's last assistant turn with only the observation before it as context
+            (positions from 0): the shortest context in which the turn's decision can be learnt, e.g. copying
+            the observed value (see :func:`warm_up`). Every episode needs an observation.
+        optimizer: Continue with this optimizer (its state included) instead of a fresh AdamW at ``lr``.
 
     Returns:
-        The last step's loss.
+        The last step's loss (nan when ``steps`` is 0).
     """
     import torch
 
+    if last_turn:
+        return _warm_last_turn(model, episodes, steps=steps, batch=batch, lr=lr, pad_id=pad_id, seed=seed,
+                               optimizer=optimizer)
     prompts = [e.prompt_ids for e in episodes]
     shared = 0
     while all(len(p) > shared + 1 and p[shared] == prompts[0][shared] for p in prompts):
         shared += 1
     prefix_ids = torch.tensor([prompts[0][:shared]])
-    opt = torch.optim.AdamW(model.parameters(), lr=lr)
+    opt = optimizer if optimizer is not None else torch.optim.AdamW(model.parameters(), lr=lr)
     gen = torch.Generator().manual_seed(seed)
     model.train()
     loss = torch.tensor(float("nan"))
@@ -315,6 +413,47 @@ def warm_start(model: Any, episodes: list[Any], *, steps: int, batch: int, lr: f
         positions = torch.arange(shared, shared + width).expand(batch, width)
         loss = model(input_ids=ids, attention_mask=mask, past_key_values=cache, position_ids=positions,
                      labels=labels).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+    model.eval()
+    return loss.item()
+
+
+def _warm_last_turn(model: Any, episodes: list[Any], *, steps: int, batch: int, lr: float, pad_id: int, seed: int,
+                    optimizer: Any) -> float:
+    """:func:`warm_start` with ``last_turn``: each episode from its last observation on, loss on the last turn."""
+    import torch
+
+    cuts = []
+    for ep in episodes:
+        mask = ep.env_mask
+        end = len(mask)
+        turn = end
+        while turn > 0 and mask[turn - 1]:  # the last assistant turn
+            turn -= 1
+        start = turn
+        while start > 0 and not mask[start - 1]:  # the observation before it
+            start -= 1
+        if start == turn:
+            raise ValueError("last_turn needs episodes with an observation before their last turn")
+        ids = ep.completion_ids[start:]
+        labels = [t if m else -100 for t, m in zip(ids, mask[start:])]
+        cuts.append((ids, labels))
+    opt = optimizer if optimizer is not None else torch.optim.AdamW(model.parameters(), lr=lr)
+    gen = torch.Generator().manual_seed(seed)
+    model.train()
+    loss = torch.tensor(float("nan"))
+    for _ in range(steps):
+        rows = torch.randint(0, len(cuts), (batch,), generator=gen).tolist()
+        width = max(len(cuts[r][0]) for r in rows)
+        ids = torch.full((batch, width), pad_id)
+        labels = torch.full((batch, width), -100)
+        mask = torch.zeros((batch, width), dtype=torch.long)
+        for i, r in enumerate(rows):
+            n = len(cuts[r][0])
+            ids[i, :n], labels[i, :n], mask[i, :n] = torch.tensor(cuts[r][0]), torch.tensor(cuts[r][1]), 1
+        loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
         loss.backward()
         opt.step()
         opt.zero_grad()
@@ -420,7 +559,7 @@ def train_ppo(model: Any, tokenizer: Any, rollout: Any, prompts: list[Any], *, s
 
 @dataclass
 class RunResult:
-    """One learning run: the fixed evaluation before and after, the curve, and what it cost.
+    """One learning run: the fixed evaluation before and after, the curve, the control, and what it cost.
 
     Attributes:
         method: ``grpo`` or ``ppo``.
@@ -428,10 +567,15 @@ class RunResult:
         seed: The run's seed.
         before: Success on the fixed evaluation after the warm start.
         after: Success on the fixed evaluation after RL.
-        curve: ``(step, success)`` on the fixed evaluation, step 0 = ``before``.
+        curve: ``(step, success, low, high)`` on the fixed evaluation (step 0 = ``before``; ``low``/``high``: the
+            95 % Wilson interval of that evaluation's success).
         train_rewards: ``(step, mean reward of the step's episodes)`` per generation round.
-        heldout_before: Success on held-out test tasks before RL (None when not measured).
-        heldout_after: The same after RL.
+        eval_split: The split the fixed evaluation runs on: ``test`` (records never trained on) for the
+            :data:`OBSERVATION` families, else ``train``.
+        control_before: Success of the warm-started policy on the same evaluation with every observed value
+            replaced by a wrong one (:func:`decoy_observations`); None when not measured.
+        control_after: The same for the trained policy: 0 for a policy that submits what it reads, chance (1/9)
+            for one that guesses; its success on the real records above this needs the observation.
         reward_before: Mean reward on the fixed evaluation before RL (here the correctness reward: equal to
             ``before`` unless a grader failed).
         reward_after: The same after RL.
@@ -446,10 +590,11 @@ class RunResult:
     seed: int
     before: float
     after: float
-    curve: list[tuple[int, float]] = field(default_factory=list)
+    curve: list[tuple[int, float, float, float]] = field(default_factory=list)
     train_rewards: list[tuple[int, float]] = field(default_factory=list)
-    heldout_before: float | None = None
-    heldout_after: float | None = None
+    eval_split: str = "train"
+    control_before: float | None = None
+    control_after: float | None = None
     reward_before: float | None = None
     reward_after: float | None = None
     sandbox_layers: list[str] = field(default_factory=list)
@@ -467,9 +612,98 @@ class RunResult:
         return {**asdict(self), "gain": self.gain}
 
 
+def wilson(successes: float, n: int, z: float = 1.96) -> tuple[float, float]:
+    """The Wilson score interval of a success share ``successes / n`` (95 % by default)."""
+    if n <= 0:
+        return float("nan"), float("nan")
+    p = successes / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * ((p * (1 - p) / n + z * z / (4 * n * n)) ** 0.5) / (1 + z * z / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def decoy_observations(root: str | os.PathLike, out: str | os.PathLike, *, split: str = "test",
+                       seed: int = 0) -> Path:
+    """A copy of ``toy_lookup`` under the tasks root ``out`` whose ``split`` records hold a wrong value.
+
+    Every record's database gets another value than the instance's gold answer (uniform on the other eight of
+    1..9), while the answer stays: the prompts, queries and observation format are unchanged, only what the
+    observation says is now wrong. A policy that submits what it read scores 0 there; one that ignores the
+    observation (a constant, a guess, memory) keeps its score, which for a guess is chance (1/9). So success on the
+    real records above success here is success that needs the observation. This is the control of the
+    observation proof.
+
+    Args:
+        root: The tasks root holding a built ``toy_lookup``.
+        out: Tasks root to write the copy into (replaced if present).
+        split: Whose records to change.
+        seed: Seeds the replacement values.
+
+    Returns:
+        ``out``.
+    """
+    import random
+    import shutil
+    import sqlite3
+
+    from medagentgym import tasks
+
+    src, dst = Path(root) / OBSERVATION, Path(out) / OBSERVATION
+    if dst.exists():
+        shutil.rmtree(dst)
+    shutil.copytree(src, dst)
+    rng = random.Random(f"decoy:{seed}")
+    for inst in tasks.make(OBSERVATION, root=out).instances(split):
+        con = sqlite3.connect(dst / inst.metadata["sql_database"])
+        try:
+            con.execute("UPDATE reading SET value = ?", (rng.choice([v for v in range(1, 10) if v != inst.answer]),))
+            con.commit()
+        finally:
+            con.close()
+    return Path(out)
+
+
+def copy_check(model: Any, tokenizer: Any, workdir: str | os.PathLike, settings: dict[str, Any], *, seed: int,
+               prompt: str = PROMPT, reps: int = 3) -> tuple[Score, Score]:
+    """Warm ``model`` up on :data:`OBSERVATION` (:func:`warm_up` with ``settings``), then score sampled episodes on
+    the held-out records and on the same records with every observed value made wrong (:func:`decoy_observations`).
+
+    A model that learnt to copy the observed value scores high on the first and near 0 on the second. The fast
+    guard of the observation proof and ``scripts/ablate_copy_warmup.py`` use it.
+
+    Args:
+        model: The model to warm up (trained in place).
+        tokenizer: Its tokenizer.
+        workdir: Scratch folder: ``tasks`` (the family, built there if missing) and ``decoy`` (the control's copy).
+        settings: A :data:`WARM_DEFAULTS` entry, usually cut to its exact-demonstrator phases.
+        seed: Seeds the warm-up, the sampling and the decoy values.
+        prompt: The prompt style (``env_client.prompts.PROMPTS``).
+        reps: Episodes per held-out record in each evaluation.
+
+    Returns:
+        ``(held_out, control)`` scores.
+    """
+    workdir = Path(workdir)
+    root = workdir / "tasks"
+    play = Playground.open(OBSERVATION, root, tokenizer, workers=16, prompt=prompt)
+    try:
+        warm_up(model, play, settings, seed=seed)
+        index = play.split_index("test")
+        held = evaluate(play.rollout(seed=seed, index=index), model, [r["prompt"] for r in index.rows], reps=reps)
+    finally:
+        play.close()
+    decoy = Playground.open(OBSERVATION, decoy_observations(root, workdir / "decoy", seed=seed), tokenizer,
+                            workers=16, split="test", prompt=prompt)
+    try:
+        control = evaluate(decoy.rollout(seed=seed), model, decoy.prompts, reps=reps)
+    finally:
+        decoy.close()
+    return held, control
+
+
 def learning_run(method: str, family: str, model_dir: str | os.PathLike, workdir: str | os.PathLike, *, seed: int,
                  steps: int | None = None, lr: float | None = None, group: int | None = None,
-                 eval_episodes: int = 96, eval_every: int = 0, heldout: bool = False, sandbox: str = "auto",
+                 eval_episodes: int = 96, eval_every: int = 0, control: bool | None = None, sandbox: str = "auto",
                  warm: dict[str, Any] | None = None, log: Callable[[str], None] | None = None,
                  tasks_root: str | os.PathLike | None = None, save_to: str | os.PathLike | None = None,
                  **extra: Any) -> RunResult:
@@ -481,14 +715,16 @@ def learning_run(method: str, family: str, model_dir: str | os.PathLike, workdir
         model_dir: The tiny model folder (``medcopilot.tiny.build_tiny_model``); it is not modified.
         workdir: Scratch folder (tasks root and trainer output).
         seed: Seeds the warm start, RL sampling and the fixed evaluation.
-        steps: RL steps (default from :data:`GRPO_DEFAULTS` / :data:`PPO_DEFAULTS`).
+        steps: RL steps (default from :data:`GRPO_DEFAULTS` / :data:`PPO_DEFAULTS` and :data:`FAMILY_RL`).
         lr: RL learning rate (same defaults).
         group: Episodes per task in a step (same defaults).
-        eval_episodes: Episodes of the fixed evaluation (at least; every training task gets the same number).
+        eval_episodes: Episodes of the fixed evaluation (at least; every evaluated task gets the same number).
         eval_every: Evaluate every this many steps for the curve (0: before and after only).
-        heldout: Also evaluate on the family's test split before and after (tasks never trained on).
+        control: Also score the warm and the trained policy with every observed value replaced by a wrong one
+            (:func:`decoy_observations`); default: for the :data:`OBSERVATION` family, whose fixed evaluation
+            runs on held-out records.
         sandbox: Sandbox backend for the episodes (``auto``, ``bwrap`` or ``local``).
-        warm: Overrides of :data:`WARM_DEFAULTS` for the family (``steps``, ``batch``, ``lr``).
+        warm: Overrides of :data:`WARM_DEFAULTS` for the family (``steps``, ``batch``, ``lr``, ...).
         log: Called with one progress line per evaluation.
         tasks_root: Where the family's tasks live (built or declared there when missing); default
             ``workdir/tasks``.
@@ -498,14 +734,18 @@ def learning_run(method: str, family: str, model_dir: str | os.PathLike, workdir
     Returns:
         The :class:`RunResult`.
     """
+    import copy
+
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from medcopilot.rollout_func import PromptIndex
-
     if method not in ("grpo", "ppo"):
         raise ValueError(f"method {method!r} is unknown; choose grpo or ppo")
-    defaults = dict(GRPO_DEFAULTS if method == "grpo" else PPO_DEFAULTS)
+    observation = family == OBSERVATION
+    control = observation if control is None else control
+    if control and not observation:
+        raise ValueError(f"the observation control needs {OBSERVATION}; {family!r} has no observed values to replace")
+    defaults = {**(GRPO_DEFAULTS if method == "grpo" else PPO_DEFAULTS), **FAMILY_RL.get(family, {}).get(method, {})}
     settings = {**defaults, **{k: v for k, v in {"steps": steps, "lr": lr, "group": group}.items() if v is not None},
                 **extra}
     warm_settings = {**WARM_DEFAULTS[family], **(warm or {})}
@@ -515,44 +755,39 @@ def learning_run(method: str, family: str, model_dir: str | os.PathLike, workdir
     model = AutoModelForCausalLM.from_pretrained(model_dir)
     torch.manual_seed(seed)
     concurrency = max(16, settings.get("batch", settings["group"]))
-    play = Playground.open(family, tasks_root or workdir / "tasks", tok, sandbox=sandbox, workers=concurrency)
+    root = Path(tasks_root or workdir / "tasks")
+    play = Playground.open(family, root, tok, sandbox=sandbox, workers=concurrency)
+    eval_split = "test" if observation else "train"
+
+    def say(text: str) -> None:
+        if log:
+            log(f"[{method}/{family} seed {seed}] {text} ({time.process_time() - cpu0:.0f} s CPU)")
+
     try:
-        demos = oracle_episodes(play, per_task=warm_settings["per_task"], right_share=warm_settings["right_share"],
-                                seed=seed)
-        short = warm_settings.get("short", 0)
-        if short:
-            warm_start(model, demos, steps=short, batch=warm_settings["batch"], lr=warm_settings["lr"],
-                       pad_id=tok.pad_token_id, seed=seed, prefix=False)
-        loss = warm_start(model, demos, steps=warm_settings["steps"] - short, batch=warm_settings["batch"],
-                          lr=warm_settings["lr"], pad_id=tok.pad_token_id, seed=seed + 1)
+        loss = warm_up(model, play, warm_settings, seed=seed)
         rollout = play.rollout(seed=seed, concurrency=concurrency)
-        test_rollout = None
-        if heldout:
-            from env_client.prompts import initial_messages
-
-            test_index = PromptIndex.from_instances(play.family.instances("test"),
-                                                    render=lambda i: initial_messages(i, play.family.actions))
-            test_rollout = play.rollout(seed=seed, concurrency=concurrency, index=test_index)
-            test_prompts = [row["prompt"] for row in test_index.rows]
-
-        reps = -(-eval_episodes // len(play.prompts))
+        eval_index = play.index if eval_split == "train" else play.split_index(eval_split)
+        eval_rollout = rollout if eval_split == "train" else play.rollout(seed=seed, concurrency=concurrency,
+                                                                          index=eval_index)
+        eval_prompts = [row["prompt"] for row in eval_index.rows]
+        reps = -(-eval_episodes // len(eval_prompts))
 
         def score(m: Any) -> Score:
-            return evaluate(rollout, m, play.prompts, reps=reps)
+            return evaluate(eval_rollout, m, eval_prompts, reps=reps)
 
-        def say(text: str) -> None:
-            if log:
-                log(f"[{method}/{family} seed {seed}] {text} ({time.process_time() - cpu0:.0f} s CPU)")
+        def point(step: int, sc: Score) -> tuple[int, float, float, float]:
+            low, high = wilson(sc.success * sc.episodes, sc.episodes)
+            return step, sc.success, round(low, 4), round(high, 4)
 
         first = score(model)
         before = first.success
-        curve = [(0, before)]
-        say(f"warm start loss {loss:.3f}; success {before:.3f}")
-        held_before = evaluate(test_rollout, model, test_prompts, reps=1).success if test_rollout else None
+        curve = [point(0, first)]
+        say(f"warm start loss {loss:.3f}; success {before:.3f} ({eval_split} split)")
+        warm_model = copy.deepcopy(model) if control else None
 
         def on_step(step: int, m: Any) -> None:
             if eval_every and step % eval_every == 0 and step < settings["steps"]:
-                curve.append((step, score(m).success))
+                curve.append(point(step, score(m)))
                 say(f"step {step}: success {curve[-1][1]:.3f}")
 
         rl = {k: v for k, v in settings.items() if k not in ("steps", "lr", "group")}
@@ -569,8 +804,7 @@ def learning_run(method: str, family: str, model_dir: str | os.PathLike, workdir
                        if row.get("reward") is not None]
         last = score(final)
         after = last.success
-        curve.append((settings["steps"], after))
-        held_after = evaluate(test_rollout, final, test_prompts, reps=1).success if test_rollout else None
+        curve.append(point(settings["steps"], last))
         if save_to is not None:
             from medcopilot.modeling import save_pretrained_atomic
 
@@ -578,7 +812,20 @@ def learning_run(method: str, family: str, model_dir: str | os.PathLike, workdir
         say(f"after {settings['steps']} steps: success {after:.3f} (gain {after - before:+.3f})")
     finally:
         play.close()
-    return RunResult(method, family, seed, before, after, curve, [(step, round(r, 4)) for step, r in rewards], held_before,
-                     held_after, first.reward, last.reward, list(getattr(play.pool, "layers", [])),
-                     {**settings, "warm": warm_settings, "eval_episodes": len(play.prompts) * reps},
+    control_before = control_after = None
+    if control:
+        decoy = Playground.open(family, decoy_observations(root, workdir / "decoy", split=eval_split, seed=seed), tok,
+                                sandbox=sandbox, workers=concurrency, split=eval_split)
+        try:
+            decoy_rollout = decoy.rollout(seed=seed, concurrency=concurrency)
+            control_before, control_after = (evaluate(decoy_rollout, m, decoy.prompts, reps=reps).success
+                                             for m in (warm_model, final))
+        finally:
+            decoy.close()
+        say(f"control (observed values made wrong): {control_before:.3f} -> {control_after:.3f}")
+    return RunResult(method, family, seed, before, after, curve, [(step, round(r, 4)) for step, r in rewards],
+                     eval_split, control_before, control_after, first.reward, last.reward,
+                     list(getattr(play.pool, "layers", [])),
+                     {**settings, "warm": warm_settings, "eval_episodes": len(eval_prompts) * reps,
+                      "prompt": play.prompt},
                      round(time.monotonic() - started, 1), round(time.process_time() - cpu0, 1))

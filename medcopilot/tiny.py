@@ -41,6 +41,11 @@ EOS_TOKEN = "<|im_end|>"
 TOOL_TOKENS = ("<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>")
 
 #: Architecture of the tiny model (a Qwen2 at toy size; head_dim = 64 / 4 = 16).
+#: Weights start at std 0.1, near 1/sqrt(hidden) = 0.125, instead of the 0.02 that ``Qwen2Config`` defaults to
+#: (a scale meant for hidden sizes in the thousands): at 0.02 every product of two projections in a 64-wide model
+#: is ~25x smaller than at its natural scale, and learning to copy a value out of an observation, which needs the
+#: attention's query-key and value-output products to grow together, sat on a plateau for thousands of steps (at
+#: 0.1 it is learnt in ~300; docs/benchmarks.md, "Learning").
 TINY_ARCH = {
     "hidden_size": 64,
     "num_hidden_layers": 2,
@@ -49,6 +54,7 @@ TINY_ARCH = {
     "intermediate_size": 128,
     "max_position_embeddings": 4096,
     "tie_word_embeddings": True,
+    "initializer_range": 0.1,
 }
 #: BPE target vocabulary (the trainer stops earlier if the corpus runs out of merges).
 TINY_VOCAB_SIZE = 2048
@@ -183,7 +189,7 @@ def build_tiny_tokenizer(*, seed: int = 0):
     return tokenizer
 
 
-def build_tiny_model(out_dir: str | os.PathLike, *, seed: int = 0) -> Path:
+def build_tiny_model(out_dir: str | os.PathLike, *, seed: int = 0, initializer_range: float | None = None) -> Path:
     """Write a random-init tiny Qwen2 model, its tokenizer and generation config to ``out_dir``.
 
     The folder loads with ``AutoModelForCausalLM`` / ``AutoTokenizer`` like any Hub checkpoint. It is written to a
@@ -193,6 +199,7 @@ def build_tiny_model(out_dir: str | os.PathLike, *, seed: int = 0) -> Path:
     Args:
         out_dir: Destination folder.
         seed: Seeds both the corpus and the weight initialisation (same seed, same files).
+        initializer_range: Std of the initial weights instead of ``TINY_ARCH``'s 0.1.
 
     Returns:
         The path of the written folder.
@@ -208,7 +215,8 @@ def build_tiny_model(out_dir: str | os.PathLike, *, seed: int = 0) -> Path:
     eos_id = tokenizer.convert_tokens_to_ids(EOS_TOKEN)
     pad_id = tokenizer.convert_tokens_to_ids(PAD_TOKEN)
     config = Qwen2Config(
-        vocab_size=len(tokenizer), bos_token_id=None, eos_token_id=eos_id, pad_token_id=pad_id, **TINY_ARCH
+        vocab_size=len(tokenizer), bos_token_id=None, eos_token_id=eos_id, pad_token_id=pad_id,
+        **{**TINY_ARCH, **({} if initializer_range is None else {"initializer_range": initializer_range})},
     )
     torch.manual_seed(seed)
     model = Qwen2ForCausalLM(config)

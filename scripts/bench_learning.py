@@ -1,29 +1,49 @@
-"""Benchmark learning on CPU: GRPO and PPO x seeds x families, each from an oracle warm start of the tiny model.
+"""Benchmark learning on CPU: GRPO and PPO x seeds x families, each from a warm start of the tiny model.
 
+    python scripts/bench_learning.py --quick --json        # every family and method, 5 seeds, <= 15 min on 2 cores
     python scripts/bench_learning.py [--methods grpo ppo] [--families say_number clinic_code toy_lookup]
-        [--seeds 5] [--out runs/bench_learning] [--json]
+        [--seeds 5] [--eval-every 10] [--out runs/bench_learning] [--jobs 2] [--json]
 
-Every run (:func:`medcopilot.learning.learning_run`) warm-starts the tiny random Qwen2 on the family's oracle
-episodes, measures success on a fixed evaluation (>= 96 episodes, sampling seeds fixed per run), trains with the
-method, and measures again (and every ``--eval-every`` steps, for the curves). ``say_number`` is one turn (submit
-the number the question shows); ``clinic_code`` is two turns (query a database, submit the code it holds, the same
-for every task); ``toy_lookup`` is two turns whose answer exists only in the observation (run SQL, submit the value
-it returned; also measured on held-out records).
+Every run (:func:`medcopilot.learning.learning_run`) warm-starts the tiny random Qwen2 on the family's
+demonstrations played through the environment, measures success on a fixed evaluation (sampling seeds fixed per
+run), trains with the method, and measures again (and every ``--eval-every`` steps, for the curves).
+``say_number`` is one turn (submit the number the question shows); ``clinic_code`` is two turns (query a
+database, submit the code it holds, the same for every task); ``toy_lookup`` is two turns whose answer exists only
+in the observation (run SQL, submit the value it returned): its evaluation runs on held-out records, and its
+*control* scores the same policies on copies of those records whose stored value was made wrong
+(:func:`medcopilot.learning.decoy_observations`): a policy that submits what it reads scores 0 there, one that
+guesses 1/9, so success on the real records above the control's needs the observation.
 
 Writes into ``--out``: ``<method>-<family>-seed<k>.json`` per run (a rerun skips runs already there, so an
-interrupted benchmark resumes), ``curves.png`` (success vs step, median and min-max band over seeds, one panel per
-family) and ``summary.json``. Prints a table; with ``--json`` stdout ends with ONE JSON line:
-``per_method: {grpo: {median_gain, seeds_improved, seeds, collapsed, ...}, ppo: {...}}`` (one-turn family),
-``multi_turn: {family: {method: {...}}}``, ``multi_turn_gain`` (``clinic_code``: median over seeds and methods,
-with ``multi_turn_spread`` [min, max]), ``observation_gain`` (the same for ``toy_lookup``), ``per_run`` and
-``cpu_s``. A run has *collapsed* when its success ends below half of where it started (or below 0.05).
-Each run takes 1-4 CPU minutes; ``--jobs 2`` runs two at once.
+interrupted benchmark resumes; a run made with other settings is refused, not mixed in), ``curves.png`` (success
+vs step: the median over seeds and the band from the lowest to the highest seed, one panel per family; the
+control and chance on ``toy_lookup``'s) and ``summary.json``. Prints a table; with ``--json`` stdout ends with ONE
+JSON line::
+
+    {"families": {family: {method: {seeds, seeds_improved, median_gain, min_gain, max_gain, collapsed,
+                                    median_before, median_after}}},
+     "control": {method: {median_before, median_after, max_after, chance, not_above_chance}},
+     "observation_proof": {method: bool}, "per_run": [...], "cpu_s", "cpu_s_total", "wall_s", "curves_png", "quick"}
+
+A run has *collapsed* when its success ends below half of where it started (or below 0.05). The observation
+proof holds for a method when at least 4 of 5 seeds improved, the median gain is at least 0.15, none collapsed,
+and no seed's control is above chance after RL (1/9 at or above the low end of its 95 % interval).
+
+``--quick`` runs all three families and both methods on 5 seeds, two runs at a time, with a curve point every 20
+steps, into ``runs/bench_learning_quick``: toy_lookup at its full settings (the observation proof: GRPO and PPO 60
+steps), and GRPO and PPO 20 steps on say_number and clinic_code (:data:`QUICK_STEPS`).
+About 1,790 CPU seconds in all, sandbox workers included, measured on a loaded 2-core machine: 13-15 minutes
+on a quiet one, extrapolated, not measured (docs/benchmarks.md, "Learning"); ``--quick --families toy_lookup``,
+the observation proof alone, is ~1,220 CPU seconds. The full run (``--seeds 5 --eval-every 10``) is the
+one the docs' say_number and clinic_code tables quote. ``cpu_s`` in the JSON line is the runs' own CPU,
+``cpu_s_total`` that of this invocation with every process it started.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -32,9 +52,25 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from medcopilot.learning import FAMILIES, RunResult
+# One torch thread per run (set before torch is imported, here and in the worker processes): on a shared 2-core
+# machine a second intra-op thread spins and costs several times the CPU (docs/benchmarks.md, "Learning").
+for _key in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+    os.environ.setdefault(_key, "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-ONE_TURN, MULTI_TURN, OBSERVATION = "say_number", "clinic_code", "toy_lookup"
+from medcopilot.learning import FAMILIES, OBSERVATION, RunResult  # noqa: E402
+
+#: Chance on toy_lookup: values are uniform on 1..9.
+CHANCE = 1 / 9
+#: What the observation proof asks of each method (issue 20).
+PROOF = {"seeds_improved": 4, "median_gain": 0.15}
+QUICK = {"eval_episodes": 96, "eval_every": 20, "jobs": 2, "seeds": 5, "out": Path("runs/bench_learning_quick")}
+#: RL steps of ``--quick`` on say_number and clinic_code, whose gain both methods make by step 20 (defaults: GRPO
+#: 60, PPO 30; docs/benchmarks.md, "Learning"). toy_lookup keeps its 60 for both methods. An evaluation (~3 s CPU)
+#: costs little next to a step (~1 s), so --quick keeps the full 96-episode evaluation and saves on steps.
+QUICK_STEPS = {(method, family): 20 for method in ("grpo", "ppo") for family in ("say_number", "clinic_code")}
+#: Run settings a stored run must share with this invocation to be reused.
+KEYED = ("steps", "lr", "group", "eval_every", "eval_episodes")
 
 
 def collapsed(run: dict[str, Any]) -> bool:
@@ -43,7 +79,7 @@ def collapsed(run: dict[str, Any]) -> bool:
 
 
 def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """The ``per_method`` block for a list of runs (one method, one family)."""
+    """Gains over seeds for a list of runs (one method, one family)."""
     gains = [r["gain"] for r in runs]
     return {"seeds": len(runs), "median_gain": round(statistics.median(gains), 4), "min_gain": round(min(gains), 4),
             "max_gain": round(max(gains), 4), "seeds_improved": sum(g > 0 for g in gains),
@@ -52,15 +88,35 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
             "median_after": round(statistics.median(r["after"] for r in runs), 4)}
 
 
+def control_summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The control of one method's observation runs: success with every observed value made wrong."""
+    from medcopilot.learning import wilson
+
+    n = [r["settings"]["eval_episodes"] for r in runs]
+    after = [r["control_after"] for r in runs]
+    lows = [wilson(a * k, k)[0] for a, k in zip(after, n)]
+    return {"median_before": round(statistics.median(r["control_before"] for r in runs), 4),
+            "median_after": round(statistics.median(after), 4), "max_after": round(max(after), 4),
+            "chance": round(CHANCE, 4), "not_above_chance": all(low <= CHANCE for low in lows)}
+
+
+def proof(summary: dict[str, Any], control: dict[str, Any] | None) -> bool:
+    """The observation proof for one method (see the module doc)."""
+    return (summary["seeds"] >= 5 and summary["seeds_improved"] >= PROOF["seeds_improved"]
+            and summary["median_gain"] >= PROOF["median_gain"] and summary["collapsed"] == 0
+            and control is not None and control["not_above_chance"])
+
+
 def one_run(job: dict[str, Any]) -> dict[str, Any]:
     """Run one (method, family, seed) in this process; write and return its JSON."""
     from medcopilot.learning import learning_run
 
     path = Path(job.pop("path"))
+    keyed = job.pop("keyed")
     with tempfile.TemporaryDirectory() as work:
         result: RunResult = learning_run(job.pop("method"), job.pop("family"), job.pop("model_dir"), work,
                                          log=lambda line: print(line, flush=True), **job)
-    data = result.to_dict()
+    data = {**result.to_dict(), "keyed": keyed}
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
     tmp.replace(path)
@@ -68,65 +124,121 @@ def one_run(job: dict[str, Any]) -> dict[str, Any]:
 
 
 def plot(runs: list[dict[str, Any]], path: Path) -> None:
-    """Success vs step: per method and family the median over seeds and the min-max band."""
+    """Success vs step: per method and family the median over seeds and the lowest-to-highest band."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    families = sorted({r["family"] for r in runs})
-    fig, axes = plt.subplots(1, len(families), figsize=(5.5 * len(families), 4), squeeze=False)
+    families = [f for f in FAMILIES if any(r["family"] == f for r in runs)]
+    fig, axes = plt.subplots(1, len(families), figsize=(5.5 * len(families), 4.2), squeeze=False)
     for ax, family in zip(axes[0], families):
-        for method in sorted({r["method"] for r in runs if r["family"] == family}):
+        for colour, method in zip(("C0", "C1"), sorted({r["method"] for r in runs if r["family"] == family})):
             group = [r for r in runs if r["family"] == family and r["method"] == method]
-            steps = sorted(set.intersection(*[{s for s, _ in r["curve"]} for r in group]))
-            values = [[dict(map(tuple, r["curve"]))[s] for r in group] for s in steps]
-            ax.plot(steps, [statistics.median(v) for v in values], marker="o", label=f"{method} ({len(group)} seeds)")
-            ax.fill_between(steps, [min(v) for v in values], [max(v) for v in values], alpha=0.2)
+            steps = sorted(set.intersection(*[{p[0] for p in r["curve"]} for r in group]))
+            values = [[{p[0]: p[1] for p in r["curve"]}[s] for r in group] for s in steps]
+            ax.plot(steps, [statistics.median(v) for v in values], marker="o", color=colour,
+                    label=f"{method}: median of {len(group)} seeds")
+            ax.fill_between(steps, [min(v) for v in values], [max(v) for v in values], color=colour, alpha=0.18)
+            if family == OBSERVATION and all(r.get("control_after") is not None for r in group):
+                ends = [0, steps[-1]]
+                ctrl = [[r["control_before"] for r in group], [r["control_after"] for r in group]]
+                ax.errorbar(ends, [statistics.median(c) for c in ctrl],
+                            yerr=[[statistics.median(c) - min(c) for c in ctrl],
+                                  [max(c) - statistics.median(c) for c in ctrl]],
+                            color=colour, linestyle="--", marker="x", capsize=4,
+                            label=f"{method}: control (observed values wrong)")
+        if family == OBSERVATION:
+            ax.axhline(CHANCE, color="grey", linewidth=1, linestyle=":", label="chance (1/9)")
+        split = "held-out records" if family == OBSERVATION else "training tasks"
         ax.set(title=f"{family} ({FAMILIES[family][0]} turn(s))", xlabel="RL step",
-               ylabel="success on the fixed evaluation", ylim=(0, 1))
-        ax.legend()
+               ylabel=f"success, {split}", ylim=(0, 1))
+        ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
 
 def table(runs: list[dict[str, Any]]) -> str:
-    """One line per (method, family): gains over seeds."""
-    lines = [f"{'method':6} {'family':11} {'seeds':>5} {'before':>7} {'after':>7} {'median gain':>11} "
-             f"{'min':>6} {'max':>6} {'improved':>8} {'collapsed':>9} {'cpu s/run':>9}"]
-    for method, family in sorted({(r["method"], r["family"]) for r in runs}):
-        group = [r for r in runs if r["method"] == method and r["family"] == family]
-        s = summarize(group)
-        lines.append(f"{method:6} {family:11} {s['seeds']:5d} {s['median_before']:7.3f} {s['median_after']:7.3f} "
-                     f"{s['median_gain']:+11.3f} {s['min_gain']:+6.3f} {s['max_gain']:+6.3f} "
-                     f"{s['seeds_improved']:>5d}/{s['seeds']:<2d} {s['collapsed']:9d} "
-                     f"{statistics.median(r['cpu_s'] for r in group):9.0f}")
+    """One line per (method, family): gains over seeds, and the control where there is one."""
+    lines = [(f"{'method':6} {'family':11} {'seeds':>5} {'before':>7} {'after':>7} {'median gain':>11} "
+              f"{'min':>6} {'max':>6} {'improved':>8} {'collapsed':>9} {'control':>13} {'cpu s/run':>9}")]
+    for family in FAMILIES:
+        for method in sorted({r["method"] for r in runs if r["family"] == family}):
+            group = [r for r in runs if r["method"] == method and r["family"] == family]
+            s = summarize(group)
+            ctrl = control_summary(group) if all(r.get("control_after") is not None for r in group) else None
+            ctrl_text = f"{ctrl['median_before']:.3f}->{ctrl['median_after']:.3f}" if ctrl else "-"
+            lines.append(f"{method:6} {family:11} {s['seeds']:5d} {s['median_before']:7.3f} {s['median_after']:7.3f} "
+                         f"{s['median_gain']:+11.3f} {s['min_gain']:+6.3f} {s['max_gain']:+6.3f} "
+                         f"{s['seeds_improved']:>5d}/{s['seeds']:<2d} {s['collapsed']:9d} {ctrl_text:>13} "
+                         f"{statistics.median(r['cpu_s'] for r in group):9.0f}")
     return "\n".join(lines)
+
+
+def cpu_seconds() -> float:
+    """User + system CPU of this process and of every finished child: the run processes and, through them, their
+    sandbox workers (each closed and waited for at the end of its run)."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
+def results(runs: list[dict[str, Any]], *, started: float, cpu0: float, curves: Path,
+            quick: bool) -> dict[str, Any]:
+    """The JSON line (see the module doc)."""
+    methods = sorted({r["method"] for r in runs})
+
+    def group(family: str, method: str) -> list[dict[str, Any]]:
+        return [r for r in runs if r["family"] == family and r["method"] == method]
+
+    families = {f: {m: summarize(group(f, m)) for m in methods if group(f, m)} for f in FAMILIES
+                if any(r["family"] == f for r in runs)}
+    control = {m: control_summary(group(OBSERVATION, m)) for m in methods
+               if group(OBSERVATION, m) and all(r.get("control_after") is not None for r in group(OBSERVATION, m))}
+    return {
+        "families": families, "control": control,
+        "observation_proof": {m: proof(s, control.get(m)) for m, s in families.get(OBSERVATION, {}).items()},
+        "per_run": [{k: r.get(k) for k in ("method", "family", "seed", "before", "after", "gain", "control_before",
+                                           "control_after", "cpu_s")} for r in runs],
+        "settings": {f"{r['method']}/{r['family']}": r["settings"] for r in runs},
+        "cpu_s": round(sum(r["cpu_s"] for r in runs), 1), "cpu_s_total": round(cpu_seconds() - cpu0, 1),
+        "wall_s": round(time.monotonic() - started, 1),
+        "curves_png": str(curves), "quick": quick,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true",
+                   help=f"every family and method, {QUICK['seeds']} seeds, {QUICK['eval_episodes']}-episode "
+                        f"evaluations, a curve point every {QUICK['eval_every']} steps, {QUICK['jobs']} runs at once, "
+                        f"into {QUICK['out']} (flags given explicitly win)")
     p.add_argument("--methods", nargs="+", choices=["grpo", "ppo"], default=["grpo", "ppo"], help="RL methods")
-    p.add_argument("--families", nargs="+", choices=sorted(FAMILIES), default=sorted(FAMILIES), help="families")
-    p.add_argument("--seeds", type=int, default=5, help="seeds 0..N-1 per method and family; default 5")
+    p.add_argument("--families", nargs="+", choices=list(FAMILIES), default=list(FAMILIES), help="families")
+    p.add_argument("--seeds", type=int, default=None, help="seeds 0..N-1 per method and family; default 5")
     p.add_argument("--first-seed", type=int, default=0, help="first seed; default 0")
     p.add_argument("--steps", type=int, default=None, help="RL steps (default: medcopilot.learning's per method)")
     p.add_argument("--lr", type=float, default=None, help="RL learning rate (default: per method)")
     p.add_argument("--group", type=int, default=None, help="episodes per task in a step (default: per method)")
-    p.add_argument("--eval-every", type=int, default=10, help="evaluate every N steps for the curves; default 10")
-    p.add_argument("--eval-episodes", type=int, default=96, help="episodes of the fixed evaluation; default 96")
-    p.add_argument("--model", default=None, help="tiny model folder (default: build one, seed 0, into a temp dir)")
-    p.add_argument("--out", type=Path, default=Path("runs/bench_learning"), help="results folder (resumable)")
-    p.add_argument("--jobs", type=int, default=1, help="runs in parallel (processes); default 1")
+    p.add_argument("--eval-every", type=int, default=None, help="evaluate every N steps for the curves; default 10")
+    p.add_argument("--eval-episodes", type=int, default=None, help="episodes of each evaluation; default 96")
+    p.add_argument("--model", default=None, help="tiny model folder (default: build one, seed 0, into --out)")
+    p.add_argument("--out", type=Path, default=None, help="results folder (resumable); default runs/bench_learning")
+    p.add_argument("--jobs", type=int, default=None, help="runs in parallel (processes); default 1")
     p.add_argument("--summarize", action="store_true",
                    help="run nothing: summarise every run already in --out (all methods, families, seeds)")
     p.add_argument("--json", action="store_true", help="end stdout with one JSON line of results")
     args = p.parse_args(argv)
-    if args.seeds < 1 or args.jobs < 1:
-        p.error(f"--seeds={args.seeds} and --jobs={args.jobs} must be >= 1")
-    started = time.monotonic()
+    preset = QUICK if args.quick else {"eval_episodes": 96, "eval_every": 10, "jobs": 1, "seeds": 5,
+                                       "out": Path("runs/bench_learning")}
+    for key, value in preset.items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    if args.seeds < 1 or args.jobs < 1 or args.eval_episodes < 1 or args.eval_every < 0:
+        p.error(f"--seeds={args.seeds}, --jobs={args.jobs} and --eval-episodes={args.eval_episodes} must be >= 1, "
+                f"--eval-every={args.eval_every} >= 0")
+    started, cpu0 = time.monotonic(), cpu_seconds()
     args.out.mkdir(parents=True, exist_ok=True)
     model_dir = args.model
     if model_dir is None and not args.summarize:
@@ -136,19 +248,28 @@ def main(argv: list[str] | None = None) -> int:
     jobs, runs = [], []
     if args.summarize:
         runs = [json.loads(f.read_text(encoding="utf-8")) for f in sorted(args.out.glob("*-seed*.json"))]
-        args.methods = sorted({r["method"] for r in runs})
     for method in [] if args.summarize else args.methods:
         for family in args.families:
+            steps = args.steps
+            if steps is None and args.quick:
+                steps = QUICK_STEPS.get((method, family))
+            keyed = {**{k: getattr(args, k) for k in KEYED}, "steps": steps}
             for seed in range(args.first_seed, args.first_seed + args.seeds):
                 path = args.out / f"{method}-{family}-seed{seed}.json"
                 if path.is_file():
-                    runs.append(json.loads(path.read_text(encoding="utf-8")))
+                    stored = json.loads(path.read_text(encoding="utf-8"))
+                    if stored.get("keyed") != keyed:
+                        p.error(f"{path} was made with other settings ({stored.get('keyed')}, now {keyed}); "
+                                f"use another --out or delete it")
+                    runs.append(stored)
                     continue
-                jobs.append({"path": str(path), "method": method, "family": family, "model_dir": model_dir,
-                             "seed": seed, "steps": args.steps, "lr": args.lr, "group": args.group,
-                             "eval_every": args.eval_every, "eval_episodes": args.eval_episodes,
-                             "heldout": family == OBSERVATION})
+                jobs.append({"path": str(path), "keyed": keyed, "method": method, "family": family,
+                             "model_dir": model_dir, "seed": seed, "steps": steps, "lr": args.lr,
+                             "group": args.group, "eval_every": args.eval_every,
+                             "eval_episodes": args.eval_episodes})
     print(f"[bench_learning] {len(jobs)} runs to do, {len(runs)} already in {args.out}", flush=True)
+    # The observation runs are the longest: start them first, so two processes finish together.
+    jobs.sort(key=lambda j: j["family"] != OBSERVATION)
     if args.jobs == 1:
         runs += [one_run(job) for job in jobs]
     else:
@@ -159,28 +280,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     print(table(runs))
     plot(runs, args.out / "curves.png")
-    def group(family: str, method: str | None = None) -> list[dict[str, Any]]:
-        return [r for r in runs if r["family"] == family and method in (None, r["method"])]
-
-    def median_and_spread(family: str) -> tuple[float | None, list[float] | None]:
-        gains = [r["gain"] for r in group(family)]
-        return (round(statistics.median(gains), 4), [round(min(gains), 4), round(max(gains), 4)]) if gains \
-            else (None, None)
-
-    multi_gain, multi_spread = median_and_spread(MULTI_TURN)
-    observation_gain, observation_spread = median_and_spread(OBSERVATION)
-    result = {
-        "per_method": {m: summarize(group(ONE_TURN, m)) for m in args.methods if group(ONE_TURN, m)},
-        "multi_turn": {f: {m: summarize(group(f, m)) for m in args.methods if group(f, m)}
-                       for f in (MULTI_TURN, OBSERVATION) if group(f)},
-        "multi_turn_gain": multi_gain, "multi_turn_spread": multi_spread,
-        "observation_gain": observation_gain, "observation_spread": observation_spread,
-        "per_run": [{k: r[k] for k in ("method", "family", "seed", "before", "after", "gain", "heldout_before",
-                                       "heldout_after", "cpu_s")} for r in runs],
-        "settings": {f"{r['method']}/{r['family']}": r["settings"] for r in runs},
-        "cpu_s": round(sum(r["cpu_s"] for r in runs), 1), "wall_s": round(time.monotonic() - started, 1),
-        "curves_png": str(args.out / "curves.png"),
-    }
+    result = results(runs, started=started, cpu0=cpu0, curves=args.out / "curves.png", quick=args.quick)
     (args.out / "summary.json").write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
     print(f"[bench_learning] curves: {args.out / 'curves.png'}; summary: {args.out / 'summary.json'}")
     if args.json:

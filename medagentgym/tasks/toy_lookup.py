@@ -7,11 +7,13 @@ Description:
     answer depends on the tool's *observation*. Every instance is solved by the same SQL, so the skill is exactly
     "read the value out of the observation" (the learning checks of ``medcopilot.learning`` and
     ``scripts/bench_learning.py``). Records of the test split are never seen in training, so success there cannot
-    come from memorised answers; no digit appears in a question.
+    come from memorised answers; no digit appears in a question. Records are named alike in both splits (a code of
+    three letters, test codes continuing after the training ones), so a held-out prompt differs from a training
+    one only in which record it names, not by a split marker a small model could key on.
 
 Example instance:
-    question: "Record tr-kxb: what value did the potassium monitor record in this task's database? Submit it."
-    context:  "SQLite database: /data/records/train_kxb.db (table reading: test, value, unit), read-only. ..."
+    question: "Record kxb: what value did the potassium monitor record in this task's database? Submit it."
+    context:  "SQLite database: /data/records/kxb.db (table reading: test, value, unit), read-only. ..."
     answer:   4            answer_type: "integer"        category: "potassium"
     solution: "SELECT value FROM reading"
 
@@ -27,13 +29,16 @@ Episode end:
 
 Arguments:
     ``tasks.make("toy_lookup", root=DIR)``; ``build(out_dir, size="tiny"|"default", seed=0)`` writes
-    ``<out_dir>/toy_lookup/{records/<split>_<code>.db, train.jsonl, test.jsonl, manifest.json}``, byte-identical
+    ``<out_dir>/toy_lookup/{records/<code>.db, train.jsonl, test.jsonl, manifest.json}``, byte-identical
     per seed. tiny: 48 train + 16 test records; default: 384 + 128. Every instance mounts the ``records`` folder
     (one mount for the whole family, so sandbox workers never restart between episodes); its query runs against
     its own file there (``metadata["sql_database"]``).
 
 Version history:
     1: first version.
+    2: records named ``<code>`` in both splits (were ``tr-<code>`` / ``te-<code>``, files ``<split>_<code>.db``):
+       the split marker was the only token a held-out prompt had that no training prompt had, and the tiny model's
+       first turn broke on it (docs/benchmarks.md, "Learning"). Values and categories are unchanged.
 """
 
 from __future__ import annotations
@@ -90,7 +95,7 @@ class ToyLookup:
     """The toy_lookup family (see the module docstring for the spec card)."""
 
     name = "toy_lookup"
-    version = 1
+    version = 2
     actions = frozenset({"code_execution", "submit_answer"})
     #: Values are uniform on 1..9 by design (one token each, so reading them is the whole skill): a constant
     #: answer is right for ~1 record in 9, and on the 16 test records of a tiny build up to ~20 %. Not a
@@ -130,12 +135,14 @@ class ToyLookup:
         (family_dir / RECORDS).mkdir(parents=True, exist_ok=True)
         rng = random.Random(f"toy_lookup:{seed}")
         splits: dict[str, list[Instance]] = {}
+        first = {"train": 0, "test": _SIZES[size]["train"]}  # test codes continue after the training ones
         for split in ("train", "test"):
             items = []
             for index in range(_SIZES[size][split]):
                 test, value = rng.choice(sorted(_TESTS)), rng.randint(_LOW, _HIGH)
-                _write_record(family_dir / RECORDS / f"{split}_{_code(index)}.db", test, value)
-                items.append(self._instance(split, index, test, value))
+                code = _code(first[split] + index)
+                _write_record(family_dir / RECORDS / f"{code}.db", test, value)
+                items.append(self._instance(split, index, code, test, value))
             splits[split] = items
             write_instances(family_dir, split, items)
         return write_manifest(
@@ -144,11 +151,11 @@ class ToyLookup:
             categories={t: sum(i.category == t for items in splits.values() for i in items) for t in sorted(_TESTS)},
         )
 
-    def _instance(self, split: Split, index: int, test: str, value: int) -> Instance:
-        database = f"{RECORDS}/{split}_{_code(index)}.db"
+    def _instance(self, split: Split, index: int, code: str, test: str, value: int) -> Instance:
+        database = f"{RECORDS}/{code}.db"
         return Instance(
             id=f"{self.name}/{split}/{index:04d}", family=self.name, category=test, split=split,
-            question=(f"Record {split[:2]}-{_code(index)}: what value did the {test} monitor record in this task's "
+            question=(f"Record {code}: what value did the {test} monitor record in this task's "
                       "database? Submit it."),
             context=(f"SQLite database: /data/{database} (table reading: test, value, unit), read-only. Run SQL "
                      "with code_execution (lang 'sql'), then submit only the value."),

@@ -20,6 +20,7 @@ from env_client.actions import ACTION_MODELS, tool_schemas
 from env_client.policies import OpenAIPolicy
 from env_client.prompts import (
     action_signature,
+    compact_system_prompt,
     episode_tools,
     initial_messages,
     inline_tools,
@@ -182,6 +183,24 @@ def test_episode_opening_follows_the_format(make_env, toy_test, tiny_tokenizer, 
     chat = [*obs.messages, {"role": "assistant", "content": submit}]
     row = sft_rows([episode_from_trajectory(env.trajectory, chat)])[0]
     assert (json.loads(row["tools"]) if "tools" in row else []) == obs.tools
+
+
+@pytest.mark.parametrize("fmt", ["tool_call", "json"])
+def test_compact_prompt_is_one_line_of_signatures_and_no_tool_block(make_env, toy_test, tiny_tokenizer, fmt):
+    env = make_env(format=fmt, prompt="compact")
+    obs, info = env.reset(toy_test[0])
+    permitted = info["permitted_actions"]
+    assert obs.tools == [] == env.trajectory.tools
+    assert obs.messages == initial_messages(toy_test[0], permitted, fmt=fmt, prompt="compact")
+    system = obs.messages[0]["content"]
+    assert system == compact_system_prompt(permitted, fmt=fmt) and "\n" not in system
+    assert all(system.count(action_signature(t)) == 1 for t in tool_schemas(permitted))
+    assert obs.messages[1] == initial_messages(toy_test[0], permitted, fmt=fmt)[1]  # the task text is the same
+    full = len(render_prompt(tiny_tokenizer, initial_messages(toy_test[0], permitted, fmt=fmt)[:1],
+                             episode_tools(permitted, fmt)))
+    assert len(render_prompt(tiny_tokenizer, obs.messages[:1])) <= 0.4 * full
+    with pytest.raises(ValueError, match="prompt style 'short' is unknown"):
+        initial_messages(toy_test[0], permitted, prompt="short")
 
 
 def test_prompt_tokens_script_measures_both_sides_against_the_recorded_baseline(load_script, capsys):

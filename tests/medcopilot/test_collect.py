@@ -91,8 +91,11 @@ def test_the_cli_writes_the_same_layout(load_script, toy_root, tmp_path, capsys)
 
 def test_the_sft_recipe_trains_on_the_collected_successes(collected, tiny_model_dir, tmp_path, train_main,
                                                          quiet_training_env):
-    out = collected[0]
+    out, _, instances, spec, _ = collected
+    # the tasks root and the number of tasks it was collected over: without them the recipe's relative
+    # artifacts/tasks is read, and after `make demo` built toy_sql there the store's 3 tasks are refused
     argv = ["recipe=sft_tiny", f"model.name_or_path={tiny_model_dir}", f"rollout.store={out / 'sft.jsonl'}",
+            f"tasks.root={spec.tasks_root}", f"tasks.limit={len(instances)}",
             f"output.dir={tmp_path / 'sft'}", "trainer.max_steps=1", "trainer.save_steps=1"]
     assert train_main(argv) == 0
     assert json.loads((tmp_path / "sft" / "run_summary.json").read_text())["train_rows"] == 3

@@ -8,9 +8,8 @@ with ``GRPO_DEFAULTS``' warm-up), PPO ``PPO_DEFAULTS``: the runs of ``scripts/be
 clinic_code --steps 30`` and of ``medagentgym demo --seed K``, whose numbers are in docs/benchmarks.md ("Learning",
 multi-turn and demo tables; smallest gain +0.09): ``MIN_GAIN`` sits below them.
 
-Each run is 5-10 CPU minutes, so the whole file belongs to ``make test-slow``. ``toy_lookup`` (the answer
-exists only in the observation) is measured by the benchmark too; the tiny model does not learn it in this
-budget, so it has no assertion here.
+Each run is 1-2 CPU minutes, so the whole file belongs to ``make test-slow``. ``toy_lookup`` (the answer exists
+only in the observation, scored on held-out records) has its own proof: tests/medcopilot/test_observation_learning.py.
 """
 
 from __future__ import annotations

@@ -232,7 +232,9 @@ def test_lora_policy_trains_adapters_only_against_its_disabled_adapters(tiny_mod
     changed = {n for n, p in policy.named_parameters() if not torch.equal(before[n], p.detach())}
     assert changed and all("lora_" in n for n in changed)
     first, second = trainer.state.log_history
-    assert first["kl"] == pytest.approx(0.0, abs=1e-6) and second["kl"] > 0  # adapters off = the reference
+    # adapters off = the reference; then the policy has moved. _FixedRollout's completions are not sampled from the
+    # policy, so the k1 estimate has no sign (it was -1.17 with the tiny model's weights at std 0.1): only != 0
+    assert first["kl"] == pytest.approx(0.0, abs=1e-6) and abs(second["kl"]) > 1e-3
     assert second["approx_kl"] > 0 and first["value_loss"] > 0
 
 

@@ -1,0 +1,78 @@
+"""scripts/bench_learning.py: its JSON line, the observation proof's rule and the seed-band PNG (fast).
+
+The benchmark's runs take minutes each (``make test-slow`` runs the proof: tests/medcopilot/
+test_observation_learning.py); here ``--summarize`` reads made-up run files, so what is checked is the summary:
+per family and method seeds improved, median gain and collapses, the control, and when the proof holds.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "scripts" / "bench_learning.py"
+
+
+def _write(out: Path, method: str, family: str, seed: int, before: float, after: float,
+           control_after: float | None = None, n: int = 96) -> None:
+    curve = [[0, before, 0.0, 1.0], [30, (before + after) / 2, 0.0, 1.0], [60, after, 0.0, 1.0]]
+    run = {"method": method, "family": family, "seed": seed, "before": before, "after": after,
+           "gain": after - before, "curve": curve, "control_before": None if control_after is None else 0.12,
+           "control_after": control_after, "settings": {"eval_episodes": n, "steps": 60}, "cpu_s": 100.0}
+    (out / f"{method}-{family}-seed{seed}.json").write_text(json.dumps(run), encoding="utf-8")
+
+
+def _summarize(out: Path) -> dict:
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--summarize", "--json", "--out", str(out)],
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_the_json_line_has_every_family_and_method_and_the_proof(tmp_path):
+    gains = [0.30, 0.25, -0.02, 0.20, 0.16]  # 4 of 5 improved, median 0.20
+    for seed, gain in enumerate(gains):
+        for method in ("grpo", "ppo"):
+            _write(tmp_path, method, "toy_lookup", seed, 0.2, 0.2 + gain, control_after=0.03)
+            _write(tmp_path, method, "say_number", seed, 0.2, 0.5)
+            _write(tmp_path, method, "clinic_code", seed, 0.4, 0.1 if seed == 0 else 0.6)  # seed 0 collapses
+    line = _summarize(tmp_path)
+    for family in ("say_number", "clinic_code", "toy_lookup"):
+        for method in ("grpo", "ppo"):
+            s = line["families"][family][method]
+            assert {"seeds_improved", "median_gain", "collapsed"} <= set(s) and s["seeds"] == 5
+    toy = line["families"]["toy_lookup"]["grpo"]
+    assert toy["seeds_improved"] == 4 and toy["median_gain"] == pytest.approx(0.20) and toy["collapsed"] == 0
+    assert line["families"]["clinic_code"]["ppo"]["collapsed"] == 1
+    assert line["control"]["grpo"]["not_above_chance"] and line["control"]["grpo"]["max_after"] == 0.03
+    assert line["observation_proof"] == {"grpo": True, "ppo": True}
+    assert Path(line["curves_png"]).stat().st_size > 10_000
+
+
+def _bench():
+    spec = importlib.util.spec_from_file_location("bench_learning", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize(("gains", "control", "holds"), [
+    ([0.30, 0.25, -0.02, 0.20, 0.16], 0.03, True),  # 4 of 5 improved, median 0.20, no collapse, control 0.03
+    ([0.30, 0.12, -0.02, 0.10, 0.14], 0.03, False),  # 4 of 5 improved, but the median gain is 0.12
+    ([0.30, 0.25, -0.02, -0.01, 0.16], 0.03, False),  # 3 of 5 improved
+    ([0.30, 0.25, 0.20, 0.16, -0.15], 0.03, False),  # one seed collapsed (0.20 -> 0.05)
+    ([0.30, 0.25, 0.20, 0.10, 0.16], 0.25, False),  # the control is above chance (24 of 96 wrong observations right)
+    ([0.30, 0.25, 0.20, 0.10, 0.16], 0.17, True),  # 16 of 96: 1/9 is still inside the interval
+])
+def test_the_proof_holds_only_when_every_condition_does(tmp_path, gains, control, holds):
+    for seed, gain in enumerate(gains):
+        _write(tmp_path, "grpo", "toy_lookup", seed, 0.2, 0.2 + gain, control_after=control)
+    bench = _bench()
+    runs = [json.loads(f.read_text(encoding="utf-8")) for f in sorted(tmp_path.glob("*.json"))]
+    assert bench.proof(bench.summarize(runs), bench.control_summary(runs)) is holds
