@@ -26,11 +26,8 @@ REGENERATE = "the page is stale: rerun `make docs` (scripts/make_family_pages.py
 
 
 @pytest.fixture(scope="module")
-def tiny_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("tiny-tasks")
-    _, failed = tasks.registry.build_families(tasks.names(), root, size="tiny", seed=0, jobs=2, skip_errors=True)
-    assert not failed, failed
-    return root
+def tiny_root(all_families_tiny_root) -> Path:
+    return all_families_tiny_root
 
 
 def _page(name: str) -> str:

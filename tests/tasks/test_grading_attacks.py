@@ -41,12 +41,10 @@ FAMILIES = ("toy_sql", "treqs", "mimic_iii", "eicu", "ehr_seqsql", "ehrcon", "np
 
 
 @pytest.fixture(scope="module")
-def root(tmp_path_factory):
-    """Every family built once (tiny, seed 0) into one tasks root."""
-    base = tmp_path_factory.mktemp("attacks")
-    for name in FAMILIES:
-        tasks.make(name, root=base).build(base, size="tiny", seed=0)
-    return base
+def root(all_families_tiny_root):
+    """Every family built once (tiny, seed 0) into one tasks root (the session's shared build; read-only)."""
+    assert set(FAMILIES) <= set(tasks.names())
+    return all_families_tiny_root
 
 
 @pytest.fixture(scope="module")
