@@ -120,6 +120,7 @@ def _chat_server(status: int = 200):
     return app
 
 
+@pytest.mark.slow  # ~12 s; make test keeps the resume and provenance checks of the other evaluate tests
 def test_rerun_with_other_sampling_never_reuses_episodes_and_reports_provenance(runs, tmp_path):
     from env_client.server_app import background_server
 

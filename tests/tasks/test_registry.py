@@ -148,9 +148,9 @@ def test_config_family_is_found_under_root(tmp_path):
         tasks.make("declared_familly", root=tmp_path)
 
 
-#: Families whose own test module already runs the full ``check_family`` (its fixture), so the registry-wide run
-#: repeats two ~25 s builds: it runs in ``make test-slow`` for them.
-OWN_CHECK = {"ehrshot", "mimic_extract"}
+#: Families whose own test module already runs ``check_family`` (a fixture or a test), so the registry-wide run
+#: repeats their builds (~10-25 s each): it runs in ``make test-slow`` for them.
+OWN_CHECK = {"biodsbench", "ehrshot", "mimic_extract"}
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in OWN_CHECK else n
