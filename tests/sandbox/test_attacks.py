@@ -166,8 +166,9 @@ def test_host_processes_invisible(pool, still_serves):
             "import os\npids = [p for p in os.listdir('/proc') if p.isdigit()]\nprint(len(pids))\n"
             "print(' '.join(open(f'/proc/{p}/cmdline', 'rb').read().decode(errors='replace') for p in pids))")
     count, cmdlines = res.stdout.splitlines()
-    # The jail's own: its init, the worker server, the light zygote, up to two spare runners and this runner.
-    assert int(count) <= 6 and "pytest" not in cmdlines
+    # The jail's own: its init, the worker server, the light zygote, up to two spare runners and this runner, plus
+    # (seen once under load) a spare of the previous session's uid that is still exiting. No host process.
+    assert int(count) <= 7 and "pytest" not in cmdlines
     still_serves(pool)
 
 
