@@ -291,12 +291,10 @@ BUILTIN_FAMILIES = _builtin_families()
 
 @pytest.fixture(scope="session")
 def all_families_tiny_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Every built-in family built once (tiny, seed 0, 2 processes) into one tasks root. Read-only use: the family
-    pages and the grading attacks share it instead of each building the 14 families (~40 s on 2 cores)."""
-    from medagentgym import tasks
+    """Every built-in family (tiny, seed 0) in one tasks root of this session: a copy of the on-disk build cache
+    (tests/_build_cache.py), whose missing entries are built first, 2 at a time (the 14 families: ~40 s CPU on 2
+    cores; a warm cache: a copy, about a second). The family pages and the grading attacks share it; every xdist
+    worker gets its own copy of the same cached builds."""
+    from _build_cache import tasks_root
 
-    root = tmp_path_factory.mktemp("all-tiny-tasks")
-    _, failed = tasks.registry.build_families(list(BUILTIN_FAMILIES), root, size="tiny", seed=0, jobs=2,
-                                              skip_errors=True)
-    assert not failed, failed
-    return root
+    return tasks_root(list(BUILTIN_FAMILIES), tmp_path_factory.mktemp("all-tiny-tasks"), size="tiny", seed=0, jobs=2)
