@@ -61,7 +61,7 @@ def _module_file(module: str) -> Path | None:
     return None
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _imports(path: Path) -> frozenset[str]:
     """Absolute names of the modules ``path`` imports (relative imports resolved; ``from a import b`` gives both
     ``a`` and ``a.b``, since ``b`` may be a submodule)."""

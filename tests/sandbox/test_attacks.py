@@ -58,9 +58,10 @@ def test_cpu_spin_past_limit(pool, still_serves):
     with pool.session() as s:
         start = time.monotonic()
         res = s.run_python("x = 0\nwhile True:\n    x += 1", limits=Limits(cpu_s=1, wall_s=1.5))
-        # ended by its CPU: on a busy host that takes longer on the clock, never past the hard cap
+        # ended by its CPU: on a busy host that takes longer on the clock, never past the hard cap (plus slack
+        # for starting and reaping the runner on a host 5x slower; the loop itself would never end)
         assert res.timed_out and res.error_kind == ErrorKind.TIMEOUT
-        assert time.monotonic() - start < hard_wall_s(1.5) + 5
+        assert time.monotonic() - start < hard_wall_s(1.5) + 30
     still_serves(pool)
 
 
@@ -346,7 +347,7 @@ def test_a_lying_reply_channel_is_killed_not_waited_for(solo, forgery, still_ser
     with solo.session() as s:
         start = time.monotonic()
         res = s.run_python("import os, time\n" + forgery, limits=Limits(wall_s=3.0))
-        assert time.monotonic() - start < 8
+        assert time.monotonic() - start < 40  # killed at its 3 s limit, not waited for (the code sleeps 60 s)
         assert not res.ok and res.error_kind in (ErrorKind.KILLED, ErrorKind.TIMEOUT), res
         assert s.run_python("print('next')").stdout == "next\n"
     still_serves(solo)
@@ -526,7 +527,7 @@ def test_a_runner_that_stops_reading_cannot_wedge_the_server(solo, still_serves)
         big = "x = 1\n" + "# padding\n" * 20000  # more than a pipe holds
         start = time.monotonic()
         res = s.run_python(big, limits=Limits(wall_s=2.0))
-        assert res.timed_out and time.monotonic() - start < 8, res
+        assert res.timed_out and time.monotonic() - start < 60, res  # its 2 s limit; wedged would be for ever
         assert s.run_python("print('fresh runner')").stdout == "fresh runner\n"
     still_serves(solo)
 
@@ -613,6 +614,7 @@ def test_a_session_cannot_touch_the_runner_of_the_next_session(solo, still_serve
                        s.run_sql("SELECT 1", database=":memory:", limits=Limits(wall_s=5)),
                        s.run_shell("echo ok", limits=Limits(wall_s=5))]
             assert results[0].ok and results[0].stdout == "0.0\n", results[0]
-            assert results[2].ok, results[2]
-            assert time.monotonic() - start < 12
+            assert results[1].ok and results[2].ok, results[1:]
+            # a stopped or throttled runner shows as a call that times out (above), not as a slow clock
+            assert not any(r.timed_out for r in results) and time.monotonic() - start < 60
     still_serves(solo)

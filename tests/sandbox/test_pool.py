@@ -293,7 +293,7 @@ def test_a_worker_that_stops_reading_fails_the_request_in_time():
         started = time.monotonic()
         with pytest.raises(WorkerLost, match="did not read its request in time"):
             worker.request({"op": "ping", "pad": "x" * (1 << 20)}, timeout=1.0)  # far more than a pipe buffers
-        assert time.monotonic() - started < 10
+        assert time.monotonic() - started < 60  # 1 s timeout; a wedged worker would block for ever
         with local.session() as s:  # the pool replaced it
             assert s.run_shell("echo ok").stdout == "ok\n"
 
