@@ -57,6 +57,8 @@ Version history:
        say "nothing found" (a count of 0, no value), chosen per category to the shares in ``data/treqs/mix.json``
        (``scripts/check_public_sql.py``). ``public_questions`` builds are labelled schema/coverage smoke builds.
     4: rows stored in a seeded random order in every table (was time order per patient); same values.
+       ``lab_fluids_of_subject`` replaces ``lab_categories_of_subject`` (every subject had all three categories,
+       so one constant answered 91-97 % of it).
 """
 
 from __future__ import annotations
