@@ -66,3 +66,12 @@ def test_no_surface_feature_predicts_the_label_on_the_default_build(tmp_path):
     items = _statements(tmp_path, "default", 0)
     found = surface_association(items)
     assert found["worst"] <= 5.0, found
+
+
+def test_a_short_form_names_one_entity_only():
+    """Two labels sharing a form ('Dilaudid' for two drug labels) would make the question's entity ambiguous."""
+    owners: dict[str, set[str]] = {}
+    for entity, forms in SHORTHAND.items():
+        for form in forms:
+            owners.setdefault(form.lower(), set()).add(entity)
+    assert not {f: e for f, e in owners.items() if len(e) > 1}

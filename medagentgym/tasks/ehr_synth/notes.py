@@ -100,10 +100,10 @@ SHORTHAND.update({
     "bisacodyl": ("Dulcolax",), "polyethylene glycol": ("Miralax",), "lactulose": ("enulose",),
     "enoxaparin sodium": ("Lovenox",), "clopidogrel bisulfate": ("Plavix",), "gabapentin": ("Neurontin",),
     "levothyroxine sodium": ("Synthroid",), "quetiapine fumarate": ("Seroquel",), "cefazolin": ("Ancef",),
-    "sodium bicarbonate": ("bicarb",), "phenylephrine": ("neo", "Neo-Synephrine"), "dopamine": ("dopa",),
+    "sodium bicarbonate": ("NaHCO3",), "phenylephrine": ("neo", "Neo-Synephrine"), "dopamine": ("dopa",),
     "d5w": ("dextrose 5%",), "ns": ("normal saline",), "sodium chloride 0.9%": ("NS",),
     # diagnoses and procedures: the abbreviations notes use for the database's short titles
-    "acute kidney failure nos": ("AKI", "ARF"), "septicemia nos": ("sepsis",), "hypertension nos": ("HTN",),
+    "acute kidney failure nos": ("AKI", "ARF"), "septicemia nos": ("septicemia",), "hypertension nos": ("HTN",),
     "chf nos": ("CHF",), "esophageal reflux": ("GERD",), "crnry athrscl natve vssl": ("CAD",),
     "atrial fibrillation": ("afib", "AF"), "urin tract infection nos": ("UTI",), "pneumonia, organism nos": ("PNA",),
     "hyperlipidemia nec/nos": ("HLD",), "end stage renal disease": ("ESRD",), "subendo infarct, initial": ("NSTEMI",),
@@ -131,6 +131,46 @@ SHORTHAND.update({
     "percu abdominal drainage": ("perc drain",), "spinal tap": ("LP",), "arterial catheterization": ("A-line",),
     "transfusion of plasma": ("FFP",), "serum transfusion nec": ("serum transfusion",), "left heart cardiac cath": ("LHC",),
     "insert intercostal cath": ("chest tube",), "temporary tracheostomy": ("trach",), "percutan aspiration liver": ("liver aspiration",),
+    # the default build's most mentioned labels that had no short form yet
+    "hydromorphone (dilaudid)": ("Dilaudid",), "omeprazole": ("Prilosec",),
+    "lidocaine 5% patch": ("Lidoderm",), "verapamil": ("Calan",), "diltiazem": ("Cardizem", "dilt"),
+    "methylprednisolone na succ": ("Solu-Medrol",), "folic acid": ("folate",),
+    "trazodone": ("Desyrel",), "nitrofurantoin monohyd (macrobid)": ("Macrobid",), "fenofibrate": ("Tricor",),
+    "donepezil": ("Aricept",), "fluconazole": ("Diflucan",), "simethicone": ("Mylicon",), "sterile water": ("SW",),
+    "pravastatin": ("Pravachol",), "insulin human regular": ("regular insulin", "RI"), "famvir": ("famciclovir",),
+    "multivitamins": ("MVI",), "metoprolol xl": ("metoprolol ER",), "meropenem": ("Merrem",),
+    "maalox/benadryl/lidocaine": ("magic mouthwash",),
+    "oxcarbazepine": ("Trileptal",), "cefepime": ("Maxipime",), "tizanidine": ("Zanaflex",),
+    "spironolactone": ("Aldactone",), "sucralfate": ("Carafate",), "vancomycin hcl": ("vanc HCl",),
+    "sulfameth/trimethoprim ss": ("Bactrim SS",), "sulfameth/trimethoprim ds": ("Bactrim DS",),
+    "amoxicillin oral susp.": ("amox susp",), "bumetanide": ("Bumex",), "methadone": ("Dolophine",),
+    "potassium chloride replacement": ("KCl repletion",), "glucagon": ("GlucaGen",), "oxacillin": ("oxacillin IV",),
+    "mesalamine dr": ("Asacol",), "bethanechol": ("Urecholine",), "pseudoephedrine": ("Sudafed",),
+    "food/vomit pneumonitis": ("aspiration PNA",), "severe sepsis": ("severe sepsis (SIRS)",),
+    "iron defic anemia nos": ("IDA",), "intracerebral hemorrhage": ("ICH",), "asthma nos": ("asthma",),
+    "chest pain nec": ("CP",), "prim cardiomyopathy nec": ("CMP",), "history of tobacco use": ("former smoker",),
+    "aortic valve disorder": ("AV disease",), "hy kid nos w cr kid i-iv": ("HTN nephropathy",),
+    "delirium d/t other cond": ("delirium",), "chr kidney dis stage iii": ("CKD III",),
+    "anemia in chr kidney dis": ("anemia of CKD",), "convulsions nec": ("seizures",), "atrial flutter": ("AFL",),
+    "pneumococcal pneumonia": ("strep pneumo PNA",), "fx mult ribs nos-closed": ("rib fxs",),
+    "anxiety state nos": ("anxiety",), "pleural effusion nos": ("effusion",), "personal history of fall": ("h/o falls",),
+    "shortness of breath": ("SOB",), "iatrogenic pneumothorax": ("iatrogenic PTX",), "backache nos": ("back pain",),
+    "dvrtclo colon w/o hmrhg": ("diverticulosis",), "malnutrition mild degree": ("mild malnutrition",),
+    "herpes zoster nos": ("shingles",), "nausea with vomiting": ("N/V",), "alcohol cirrhosis liver": ("EtOH cirrhosis",),
+    "bph w/o urinary obs/luts": ("BPH",), "pulm embol/infarct nec": ("PE",), "cannabis abuse-unspec": ("MJ use",),
+    "acidosis": ("metabolic acidosis",), "septic shock": ("septic shock (on pressors)",),
+    "hyperosmolality": ("hyperNa",), "epilep nos w/o intr epil": ("epilepsy",),
+    "procedure-one vessel": ("1-vessel PCI",), "sm bowel endoscopy nec": ("enteroscopy",),
+    "cnt intraart bld gas mon": ("ABG monitoring",), "rt & lt heart angiocard": ("R/L heart angiography",),
+    "non-invasive mech vent": ("BiPAP",), "ins drug-elut coronry st": ("DES placement",),
+    "aortocor bypas-2 cor art": ("CABG x2",), "aortocor bypas-3 cor art": ("CABG x3",), "dx ultrasound-heart": ("TTE",),
+    "ins nondrug elut cor st": ("BMS placement",), "inject/infus nesiritide": ("Natrecor",),
+    "c.a.t. scan of head": ("head CT",), "bronch/trach lavage nec": ("BAL",), "closed bx skin/subq tiss": ("skin bx",),
+    "total knee replacement": ("TKR",), "opn/oth rep aortic valve": ("AVR",), "closed liver biopsy": ("liver bx",),
+    "endosc remove bile stone": ("ERCP stone extraction",), "exc wound debridement": ("wound debridement",),
+    "cardiopulm resuscita nos": ("CPR",), "alcohol detoxification": ("EtOH detox",), "temporary colostomy": ("colostomy",),
+    "endosc retro cholangiopa": ("ERCP",), "platelet transfusion": ("plt transfusion",),
+    "oth cardiac mon output": ("CO monitoring",),
 })
 #: Share of mentions written in shorthand when the label has one (the public EHRCon notes name 82 % of their
 #: entities by abbreviations or brand names: BP, Hct, Tmax, Percocet).
@@ -204,6 +244,10 @@ class Vocab:
     """
 
     def __init__(self, con: sqlite3.Connection) -> None:
+        #: Every entity label of the database, lower-cased (a shorthand form may not be one of them).
+        self.labels = frozenset(str(r[0]).lower() for r in _rows(
+            con, "select label from d_labitems union select label from d_items union select drug from prescriptions "
+                 "union select short_title from d_icd_diagnoses union select short_title from d_icd_procedures"))
         self.values: dict[tuple[str, str], list[tuple[str, str]]] = {}
         for table, sql in (("lab", "select d.label, l.valuenum, l.valueuom from labevents l join d_labitems d "
                                    "on l.itemid = d.itemid order by l.row_id"),
@@ -316,10 +360,11 @@ def _absent(rng: random.Random, table: str, present: set[str], vocab: Vocab, whe
 FALSIFY = 0.4
 
 
-def _surface(entity: str, rng: random.Random, taken: set[str]) -> str:
+def _surface(entity: str, rng: random.Random, taken: set[str], labels: frozenset[str] = frozenset()) -> str:
     """How a note writes ``entity``: its shorthand about :data:`SHORTHAND_SHARE` of the time, never a form another
-    entity of the admission already uses (compared case-insensitively)."""
-    forms = [f for f in SHORTHAND.get(entity, ()) if f.lower() not in taken]
+    entity of the admission already uses, nor another entity's database label (``labels``; compared
+    case-insensitively), so that the name in the question means one entity only."""
+    forms = [f for f in SHORTHAND.get(entity, ()) if f.lower() not in taken and f.lower() not in labels]
     if forms and rng.random() < SHORTHAND_SHARE:
         return rng.choice(forms)
     return entity
@@ -361,7 +406,7 @@ def admission_mentions(con: sqlite3.Connection, hadm: int, admit: str, rng: rand
             if claim["entity"] in used or claim["entity"].lower() in forms:
                 continue
             used.add(claim["entity"])
-            surface = _surface(claim["entity"], rng, forms | {u.lower() for u in used})
+            surface = _surface(claim["entity"], rng, forms | {u.lower() for u in used}, vocab.labels)
             forms.add(surface.lower())
             mentions.append(Mention(table=table, entity=claim["entity"], kind=kind, claim=claim, surface=surface))
     return mentions
