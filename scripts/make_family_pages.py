@@ -56,6 +56,17 @@ IMPORT_INPUTS = {
     "ehrshot": ("MedAgentGym task JSONL", "--data DIR with the CLMBR embeddings and labels"),
     "mimic_extract": ("MedAgentGym task JSONL", "--data DIR with the MIMIC-Extract files"),
 }
+#: The per-template floor of MedAgentGym's public files (one constant per template learned on train, scored on
+#: test), as issue 34 measured it: as published, and without the golds the importer drops (wall-clock answers).
+PUBLIC_TEMPLATE_FLOORS = {
+    "mimic_iii": "21.9 % as published; 14.0 % without its wall-clock golds, which the importer drops",
+    "eicu": "about 14 % without its wall-clock golds, which the importer drops",
+    "treqs": "4.2 %",
+}
+#: Which question field an import shows (``--question-field``), per EHR SQL family.
+QUESTION_FIELD_NOTE = (
+    "Questions shown: each record's paraphrased `question` by default; `--question-field template` shows EHRSQL's "
+    "canonical `template` instead{harness}. The import report says which field was shown (`question_from_<field>`).")
 WRONG_OR_INFRA = (
     "What is wrong and what is infrastructure: an empty answer, a traceback, several candidates in one answer, "
     "an answer the grader cannot parse, or any exception the submission provokes in the grader scores **0**. "
@@ -164,6 +175,9 @@ def floor_section(name: str, family: Any, floors: dict[str, Any], default: dict[
     tmpl = (row or {}).get("template")
     lines.append(template_row("default", tmpl, f"measured {measured_on(row, default)}") if current and tmpl else
                  "| default | | | not measured for this version | | | |")
+    if name in PUBLIC_TEMPLATE_FLOORS:
+        lines += ["", (f"**Public figure**: the same per-template floor on MedAgentGym's public {name} files is "
+                       f"{PUBLIC_TEMPLATE_FLOORS[name]} (measured for issue 34 on the public task files).")]
     return lines + [""]
 
 
@@ -217,6 +231,9 @@ def page(name: str, family: Any, floors: dict[str, Any], default: dict[str, Any]
                   fence(f".venv/bin/medagentgym import --family {name} --from FILE "
                         f"--out artifacts/imported --check", "bash"),
                   "", "Then `--tasks-root artifacts/imported` in `medagentgym rollout`, `medagentgym eval` and recipes.", ""]
+        if name in ("mimic_iii", "eicu", "treqs", "ehr_seqsql"):
+            harness = (" (what MedAgentGym's harness shows for this family)" if name in ("mimic_iii", "eicu") else "")
+            lines += [QUESTION_FIELD_NOTE.format(harness=harness), ""]
     else:
         lines += ["None: this family has no public counterpart to import.", ""]
     if card.get("Version history"):

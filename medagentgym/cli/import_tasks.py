@@ -76,6 +76,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="recompute answers on the target database / from the question (default), or keep the "
                         "benchmark's published answers, graded as its own scorer grades them; records whose "
                         "published answer is defective are set aside (mimic_iii, eicu, treqs, npowerai)")
+    p.add_argument("--question-field", choices=["question", "template"], default="question",
+                   help="EHR SQL families: show each record's paraphrased 'question' (default) or EHRSQL's canonical "
+                        "'template' (what MedAgentGym's harness shows for mimic_iii and eicu); the report says which")
     p.add_argument("--force", action="store_true", help="replace an existing <out>/<family>/")
     p.add_argument("--strict", action="store_true", help="exit 1 when any record was rejected")
     p.add_argument("--check", action="store_true",
@@ -89,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         manifest, report = import_files(
             args.family, args.files, args.out, force=args.force, db=args.db, data=args.data, fhir_url=args.fhir_url,
             split=args.split, seed=args.seed, size=args.size, verify=not args.no_verify, backend=args.sandbox,
-            answers=args.answers)
+            answers=args.answers, question_field=args.question_field)
         check = check_import(args.family, args.out, backend=args.sandbox) if args.check and manifest else None
     except KeyboardInterrupt:
         print(f"\n{interrupted_line(args.out / args.family, started, checking=args.check)}", file=sys.stderr)

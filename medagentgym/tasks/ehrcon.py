@@ -7,11 +7,13 @@ Description:
     admissions scoped by ``hadm_id``), and the notes (``clinical_notes.csv``, NOTEEVENTS columns: discharge
     summaries, nursing and physician notes, in the shorthand such notes use: "Hct 31.2 % @ 08:00", "s/p",
     "d/w", "cont to monitor") are RENDERED from those rows by ``medagentgym.tasks.ehr_synth.notes``. An entity is
-    written by its database label or, 60 % of the time when it has one, by clinical shorthand (``Hct`` for
-    hematocrit, ``BUN``, ``HR``, ``SBP``); the question names the entity as the note writes it (EHRCon's
+    written by its database label or, 90 % of the time when it has one, by clinical shorthand or a brand name
+    (``Hct`` for hematocrit, ``BUN``, ``HR``, ``SBP``, ``Lasix``, ``HTN``); the question names the entity as the note writes it (EHRCon's
     "Medical entity" is the note's surface string), so the agent maps it to the database. Some stated entities are
     falsified on purpose and the kind is recorded: ``value``, ``unit``, ``time``, ``dose`` or ``absent`` (the
-    note asserts an entity the admission has no row of). Each entity is mentioned once per admission, so
+    note asserts an entity the admission has no row of). A false statement is written like a true one: its
+    number, unit, dose and entity are those of some database row (``notes.surface_association`` measures that no
+    surface feature predicts the label). Each entity is mentioned once per admission, so
     (admission, entity) pairs are unique and never carry conflicting labels. The gold label is produced by
     EXECUTING a reference check (SQL: does any row of the admission match the note's claim?) and must agree with
     the recorded injection; disagreeing items are dropped and counted. Labels follow the public balance: 30 %
@@ -49,6 +51,11 @@ Version history:
     3: the public label balance (30 % inconsistent, per split and per entity table; was 50/50), clinical
        shorthand in notes and questions (Hct, BUN, HR, SBP ...; 60 % of entities that have one), shorthand filler
        lines in every note.
+    4: no label in how a statement is written: falsified and absent statements take their numbers, units, doses
+       and entities from the database's own rows (before, random two-decimal values predicted "inconsistent": 60 %
+       vs 21 %); absent labs and vitals are stated at a time of the admission's own rows (was the admission
+       time); abbreviations and brand names for more labs, drugs, diagnoses and procedures (Lasix, Percocet, HTN,
+       CAD, PRBC transfusion; 90 % of entities that have one); rows stored in a seeded random order.
 """
 
 from __future__ import annotations
@@ -139,7 +146,7 @@ class EHRCon:
     """The ehrcon family (see the module docstring for the spec card)."""
 
     name = "ehrcon"
-    version = 3
+    version = 4
     actions = ACTIONS
     #: Built at the public label balance, "always consistent" earns the 70 % base rate (plus rounding).
     floor_bound = 1 - INCONSISTENT_SHARE + 0.01

@@ -57,6 +57,7 @@ Version history:
        rows), graded by their own tokens; yes/no questions take yes/no words, not a bare 1/0 (a count of 0 is an
        answer now). ``public_questions`` builds are labelled schema/coverage smoke builds; ``public_ids``
        gives ordinary patients the public files' ids.
+    4: rows stored in a seeded random order in every table (was time order per stay); same values.
 """
 
 from __future__ import annotations
@@ -80,7 +81,7 @@ class EICU(EHRSQLFamily):
     """The eicu family (see the module docstring for the spec card)."""
 
     name = "eicu"
-    version = 3
+    version = 4
     db_file = DB_FILE
     per_category: ClassVar[dict[str, int]] = {"tiny": 3, "default": 150}
     context_text = (

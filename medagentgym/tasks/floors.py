@@ -3,7 +3,8 @@
 A policy optimised for reward finds any answer that pays without solving the task. Three kinds are measured:
 
 * **Constant floor** (:func:`constant_floor`): the best score ONE constant answer earns over a whole split (a
-  "do nothing" answer such as ``[-1]``, a common count such as ``2``, ``yes``). For families graded on a
+  "do nothing" answer such as ``[-1]``, a common count such as ``2``, ``yes``; every accepted nothing-found,
+  empty and yes/no token, alone and joined into one answer: :func:`answer_tokens`). For families graded on a
   predictions file (``null_submissions``: ehrshot, mimic_extract) the "constant" is the best *no-information
   predictor*: a file that covers every test id with constant, uniformly random or class-proportional random
   predictions, written without reading a feature (:func:`no_information_floor`).
@@ -35,8 +36,8 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["BINARY_SLACK", "FLOOR_BOUND", "FLOOR_CANDIDATES", "FLOOR_CONSTANTS", "NULL_DRAWS", "NULL_Z",
-           "constant_floor", "constant_predictor", "no_information_floor", "nothing_found", "null_metric",
-           "question_template", "template_floor"]
+           "answer_tokens", "constant_floor", "constant_predictor", "no_information_floor", "nothing_found",
+           "null_metric", "question_template", "template_floor"]
 
 
 #: Constant answers tried beside a family's most common gold answers: do nothing, yes/no, zero/one, empty list.
@@ -96,11 +97,32 @@ def _grade_constants(family: Any, items: list[Any], candidates: list[str], ctx: 
     return totals, errors
 
 
+def answer_tokens() -> list[str]:
+    """Every accepted token of each kind of "no information" gold, alone and together.
+
+    Alone: each no-value token (``None``, ``No value.``, ``no results``, ``[None]`` ...), each empty collection,
+    each yes/no word. Together: each no-value token joined with each "no"-kind token (``no``, ``false``, ``0``,
+    ``[]``) as one answer (``None, no``, ``no results\n0``, ``[None, false]``), and the one-word phrases a
+    grader might read as two kinds at once. A grader that lets one of these answer two kinds of gold shows up
+    as a floor above its bound instead of hiding between two constants tried separately.
+    """
+    from medagentgym.tasks.graders import EMPTY_TOKENS, NOTHING_TOKENS, YES_NO_TOKENS
+
+    alone = list(NOTHING_TOKENS) + list(EMPTY_TOKENS) + list(YES_NO_TOKENS)
+    together = []
+    for nothing in ("None", "No value.", "no results", "nan", "[None]"):
+        for other in ("no", "false", "0", "[]"):
+            together += [f"{nothing}, {other}", f"{nothing}\n{other}", f"{other} ({nothing})"]
+    together += ['["None", "no"]', "[None, false]", "[None, 0]", "[[], None]"]
+    return list(dict.fromkeys(alone + together))
+
+
 def _candidates(items: list[Any]) -> list[str]:
     from medagentgym.tasks.graders import render_answer
 
     rendered = Counter(render_answer(i.answer_type, i.answer) for i in items)
-    return list(dict.fromkeys([r for r, _ in rendered.most_common(FLOOR_CANDIDATES)] + list(FLOOR_CONSTANTS)))
+    return list(dict.fromkeys([r for r, _ in rendered.most_common(FLOOR_CANDIDATES)] + list(FLOOR_CONSTANTS)
+                              + answer_tokens()))
 
 
 def constant_floor(family: Any, instances: list[Any]) -> dict[str, Any]:

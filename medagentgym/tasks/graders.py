@@ -30,6 +30,13 @@ result      a public benchmark's result list (see below)     ``yes_no``, ``rel_t
 answered by exactly one explicit no-value token (``None``, ``null``, ``nan``, ``[None]``, "no value", "nothing
 found"); a set or list gold of ``[]`` by an empty collection (``[]``, ``()``). The two are kept apart, so no one
 constant answers both. An empty submission is never an answer, and neither token answers a gold with a value.
+A no-value answer is not a "no" either: ``No value.`` or ``no results`` is wrong on a yes/no question, so no one
+constant answers both the nothing-found golds and the "no" golds of a family.
+
+Public formats (MedAgentGym's harness prints query results as lists): a single-value gold (number, integer,
+boolean, date, datetime, text, nothing found) also takes a one-element list, ``['oral']``, ``[1]``, ``[('1',)]``
+(:func:`one_element`); several elements are never unwrapped, so a hedge stays wrong. In a set or list answer
+written one value per line, a line is one value, commas and all, when a gold value contains a comma.
 
 ``result`` is the ``public`` answer convention of imported EHR records (EHRSQL, MIMICSQL/TREQS as MedAgentGym
 stores them: a list of strings, ``'None'`` for SQL NULL). A submission is right when its distinct values are
@@ -59,7 +66,8 @@ from typing import Any
 
 from medagentgym.tasks.base import GraderError, Verdict
 
-__all__ = ["ANSWER_TYPES", "GRADERS", "grade", "is_nothing", "looks_like_error", "render_answer"]
+__all__ = ["ANSWER_TYPES", "EMPTY_TOKENS", "GRADERS", "NOTHING_TOKENS", "YES_NO_TOKENS", "grade", "is_nothing",
+           "looks_like_error", "render_answer"]
 
 DEFAULT_REL_TOL = 1e-4
 DEFAULT_ABS_TOL = 1e-6
@@ -91,6 +99,15 @@ _NO_VALUE_RE = re.compile(
 )
 #: A whole submission that is an empty collection.
 _EMPTY_RE = re.compile(r"^\s*(?:\[\s*\]|\(\s*\))\s*$")
+#: Why a yes/no question refuses a nothing-found answer: "No value." is not "no", so that no one constant answers
+#: both the nothing-found golds and the "no" golds of a family.
+NOT_A_NO = "a nothing-found answer (None, no value, no results) is not a yes/no answer; answer yes or no"
+#: Every whole-submission token the graders accept as "nothing found" (scalar) or "empty" (collection), with the
+#: yes/no words: the reward-floor check tries each of them, alone and together (medagentgym.tasks.floors).
+NOTHING_TOKENS = ("None", "null", "nan", "nothing", "nothing found", "no value", "No value.", "no value found",
+                  "no results", "no result found", "[None]", "[null]", "[(None,)]")
+EMPTY_TOKENS = ("[]", "()")
+YES_NO_TOKENS = ("yes", "no", "true", "false", "1", "0")
 
 
 def is_nothing(submission: Any, *, collection: bool = False) -> bool:
@@ -242,6 +259,8 @@ def grade_boolean(gold: Any, submission: Any, *, digits: bool = True, **_: Any) 
     if bad:
         return bad
     gold_value = _gold_bool(gold)
+    if is_nothing(text):
+        return _wrong(NOT_A_NO)
     value, why = _parse_bool(text, digits=digits)
     if value is None:
         return _wrong(why)
@@ -327,20 +346,23 @@ def grade_datetime(gold: Any, submission: Any, **_: Any) -> Verdict:
     return _ok("datetime matches") if got == want else _wrong(f"datetime {got} != {want}")
 
 
-def _parse_collection(text: str) -> list[Any]:
-    """A list from JSON / Python literal syntax, else comma- or newline-separated items."""
+def _parse_collection(text: str, *, comma_values: bool = False) -> list[Any]:
+    """A list from JSON / Python literal syntax, else newline- or comma-separated items.
+
+    One value per line is read line by line when the lines carry no comma, or when ``comma_values`` (a gold
+    value contains a comma, e.g. ``'hypertension, unspecified'``): a line is then one value, commas and all, and a
+    trailing comma is dropped. Otherwise commas and line ends separate values, as in ``asthma, anemia``.
+    """
     stripped = text.strip()
     if stripped[:1] in "[(" and stripped[-1:] in "])":
-        for loader in (json.loads, ast.literal_eval):
-            try:
-                value = loader(stripped)
-            except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
-                continue
-            if isinstance(value, (list, tuple)):
-                return list(value)
+        value = _literal(stripped)
+        if value is not None:
+            return list(value)
         stripped = stripped[1:-1]
-    sep = "\n" if "\n" in stripped and "," not in stripped else ","
-    items = [part.strip() for part in stripped.split(sep)]
+    if "\n" in stripped and ("," not in stripped or comma_values):
+        items = [part.strip().rstrip(",").strip() for part in stripped.split("\n")]
+    else:
+        items = [part.strip() for part in re.split(r"[,\n]", stripped)]
     return [item for item in items if item != ""]
 
 
@@ -387,7 +409,7 @@ def _collection_inputs(gold: Any, submission: Any) -> tuple[list[Any] | None, li
         text, bad = _precheck(submission, scalar=False)
         if bad:
             return None, [], bad
-        items = _parse_collection(text)
+        items = _parse_collection(text, comma_values=any("," in str(v) for v in gold))
     try:
         got = [_norm_element(v) for v in items]
         distinct = len({_exact_key(v): None for v in got})
@@ -552,6 +574,8 @@ def grade_result(gold: Any, submission: Any, *, yes_no: bool = False, rel_tol: f
         bare = text
         while len(bare) >= 2 and bare[0] + bare[-1] in ("[]", "()"):
             bare = bare[1:-1].strip().rstrip(",").strip()
+        if is_nothing(text) or is_nothing(bare):
+            return _wrong(NOT_A_NO)
         value, why = _parse_bool(bare)
         if value is None:
             return _wrong(why)
@@ -568,7 +592,8 @@ def grade_result(gold: Any, submission: Any, *, yes_no: bool = False, rel_tol: f
                 break
             except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
                 continue
-    items = _result_items(parsed) if isinstance(parsed, (list, tuple)) else _parse_collection(text)
+    items = (_result_items(parsed) if isinstance(parsed, (list, tuple))
+             else _parse_collection(text, comma_values=any("," in str(v) for v in want_raw)))
     if items is None:
         return _wrong("not a list of values, one-column rows or one row")
     if len(items) > 4 * len(want) + MAX_EXTRA_ELEMENTS:
@@ -624,9 +649,59 @@ def grade(answer_type: str, gold: Any, submission: Any, **options: Any) -> Verdi
         grader = GRADERS[answer_type]
     except KeyError:
         raise GraderError(f"unknown answer_type {answer_type!r}; use one of {', '.join(ANSWER_TYPES)}") from None
+    if answer_type in _SCALAR_TYPES or answer_type == "boolean":
+        submission = one_element(submission)
     if gold is None and answer_type in _SCALAR_TYPES:
         return grade_nothing(gold, submission)
     return grader(gold, submission, **options)
+
+
+def _literal(text: str) -> Any:
+    """A JSON or Python list/tuple literal, else None."""
+    for loader in (json.loads, ast.literal_eval):
+        try:
+            value = loader(text)
+        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+            continue
+        if isinstance(value, (list, tuple)):
+            return value
+    return None
+
+
+def one_element(submission: Any) -> Any:
+    """A one-element list for a single-value gold, unwrapped: ``['oral']`` -> ``oral``, ``[('1',)]`` -> ``1``.
+
+    MedAgentGym's harness prints query results as lists, so its agents answer ``['oral']``. Exactly one element
+    (one value, or one row of one column) is unwrapped; the element must be a plain value (a string that is not
+    itself a list, a number, None; a bool becomes ``true``/``false``, which no number grader reads as 1). Anything
+    else (several elements, an empty list, nested values) is returned unchanged, so a hedge such as
+    ``['1', '2']`` still reaches the scalar grader as several values and is wrong.
+    """
+    if isinstance(submission, str):
+        text = submission.strip()
+        if not (len(text) <= MAX_SCALAR_CHARS and text[:1] in "[(" and text[-1:] in "])"):
+            return submission
+        value = _literal(text)
+    elif isinstance(submission, (list, tuple)):
+        value = submission
+    else:
+        return submission
+    if value is None or len(value) != 1:
+        return submission
+    (item,) = value
+    if isinstance(item, (list, tuple)):
+        if len(item) != 1:
+            return submission
+        (item,) = item
+    if item is None:
+        return "None"
+    if isinstance(item, bool):
+        return "true" if item else "false"
+    if isinstance(item, (int, float)):
+        return repr(item)
+    if isinstance(item, str) and item.strip()[:1] not in "[(" and item.strip():
+        return item
+    return submission
 
 
 def render_answer(answer_type: str, gold: Any) -> str:

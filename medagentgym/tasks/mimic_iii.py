@@ -59,6 +59,8 @@ Version history:
        rows), graded by their own tokens; yes/no questions take yes/no words, not a bare 1/0 (a count of 0 is an
        answer now). ``public_questions`` builds are labelled schema/coverage smoke builds; ``public_ids``
        gives ordinary patients the public files' ids.
+    4: rows stored in a seeded random order in every table (was time order per patient: "first"/"last" needed
+       no ORDER BY); same values.
 """
 
 from __future__ import annotations
@@ -81,7 +83,7 @@ class MimicIII(EHRSQLFamily):
     """The mimic_iii family (see the module docstring for the spec card)."""
 
     name = "mimic_iii"
-    version = 3
+    version = 4
     db_file = DB_FILE
     per_category: ClassVar[dict[str, int]] = {"tiny": 3, "default": 150}
     context_text = (

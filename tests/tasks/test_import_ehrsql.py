@@ -150,3 +150,34 @@ def test_public_sql_can_only_read(dbs, tmp_path):
         assert engine.answer_of("select count(*) from admissions")[0] > 0  # nothing was deleted
     finally:
         engine.close()
+
+
+def test_the_question_field_shown_is_stated_and_the_template_can_be_chosen(dbs, tmp_path):
+    """Issue 34: MedAgentGym's harness shows EHRSQL's canonical 'template'; the importer shows the paraphrased
+    'question' by default, the report says so, and --question-field template shows the template instead."""
+    _, report = _import(dbs, tmp_path / "q", "mimic_iii", "ehrsql_mimic_iii.json")
+    assert any("'question' field" in w and "--question-field template" in w for w in report.warnings)
+    assert report.notes["question_from_question"] == report.kept
+    manifest, report = import_files("mimic_iii", [FIXTURES / "ehrsql_mimic_iii.json"], tmp_path / "t",
+                                    db=dbs / "mimic_iii.db", question_field="template")
+    assert any("'template' field" in w for w in report.warnings)
+    assert report.notes["question_from_template"] == report.kept == 4
+    items = {i.metadata["source_id"]: i for s in ("train", "test") for i in
+             tasks.make("mimic_iii", root=tmp_path / "t").instances(s)}
+    assert items["fx-route-1"].question.startswith("what is the intake method of ")  # the template's wording
+    with pytest.raises(TaskError, match="--question-field"):
+        import_files("mimic_iii", [FIXTURES / "ehrsql_mimic_iii.json"], tmp_path / "x", db=dbs / "mimic_iii.db",
+                     question_field="paraphrase")
+
+
+def test_public_answers_can_show_the_template(tmp_path):
+    path = tmp_path / "rec.jsonl"
+    path.write_text(json.dumps({"db_id": "mimic_iii", "question": "did pt 5 get aspirin?", "template":
+                                "has patient 5 been prescribed aspirin?", "query": "select count(*)>0 from "
+                                "prescriptions where prescriptions.drug = 'aspirin'", "id": "r1", "split": "test",
+                                "answer": ["1"]}) + "\n")
+    _, report = import_files("mimic_iii", [path], tmp_path / "out", answers="public", question_field="template",
+                             size="tiny")
+    (inst,) = tasks.make("mimic_iii", root=tmp_path / "out").instances("test")
+    assert inst.question == "has patient 5 been prescribed aspirin?" and inst.metadata["question_field"] == "template"
+    assert report.notes["question_from_template"] == 1

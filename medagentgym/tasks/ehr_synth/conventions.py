@@ -145,3 +145,18 @@ def permute_jointly(df: pd.DataFrame, columns: list[str], rng: np.random.Generat
         values[free] = moved[:, k]
         df[col] = pd.Series(values, index=df.index).infer_objects()
     return df
+
+
+def shuffle_rows(df: pd.DataFrame, seed: int, table: str) -> pd.DataFrame:
+    """``df``'s rows in a seeded random order, so that stored order (and the ids renumbered from it) says nothing
+    about time: in a real database "first" and "last" need ``ORDER BY``, and so they do here.
+
+    The order is drawn from its own generator (``seed``, ``table``), so the values of every row stay as before.
+    """
+    return df.iloc[row_order(len(df), seed, table)].reset_index(drop=True)
+
+
+def row_order(n: int, seed: int, table: str) -> np.ndarray:
+    """The seeded random permutation of ``n`` rows of ``table`` (:func:`shuffle_rows`)."""
+    digest = int.from_bytes(table.encode("utf-8"), "big") % (2**31)
+    return np.random.default_rng([seed, 17, digest]).permutation(n)

@@ -150,10 +150,11 @@ def eicu_tables(raw: dict[str, pd.DataFrame], seed: int = 0) -> dict[str, pd.Dat
         df = cv.lower_text(df, text).reset_index(drop=True)
         if values:
             df = cv.permute_jointly(df, values, rng, pinned, key="patientunitstayid")
+        df = cv.shuffle_rows(df, seed, table)  # stored order says nothing about time
         df[f"{table}id"] = np.arange(len(df))
         out[table] = df
     pat = cv.lower_text(pat, [c for c, typ in EICU["patient"] if typ.startswith("VARCHAR")])
-    out["patient"] = pat.reset_index(drop=True)
+    out["patient"] = cv.shuffle_rows(pat, seed, "patient")
     out["cost"] = _cost(out, out["patient"], rng)
     return {table: out[table][[c for c, _ in EICU[table]]] for table in EICU}
 

@@ -7,7 +7,8 @@ shift into 2100-2105 with 10 % current patients, NULL after ``2105-12-31 23:59:0
 DIAGNOSES_ICD.CHARTTIME = admission time and PROCEDURES_ICD.CHARTTIME = discharge time, labs with a numeric
 value and unit, integer prescription doses with each drug's most frequent unit, inputs/outputs in ml, the nine
 vital items in CHARTEVENTS, culture time falling back to the culture date, value columns permuted jointly,
-ROW_IDs renumbered, and a COST table generated from the events.
+rows stored in a seeded random order (never time order: "first"/"last" need ORDER BY), ROW_IDs renumbered in that
+order, and a COST table generated from the events.
 """
 
 from __future__ import annotations
@@ -160,7 +161,7 @@ def mimic_tables(raw: RawHospital, seed: int = 0) -> dict[str, pd.DataFrame]:
     for table, cols in _TEXT.items():
         out[table] = cv.lower_text(out[table], cols)
     for table, df in list(out.items()):
-        out[table] = df.reset_index(drop=True)
+        out[table] = df.reset_index(drop=True) if table.startswith("D_") else cv.shuffle_rows(df, seed, table)
         out[table]["ROW_ID"] = np.arange(len(df))
     out["COST"] = _cost(out, rng)
     return {table: out[table][[c for c, _ in MIMIC_III[table]]] for table in MIMIC_III}

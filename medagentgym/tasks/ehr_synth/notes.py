@@ -58,8 +58,123 @@ SHORTHAND: dict[str, tuple[str, ...]] = {
     "arterial bp [diastolic]": ("DBP",), "arterial bp mean": ("MAP",), "temperature c (calc)": ("temp",),
     "admit wt": ("wt",), "admit ht": ("ht",),
 }
-#: Share of mentions written in shorthand when the label has one.
-SHORTHAND_SHARE = 0.6
+SHORTHAND.update({
+    # more labs
+    "albumin": ("alb",), "lipase": ("lip",), "ammonia": ("NH3",), "c-reactive protein": ("CRP",),
+    "thyroid stimulating hormone": ("TSH",), "lactate dehydrogenase (ld)": ("LDH",), "troponin i": ("TnI", "trop I"),
+    "ntprobnp": ("BNP", "proBNP"), "neutrophils": ("PMNs", "polys"), "lymphocytes": ("lymphs",), "eosinophils": ("eos",),
+    "monocytes": ("monos",), "basophils": ("basos",), "sedimentation rate": ("ESR",), "% hemoglobin a1c": ("HbA1c", "A1c"),
+    "cholesterol, ldl, calculated": ("LDL",), "cholesterol, hdl": ("HDL",), "triglycerides": ("TG", "trigs"),
+    "iron": ("Fe",), "vitamin b12": ("B12",), "uric acid": ("urate",), "protein, total": ("TP",),
+    "potassium, whole blood": ("K (whole blood)",), "sodium, whole blood": ("Na (whole blood)",),
+    "parathyroid hormone": ("PTH",), "thyroxine (t4), free": ("FT4", "free T4"), "triiodothyronine (t3)": ("T3",),
+    "creatine kinase, mb isoenzyme": ("CK-MB",), "digoxin": ("dig level",), "osmolality, measured": ("serum osm",),
+    "carboxyhemoglobin": ("COHb",), "methemoglobin": ("MetHb",), "reticulocyte count, automated": ("retic",),
+    "haptoglobin": ("hapto",), "fibrinogen, functional": ("fibrinogen", "fib"), "bilirubin, direct": ("D bili",),
+    "magnesium, urine": ("urine Mg",), "creatinine, urine": ("UCr",), "sodium, urine": ("UNa",),
+    "calculated bicarbonate, whole blood": ("calc HCO3",), "thyroxine (t4)": ("T4",),
+    # drugs: brand names and the short forms prescribers write
+    "acetaminophen": ("Tylenol", "APAP"), "acetaminophen (liquid)": ("Tylenol liquid",), "heparin": ("hep", "SQH"),
+    "insulin": ("insulin SS", "RISS"), "potassium chloride": ("KCl",), "docusate sodium": ("Colace",),
+    "labetalol": ("Trandate",), "ondansetron": ("Zofran",), "oxycodone (immediate release)": ("OxyIR", "oxy IR"),
+    "pantoprazole": ("Protonix",), "aspirin": ("ASA",), "lisinopril": ("Zestril", "Prinivil"),
+    "magnesium sulfate": ("MgSO4", "mag sulfate"), "metoprolol tartrate": ("Lopressor",), "midazolam": ("Versed",),
+    "senna": ("Senokot",), "vancomycin": ("vanc", "Vanco"), "albuterol 0.083% neb soln": ("albuterol neb",),
+    "amlodipine": ("Norvasc",), "atorvastatin": ("Lipitor",), "famotidine": ("Pepcid",), "fentanyl citrate": ("fent",),
+    "furosemide": ("Lasix",), "lorazepam": ("Ativan",), "morphine sulfate": ("MSO4", "MS"),
+    "nystatin oral suspension": ("nystatin S&S",), "prednisone": ("pred",), "albuterol-ipratropium": ("DuoNeb",),
+    "amiodarone hcl": ("amio",), "amiodarone": ("Cordarone",), "ceftriaxone": ("Rocephin", "CTX"),
+    "chlorhexidine gluconate 0.12% oral rinse": ("Peridex",), "dextrose 50%": ("D50", "amp of D50"),
+    "levofloxacin": ("Levaquin", "levo"), "nicardipine hcl iv": ("nicardipine gtt", "nicard"),
+    "norepinephrine": ("Levophed", "levo gtt"), "zolpidem tartrate": ("Ambien",), "valproate sodium": ("Depacon",),
+    "diazepam": ("Valium",), "ciprofloxacin hcl": ("Cipro",), "ciprofloxacin iv": ("Cipro IV",),
+    "metronidazole": ("Flagyl",), "warfarin": ("Coumadin",), "piperacillin-tazobactam": ("Zosyn", "pip-tazo"),
+    "propofol": ("Diprivan",), "haloperidol": ("Haldol",), "oxycodone-acetaminophen": ("Percocet",),
+    "simvastatin": ("Zocor",), "sodium chloride 0.9%  flush": ("NS flush",), "ipratropium bromide neb": ("Atrovent",),
+    "clonidine tts 1 patch": ("clonidine patch",), "timolol maleate 0.5%": ("timolol gtts",),
+    "calcium gluconate": ("Ca gluc",), "glucose gel": ("gluc gel",), "naproxen": ("Naprosyn",),
+    "potassium chl 40 meq / 1000 ml d5 1/2 ns": ("KCl in D5 1/2NS",), "amitriptyline": ("Elavil",),
+    "calcium acetate": ("PhosLo",), "clarithromycin": ("Biaxin",), "clotrimazole cream": ("Lotrimin",),
+    "benzocaine 20% spray": ("Hurricaine",), "fat emulsion 20%": ("Intralipid",), "hydralazine": ("hydral",),
+    "metoprolol succinate xl": ("Toprol XL",), "lansoprazole oral disintegrating tab": ("Prevacid",),
+    "bisacodyl": ("Dulcolax",), "polyethylene glycol": ("Miralax",), "lactulose": ("enulose",),
+    "enoxaparin sodium": ("Lovenox",), "clopidogrel bisulfate": ("Plavix",), "gabapentin": ("Neurontin",),
+    "levothyroxine sodium": ("Synthroid",), "quetiapine fumarate": ("Seroquel",), "cefazolin": ("Ancef",),
+    "sodium bicarbonate": ("NaHCO3",), "phenylephrine": ("neo", "Neo-Synephrine"), "dopamine": ("dopa",),
+    "d5w": ("dextrose 5%",), "ns": ("normal saline",), "sodium chloride 0.9%": ("NS",),
+    # diagnoses and procedures: the abbreviations notes use for the database's short titles
+    "acute kidney failure nos": ("AKI", "ARF"), "septicemia nos": ("septicemia",), "hypertension nos": ("HTN",),
+    "chf nos": ("CHF",), "esophageal reflux": ("GERD",), "crnry athrscl natve vssl": ("CAD",),
+    "atrial fibrillation": ("afib", "AF"), "urin tract infection nos": ("UTI",), "pneumonia, organism nos": ("PNA",),
+    "hyperlipidemia nec/nos": ("HLD",), "end stage renal disease": ("ESRD",), "subendo infarct, initial": ("NSTEMI",),
+    "secondary malig neo lung": ("lung mets",), "pure hypercholesterolem": ("hypercholesterolemia",),
+    "long-term use anticoagul": ("on chronic anticoagulation",), "hx of alcoholism": ("h/o EtOH abuse",),
+    "dmii wo cmp nt st uncntr": ("DM2", "T2DM"), "depressive disorder nec": ("depression",),
+    "cirrhosis of liver nos": ("cirrhosis",), "chr airway obstruct nec": ("COPD",), "anemia nos": ("anemia",),
+    "alcoh dep nec/nos-unspec": ("EtOH dependence",), "ac posthemorrhag anemia": ("ABLA",),
+    "ac kidny fail, tubr necr": ("ATN",), "old myocardial infarct": ("h/o MI",), "parox ventric tachycard": ("VT",),
+    "obstructive sleep apnea": ("OSA",), "hypothyroidism nos": ("hypothyroid",), "tobacco use disorder": ("tobacco use",),
+    "acute respiratry failure": ("acute resp failure",), "acute respiratory failure": ("ARF (resp)",),
+    "hypertensive chronic kidney disease": ("HTN CKD",), "chronic kidney dis nos": ("CKD",), "hyposmolality": ("hypoNa",),
+    "hyperpotassemia": ("hyperK",), "hypopotassemia": ("hypoK",), "thrombocytopenia nos": ("thrombocytopenia",),
+    "diabetes mellitus": ("DM",), "mitral valve disorder": ("MVD",), "morbid obesity": ("obesity",),
+    "venous cath nec": ("central line",), "insert endotracheal tube": ("intubation", "ETT placement"),
+    "extracorporeal circulat": ("bypass",), "cv cath plcmt w guidance": ("CVL placement",),
+    "1 int mam-cor art bypass": ("CABG x1",), "hemodialysis": ("HD",), "fiber-optic bronchoscopy": ("bronch",),
+    "cont inv mec ven <96 hrs": ("mech vent",), "cont inv mec ven 96+ hrs": ("prolonged mech vent",),
+    "ptca": ("PCI",), "parent infus nutrit sub": ("TPN",), "coronary arteriogram nec": ("cath",),
+    "ven cath renal dialysis": ("HD line",), "thoracentesis": ("thora",), "packed cell transfusion": ("PRBC transfusion",),
+    "insert 1 vascular stent": ("stent x1",), "entral infus nutrit sub": ("tube feeds",),
+    "egd with closed biopsy": ("EGD w bx",), "coronar arteriogr-2 cath": ("cardiac cath",),
+    "aicd check": ("ICD interrogation",), "pulmon art wedge monitor": ("swan",), "implt/repl carddefib tot": ("AICD placement",),
+    "rt/left heart card cath": ("R/L heart cath",), "total hip replacement": ("THR",),
+    "percu abdominal drainage": ("perc drain",), "spinal tap": ("LP",), "arterial catheterization": ("A-line",),
+    "transfusion of plasma": ("FFP",), "serum transfusion nec": ("serum transfusion",), "left heart cardiac cath": ("LHC",),
+    "insert intercostal cath": ("chest tube",), "temporary tracheostomy": ("trach",), "percutan aspiration liver": ("liver aspiration",),
+    # the default build's most mentioned labels that had no short form yet
+    "hydromorphone (dilaudid)": ("Dilaudid",), "omeprazole": ("Prilosec",),
+    "lidocaine 5% patch": ("Lidoderm",), "verapamil": ("Calan",), "diltiazem": ("Cardizem", "dilt"),
+    "methylprednisolone na succ": ("Solu-Medrol",), "folic acid": ("folate",),
+    "trazodone": ("Desyrel",), "nitrofurantoin monohyd (macrobid)": ("Macrobid",), "fenofibrate": ("Tricor",),
+    "donepezil": ("Aricept",), "fluconazole": ("Diflucan",), "simethicone": ("Mylicon",), "sterile water": ("SW",),
+    "pravastatin": ("Pravachol",), "insulin human regular": ("regular insulin", "RI"), "famvir": ("famciclovir",),
+    "multivitamins": ("MVI",), "metoprolol xl": ("metoprolol ER",), "meropenem": ("Merrem",),
+    "maalox/benadryl/lidocaine": ("magic mouthwash",),
+    "oxcarbazepine": ("Trileptal",), "cefepime": ("Maxipime",), "tizanidine": ("Zanaflex",),
+    "spironolactone": ("Aldactone",), "sucralfate": ("Carafate",), "vancomycin hcl": ("vanc HCl",),
+    "sulfameth/trimethoprim ss": ("Bactrim SS",), "sulfameth/trimethoprim ds": ("Bactrim DS",),
+    "amoxicillin oral susp.": ("amox susp",), "bumetanide": ("Bumex",), "methadone": ("Dolophine",),
+    "potassium chloride replacement": ("KCl repletion",), "glucagon": ("GlucaGen",), "oxacillin": ("oxacillin IV",),
+    "mesalamine dr": ("Asacol",), "bethanechol": ("Urecholine",), "pseudoephedrine": ("Sudafed",),
+    "food/vomit pneumonitis": ("aspiration PNA",), "severe sepsis": ("severe sepsis (SIRS)",),
+    "iron defic anemia nos": ("IDA",), "intracerebral hemorrhage": ("ICH",), "asthma nos": ("asthma",),
+    "chest pain nec": ("CP",), "prim cardiomyopathy nec": ("CMP",), "history of tobacco use": ("former smoker",),
+    "aortic valve disorder": ("AV disease",), "hy kid nos w cr kid i-iv": ("HTN nephropathy",),
+    "delirium d/t other cond": ("delirium",), "chr kidney dis stage iii": ("CKD III",),
+    "anemia in chr kidney dis": ("anemia of CKD",), "convulsions nec": ("seizures",), "atrial flutter": ("AFL",),
+    "pneumococcal pneumonia": ("strep pneumo PNA",), "fx mult ribs nos-closed": ("rib fxs",),
+    "anxiety state nos": ("anxiety",), "pleural effusion nos": ("effusion",), "personal history of fall": ("h/o falls",),
+    "shortness of breath": ("SOB",), "iatrogenic pneumothorax": ("iatrogenic PTX",), "backache nos": ("back pain",),
+    "dvrtclo colon w/o hmrhg": ("diverticulosis",), "malnutrition mild degree": ("mild malnutrition",),
+    "herpes zoster nos": ("shingles",), "nausea with vomiting": ("N/V",), "alcohol cirrhosis liver": ("EtOH cirrhosis",),
+    "bph w/o urinary obs/luts": ("BPH",), "pulm embol/infarct nec": ("PE",), "cannabis abuse-unspec": ("MJ use",),
+    "acidosis": ("metabolic acidosis",), "septic shock": ("septic shock (on pressors)",),
+    "hyperosmolality": ("hyperNa",), "epilep nos w/o intr epil": ("epilepsy",),
+    "procedure-one vessel": ("1-vessel PCI",), "sm bowel endoscopy nec": ("enteroscopy",),
+    "cnt intraart bld gas mon": ("ABG monitoring",), "rt & lt heart angiocard": ("R/L heart angiography",),
+    "non-invasive mech vent": ("BiPAP",), "ins drug-elut coronry st": ("DES placement",),
+    "aortocor bypas-2 cor art": ("CABG x2",), "aortocor bypas-3 cor art": ("CABG x3",), "dx ultrasound-heart": ("TTE",),
+    "ins nondrug elut cor st": ("BMS placement",), "inject/infus nesiritide": ("Natrecor",),
+    "c.a.t. scan of head": ("head CT",), "bronch/trach lavage nec": ("BAL",), "closed bx skin/subq tiss": ("skin bx",),
+    "total knee replacement": ("TKR",), "opn/oth rep aortic valve": ("AVR",), "closed liver biopsy": ("liver bx",),
+    "endosc remove bile stone": ("ERCP stone extraction",), "exc wound debridement": ("wound debridement",),
+    "cardiopulm resuscita nos": ("CPR",), "alcohol detoxification": ("EtOH detox",), "temporary colostomy": ("colostomy",),
+    "endosc retro cholangiopa": ("ERCP",), "platelet transfusion": ("plt transfusion",),
+    "oth cardiac mon output": ("CO monitoring",),
+})
+#: Share of mentions written in shorthand when the label has one (the public EHRCon notes name 82 % of their
+#: entities by abbreviations or brand names: BP, Hct, Tmax, Percocet).
+SHORTHAND_SHARE = 0.9
 
 
 @dataclass
@@ -120,23 +235,45 @@ def _rows(con: sqlite3.Connection, sql: str, *args: Any) -> list[tuple]:
 
 
 class Vocab:
-    """Database-wide candidates for absent entities and swapped units (read once per build)."""
+    """Database-wide candidates for absent entities, falsified values and swapped units (read once per build).
+
+    Falsified and absent statements draw their numbers, units and entities from the database's own rows (a value
+    some row of that entity has, a unit some row of that table has, weighted by how often rows carry them), so a
+    false statement is written exactly like a true one: same decimals, rounding, units and lengths. Before, they
+    printed random two-decimal values (``temp 50.19 deg. c``) and the format alone predicted the label.
+    """
 
     def __init__(self, con: sqlite3.Connection) -> None:
-        self.labs = _rows(con, "select d.label, min(l.valuenum), max(l.valuenum), min(l.valueuom) from labevents l "
-                               "join d_labitems d on l.itemid = d.itemid group by d.label order by d.label")
-        self.vitals = _rows(con, "select d.label, min(c.valuenum), max(c.valuenum), min(c.valueuom) from chartevents c "
-                                 "join d_items d on c.itemid = d.itemid group by d.label order by d.label")
-        self.drugs = _rows(con, "select drug, min(cast(dose_val_rx as integer)), min(dose_unit_rx), min(route) "
-                                "from prescriptions group by drug order by drug")
-        self.dx = [r[0] for r in _rows(con, "select distinct short_title from d_icd_diagnoses order by 1")]
-        self.px = [r[0] for r in _rows(con, "select distinct short_title from d_icd_procedures order by 1")]
-        self.units = {
-            "lab": sorted({r[0] for r in _rows(con, "select distinct valueuom from labevents")}),
-            "vital": sorted({r[0] for r in _rows(con, "select distinct valueuom from chartevents")}
-                            | {"mmhg", "bpm", "kg", "%", "cm", "deg. c", "breaths/min"}),
-            "rx": sorted({r[0] for r in _rows(con, "select distinct dose_unit_rx from prescriptions")}
-                         | {"mg", "g", "mcg", "units", "ml", "meq"}),
+        #: Every entity label of the database, lower-cased (a shorthand form may not be one of them).
+        self.labels = frozenset(str(r[0]).lower() for r in _rows(
+            con, "select label from d_labitems union select label from d_items union select drug from prescriptions "
+                 "union select short_title from d_icd_diagnoses union select short_title from d_icd_procedures"))
+        self.values: dict[tuple[str, str], list[tuple[str, str]]] = {}
+        for table, sql in (("lab", "select d.label, l.valuenum, l.valueuom from labevents l join d_labitems d "
+                                   "on l.itemid = d.itemid order by l.row_id"),
+                           ("vital", "select d.label, c.valuenum, c.valueuom from chartevents c join d_items d "
+                                     "on c.itemid = d.itemid order by c.row_id")):
+            for label, value, unit in _rows(con, sql):
+                self.values.setdefault((table, label), []).append((_num(value), unit))
+        self.doses: dict[str, list[tuple[str, str, str]]] = {}
+        for drug, dose, unit, route in _rows(con, "select drug, dose_val_rx, dose_unit_rx, route from prescriptions "
+                                                  "order by row_id"):
+            self.doses.setdefault(drug, []).append((str(dose), unit, route))
+        self.unit_rows = {
+            "lab": [r[0] for r in _rows(con, "select valueuom from labevents order by row_id")],
+            "vital": [r[0] for r in _rows(con, "select valueuom from chartevents order by row_id")],
+            "rx": [r[0] for r in _rows(con, "select dose_unit_rx from prescriptions order by row_id")],
+        }
+        self.entity_rows = {
+            "lab": [r[0] for r in _rows(con, "select d.label from labevents l join d_labitems d on l.itemid = d.itemid "
+                                             "order by l.row_id")],
+            "vital": [r[0] for r in _rows(con, "select d.label from chartevents c join d_items d on c.itemid = d.itemid "
+                                               "order by c.row_id")],
+            "rx": [r[0] for r in _rows(con, "select drug from prescriptions order by row_id")],
+            "dx": [r[0] for r in _rows(con, "select d.short_title from diagnoses_icd x join d_icd_diagnoses d on "
+                                            "x.icd9_code = d.icd9_code order by x.row_id")],
+            "px": [r[0] for r in _rows(con, "select d.short_title from procedures_icd x join d_icd_procedures d on "
+                                            "x.icd9_code = d.icd9_code order by x.row_id")],
         }
 
 
@@ -155,14 +292,33 @@ def _event_rows(con: sqlite3.Connection, table: str, hadm: int) -> list[tuple]:
                       f"where e.hadm_id = ? order by 1", hadm)
 
 
-def _falsify(rng: random.Random, table: str, kind: str, claim: dict[str, Any], vocab: Vocab) -> dict[str, Any]:
-    """A copy of a faithful claim with one field falsified."""
+def _draw_other(rng: random.Random, pool: list[Any], avoid: Any, tries: int = 30) -> Any:
+    """A random element of ``pool`` (row-weighted: pools hold one entry per row) other than ``avoid``, or None."""
+    if not pool:
+        return None
+    for _ in range(tries):
+        pick = rng.choice(pool)
+        if pick != avoid:
+            return pick
+    others = [p for p in dict.fromkeys(pool) if p != avoid]
+    return rng.choice(others) if others else None
+
+
+def _falsify(rng: random.Random, table: str, kind: str, claim: dict[str, Any], vocab: Vocab) -> dict[str, Any] | None:
+    """A copy of a faithful claim with one field falsified from the database's own distribution (another value of
+    that entity, another unit of that table, another dose of that drug), or None when there is none."""
     claim = dict(claim)
     if kind == "value":
-        factor = rng.choice((0.5, 0.7, 1.3, 1.6, 2.0))
-        claim["value"] = _num(float(claim["value"]) * factor + rng.choice((1, 2, 3)))
+        pool = [v for v, _ in vocab.values.get((table, claim["entity"]), ())]
+        value = _draw_other(rng, pool, claim["value"])
+        if value is None:
+            return None
+        claim["value"] = value
     elif kind == "unit":
-        claim["unit"] = rng.choice([u for u in vocab.units[table] if u != claim["unit"]])
+        unit = _draw_other(rng, vocab.unit_rows[table], claim["unit"])
+        if unit is None:
+            return None
+        claim["unit"] = unit
     elif kind == "time" and table == "rx":
         day = dt.date.fromisoformat(claim["date"]) + dt.timedelta(days=rng.choice((-3, -2, -1, 1, 2, 3, 4)))
         claim["date"] = day.isoformat()
@@ -170,37 +326,45 @@ def _falsify(rng: random.Random, table: str, kind: str, claim: dict[str, Any], v
         when = dt.datetime.strptime(claim["time"], "%Y-%m-%d %H:%M")
         claim["time"] = (when + dt.timedelta(hours=rng.choice((-30, -12, -6, -3, 3, 5, 8, 20)))).strftime("%Y-%m-%d %H:%M")
     elif kind == "dose":
-        dose = int(claim["dose"])
-        claim["dose"] = str(rng.choice((dose * 2, dose * 3, dose + rng.randint(1, 5) * max(1, dose // 2))))
+        pool = [d for d, _, _ in vocab.doses.get(claim["entity"], ())] + [d for d, _, _ in rng.choice(
+            list(vocab.doses.values()) or [[]])]
+        dose = _draw_other(rng, pool, str(claim["dose"]))
+        if dose is None:
+            return None
+        claim["dose"] = dose
     return claim
 
 
 def _absent(rng: random.Random, table: str, present: set[str], vocab: Vocab, when: str) -> dict[str, Any] | None:
-    """A claim about an entity the admission has no row of (or None when every candidate is present)."""
-    if table in ("dx", "px"):
-        choices = [t for t in (vocab.dx if table == "dx" else vocab.px) if t not in present]
-        return {"entity": rng.choice(choices)} if choices else None
-    if table == "rx":
-        choices = [r for r in vocab.drugs if r[0] not in present and r[1]]
-        if not choices:
-            return None
-        drug, dose, unit, route = rng.choice(choices)
-        return {"entity": drug, "dose": str(dose), "unit": unit, "route": route, "date": when[:10]}
-    choices = [r for r in (vocab.labs if table == "lab" else vocab.vitals) if r[0] not in present]
-    if not choices:
+    """A claim about an entity the admission has no row of (or None when every candidate is present): the entity
+    drawn as often as database rows name it, its value, unit, dose and route those of one of its rows."""
+    pool = vocab.entity_rows[table]
+    entity = None
+    for _ in range(30):
+        pick = rng.choice(pool) if pool else None
+        if pick is not None and pick not in present:
+            entity = pick
+            break
+    if entity is None:
         return None
-    label, low, high, unit = rng.choice(choices)
-    return {"entity": label, "value": _num(rng.uniform(low, high)), "unit": unit, "time": when[:16]}
+    if table in ("dx", "px"):
+        return {"entity": entity}
+    if table == "rx":
+        dose, unit, route = rng.choice(vocab.doses[entity])
+        return {"entity": entity, "dose": dose, "unit": unit, "route": route, "date": when[:10]}
+    value, unit = rng.choice(vocab.values[(table, entity)])
+    return {"entity": entity, "value": value, "unit": unit, "time": when[:16]}
 
 
 #: Chance that a mention is falsified when drawn (the build then balances each table to the public share).
 FALSIFY = 0.4
 
 
-def _surface(entity: str, rng: random.Random, taken: set[str]) -> str:
+def _surface(entity: str, rng: random.Random, taken: set[str], labels: frozenset[str] = frozenset()) -> str:
     """How a note writes ``entity``: its shorthand about :data:`SHORTHAND_SHARE` of the time, never a form another
-    entity of the admission already uses (compared case-insensitively)."""
-    forms = [f for f in SHORTHAND.get(entity, ()) if f.lower() not in taken]
+    entity of the admission already uses, nor another entity's database label (``labels``; compared
+    case-insensitively), so that the name in the question means one entity only."""
+    forms = [f for f in SHORTHAND.get(entity, ()) if f.lower() not in taken and f.lower() not in labels]
     if forms and rng.random() < SHORTHAND_SHARE:
         return rng.choice(forms)
     return entity
@@ -221,7 +385,9 @@ def admission_mentions(con: sqlite3.Connection, hadm: int, admit: str, rng: rand
         for name in names[:n]:
             kind = "none" if rng.random() >= FALSIFY else rng.choice(KINDS[table][1:])
             if kind == "absent":
-                claim = _absent(rng, table, present | used, vocab, admit)
+                # a time of one of the admission's own rows, as a true statement has (not the admission time)
+                when = rng.choice(rows)[1] if rows and table in ("lab", "vital", "rx") else admit
+                claim = _absent(rng, table, present | used, vocab, when)
                 if claim is None:
                     continue
             else:
@@ -235,10 +401,12 @@ def admission_mentions(con: sqlite3.Connection, hadm: int, admit: str, rng: rand
                     claim = {"entity": name}
                 if kind != "none":
                     claim = _falsify(rng, table, kind, claim, vocab)
+                    if claim is None:
+                        continue
             if claim["entity"] in used or claim["entity"].lower() in forms:
                 continue
             used.add(claim["entity"])
-            surface = _surface(claim["entity"], rng, forms | {u.lower() for u in used})
+            surface = _surface(claim["entity"], rng, forms | {u.lower() for u in used}, vocab.labels)
             forms.add(surface.lower())
             mentions.append(Mention(table=table, entity=claim["entity"], kind=kind, claim=claim, surface=surface))
     return mentions
@@ -304,3 +472,70 @@ def render_notes(hadm: int, subject: int, admit: str, disch: str | None, mention
                     note if note != "discharge" else "discharge summary", description, 14000 + k, "",
                     "\n".join(body), admit])
     return out
+
+
+#: A feature bucket holding less than this share of the statements is not reported (too few to say anything).
+MIN_BUCKET_SHARE = 0.05
+
+
+def _decimals(text: str) -> str:
+    return str(len(text.split(".", 1)[1])) if "." in text else "0"
+
+
+def _rounding(text: str) -> str:
+    try:
+        value = float(text)
+    except ValueError:
+        return "text"
+    if value != int(value):
+        return "fraction"
+    return "x10" if value % 10 == 0 else "x5" if value % 5 == 0 else "integer"
+
+
+def surface_features(table: str, claim: dict[str, Any], surface: str) -> dict[str, str]:
+    """What a statement looks like, without reading the database: the number's decimals, rounding and length,
+    the unit, the name's length and whether it is shorthand (``na`` where a table states no number)."""
+    number = str(claim.get("value", claim.get("dose", "")))
+    return {
+        "decimals": _decimals(number) if number else "na",
+        "rounding": _rounding(number) if number else "na",
+        "number_length": str(min(len(number), 6)) if number else "na",
+        "unit": str(claim.get("unit", "na")),
+        "name_length": str(min(len(surface) // 4, 6)),
+        "shorthand": str(surface.lower() != str(claim.get("entity", surface)).lower()),
+        "statement_length": str(min(sum(len(str(v)) for v in claim.values()) // 8, 8)),
+    }
+
+
+def surface_association(items: list[tuple[str, dict[str, Any], str, bool]],
+                        min_share: float = MIN_BUCKET_SHARE) -> dict[str, Any]:
+    """How much each surface feature of a statement predicts its label.
+
+    Args:
+        items: ``(table, claim, surface, inconsistent)`` per statement (an EHRCon instance's metadata and label).
+        min_share: Buckets holding fewer statements are ignored.
+
+    Returns:
+        ``{"base", "worst", "features"}``: ``base`` the inconsistent share; per feature, the bucket whose
+        inconsistent share is farthest from ``base`` (``bucket``, ``share``, ``rate``, ``diff`` in points);
+        ``worst`` the largest ``diff`` over features (what "predicts its label by N points" means).
+    """
+    n = len(items)
+    base = sum(label for *_, label in items) / n if n else 0.0
+    features: dict[str, dict[str, Any]] = {}
+    buckets: dict[str, dict[str, list[bool]]] = {}
+    for table, claim, surface, label in items:
+        for name, value in surface_features(table, claim, surface).items():
+            buckets.setdefault(name, {}).setdefault(value, []).append(label)
+    for name, groups in sorted(buckets.items()):
+        best = None
+        for value, labels in sorted(groups.items()):
+            if len(labels) < min_share * n:
+                continue
+            rate = sum(labels) / len(labels)
+            diff = round(100 * abs(rate - base), 2)
+            if best is None or diff > best["diff"]:
+                best = {"bucket": value, "share": round(len(labels) / n, 4), "rate": round(rate, 4), "diff": diff}
+        features[name] = best or {"bucket": None, "share": 0.0, "rate": base, "diff": 0.0}
+    return {"base": round(base, 4), "worst": max((f["diff"] for f in features.values()), default=0.0),
+            "features": features}

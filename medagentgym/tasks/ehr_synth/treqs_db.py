@@ -19,7 +19,7 @@ from pathlib import Path
 import pandas as pd
 
 from medagentgym.tasks.ehr_synth import vocab_items as v
-from medagentgym.tasks.ehr_synth.conventions import fmt_time
+from medagentgym.tasks.ehr_synth.conventions import fmt_time, row_order
 from medagentgym.tasks.ehr_synth.hospital import RawHospital
 from medagentgym.tasks.ehr_synth.schemas import TREQS, write_sqlite
 
@@ -107,5 +107,7 @@ def treqs_rows(raw: RawHospital, seed: int = 0) -> dict[str, list[tuple]]:
 
 
 def build_treqs(raw: RawHospital, path: Path, *, seed: int = 0) -> dict[str, int]:
-    """Write ``path`` (SQLite) with the five MIMICSQL tables; returns row counts per table."""
-    return write_sqlite(path, TREQS, treqs_rows(raw, seed), db_name="treqs")
+    """Write ``path`` (SQLite) with the five MIMICSQL tables, rows in a seeded random order (stored order says
+    nothing about time); returns row counts per table."""
+    rows = {table: [v[k] for k in row_order(len(v), seed, table)] for table, v in treqs_rows(raw, seed).items()}
+    return write_sqlite(path, TREQS, rows, db_name="treqs")

@@ -49,6 +49,10 @@ class ImportOptions:
             (the record's published answer, graded as the benchmark's scorer grades it; records whose published
             answer is defective are set aside: ``medagentgym.tasks.importers.public``). EHR SQL families and
             npowerai.
+        question_field: EHR SQL families: which record field the question shown comes from: ``question`` (the
+            paraphrased question, EHRSQL's and MIMICSQL's own choice; default) or ``template`` (EHRSQL's canonical
+            question before paraphrase, what MedAgentGym's harness shows for mimic_iii and eicu). A record without
+            the chosen field falls back to the other; the import report counts both.
     """
 
     family: str
@@ -62,6 +66,7 @@ class ImportOptions:
     verify: bool = True
     backend: str = "bwrap"
     answers: str = "recompute"
+    question_field: str = "question"
 
 
 def each_record(paths: list[Path], report: ImportReport) -> Iterator[tuple[Path, int, dict[str, Any]]]:

@@ -39,7 +39,7 @@ from medagentgym.tasks.importers._slots import DIALECTS, Reinstantiator, find_sl
 from medagentgym.tasks.importers.records import split_of
 from medagentgym.tasks.importers.report import ImportReport
 
-__all__ = ["parse_record", "public_instance", "run", "target_database"]
+__all__ = ["QUESTION_FIELDS", "parse_record", "public_instance", "run", "shown_question", "target_database"]
 
 
 def target_database(opts: ImportOptions) -> Path:
@@ -63,6 +63,30 @@ def target_database(opts: ImportOptions) -> Path:
     writer = family_class("mimic_iii" if opts.family == "ehr_seqsql" else opts.family).write_database
     writer(cached_draw(SIZES[opts.size], opts.seed), dest, opts.seed)
     return dest
+
+
+#: The record fields a shown question can come from (``--question-field``).
+QUESTION_FIELDS = ("question", "template")
+
+
+def shown_question(question: str, template: str, field: str) -> tuple[str, str]:
+    """``(text, field it came from)``: the question shown for ``field`` (``question``: the paraphrase;
+    ``template``: EHRSQL's canonical question, what MedAgentGym's harness shows), the other when it is missing."""
+    if field not in QUESTION_FIELDS:
+        raise ValueError(f"question field {field!r} is not one of {', '.join(QUESTION_FIELDS)}")
+    if field == "template" and template.strip():
+        return template.strip(), "template"
+    return question, "question"
+
+
+def question_note(family: str, field: str) -> str:
+    """The import report's line saying which question field is shown, and how to show the other."""
+    if field == "template":
+        return ("questions shown: each record's 'template' field (EHRSQL's canonical question, as MedAgentGym's "
+                "harness shows it; 'question' where a record has no template)")
+    other = (" MedAgentGym's harness shows the canonical 'template' instead: --question-field template"
+             if family in ("mimic_iii", "eicu") else " --question-field template shows EHRSQL's canonical one")
+    return f"questions shown: each record's 'question' field (the paraphrase).{other}"
 
 
 def parse_record(family: str, record: dict[str, Any]) -> tuple[str, str, str, str, dict[str, Any] | None]:
@@ -146,7 +170,8 @@ def _instance(family: str, split: str, key: str, question: str, draw: Any, db_fi
     )
 
 
-def public_instance(family: str, record: dict[str, Any], split: str, context: str, db_file: str) -> Instance:
+def public_instance(family: str, record: dict[str, Any], split: str, context: str, db_file: str,
+                    question_field: str = "question") -> Instance:
     """One record under the ``public`` answer convention: its published ``answer`` is the gold (answer type
     ``result``), its SQL is kept as published (post-processed as EHRSQL's evaluator does).
 
@@ -156,7 +181,8 @@ def public_instance(family: str, record: dict[str, Any], split: str, context: st
     """
     from medagentgym.tasks.importers.public import ehr_gold_defect, is_yes_no
 
-    key, question, sql, _template, _values = parse_record(family, record)
+    key, question, sql, template, _values = parse_record(family, record)
+    question, shown = shown_question(question, template, question_field)
     answer = record.get("answer")
     if not isinstance(answer, list):
         raise ValueError("no_public_answer: the record has no 'answer' list (MedAgentGym's task files carry one; "
@@ -172,6 +198,7 @@ def public_instance(family: str, record: dict[str, Any], split: str, context: st
         id=f"{family}/{split}/{key}", family=family, category="imported", split=split, question=question,
         context=context, answer=gold, answer_type="result", solution=sql, solution_lang="sql", data={db_file: db_file},
         metadata={"sql_database": db_file, "source_id": key, "source_question": question, "answers": "public",
+                  "question_field": shown,
                   "source_template": record.get("q_tag") or record.get("tag") or "",
                   "grading": {"yes_no": True} if yes_no else {}},
     )
@@ -186,12 +213,13 @@ def _run_public(paths: list[Path], opts: ImportOptions, report: ImportReport, co
     out: list[Imported] = []
     for path, line, record in each_record(paths, report):
         try:
-            inst = public_instance(opts.family, record, split_of(record, path, opts.split), context, dialect.db_file)
+            inst = public_instance(opts.family, record, split_of(record, path, opts.split), context, dialect.db_file,
+                                   opts.question_field)
         except ValueError as exc:
             reject(report, path, line, exc)
             continue
         out.append(Imported(inst, str(path), line))
-        report.keep("public_answer")
+        report.keep("public_answer", f"question_from_{inst.metadata['question_field']}")
     return out
 
 
@@ -203,6 +231,9 @@ def run(paths: list[Path], opts: ImportOptions, report: ImportReport) -> list[Im
     cls = family_class(opts.family)
     # The SQL families keep their context on the class; ehr_seqsql in its module.
     context = getattr(cls, "context_text", "") or importlib.import_module(cls.__module__).CONTEXT
+    if opts.question_field not in QUESTION_FIELDS:
+        raise TaskError(f"--question-field {opts.question_field!r} is not one of {', '.join(QUESTION_FIELDS)}")
+    report.warn(question_note(opts.family, opts.question_field))
     if opts.answers == "public":
         return _run_public(paths, opts, report, context)
     db = target_database(opts)
@@ -215,7 +246,9 @@ def run(paths: list[Path], opts: ImportOptions, report: ImportReport) -> list[Im
             except ValueError as exc:
                 reject(report, path, line, exc)
                 continue
-            texts = [question, template] + ([render_mimicsql(sql)] if opts.family == "treqs" else [])
+            first, shown = shown_question(question, template, opts.question_field)
+            texts = list(dict.fromkeys([first, question, template])) + (
+                [render_mimicsql(sql)] if opts.family == "treqs" else [])
             draw = engine.reinstantiate(key, sql, texts, find_slots(sql, values))
             if not draw.ok:
                 report.reject(str(path), line, draw.reason, draw.detail)
@@ -223,7 +256,8 @@ def run(paths: list[Path], opts: ImportOptions, report: ImportReport) -> list[Im
             split = split_of(record, path, opts.split)
             out.append(Imported(_instance(opts.family, split, key, question, draw, dialect.db_file, context,
                                           record), str(path), line))
-            report.keep(*(["reinstantiated"] if draw.changed else []) + (["case_fixed"] if draw.case_fixed else []))
+            report.keep(*(["reinstantiated"] if draw.changed else []) + (["case_fixed"] if draw.case_fixed else [])
+                        + [f"question_from_{shown}"])
     finally:
         engine.close()
     return out

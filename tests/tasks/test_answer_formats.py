@@ -1,0 +1,124 @@
+"""Public answer formats accepted by the default graders, and no answer that fits two kinds of gold.
+
+Issue 34: MedAgentGym's agents answer a single value as a one-element list (``['oral']``, ``['1']``), and one value
+per line may contain a comma. Issue 31: ``No value.`` / ``no results`` was graded right on nothing-found golds AND
+on yes/no "no" golds, so one constant earned both; the floor check tried ``none`` and ``no`` apart and missed it.
+Attacks that must stay wrong: hedges (several candidate values), type confusion, several values for one gold.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from medagentgym.tasks.floors import FLOOR_BOUND, answer_tokens, constant_floor, template_floor
+from medagentgym.tasks.graders import NOTHING_TOKENS, grade
+
+
+@pytest.mark.parametrize("answer_type,gold,submission", [
+    ("text", "oral", "['oral']"), ("text", "oral", '["oral"]'), ("text", "oral", "[('oral',)]"),
+    ("text", "oral", ["oral"]), ("integer", 1, "['1']"), ("integer", 1, "[1]"), ("number", 2.5, "[2.5]"),
+    ("number", 2.5, "['2.5']"), ("date", "2101-03-04", "['2101-03-04']"),
+    ("datetime", "2101-03-04 10:00:00", "['2101-03-04 10:00:00']"), ("boolean", True, "['yes']"),
+    ("text", "hypertension, unspecified", "['hypertension, unspecified']"), ("text", None, "[None]"),
+])
+def test_a_one_element_list_answers_a_single_value_gold_by_default(answer_type, gold, submission):
+    verdict = grade(answer_type, gold, submission)
+    assert verdict.correct, verdict.reason
+
+
+@pytest.mark.parametrize("answer_type,gold,submission", [
+    ("text", "oral", "['oral', 'iv']"),          # hedge: two candidate values
+    ("text", "oral", "[['oral', 'iv']]"),        # one row of two values
+    ("text", "oral", "[['oral'], ['iv']]"),      # two rows
+    ("integer", 1, "['1', '2']"), ("integer", 1, "[1, 2]"), ("integer", 1, "[[1, 2]]"),
+    ("number", 1.0, "[true]"), ("integer", 1, "[True]"),   # type confusion: a bool is not the number 1
+    ("integer", 0, "[false]"), ("text", "oral", "[]"), ("integer", 0, "[]"), ("integer", 1, "[[]]"),
+    ("text", "oral", "['[\"oral\", \"iv\"]']"),   # a list inside the one string
+    ("text", "oral", "[None]"), ("integer", 3, "[None]"), ("text", None, "['oral']"),
+    ("boolean", True, "['yes', 'no']"), ("date", "2101-03-04", "['2101-03-04', '2101-03-05']"),
+])
+def test_hedges_type_confusion_and_several_values_stay_wrong(answer_type, gold, submission):
+    verdict = grade(answer_type, gold, submission)
+    assert not verdict.correct, verdict.reason
+
+
+def test_one_value_per_line_keeps_a_value_with_a_comma():
+    gold = ["hypertension, unspecified", "anemia"]
+    assert grade("set", gold, "hypertension, unspecified\nanemia").correct
+    assert grade("set", gold, "anemia\nhypertension, unspecified\n").correct
+    assert grade("list", gold, "hypertension, unspecified,\nanemia").correct
+    assert grade("result", gold, "hypertension, unspecified\nanemia").correct
+    assert not grade("set", gold, "hypertension\nunspecified\nanemia").correct
+    # without a comma in the gold, commas still separate values, over lines too
+    assert grade("set", ["a", "b", "c"], "a, b\nc").correct
+    assert not grade("set", ["a", "b"], "a, b\nc").correct
+
+
+@pytest.mark.parametrize("token", NOTHING_TOKENS)
+def test_a_nothing_found_answer_is_not_a_no(token):
+    """ATTACK (issue 31): 'No value.' answered nothing-found golds AND yes/no 'no' golds."""
+    assert grade("integer", None, token).correct, token
+    assert not grade("boolean", False, token, digits=False).correct, token
+    assert not grade("boolean", False, token).correct, token
+    assert not grade("result", ["0"], token, yes_no=True).correct, token
+
+
+def test_yes_no_and_nothing_found_still_take_their_own_answers():
+    assert grade("boolean", False, "no", digits=False).correct
+    assert grade("boolean", False, "No, there was none.", digits=False).correct
+    assert grade("result", ["0"], "no", yes_no=True).correct
+    assert grade("result", ["0"], "[0]", yes_no=True).correct
+    assert not grade("integer", None, "no").correct
+    assert not grade("text", None, "false").correct
+
+
+class _Family:
+    """A minimal graded family (the EHR SQL families' rule: yes/no without bare 1/0)."""
+
+    name = "toy"
+
+    def grade(self, inst, submission, ctx=None):
+        options = {"digits": False} if inst.answer_type == "boolean" else {}
+        return grade(inst.answer_type, inst.answer, submission, **options)
+
+
+def _inst(k, answer_type, answer, category="t"):
+    return SimpleNamespace(id=f"toy/{k}", answer_type=answer_type, answer=answer, category=category,
+                           solution="", solution_lang="sql", metadata={})
+
+
+def _mixed_split(n=100):
+    """8 % nothing-found (None) golds and 8 % "no" golds among distinct counts: each kind alone stays under the
+    10 % bound, the two together (what one 'No value.' earned before the fix) would be 16 %."""
+    items = [_inst(k, "integer", None) for k in range(8)] + [_inst(8 + k, "boolean", False) for k in range(8)]
+    items += [_inst(16 + k, "integer", 100 + k) for k in range(n - 16)]
+    return items
+
+
+def test_no_constant_earns_two_kinds_of_gold_and_the_floor_check_tries_them_together():
+    """ATTACK (issue 31): before the fix 'No value.' earned 16 % here, and the floor check reported 8 %."""
+    items = _mixed_split()
+    family = _Family()
+    for token in answer_tokens():
+        earned = sum(family.grade(i, token).correct for i in items) / len(items)
+        assert earned <= FLOOR_BOUND, (token, earned)
+    floor = constant_floor(family, items)
+    assert floor["floor"] == pytest.approx(0.08) and not floor["exceeds"], floor
+    assert "No value." in answer_tokens() and "None, no" in answer_tokens()
+
+
+def test_the_floor_check_reports_a_constant_that_fits_two_kinds():
+    """The floor check finds a two-kind constant when a grader lets one through (here: a grader that reads
+    'no results' as no, like the one before the fix)."""
+    class Lenient(_Family):
+        def grade(self, inst, submission, ctx=None):
+            if inst.answer_type == "boolean" and str(submission).lower().startswith("no "):
+                return grade("boolean", inst.answer, "no")
+            return super().grade(inst, submission, ctx)
+
+    floor = constant_floor(Lenient(), _mixed_split())
+    assert floor["floor"] == pytest.approx(0.16) and floor["exceeds"], floor
+    per_template = template_floor(Lenient(), _mixed_split(), _mixed_split())
+    assert per_template["floor"] == pytest.approx(0.16), per_template
