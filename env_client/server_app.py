@@ -50,13 +50,16 @@ CLIENT_ERRORS = (EnvClientError, TaskError, ValueError)
 
 
 @contextlib.contextmanager
-def background_server(app: Any, *, host: str = "127.0.0.1", startup_timeout_s: float = 20.0) -> Iterator[str]:
+def background_server(app: Any, *, host: str = "127.0.0.1", startup_timeout_s: float = 20.0,
+                      limits: Any = None) -> Iterator[str]:
     """Run an ASGI app with uvicorn on a free loopback port in a daemon thread.
 
     Args:
         app: The ASGI app.
         host: Interface to bind (loopback by default).
         startup_timeout_s: How long to wait for the server to accept connections.
+        limits: ``sandbox._conn_limits.ConnLimits`` (header deadline, per-address and total connection caps);
+            None = its defaults.
 
     Yields:
         The base URL, e.g. ``"http://127.0.0.1:43817"``; the server stops when the block exits.
@@ -66,11 +69,13 @@ def background_server(app: Any, *, host: str = "127.0.0.1", startup_timeout_s: f
     """
     import uvicorn
 
+    from sandbox._conn_limits import server_config
+
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, 0))
     port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+    server = uvicorn.Server(server_config(app, limits=limits, log_level="warning", lifespan="on"))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="uvicorn", daemon=True)
     thread.start()
     deadline = time.monotonic() + startup_timeout_s
