@@ -103,19 +103,34 @@ class _Sessions:
         with self._lock:
             return sum(s.owner == owner for s in self._table.values())
 
+    def refusal(self, owner: str) -> str | None:
+        """Why a new session of ``owner`` would be refused now (None: it would not)."""
+        with self._lock:
+            refused = self._refusal(owner)
+        return None if refused is None else refused[1]
+
+    def _refusal(self, owner: str) -> tuple[int, str] | None:
+        if len(self._table) >= self.capacity:
+            return 503, (f"server at capacity ({self.capacity} open sessions); close finished episodes with /close "
+                         "or retry later")
+        if sum(s.owner == owner for s in self._table.values()) >= self.per_client:
+            return 429, (f"this client already holds {self.per_client} open sessions (the per-client cap; finished "
+                         "ones count until closed or expired); /close one first")
+        return None
+
     def reserve(self, owner: str, kind: str = "http", env: Any = None) -> tuple[str, _Session]:
         """A new row for ``owner`` (503 at capacity, 429 at the client's cap); ``env`` may be set later."""
         with self._lock:
-            if len(self._table) >= self.capacity:
-                raise HTTPException(503, f"server at capacity ({self.capacity} open sessions); close finished "
-                                         "episodes with /close or retry later", headers={"Retry-After": "5"})
-            if sum(s.owner == owner for s in self._table.values()) >= self.per_client:
-                raise HTTPException(429, f"this client already holds {self.per_client} open sessions (the "
-                                         "per-client cap; finished ones count until closed or expired); /close "
-                                         "one first", headers={"Retry-After": "5"})
+            refused = self._refusal(owner)
+            if refused is not None:
+                raise HTTPException(refused[0], refused[1], headers={"Retry-After": "5"})
             episode_id, session = uuid.uuid4().hex, _Session(env, owner, kind)
             self._table[episode_id] = session  # reserve the slot before the (slow) factory runs
         return episode_id, session
+
+    def peek(self, episode_id: str) -> _Session | None:
+        """The row of ``episode_id`` whoever owns it (for the protocol that opened it), None if gone."""
+        return self._table.get(episode_id)
 
     def discard(self, episode_id: str) -> _Session | None:
         """Drop a row whatever its owner (the protocol that reserved it ended it); None if already gone."""
@@ -259,7 +274,8 @@ def create_app(env_factory: Callable[[], Any], action_model: type[BaseModel], ob
         max_episode_s: A session whose last ``/reset`` is older than this is closed by the reaper even while
             it steps (``None``: no limit).
         max_ws_per_client: Open WebSocket connections one client may hold (another protocol mounted on the app,
-            e.g. OpenEnv's); ``None`` = ``max_sessions_per_client``.
+            e.g. OpenEnv's); ``None`` = no cap on sockets (each session such a protocol opens is counted in
+            ``app.state.env_sessions`` like any other).
         finished_ttl_s: A session whose episode finished (its env says ``idle``) is closed this long after it
             finished, whatever its client does meanwhile; ``None`` = ``min(idle_timeout_s, 60)``.
 
@@ -318,7 +334,9 @@ def create_app(env_factory: Callable[[], Any], action_model: type[BaseModel], ob
     app = FastAPI(title=title, lifespan=lifespan)
     app.state.env_sessions = sessions  # another protocol mounted on the app counts its sessions here too
     app.add_middleware(Guard, tokens=tuple(tokens), max_body_bytes=max_body_bytes,  # checked above, not per call
-                       max_ws_per_client=max_ws_per_client or per_client)
+                       max_ws_per_client=max_ws_per_client, ws_refusal=sessions.refusal)
+    # sessions are counted in the table (a WebSocket session too: refused at the handshake when its client or the
+    # server is full), sockets by the connection limits (sandbox/_conn_limits.py)
 
     @app.get("/health")
     def health() -> dict[str, Any]:

@@ -100,7 +100,14 @@ def test_an_abandoned_websocket_session_is_reaped_and_frees_its_worker(toy_root,
             abandoned.reset(seed=0)  # holds the only worker, then goes silent
             deadline = time.monotonic() + 60  # reaper period max(2 / 4, 5) s, plus a loaded machine
             while True:  # a new session per try: OpenEnv counts only successful calls as activity
-                with GenericEnvClient(base_url=url).sync() as fresh:
+                try:  # refused at the handshake while the abandoned session holds the client's one session
+                    fresh_client = GenericEnvClient(base_url=url).sync().__enter__()
+                except ConnectionError as exc:
+                    assert "403" in str(exc)
+                    assert time.monotonic() < deadline, "the abandoned session was never reaped"
+                    time.sleep(0.2)
+                    continue
+                with fresh_client as fresh:
                     try:
                         fresh.reset(seed=1)
                     except RuntimeError as exc:
@@ -142,23 +149,28 @@ def test_openenv_http_contract_plays_an_episode(open_server, oracle_answer):
         assert first.status_code == 200, first.text
         body = first.json()
         assert body["reward"] is None and body["done"] is False and body["observation"]["kind"] == "task"
-        task_id = body["info"]["task_id"]
-        seeded = [http.post("/reset", json={"seed": 3}).json()["info"]["task_id"] for _ in range(2)]
-        assert seeded[0] == seeded[1]  # the same seed, the same task
-        task_id = http.post("/reset", json={"task_id": task_id}).json()["info"]["task_id"]
+        task_id, eid = body["info"]["task_id"], body["episode_id"]
+        seeded = [http.post("/reset", json={"seed": 3, "episode_id": eid}).json() for _ in range(2)]
+        assert seeded[0]["info"]["task_id"] == seeded[1]["info"]["task_id"]  # the same seed, the same task
+        assert {r["episode_id"] for r in seeded} == {eid}  # naming the episode restarts it
+        task_id = http.post("/reset", json={"task_id": task_id, "episode_id": eid}).json()["info"]["task_id"]
         ran = http.post("/step", json={"action": {"text": SQL}}).json()
         assert ran["done"] is False and ran["reward"] == 0.0 and "status: SUCCESS" in ran["observation"]["text"]
         state = http.get("/state").json()
-        assert state["step_count"] == 1 and state["task_id"] == task_id
+        assert state["step_count"] == 1 and state["task_id"] == task_id and state["episode_id"] == eid
+        assert http.post("/step", json={"action": _submit(oracle_answer(task_id))}).json()["reward"] == 1.0
         named = http.post("/reset", json={"seed": 7, "episode_id": "run-1/ep-7"}).json()  # a new episode, named
-        assert named["episode_id"] == body["episode_id"]  # ... played on the same session
+        assert named["episode_id"] == "run-1/ep-7"  # ... on the finished episode's session (one worker here)
         state = http.get("/state").json()
         assert state["episode_id"] == "run-1/ep-7" and state["step_count"] == 0
+        assert http.get("/state", params={"episode_id": "run-1/ep-7"}).json()["session_id"] == state["session_id"]
         done = http.post("/step", json={"action": _submit(oracle_answer(named["info"]["task_id"]))}).json()
         assert done["done"] is True and done["reward"] == 1.0
+        assert http.post("/close", json={"episode_id": state["session_id"]}).status_code == 200
         # MedAgentGym's own protocol is served on the same paths
         own = http.post("/reset", json={"task_id": "toy_sql/test/0001", "family": "toy_sql", "split": "test"}).json()
         assert http.post("/step", json={"episode_id": own["episode_id"], "action": {"text": SQL}}).json()["done"] is False
+        assert http.post("/close", json={"episode_id": own["episode_id"]}).status_code == 200
         assert http.post("/reset", json={"sed": 1}).status_code == 422  # a typo is named, not ignored
     report = validate_running_environment(open_server, timeout_s=30)
     assert report["passed"] and report["mode"] == "simulation", report["summary"]
