@@ -266,3 +266,85 @@ def test_mcp_tools_before_a_reset_say_so(open_server):
 
     with MCPToolClient(base_url=open_server).sync() as env:
         assert env.call_tool("terminal", cmd="ls") == "No episode yet: reset first."
+
+
+# ------------------------------------------------------------------------------ issue 31: owned and counted sessions
+
+ALICE, BOB = "alice-openenv-token-1", "bob-openenv-token-22"
+
+
+def _mcp(url: str, token: str, method: str, **params) -> dict:
+    import httpx
+
+    r = httpx.post(f"{url}/mcp", json={"jsonrpc": "2.0", "id": 1, "method": method, "params": params},
+                   headers={"Authorization": f"Bearer {token}"}, timeout=120)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+@pytest.fixture(scope="module")
+def two_clients(toy_root, make_test_pool):
+    pool = make_test_pool(2)
+    app = build_openenv_app(toy_root, pool=pool, tokens=[ALICE, BOB], families=["toy_sql"], capacity=8,
+                            max_sessions_per_client=2)
+    with background_server(app) as url:
+        yield url
+    pool.close()
+
+
+def test_mcp_sessions_count_against_the_client_cap(two_clients):
+    """Attack: openenv/session/create filled the shared session table outside every per-client count."""
+    made = []
+    for _ in range(10):
+        out = _mcp(two_clients, ALICE, "openenv/session/create")
+        if "error" in out:
+            assert "per-client cap" in out["error"]["message"]
+            break
+        made.append(out["result"]["session_id"])
+    assert len(made) == 2, f"alice made {len(made)} MCP sessions past her cap of 2"
+    theirs = _mcp(two_clients, BOB, "openenv/session/create")
+    assert "result" in theirs, theirs  # bob is not crowded out
+    for sid in made:
+        assert _mcp(two_clients, ALICE, "openenv/session/close", session_id=sid)["result"]["closed"]
+    assert _mcp(two_clients, BOB, "openenv/session/close", session_id=theirs["result"]["session_id"])["result"]
+    assert "result" in _mcp(two_clients, ALICE, "openenv/session/create")  # closed ones free their rows
+
+
+def test_an_mcp_session_id_answers_only_its_client(two_clients):
+    """Attack: bob ran a tool in, and closed, alice's MCP session by its id."""
+    sid = _mcp(two_clients, ALICE, "openenv/session/create")["result"]["session_id"]
+    try:
+        used = _mcp(two_clients, BOB, "tools/call", session_id=sid, name="terminal", arguments={"cmd": "ls"})
+        assert "error" in used and "Unknown session_id" in used["error"]["message"], used
+        closed = _mcp(two_clients, BOB, "openenv/session/close", session_id=sid)
+        assert "error" in closed and "Unknown session_id" in closed["error"]["message"], closed
+        mine = _mcp(two_clients, ALICE, "tools/call", session_id=sid, name="terminal", arguments={"cmd": "ls"})
+        assert "result" in mine, mine  # still alice's, still open
+    finally:
+        _mcp(two_clients, ALICE, "openenv/session/close", session_id=sid)
+
+
+def test_two_http_clients_behind_one_address_never_share_an_episode(toy_root, make_test_pool, oracle_answer):
+    """Attack: two OpenEnv HTTP clients from one address (no tokens) shared one episode: A's correct answer was
+    graded on B's task (reward 0.0), and /state did not report the episode_id /reset returned."""
+    import httpx
+
+    pool = make_test_pool(2)
+    try:
+        with background_server(build_openenv_app(toy_root, pool=pool, families=["toy_sql"])) as url, \
+                httpx.Client(base_url=url, timeout=120) as a, httpx.Client(base_url=url, timeout=120) as b:
+            ra = a.post("/reset", json={"task_id": "toy_sql/test/0001"}).json()
+            rb = b.post("/reset", json={"task_id": "toy_sql/test/0002"}).json()
+            assert ra["episode_id"] != rb["episode_id"]
+            blind = a.post("/step", json={"action": _submit(oracle_answer("toy_sql/test/0001"))})
+            assert blind.status_code == 409 and "episode_id" in blind.json()["detail"]  # ambiguous: said, not guessed
+            state = a.get("/state", params={"episode_id": ra["episode_id"]}).json()
+            assert state["episode_id"] == ra["episode_id"] and state["task_id"] == "toy_sql/test/0001"
+            mine = a.post("/step", json={"episode_id": ra["episode_id"],
+                                         "action": _submit(oracle_answer("toy_sql/test/0001"))}).json()
+            assert mine["reward"] == 1.0  # graded on A's own task
+            theirs = b.post("/step", json={"episode_id": rb["episode_id"],
+                                           "action": _submit(oracle_answer("toy_sql/test/0002"))}).json()
+            assert theirs["reward"] == 1.0
+    finally:
+        pool.close()
