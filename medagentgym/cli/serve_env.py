@@ -13,7 +13,8 @@ Abuse limits, all on by default: before any request is read, a connection that d
 head within ``--header-timeout`` seconds is closed, and one peer address holds at most
 ``--max-connections-per-address`` connections (``--max-connections`` in all); gold answers and grader reasons never reach a client (``--show-gold`` turns
 that off for a trusted debugging session); bodies over ``--max-body-bytes`` get 413; one client (its token, else
-its address) holds at most ``--max-sessions-per-client`` sessions (429 beyond; never more than ``--workers``); a
+its address) holds at most ``--max-sessions-per-client`` sessions, finished ones included (429 beyond; default half
+``--capacity``, never more than the pool's workers); a
 ``/reset`` waits at most ``--worker-wait`` seconds for a sandbox worker (503 beyond); a session without a ``/reset``
 or ``/step`` for ``--idle-timeout`` seconds (polling ``/state`` does not count), or whose episode started
 ``--max-episode-s`` ago, is closed and its worker freed. ``--token`` (repeatable: one per client) or ``MEDAGENTGYM_ENV_TOKEN`` requires
@@ -60,7 +61,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--allow-unisolated", action="store_true", help="permit --sandbox local")
     p.add_argument("--capacity", type=int, default=64, help="open sessions allowed (503 beyond); default 64")
     p.add_argument("--max-sessions-per-client", type=int, default=None,
-                   help="open sessions one client may hold (429 beyond), at most --workers; default --workers")
+                   help="open sessions one client may hold, running or finished, any protocol (429 beyond), at "
+                        "most the pool's workers and --capacity; default half --capacity (at most the workers)")
     p.add_argument("--idle-timeout", type=float, default=120.0,
                    help="seconds without a /reset or /step after which a session is closed and its worker freed "
                         "(polling /state does not count); default 120")
@@ -74,10 +76,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--header-timeout", type=float, default=10.0,
                    help="seconds a connection may take to send a complete request head (closed beyond, before the "
                         "token check); default 10")
-    p.add_argument("--max-connections-per-address", type=int, default=256,
-                   help="open connections one peer address may hold (more are closed at accept); default 256")
-    p.add_argument("--max-connections", type=int, default=1024,
-                   help="open connections in all (more are closed at accept); default 1024")
+    p.add_argument("--max-connections-per-address", type=int, default=None,
+                   help="open connections one peer address may hold (more are closed at accept); default "
+                        "max(256, 2 x --capacity): a trainer's one connection per episode fits")
+    p.add_argument("--max-connections", type=int, default=None,
+                   help="open connections in all (more are closed at accept); default max(1024, 4 x --capacity)")
     p.add_argument("--token", action="append", default=[],
                    help=f"bearer token clients must send (repeat for one token per client); default ${TOKEN_ENV}")
     p.add_argument("--splits", default="train,test",
@@ -126,8 +129,9 @@ def main(argv: list[str] | None = None) -> int:
             app = build_app(args.tasks_root, **options)
         # uvicorn.Server rather than uvicorn.run: run() swallows Ctrl-C, Server.run() re-raises it after a graceful
         # shutdown, so the user learns that the server stopped and why.
-        limits = ConnLimits(header_timeout_s=args.header_timeout, max_per_address=args.max_connections_per_address,
-                            max_connections=args.max_connections)
+        limits = ConnLimits(header_timeout_s=args.header_timeout,
+                            max_per_address=args.max_connections_per_address or max(256, 2 * args.capacity),
+                            max_connections=args.max_connections or max(1024, 4 * args.capacity))
         uvicorn.Server(server_config(app, limits=limits, host=args.host, port=args.port, log_level=args.log_level,
                                      ws_max_size=args.max_body_bytes)).run()
     except KeyboardInterrupt:
