@@ -110,12 +110,12 @@ class _Sessions:
         return None if refused is None else refused[1]
 
     def _refusal(self, owner: str) -> tuple[int, str] | None:
+        if sum(s.owner == owner for s in self._table.values()) >= self.per_client:  # the client's own doing first
+            return 429, (f"this client already holds {self.per_client} open sessions (the per-client cap; finished "
+                         "ones count until closed or expired); /close one first")
         if len(self._table) >= self.capacity:
             return 503, (f"server at capacity ({self.capacity} open sessions); close finished episodes with /close "
                          "or retry later")
-        if sum(s.owner == owner for s in self._table.values()) >= self.per_client:
-            return 429, (f"this client already holds {self.per_client} open sessions (the per-client cap; finished "
-                         "ones count until closed or expired); /close one first")
         return None
 
     def reserve(self, owner: str, kind: str = "http", env: Any = None) -> tuple[str, _Session]:

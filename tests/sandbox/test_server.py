@@ -114,12 +114,17 @@ def test_env_errors_keep_their_type(client):
     assert r.status_code == 409 and r.json()["detail"]["error"] == "Misuse"
 
 
-def test_capacity_limit_is_503(client):
-    ids = [client.post("/reset", json={}).json()["episode_id"] for _ in range(3)]
-    r = client.post("/reset", json={})
-    assert r.status_code == 503 and "capacity" in r.json()["detail"]
-    client.post("/close", json={"episode_id": ids[0]})
-    assert client.post("/reset", json={}).status_code == 200
+def test_capacity_limit_is_503():
+    tokens = ("capacity-token-alice", "capacity-token-bob0")
+    app = create_app(CounterEnv, Add, Count, reset_model=Start, capacity=3, tokens=tokens, max_sessions_per_client=2)
+    alice, bob = ({"Authorization": f"Bearer {t}"} for t in tokens)
+    with TestClient(app) as client:
+        ids = [client.post("/reset", json={}, headers=h).json()["episode_id"] for h in (alice, alice, bob)]
+        r = client.post("/reset", json={}, headers=bob)  # bob is under his cap, the server is full
+        assert r.status_code == 503 and "capacity" in r.json()["detail"]
+        assert client.post("/reset", json={}, headers=alice).status_code == 429  # alice hears of her own cap
+        client.post("/close", json={"episode_id": ids[0]}, headers=alice)
+        assert client.post("/reset", json={}, headers=bob).status_code == 200
 
 
 def test_schema_lists_models(client):
@@ -382,3 +387,30 @@ def test_a_refused_step_does_not_keep_a_finished_session_alive(clocks):
         for _ in range(20):
             assert c.post("/step", json={"episode_id": eid, "action": {"amount": 1}}).status_code == 200
             time.sleep(0.05)
+
+
+def test_dozens_of_clients_at_once_each_get_their_share():
+    """24 clients (one token each) race to open 5 sessions apiece, finishing each episode at once, on a server of
+    capacity 48 with a cap of 2 per client: every client gets exactly its 2, nobody is crowded out (no 503)."""
+    tokens = [f"client-token-{i:04d}-x" for i in range(24)]
+    app = create_app(FinishingEnv, Add, Count, reset_model=Start, capacity=48, idle_timeout_s=60, tokens=tokens,
+                     max_sessions_per_client=2, client_errors=(Misuse,))
+    barrier = threading.Barrier(24)
+
+    with TestClient(app) as c:
+        def client(token: str) -> list[int]:
+            headers = {"Authorization": f"Bearer {token}"}
+            barrier.wait()
+            codes = []
+            for _ in range(5):
+                r = c.post("/reset", json={"limit": 1}, headers=headers)
+                codes.append(r.status_code)
+                if r.status_code == 200:
+                    c.post("/step", json={"episode_id": r.json()["episode_id"], "action": {"amount": 1}},
+                           headers=headers)
+            return codes
+
+        with ThreadPoolExecutor(24) as ex:
+            results = list(ex.map(client, tokens))
+        assert all(codes.count(200) == 2 and codes.count(429) == 3 for codes in results), results
+        assert c.get("/health").json()["sessions"] == 48
