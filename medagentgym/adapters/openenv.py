@@ -6,9 +6,13 @@ limits, gold hiding) plus openenv-core's ``HTTPEnvServer`` routes, so every Open
 - WebSocket sessions at ``/ws`` (``GenericEnvClient``, ``AutoEnv.from_env("medagentgym", base_url=...)``): one
   episode per socket, ``reset``/``step``/``state``/``close`` messages, and ``mcp`` messages (JSON-RPC).
 - OpenEnv's HTTP contract: ``POST /reset {}`` (or ``{"seed": 3}``, ``{"task_id": ...}``), ``POST /step
-  {"action": {...}}``, ``GET /state``: the client's own episode (one per client: its token, else its address),
-  answered as ``{"observation", "reward", "done"}``. A body with ``task_id``, ``family`` and ``split`` (``/reset``) or
-  ``episode_id`` (``/step``, ``/state``) is MedAgentGym's own session protocol (``env_client.http_client.HTTPEnv``).
+  {"action": {...}}``, ``GET /state``: one of the client's episodes (a client: its token, else its address), keyed
+  by the ``episode_id`` ``/reset`` returns, which ``/state`` reports and ``/step``/``/state`` accept; without it they
+  play the client's only running episode, and answer 409 asking for it when there are several; answered as
+  ``{"observation", "reward", "done"}``. A body with ``task_id``, ``family`` and ``split`` (``/reset``), or an
+  ``episode_id`` that is a session id, is MedAgentGym's own session protocol (``env_client.http_client.HTTPEnv``).
+- Every session (HTTP, WebSocket, MCP ``openenv/session/create``) is a row of the env server's one session table:
+  counted against its client's cap and the capacity, and usable or closable by id only by its client.
 - MCP tools: the family actions (``request_info``, ``code_execution``, ``terminal``, ``debugging``,
   ``submit_answer``), each playing one typed action in the session's episode; reachable through ``mcp`` messages,
   ``POST /mcp`` and openenv-core's ``MCPToolClient`` (its ``call_tool`` steps carry the reward and ``done``).
