@@ -75,11 +75,14 @@ class PolicyError(EnvClientError, RuntimeError):
             there as truncated (``reason: context_length``), its turns and usage kept; not an infrastructure
             failure, and a rerun does not retry it.
         unreachable: The endpoint could not be reached or did not answer in time (connection refused, timeout).
+        timed_out: The endpoint accepted the request but did not answer within the timeout (after its retries):
+            a run stops after a few of these in a row (``env_client.rollout``), not after many failed episodes.
     """
 
     status: int | None = None
     context_overflow: bool = False
     unreachable: bool = False
+    timed_out: bool = False
 
 
 @dataclass
@@ -427,15 +430,18 @@ class OpenAIPolicy:
                           f"{f' {status}' if status else ''}: {' '.join(str(body).split())[:300]} "
                           f"(hint: {hint})")
         err.status, err.unreachable = status, unreachable
+        err.timed_out = isinstance(exc, self._openai.APITimeoutError)
         err.context_overflow = is_context_overflow(status, str(body))
         return err
 
     def probe(self) -> None:
-        """Ask the endpoint once for its models (``GET /models``, no retry), before a run starts.
+        """Ask the endpoint once for its models (``GET /models``, no retry), then for one 1-token chat (no retry,
+        ``timeout_s``), before a run starts.
 
         A closed port or a wrong URL fails at once, a server that accepts and never answers after ``timeout_s``;
-        an endpoint that answers but does not list the model fails with the models it serves. An endpoint
-        without ``/models`` (404) passes: the first chat request will tell.
+        an endpoint that answers but does not list the model fails with the models it serves; one that lists them
+        but does not answer a chat within ``timeout_s`` fails then (not after every episode's retries). An endpoint
+        without ``/models`` (404) goes on to the chat.
 
         Raises:
             PolicyError: One line saying what is wrong and what to do.
@@ -458,6 +464,26 @@ class OpenAIPolicy:
             shown = ", ".join(served[:5]) + (f" and {len(served) - 5} more" if len(served) > 5 else "")
             raise PolicyError(f"{where} does not serve model {self.model!r}; it serves {shown} "
                               f"(use openai:MODEL@{self.base_url or 'URL'})")
+        self._probe_chat(where)
+
+    def _probe_chat(self, where: str) -> None:
+        """One 1-token chat, no retry, within ``timeout_s``: an endpoint that lists its models but never answers a
+        chat fails here, once, instead of after every episode's retries. Any other error is left to the run (its
+        retries and its failures in a row): the endpoint did answer."""
+        try:
+            chat = self._client.with_options(max_retries=0, timeout=self.timeout_s)
+            chat.chat.completions.create(model=self.model, messages=[{"role": "user", "content": "Say OK."}],
+                                         max_tokens=1, **({"extra_body": self.extra_body} if self.extra_body else {}))
+        except self._openai.APITimeoutError as exc:
+            err = PolicyError(f"{where} lists its models but did not answer a 1-token chat for {self.model!r} "
+                              f"within --timeout {self.timeout_s:g} s (probe); check that the server is not stuck "
+                              f"or overloaded (or raise --timeout)")
+            err.unreachable = err.timed_out = True
+            raise err from exc
+        except self._openai.APIConnectionError as exc:
+            raise self._failure(exc) from exc
+        except self._openai.APIError:
+            return
 
     def act(self, messages: list[dict], *, tools: list[dict] | None = None, seed: int | None = None) -> PolicyOutput:
         """One chat-completions call; endpoint errors become ``PolicyError`` with the status and a hint."""

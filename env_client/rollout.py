@@ -56,6 +56,11 @@ Backend = Literal["thread", "async", "joblib", "ray"]
 BACKENDS = ("thread", "async", "joblib", "ray")
 
 
+#: Episodes in a row whose policy request timed out (after its retries) that stop a run with ``on_error="skip"``:
+#: an endpoint that accepts requests and never answers costs ``timeout x (retries + 1)`` per episode.
+MAX_TIMEOUTS_IN_A_ROW = 2
+
+
 class RolloutError(EnvClientError):
     """Bad rollout arguments, a missing backend, or an episode that failed with ``on_error="raise"``."""
 
@@ -621,7 +626,8 @@ def rollout(instances: Iterable[Any], policy: Policy | str, env: EnvSpec | Calla
             under other settings is refused, so stale episodes are never reused.
         max_consecutive_failures: With ``on_error="skip"``: stop the run (``RolloutError``, one line) once this
             many episodes in a row failed to run (an endpoint that went away): the finished ones are stored, a
-            rerun resumes. None: never stop.
+            rerun resumes. None: never stop. Whatever it is, :data:`MAX_TIMEOUTS_IN_A_ROW` episodes in a row whose
+            policy request timed out (an endpoint that accepts and never answers) stop the run the same way.
 
     Returns:
         :class:`RolloutResult` with the summary and the trajectories of all requested keys (stored and new).
@@ -646,7 +652,7 @@ def rollout(instances: Iterable[Any], policy: Policy | str, env: EnvSpec | Calla
     name = policy_name or (policy if isinstance(policy, str) else type(policy).__name__)
     new: list[Trajectory] = []
     failures: list[tuple[WorkItem, str]] = []
-    in_a_row = 0
+    in_a_row = timeouts = 0
     t0 = time.perf_counter()
     if items:
         results, cleanup = _results(items, policy, env, concurrency, backend, name)
@@ -663,6 +669,11 @@ def rollout(instances: Iterable[Any], policy: Policy | str, env: EnvSpec | Calla
                         raise RolloutError(f"episode {msg}; rerun to resume, or pass on_error='skip'") from out
                     failures.append((item, msg))
                     in_a_row += 1
+                    timeouts = timeouts + 1 if getattr(out, "timed_out", False) else 0
+                    if timeouts >= MAX_TIMEOUTS_IN_A_ROW:  # a hung endpoint: each costs its timeouts and retries
+                        raise RolloutError(f"stopped: the policy's endpoint did not answer {timeouts} episodes in a "
+                                           f"row (request timeouts): {' '.join(str(out).split())[:300]}; "
+                                           f"{len(new)} new episode(s) kept; rerun the same command to resume")
                     if max_consecutive_failures is not None and in_a_row >= max_consecutive_failures:
                         kept = f"{len(new)} new episode(s) stored in {store.path}" if store is not None else \
                             f"{len(new)} episode(s) finished"
@@ -670,7 +681,7 @@ def rollout(instances: Iterable[Any], policy: Policy | str, env: EnvSpec | Calla
                                            f"{type(out).__name__}: {' '.join(str(out).split())[:300]}; {kept}; "
                                            f"rerun the same command to resume")
                     continue
-                in_a_row = 0
+                in_a_row = timeouts = 0
                 if key is not None:
                     out.header.run_key = key
                 if store is not None:

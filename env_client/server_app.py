@@ -11,8 +11,9 @@ and whether the grader failed, never the grader's reason (``7 != 8`` would give 
 text, and an internal error's 500 body names only its class. A session's sandbox worker goes back to the pool as
 soon as its episode ends; waiting for a free worker is bounded (``worker_wait_s``, then 503); only a ``/reset`` or a
 ``/step`` keeps a session alive (an idle one is closed after ``idle_timeout_s``, any episode ``max_episode_s`` after
-its reset); one client holds at most as many sessions as there are sandbox workers; and the bearer token and
-body-size limits of ``sandbox.server`` apply.
+its reset, a finished one a minute after it ended); one client holds at most half the capacity and never more
+sessions than there are sandbox workers, finished and OpenEnv ones included; and the bearer token and body-size
+limits of ``sandbox.server`` apply.
 
 Example:
     >>> app = build_app(tasks_root="artifacts/tasks", backend="bwrap", capacity=64)
@@ -49,13 +50,16 @@ CLIENT_ERRORS = (EnvClientError, TaskError, ValueError)
 
 
 @contextlib.contextmanager
-def background_server(app: Any, *, host: str = "127.0.0.1", startup_timeout_s: float = 20.0) -> Iterator[str]:
+def background_server(app: Any, *, host: str = "127.0.0.1", startup_timeout_s: float = 20.0,
+                      limits: Any = None) -> Iterator[str]:
     """Run an ASGI app with uvicorn on a free loopback port in a daemon thread.
 
     Args:
         app: The ASGI app.
         host: Interface to bind (loopback by default).
         startup_timeout_s: How long to wait for the server to accept connections.
+        limits: ``sandbox._conn_limits.ConnLimits`` (header deadline, per-address and total connection caps);
+            None = its defaults.
 
     Yields:
         The base URL, e.g. ``"http://127.0.0.1:43817"``; the server stops when the block exits.
@@ -65,11 +69,13 @@ def background_server(app: Any, *, host: str = "127.0.0.1", startup_timeout_s: f
     """
     import uvicorn
 
+    from sandbox._conn_limits import server_config
+
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, 0))
     port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+    server = uvicorn.Server(server_config(app, limits=limits, log_level="warning", lifespan="on"))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="uvicorn", daemon=True)
     thread.start()
     deadline = time.monotonic() + startup_timeout_s
@@ -225,8 +231,9 @@ def build_app(tasks_root: str | Path, *, backend: str = "bwrap", workers: int = 
         hide_gold: Keep grader reasons and error texts (which can quote the gold answer) out of every response.
         tokens: Accepted bearer tokens (one per client); empty = no authentication.
         max_body_bytes: Largest request body (413 beyond).
-        max_sessions_per_client: Open sessions per client (429 beyond); ``None`` = the pool's workers. Never more
-            than the workers (ValueError): a client may hold every worker, but not queue past them.
+        max_sessions_per_client: Open sessions per client, running or finished, on every protocol (429 beyond);
+            ``None`` = half the capacity, at most the pool's workers. Never more than the workers or the capacity
+            (ValueError): a client may hold every worker, but not queue past them.
         worker_wait_s: Longest wait of a ``/reset`` for a free sandbox worker (then 503); sets the pool's
             ``acquire_timeout`` (also for a passed ``pool``). ``None`` leaves the pool's own.
         splits: Splits clients may reset on (e.g. ``("train",)`` keeps the test split's graders unreachable).
@@ -274,10 +281,9 @@ def build_app(tasks_root: str | Path, *, backend: str = "bwrap", workers: int = 
     app = create_app(factory, StepAction, Observation, reset_model=ResetRequest, capacity=capacity,
                      idle_timeout_s=idle_timeout_s, client_errors=CLIENT_ERRORS, busy_errors=(ServerBusy,),
                      internal_error_detail=not hide_gold, tokens=tokens, max_body_bytes=max_body_bytes,
-                     max_sessions_per_client=max_sessions_per_client or n_workers,
-                     # A WebSocket connection (OpenEnv) holds a worker only while its episode runs, and OpenEnv's
-                     # reaper frees it: connections are capped like sessions only when the caller names a cap.
-                     max_ws_per_client=max_sessions_per_client or capacity,
+                     # every session counts (running or finished, any protocol): by default no client holds
+                     # more than half the server, nor more than the workers
+                     max_sessions_per_client=max_sessions_per_client or min(n_workers, max(1, capacity // 2)),
                      title="MedAgentGym environment server", on_shutdown=pool.close if own_pool else None,
                      max_episode_s=max_episode_s or (config or EnvConfig()).episode_wall_s + 120.0)
     app.state.served_env_factory = factory  # another protocol on the same app serves the same sessions

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import contextvars
 import hmac
 import json
 import logging
@@ -25,9 +26,12 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-__all__ = ["CLIENT_KEY", "Guard", "check_tokens", "client_id"]
+__all__ = ["CLIENT_KEY", "Guard", "check_tokens", "client_id", "current_client"]
 
 CLIENT_KEY = "env_server.client"
+#: The client id of the request (or WebSocket connection) being served, for code that sees no scope (another
+#: protocol's session table); None outside a request (a reaper, the lifespan).
+_CURRENT: contextvars.ContextVar[str | None] = contextvars.ContextVar("env_server_client", default=None)
 log = logging.getLogger("sandbox.server")
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
@@ -39,6 +43,11 @@ _TOKEN_HINT = ("send 'Authorization: Bearer <token>' with a token the server was
 def client_id(scope: Scope) -> str:
     """The client id the guard assigned to this request (``addr:?`` outside the guard, e.g. in-process tests)."""
     return scope.get(CLIENT_KEY) or _peer(scope)
+
+
+def current_client() -> str | None:
+    """The client id of the request this code serves (set by :class:`Guard`), None outside a request."""
+    return _CURRENT.get()
 
 
 def _peer(scope: Scope) -> str:
@@ -67,15 +76,18 @@ class Guard:
         max_body_bytes: Largest request body accepted (413 beyond).
         body_timeout_s: Longest time to receive a whole body (408 beyond).
         open_paths: Paths served without a token (liveness probes).
+        ws_refusal: ``ws_refusal(client) -> reason or None``: refuse a WebSocket handshake (e.g. the client holds
+            its cap of sessions already).
     """
 
     def __init__(self, app: Any, *, tokens: Sequence[str] = (), max_body_bytes: int = 1 << 20,
                  body_timeout_s: float = 30.0, max_ws_per_client: int | None = None,
-                 open_paths: frozenset[str] = frozenset({"/health"})) -> None:
+                 open_paths: frozenset[str] = frozenset({"/health"}),
+                 ws_refusal: Callable[[str], str | None] | None = None) -> None:
         check_tokens(tokens)
         self.app, self.max_body_bytes, self.body_timeout_s = app, max_body_bytes, body_timeout_s
         self._tokens = [t.encode() for t in tokens]
-        self.open_paths, self.max_ws_per_client = open_paths, max_ws_per_client
+        self.open_paths, self.max_ws_per_client, self.ws_refusal = open_paths, max_ws_per_client, ws_refusal
         self._ws_open: Counter[str] = Counter()  # open WebSocket connections per client (one event loop: no lock)
 
     def _identify(self, scope: Scope) -> str | None:
@@ -102,10 +114,13 @@ class Guard:
                              [(b"www-authenticate", b"Bearer")])
             return
         scope[CLIENT_KEY] = who = who or _peer(scope)
+        _CURRENT.set(who)  # this request's task (and what it awaits) sees its client
         if kind == "websocket":
-            if self.max_ws_per_client is not None and self._ws_open[who] >= self.max_ws_per_client:
-                await send({"type": "websocket.close", "code": 1008,
-                            "reason": f"this client already holds {self.max_ws_per_client} sessions"})
+            refusal = self.ws_refusal(who) if self.ws_refusal is not None else None
+            if refusal is None and self.max_ws_per_client is not None and self._ws_open[who] >= self.max_ws_per_client:
+                refusal = f"this client already holds {self.max_ws_per_client} sessions"
+            if refusal is not None:  # at the handshake (HTTP 403), before a session is made for it
+                await send({"type": "websocket.close", "code": 1008, "reason": refusal[:120]})
                 return
             self._ws_open[who] += 1
             try:

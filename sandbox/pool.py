@@ -36,6 +36,7 @@ from . import _uids
 from . import worker as _proto
 from ._caps import mask
 from ._clock import hard_wall_s
+from ._cgroup import SlotCgroups, jail_tree, oom_first
 from ._jail import JAIL_BRIDGE_DIR, Slot, ipc_limits, mount_tmpfs, set_bwrap_ipc_limits, sync_bwrap_mounts, umount
 from .api import ErrorKind, ExecResult, Limits
 from .bridge import SessionBridges, check_bridges
@@ -174,11 +175,13 @@ class _Worker:
                 pass
 
 
-def _cleanup(base: Path, workers: list, mounted: list, slots: list) -> None:
+def _cleanup(base: Path, workers: list, mounted: list, slots: list, cgroups: SlotCgroups | None = None) -> None:
     """Kill every worker, unmount the quotas, remove the pool's directory and give back its slots' uids, whoever
     leased them (the pool for bwrap, the docker launcher's ``prepare``), also at exit."""
     for w in list(workers):
         w.kill()
+    if cgroups is not None:
+        cgroups.close()
     for path in mounted:
         umount(path)
     shutil.rmtree(_stage_dir_of(base), ignore_errors=True)
@@ -493,7 +496,10 @@ class Pool:
         self._spawn_seq = itertools.count()
         self._spawners: list[threading.Thread] = []
         self._spawn_lock = threading.Lock()
-        self._finalizer = weakref.finalize(self, _cleanup, self._base, self._workers, self._mounted, self._slots)
+        # bwrap: each slot's jail in its own memory cgroup where the host allows one (sandbox/_cgroup.py)
+        self._cgroups = SlotCgroups.detect() if self.backend == "bwrap" else None
+        self._finalizer = weakref.finalize(self, _cleanup, self._base, self._workers, self._mounted, self._slots,
+                                           self._cgroups)
         try:
             with self._cond:
                 self._starting = workers
@@ -521,6 +527,10 @@ class Pool:
             self.layers.append("caps")  # the server holds only CAP_KILL effective, the runners nothing
         if ready.get("ipc_limits"):
             self.layers.append("ipc-limits")
+        if ready.get("oom_first"):
+            self.layers.append("oom-first")
+        if ready.get("mem_cgroup"):
+            self.layers.append(self._cgroups.layer)
         threading.Thread(target=_shrink_loop, args=(weakref.ref(self),), name="sandbox-pool-shrink",
                          daemon=True).start()
         log.info("sandbox pool ready: backend=%s workers=%d (cap %d: %s) layers=%s seccomp=%s", self.backend,
@@ -710,8 +720,19 @@ class Pool:
                 worker.kill()
                 raise SandboxUnavailable(f"could not limit the IPC namespace of bwrap worker {slot.index}: {why}")
             ready["ipc_limits"] = True
+        if self.backend == "bwrap":
+            self._contain(proc.pid, slot, ready)
         self._workers.append(worker)
         return worker
+
+    def _contain(self, bwrap_pid: int, slot: Slot, ready: dict) -> None:
+        """The jail's processes first for the OOM killer, and in the slot's memory cgroup (twice: a process forked
+        while the first pass ran is caught by the second; later ones inherit both)."""
+        for _ in range(2):
+            tree = jail_tree(bwrap_pid)
+            ready["oom_first"] = oom_first(tree)
+            if self._cgroups is not None:
+                ready["mem_cgroup"] = self._cgroups.attach(slot.index, tree, self.limits.memory_mb)
 
     # -- capacity -----------------------------------------------------------------------------
     def _memory_low(self) -> str | None:
@@ -975,6 +996,11 @@ class Pool:
             if not worker.alive() or ((missing or extra) and not self._sync_mounts(worker, extra, missing)):
                 worker.slot.mounts = wanted  # bind mounts are fixed at jail creation: restart with these
                 worker = self._replace(worker)
+            if self._cgroups is not None:  # the jail as a whole: the session's memory_mb plus the worker's own
+                try:
+                    self._cgroups.set_limit(worker.slot.index, (limits or self.limits).memory_mb)
+                except OSError as exc:  # e.g. lowering it below what the worker uses now (v1: EBUSY)
+                    log.warning("slot %s: memory cgroup limit kept: %s", worker.slot.index, exc)
             return Session(self, worker, persistent, limits or self.limits, bridges or {})
         except BaseException:
             worker.slot.mounts = self._wanted_mounts({})  # do not keep retrying a mount that failed

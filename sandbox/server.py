@@ -26,8 +26,11 @@ A background reaper closes sessions idle for longer than ``idle_timeout_s`` (act
 Abuse limits (see ``sandbox/_server_guard.py``): with ``tokens`` every endpoint but ``/health`` needs
 ``Authorization: Bearer <token>`` (401 otherwise; tokens compared in constant time); request bodies over
 ``max_body_bytes`` get 413 before they are buffered; a client (its token, else its peer address) may run at
-most ``max_sessions_per_client`` sessions at once (429 beyond; a session whose env says it is ``idle``, e.g. its
-episode ended, does not count) and sees only its own sessions (404 for the others').
+most ``max_sessions_per_client`` sessions at once (429 beyond; default half the capacity): every open session
+counts, running or finished, whatever protocol opened it (``app.state.env_sessions`` is the one table another
+protocol mounted on the app reserves its sessions in). A client sees only its own sessions (404 for the others').
+A session whose env says it is ``idle`` (its episode ended) is closed ``finished_ttl_s`` after it ended, on its
+own clock: only a call that succeeds is activity, so a refused ``/step`` (409) refreshes nothing.
 
 The served object (``env_factory()``) needs ``reset(request) -> (observation, info)``, ``step(action) ->
 (observation, reward, terminated, truncated, info)`` (tuple or attributes), ``state() -> dict``, ``close()``.
@@ -58,68 +61,115 @@ log = logging.getLogger("sandbox.server")
 
 
 class _Session:
-    def __init__(self, env: Any, owner: str) -> None:
+    def __init__(self, env: Any, owner: str, kind: str = "http") -> None:
         self.env, self.owner, self.lock, self.last_used = env, owner, threading.Lock(), time.monotonic()
         self.started = self.last_used  # the current episode's /reset
+        self.kind = kind  # "http" (this server's endpoints) or another protocol's (e.g. "ws", "mcp")
+        self.finished_at: float | None = None  # when its env last said it holds nothing (``idle``)
+
+    def note_activity(self, now: float | None = None) -> None:
+        """A call succeeded: it is activity, and the env may have finished (or restarted) its episode."""
+        self.last_used = now = time.monotonic() if now is None else now
+        if not _idle(self):
+            self.finished_at = None
+        elif self.finished_at is None:
+            self.finished_at = now
 
 
 class _Sessions:
-    """Thread-safe session table with a capacity, a per-client cap and idle-timeout reaping."""
+    """Thread-safe session table with a capacity, a per-client cap and reaping.
+
+    Every open session counts, whatever its protocol and whether its episode runs or has finished: against the
+    server's ``capacity`` and against its client's cap. A session is closed when idle for ``idle_timeout_s``
+    (activity: a successful ``/reset`` or ``/step``), ``max_episode_s`` after its reset, and
+    ``finished_ttl_s`` after its episode finished (its own clock: a refused call does not refresh it).
+    """
 
     def __init__(self, factory: Callable[[], Any], capacity: int, idle_timeout_s: float,
-                 per_client: int | None = None, max_episode_s: float | None = None) -> None:
+                 per_client: int | None = None, max_episode_s: float | None = None,
+                 finished_ttl_s: float | None = None) -> None:
         self.factory, self.capacity, self.idle_timeout_s = factory, capacity, idle_timeout_s
         self.per_client = per_client or capacity
         self.max_episode_s = max_episode_s
+        self.finished_ttl_s = min(idle_timeout_s, 60.0) if finished_ttl_s is None else finished_ttl_s
         self._table: dict[str, _Session] = {}
         self._lock = threading.Lock()  # guards the table; each session has its own lock for env calls
 
     def __len__(self) -> int:
         return len(self._table)
 
-    def open(self, owner: str = "") -> tuple[str, _Session]:
+    def count(self, owner: str) -> int:
+        """Open sessions of ``owner`` (every protocol, running or finished)."""
         with self._lock:
-            if len(self._table) >= self.capacity:
-                raise HTTPException(503, f"server at capacity ({self.capacity} open sessions); close finished "
-                                         "episodes with /close or retry later", headers={"Retry-After": "5"})
-            if sum(s.owner == owner and _running(s) for s in self._table.values()) >= self.per_client:
-                raise HTTPException(429, f"this client already runs {self.per_client} episodes (the per-client "
-                                         "cap); finish or /close one first", headers={"Retry-After": "5"})
-            episode_id, session = uuid.uuid4().hex, _Session(None, owner)
+            return sum(s.owner == owner for s in self._table.values())
+
+    def refusal(self, owner: str) -> str | None:
+        """Why a new session of ``owner`` would be refused now (None: it would not)."""
+        with self._lock:
+            refused = self._refusal(owner)
+        return None if refused is None else refused[1]
+
+    def _refusal(self, owner: str) -> tuple[int, str] | None:
+        if sum(s.owner == owner for s in self._table.values()) >= self.per_client:  # the client's own doing first
+            return 429, (f"this client already holds {self.per_client} open sessions (the per-client cap; finished "
+                         "ones count until closed or expired); /close one first")
+        if len(self._table) >= self.capacity:
+            return 503, (f"server at capacity ({self.capacity} open sessions); close finished episodes with /close "
+                         "or retry later")
+        return None
+
+    def reserve(self, owner: str, kind: str = "http", env: Any = None) -> tuple[str, _Session]:
+        """A new row for ``owner`` (503 at capacity, 429 at the client's cap); ``env`` may be set later."""
+        with self._lock:
+            refused = self._refusal(owner)
+            if refused is not None:
+                raise HTTPException(refused[0], refused[1], headers={"Retry-After": "5"})
+            episode_id, session = uuid.uuid4().hex, _Session(env, owner, kind)
             self._table[episode_id] = session  # reserve the slot before the (slow) factory runs
+        return episode_id, session
+
+    def peek(self, episode_id: str) -> _Session | None:
+        """The row of ``episode_id`` whoever owns it (for the protocol that opened it), None if gone."""
+        return self._table.get(episode_id)
+
+    def discard(self, episode_id: str) -> _Session | None:
+        """Drop a row whatever its owner (the protocol that reserved it ended it); None if already gone."""
+        with self._lock:
+            return self._table.pop(episode_id, None)
+
+    def open(self, owner: str = "") -> tuple[str, _Session]:
+        episode_id, session = self.reserve(owner)
         try:
             session.env = self.factory()
         except BaseException:
-            with self._lock:
-                self._table.pop(episode_id, None)
+            self.discard(episode_id)
             raise
         return episode_id, session
 
-    def get(self, episode_id: str, owner: str = "", touch: bool = True) -> _Session:
-        """The client's session; ``touch`` counts the request as activity (``/state`` does not)."""
+    def get(self, episode_id: str, owner: str = "") -> _Session:
+        """The client's session opened on this server's endpoints (another client's looks unknown: 404)."""
         session = self._table.get(episode_id)
-        if session is None or session.env is None or session.owner != owner:  # another client's: as if unknown
+        if session is None or session.env is None or session.owner != owner or session.kind != "http":
             raise HTTPException(404, f"unknown or expired episode_id {episode_id!r:.80}; call /reset to start one")
-        if touch:
-            session.last_used = time.monotonic()
         return session
 
     def pop(self, episode_id: str, owner: str = "") -> _Session:
         with self._lock:
             session = self._table.get(episode_id)
-            if session is None or session.env is None or session.owner != owner:
+            if session is None or session.env is None or session.owner != owner or session.kind != "http":
                 raise HTTPException(404, f"unknown or expired episode_id {episode_id!r:.80}; nothing to close")
             del self._table[episode_id]
         return session
 
     def reap(self, now: float | None = None) -> list[str]:
-        """Close sessions idle past the timeout or whose episode passed its lifetime (skipping any that are
-        mid-call); return their ids."""
+        """Close sessions idle past the timeout, whose episode passed its lifetime, or finished longer than
+        ``finished_ttl_s`` ago (skipping any that are mid-call); return their ids."""
         now = time.monotonic() if now is None else now
 
         def expired(s: _Session) -> bool:
             return now - s.last_used > self.idle_timeout_s or (
-                self.max_episode_s is not None and now - s.started > self.max_episode_s)
+                self.max_episode_s is not None and now - s.started > self.max_episode_s) or (
+                s.finished_at is not None and now - s.finished_at > self.finished_ttl_s)
 
         with self._lock:
             stale = [k for k, s in self._table.items() if s.env is not None and expired(s) and not s.lock.locked()]
@@ -135,9 +185,9 @@ class _Sessions:
             _close_quietly(session)
 
 
-def _running(session: _Session) -> bool:
-    """Whether a session counts against its client's cap: a served env may say it holds nothing (``idle``)."""
-    return session.env is None or not getattr(session.env, "idle", False)
+def _idle(session: _Session) -> bool:
+    """Whether a session's env says it holds nothing (``idle``: no episode yet, or it ended)."""
+    return session.env is not None and bool(getattr(session.env, "idle", False))
 
 
 def _close_quietly(session: _Session) -> None:
@@ -157,9 +207,11 @@ class _Errors:
         self.client, self.busy, self.detail = client, busy, detail
 
     def call(self, session: _Session, fn: Callable[[], Any], touch: bool = True) -> Any:
+        """``fn()`` under the session's lock; only a call that succeeds is activity (``touch``): a refused one
+        (409, 503, 500) neither keeps the session alive nor restarts a finished episode's clock."""
         with session.lock:
             try:
-                return fn()
+                out = fn()
             except HTTPException:
                 raise
             except self.busy as exc:
@@ -173,9 +225,9 @@ class _Errors:
                 log.exception("env call failed")  # the message may quote task data: keep it in the server log
                 raise HTTPException(500, {"error": type(exc).__name__, "message": "internal error (details in "
                                           "the server log)"}) from exc
-            finally:
-                if touch:
-                    session.last_used = time.monotonic()
+            if touch:
+                session.note_activity()
+            return out
 
 
 async def _maybe_await(value: Any) -> Any:
@@ -197,7 +249,7 @@ def create_app(env_factory: Callable[[], Any], action_model: type[BaseModel], ob
                tokens: tuple[str, ...] | list[str] = (), max_body_bytes: int = 1 << 20,
                max_sessions_per_client: int | None = None, title: str = "environment server",
                on_shutdown: Callable[[], None] | None = None, max_episode_s: float | None = None,
-               max_ws_per_client: int | None = None) -> FastAPI:
+               max_ws_per_client: int | None = None, finished_ttl_s: float | None = None) -> FastAPI:
     """Build the FastAPI app serving environments made by ``env_factory``.
 
     Args:
@@ -214,13 +266,18 @@ def create_app(env_factory: Callable[[], Any], action_model: type[BaseModel], ob
         internal_error_detail: Put the message of other exceptions in the 500 body (off: class name only).
         tokens: Accepted bearer tokens; empty = no authentication. Each token is one client for the caps.
         max_body_bytes: Largest request body (413 beyond, refused before it is buffered).
-        max_sessions_per_client: Open sessions one client may hold (429 beyond); ``None`` = ``capacity``.
+        max_sessions_per_client: Open sessions one client may hold, running or finished, on every protocol
+            (429 beyond); ``None`` = half the capacity (at least 1), so no one client fills the server. Never more
+            than ``capacity``.
         title: Shown in the OpenAPI page.
         on_shutdown: Called once after every session is closed at shutdown (e.g. to stop a sandbox pool).
         max_episode_s: A session whose last ``/reset`` is older than this is closed by the reaper even while
             it steps (``None``: no limit).
         max_ws_per_client: Open WebSocket connections one client may hold (another protocol mounted on the app,
-            e.g. OpenEnv's); ``None`` = ``max_sessions_per_client``.
+            e.g. OpenEnv's); ``None`` = no cap on sockets (each session such a protocol opens is counted in
+            ``app.state.env_sessions`` like any other).
+        finished_ttl_s: A session whose episode finished (its env says ``idle``) is closed this long after it
+            finished, whatever its client does meanwhile; ``None`` = ``min(idle_timeout_s, 60)``.
 
     Returns:
         The app (behind the token and size guard); the reaper thread starts and stops with the app's lifespan.
@@ -229,15 +286,20 @@ def create_app(env_factory: Callable[[], Any], action_model: type[BaseModel], ob
         ValueError: If a limit is not positive, or a token is shorter than 8 characters.
     """
     if capacity < 1 or idle_timeout_s <= 0 or max_body_bytes < 1 or (max_sessions_per_client or 1) < 1 or \
-            (max_episode_s is not None and max_episode_s <= 0):
+            (max_episode_s is not None and max_episode_s <= 0) or (finished_ttl_s is not None and finished_ttl_s <= 0):
         raise ValueError(f"capacity, max_sessions_per_client and max_body_bytes must be >= 1, idle_timeout_s and "
                          f"max_episode_s > 0 (got {capacity}, {max_sessions_per_client}, {max_body_bytes}, "
                          f"{idle_timeout_s}, {max_episode_s})")
+    if (max_sessions_per_client or 0) > capacity:
+        raise ValueError(f"max_sessions_per_client={max_sessions_per_client} exceeds capacity={capacity}: one client "
+                         f"could fill the server; use at most {capacity} (default: half the capacity)")
     check_tokens(tokens)
     reset_model = reset_model or _Empty
-    sessions = _Sessions(env_factory, capacity, idle_timeout_s, max_sessions_per_client, max_episode_s)
+    per_client = max_sessions_per_client or max(1, capacity // 2)
+    sessions = _Sessions(env_factory, capacity, idle_timeout_s, per_client, max_episode_s, finished_ttl_s)
     errors = _Errors(client_errors, busy_errors, internal_error_detail)
-    interval = reap_interval_s or min(idle_timeout_s / 4, (max_episode_s or idle_timeout_s) / 4, 30.0)
+    interval = reap_interval_s or min(idle_timeout_s / 4, (max_episode_s or idle_timeout_s) / 4,
+                                      sessions.finished_ttl_s / 4, 30.0)
     eid = (str, Field(description="Session returned by /reset."))
     ResetRequest = create_model("ResetRequest", __base__=reset_model, episode_id=(
         str | None, Field(None, description="Reuse this session's env; omit to open a new one.")))
@@ -270,8 +332,11 @@ def create_app(env_factory: Callable[[], Any], action_model: type[BaseModel], ob
                 on_shutdown()
 
     app = FastAPI(title=title, lifespan=lifespan)
+    app.state.env_sessions = sessions  # another protocol mounted on the app counts its sessions here too
     app.add_middleware(Guard, tokens=tuple(tokens), max_body_bytes=max_body_bytes,  # checked above, not per call
-                       max_ws_per_client=max_ws_per_client or max_sessions_per_client)
+                       max_ws_per_client=max_ws_per_client, ws_refusal=sessions.refusal)
+    # sessions are counted in the table (a WebSocket session too: refused at the handshake when its client or the
+    # server is full), sockets by the connection limits (sandbox/_conn_limits.py)
 
     @app.get("/health")
     def health() -> dict[str, Any]:
@@ -311,7 +376,7 @@ def create_app(env_factory: Callable[[], Any], action_model: type[BaseModel], ob
 
     @app.get("/state")
     def state(http: Request, episode_id: str = Query(description="Session returned by /reset.")) -> dict[str, Any]:
-        session = sessions.get(episode_id, client_id(http.scope), touch=False)  # reading is not activity
+        session = sessions.get(episode_id, client_id(http.scope))  # reading is not activity (touch=False)
         return _dump(errors.call(session, lambda: session.env.state(), touch=False))
 
     @app.post("/close")

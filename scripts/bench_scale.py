@@ -58,25 +58,13 @@ from env_client.rollout import EnvSpec
 from medagentgym import tasks
 from medagentgym.tasks.base import TaskError
 from sandbox import SandboxError, make_pool
+from sandbox._cgroup import jail_tree as _tree
 from sandbox._clock import process_cpu_s
 from sandbox.pool import default_max_workers, memory_limit_mb
 
 _ROLLUP_KEYS = ("Rss", "Pss", "Pss_Anon", "Private_Clean", "Private_Dirty")
 
 
-def _tree(root: int) -> list[int]:
-    """``root`` and all its descendants (through every thread's children list)."""
-    found, todo = [], [root]
-    while todo:
-        pid = todo.pop()
-        found.append(pid)
-        try:
-            for task in os.listdir(f"/proc/{pid}/task"):
-                with open(f"/proc/{pid}/task/{task}/children") as fh:
-                    todo += [int(c) for c in fh.read().split()]
-        except OSError:
-            continue
-    return found
 
 
 def _rollup(pid: int) -> dict[str, int]:

@@ -6,9 +6,13 @@ limits, gold hiding) plus openenv-core's ``HTTPEnvServer`` routes, so every Open
 - WebSocket sessions at ``/ws`` (``GenericEnvClient``, ``AutoEnv.from_env("medagentgym", base_url=...)``): one
   episode per socket, ``reset``/``step``/``state``/``close`` messages, and ``mcp`` messages (JSON-RPC).
 - OpenEnv's HTTP contract: ``POST /reset {}`` (or ``{"seed": 3}``, ``{"task_id": ...}``), ``POST /step
-  {"action": {...}}``, ``GET /state``: the client's own episode (one per client: its token, else its address),
-  answered as ``{"observation", "reward", "done"}``. A body with ``task_id``, ``family`` and ``split`` (``/reset``) or
-  ``episode_id`` (``/step``, ``/state``) is MedAgentGym's own session protocol (``env_client.http_client.HTTPEnv``).
+  {"action": {...}}``, ``GET /state``: one of the client's episodes (a client: its token, else its address), keyed
+  by the ``episode_id`` ``/reset`` returns, which ``/state`` reports and ``/step``/``/state`` accept; without it they
+  play the client's only running episode, and answer 409 asking for it when there are several; answered as
+  ``{"observation", "reward", "done"}``. A body with ``task_id``, ``family`` and ``split`` (``/reset``), or an
+  ``episode_id`` that is a session id, is MedAgentGym's own session protocol (``env_client.http_client.HTTPEnv``).
+- Every session (HTTP, WebSocket, MCP ``openenv/session/create``) is a row of the env server's one session table:
+  counted against its client's cap and the capacity, and usable or closable by id only by its client.
 - MCP tools: the family actions (``request_info``, ``code_execution``, ``terminal``, ``debugging``,
   ``submit_answer``), each playing one typed action in the session's episode; reachable through ``mcp`` messages,
   ``POST /mcp`` and openenv-core's ``MCPToolClient`` (its ``call_tool`` steps carry the reward and ``done``).
@@ -38,7 +42,6 @@ import logging
 import random
 import threading
 import types
-from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -63,6 +66,7 @@ from medagentgym.adapters._common import ACTION_TOOLS, EPISODE_OVER
 try:
     from fastmcp import FastMCP
     from openenv.core.env_server import HTTPEnvServer
+    from openenv.core.env_server.exceptions import SessionCapacityError
     from openenv.core.env_server.mcp_environment import MCPEnvironment
     from openenv.core.env_server.mcp_types import (
         CallToolObservation,
@@ -315,8 +319,9 @@ def build_openenv_app(tasks_root: str | Path, *, families: list[str] | None = No
     def factory() -> MedEnvironment:
         return MedEnvironment(make_served(), names, split)
 
-    server = HTTPEnvServer(factory, MedAction, MedObservation, concurrency_config=ConcurrencyConfig(
-        max_concurrent_envs=capacity, session_timeout=idle_timeout_s))
+    server = _OwnedEnvServer(app.state.env_sessions, factory, MedAction, MedObservation,
+                             concurrency_config=ConcurrencyConfig(max_concurrent_envs=capacity,
+                                                                  session_timeout=idle_timeout_s))
     # production mode: openenv-core's stateless HTTP /reset and /step are not registered; the contract is served by
     # _openenv_http below, on the session endpoints (an episode spans many requests)
     server.register_routes(app, mode="production")
@@ -324,9 +329,63 @@ def build_openenv_app(tasks_root: str | Path, *, families: list[str] | None = No
     return app
 
 
-#: Clients whose HTTP-contract episode the server remembers (the oldest are forgotten beyond it; their sessions
-#: are reaped anyway): bounds the table against a client that comes from ever new addresses.
-_MAX_HTTP_CLIENTS = 4096
+class _OwnedSessions(dict):
+    """openenv-core's session table (``session_id -> env``) with owners: a lookup or removal by a client that is
+    not the session's owner finds nothing (as for an unknown id), and removing a session frees its row in the env
+    server's own table. Outside a request (openenv-core's reaper, shutdown) there is no client and no check."""
+
+    def __init__(self, rows: Any) -> None:
+        super().__init__()
+        self.rows = rows  # sandbox.server._Sessions: every protocol's sessions, counted per client
+        self.owner: dict[str, tuple[str, str]] = {}  # session_id -> (its client, its row in ``rows``)
+
+    def _visible(self, key: Any) -> bool:
+        from sandbox._server_guard import current_client
+
+        who, owned = current_client(), self.owner.get(key)
+        return who is None or owned is None or owned[0] == who
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        return super().get(key, default) if self._visible(key) else default
+
+    def pop(self, key: Any, *default: Any) -> Any:
+        if not self._visible(key):
+            if default:
+                return default[0]
+            raise KeyError(key)
+        value = super().pop(key, *default)
+        if value is not None and key in self.owner:  # an env (not a placeholder of one being made): its row goes
+            self.rows.discard(self.owner.pop(key)[1])
+        return value
+
+
+class _OwnedEnvServer(HTTPEnvServer):
+    """openenv-core's server whose sessions (WebSocket, MCP ``openenv/session/create``) are reserved in the env
+    server's table: each counts against its client's cap and the server's capacity like an HTTP session, and only
+    its client can use or close it by id."""
+
+    def __init__(self, rows: Any, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._sessions = _OwnedSessions(rows)
+
+    async def _create_session(self) -> tuple[str, Any]:
+        from fastapi import HTTPException as Refused
+
+        from sandbox._server_guard import current_client
+
+        table: _OwnedSessions = self._sessions
+        owner = current_client() or "addr:?"
+        try:
+            row, _ = table.rows.reserve(owner, kind="openenv")
+        except Refused as exc:  # 503 (capacity) or 429 (this client's cap): openenv-core's capacity error
+            raise SessionCapacityError(len(table.rows), table.rows.capacity, message=str(exc.detail)) from None
+        try:
+            session_id, env = await super()._create_session()
+        except BaseException:
+            table.rows.discard(row)
+            raise
+        table.owner[session_id] = (owner, row)
+        return session_id, env
 
 
 def _route(app: Any, path: str, method: str) -> Any:
@@ -338,8 +397,16 @@ def _route(app: Any, path: str, method: str) -> Any:
 def _openenv_http(app: Any, instances: Callable[[str, str], dict[str, Any]], families: list[str],
                   split: str) -> None:
     """Serve OpenEnv's HTTP contract on the session endpoints: ``POST /reset {}``, ``POST /step {"action": ...}``,
-    ``GET /state`` play the client's own episode, a session of this server like any other (its caps, reaper, token
-    and gold hiding apply); a request in MedAgentGym's own protocol is passed on unchanged.
+    ``GET /state`` play one of the client's episodes, each a session of this server like any other (its caps,
+    reaper, token and gold hiding apply); a request in MedAgentGym's own protocol is passed on unchanged.
+
+    Each ``/reset`` answers an ``episode_id`` (the one it was given, else a new one) that ``/state`` reports and that
+    ``/step`` and ``/state`` accept. A reset naming one of the client's episodes restarts it; any other reset never
+    takes over a running episode: it plays on the session of one of the client's finished episodes, else on a new
+    session (the client's cap applies: 429 names the way out). Without an ``episode_id``, ``/step`` and ``/state``
+    play the client's one running episode (else its one open episode); when several are open (two clients behind
+    one address, or one client's parallel episodes) they answer 409 and ask for the ``episode_id``, so no answer
+    is ever graded on another episode's task.
     """
     from sandbox._server_guard import client_id
 
@@ -349,14 +416,32 @@ def _openenv_http(app: Any, instances: Callable[[str, str], dict[str, Any]], fam
               for path, route in ours.items() if path != "/state"}
     for route in ours.values():
         app.router.routes.remove(route)
-    own: OrderedDict[str, tuple[str, str | None]] = OrderedDict()  # client -> (its session, its episode's name)
+    table = app.state.env_sessions
+    named: dict[tuple[str, str], str] = {}  # (client, episode_id) -> its session
     lock = threading.Lock()
 
-    def session_of(owner: str) -> str:
+    def alive(owner: str) -> dict[str, Any]:
+        """The client's open contract episodes, ``episode_id -> session`` (forgetting closed or reaped ones)."""
         with lock:
-            if owner not in own:
-                raise HTTPException(409, "no episode yet: POST /reset first")
-            return own[owner][0]
+            rows = {key: table.peek(sid) for key, sid in named.items()}
+            for key in [k for k, row in rows.items() if row is None]:  # every client's: the map stays bounded
+                del named[key]
+            return {name: row for (who, name), row in rows.items() if who == owner and row is not None}
+
+    def session_of(owner: str, name: str | None) -> str:
+        episodes = alive(owner)
+        if name is not None:
+            if name not in episodes:
+                raise HTTPException(404, f"unknown or expired episode_id {name!r:.80}; POST /reset to start one")
+            return named[owner, name]
+        if not episodes:
+            raise HTTPException(409, "no episode yet: POST /reset first")
+        running = [n for n, row in episodes.items() if row.finished_at is None]
+        picks = running if running else list(episodes)
+        if len(picks) > 1:
+            raise HTTPException(409, f"{len(picks)} episodes of this client are open; pass the episode_id that "
+                                     "/reset returned (clients behind one address: give each its own token)")
+        return named[owner, picks[0]]
 
     @app.post("/reset", summary="Start an episode (OpenEnv: {} or {seed, episode_id, task_id}; or a session reset)")
     def reset(http: Request, body: Annotated[dict[str, Any] | None, Body()] = None) -> dict[str, Any]:
@@ -365,6 +450,8 @@ def _openenv_http(app: Any, instances: Callable[[str, str], dict[str, Any]], fam
             return ours["/reset"].endpoint(request=_validated(models["/reset"], body), http=http)
         body = dict(body)
         owner, name = client_id(http.scope), body.pop("episode_id", None)
+        if name is not None and (not isinstance(name, str) or not 0 < len(name) <= 256):
+            raise HTTPException(422, "episode_id must be a string of 1 to 256 characters")
         seed, task_id = body.pop("seed", None), body.pop("task_id", None)
         if task_id is None:
             _, task_id = pick_task(instances, families, split, seed)
@@ -375,44 +462,47 @@ def _openenv_http(app: Any, instances: Callable[[str, str], dict[str, Any]], fam
         if body:
             raise HTTPException(422, f"unknown reset field(s) {sorted(body)}; use seed, episode_id, task_id, "
                                      "family, split, options")
-        with lock:
-            previous = own.get(owner, (None, None))[0]
+        episodes = alive(owner)
+        reuse = named.get((owner, name)) if name is not None and name in episodes else None  # a restart
+        if reuse is None:  # a new episode: on the session of one of the client's finished ones, else a new one
+            finished = [n for n, row in episodes.items() if row.finished_at is not None]
+            with lock:
+                reuse = named.pop((owner, finished[0]), None) if finished else None
         out = None
-        if previous is not None:  # the client's session plays the new episode (its worker freed at the last end)
+        if reuse is not None:
             try:
-                out = ours["/reset"].endpoint(request=_validated(models["/reset"], {**fields, "episode_id": previous}),
+                out = ours["/reset"].endpoint(request=_validated(models["/reset"], {**fields, "episode_id": reuse}),
                                               http=http)
             except HTTPException as exc:
-                if exc.status_code != 404:  # 404: reaped or closed; open a new one
+                if exc.status_code != 404:  # 404: reaped or closed meanwhile; open a new one
                     raise
         if out is None:
             out = ours["/reset"].endpoint(request=_validated(models["/reset"], fields), http=http)
+        name = name or out["episode_id"]
         with lock:
-            own[owner] = (out["episode_id"], name)
-            own.move_to_end(owner)
-            while len(own) > _MAX_HTTP_CLIENTS:  # clients long gone (their sessions reaped): forget the oldest
-                own.popitem(last=False)
-        return {**out, "reward": None, "done": False}
+            named[owner, name] = out["episode_id"]
+        return {**out, "episode_id": name, "reward": None, "done": False}
 
     @app.post("/step", summary="Play one action (OpenEnv: {action}; or a session step with episode_id)")
     def step(http: Request, body: Annotated[dict[str, Any], Body()]) -> dict[str, Any]:
-        if "episode_id" not in body:
-            body = {**body, "episode_id": session_of(client_id(http.scope))}
+        owner = client_id(http.scope)
+        name = body.get("episode_id")
+        if name is None or name in alive(owner):  # OpenEnv's contract (its own episode, or one it names)
+            body = {**body, "episode_id": session_of(owner, name)}
             body.pop("timeout_s", None), body.pop("request_id", None)  # OpenEnv's optional step fields
         return ours["/step"].endpoint(request=_validated(models["/step"], body), http=http)
 
     @app.get("/state", summary="The episode's state (OpenEnv: the client's episode; or ?episode_id=)")
-    def state(http: Request, episode_id: Annotated[str | None, Query(description="Session; omit for your own.")] = None
+    def state(http: Request, episode_id: Annotated[str | None, Query(description="Episode; omit for your own.")] = None
               ) -> dict[str, Any]:
         owner = client_id(http.scope)
-        if episode_id is not None:
+        if episode_id is not None and episode_id not in alive(owner):  # a session id of the own protocol
             return ours["/state"].endpoint(http=http, episode_id=episode_id)
-        session = session_of(owner)
+        session = session_of(owner, episode_id)
         data = ours["/state"].endpoint(http=http, episode_id=session)
-        with lock:
-            name = own.get(owner, (None, None))[1]
-        return {**data, "episode_id": name or data.get("episode_id"), "step_count": data.get("turn", 0),
-                "session_id": session}
+        name = episode_id or next((n for (who, n), sid in list(named.items()) if who == owner and sid == session),
+                                  session)
+        return {**data, "episode_id": name, "step_count": data.get("turn", 0), "session_id": session}
 
 
 def _validated(model: Any, body: dict[str, Any]) -> Any:

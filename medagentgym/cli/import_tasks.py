@@ -63,6 +63,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="SQL families: target SQLite database (default: build the family's synthetic one)")
     p.add_argument("--data", type=Path, default=None,
                    help="folder of user-supplied data (study tables, EHRCon/EHRSHOT/MIMIC-Extract files)")
+    p.add_argument("--allow-pickle", action="store_true",
+                   help="ehrshot, mimic_extract: unpickle the .pkl files of --data (unpickling runs any code a file "
+                        "holds: only for files you trust)")
     p.add_argument("--fhir-url", default=None, help="medagentbench: base URL of a FHIR server with the benchmark's patients")
     p.add_argument("--split", choices=["train", "test"], default=None,
                    help="put every record in this split (default: the record's split field, else the file name)")
@@ -92,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
         manifest, report = import_files(
             args.family, args.files, args.out, force=args.force, db=args.db, data=args.data, fhir_url=args.fhir_url,
             split=args.split, seed=args.seed, size=args.size, verify=not args.no_verify, backend=args.sandbox,
-            answers=args.answers, question_field=args.question_field)
+            answers=args.answers, question_field=args.question_field, allow_pickle=args.allow_pickle)
         check = check_import(args.family, args.out, backend=args.sandbox) if args.check and manifest else None
     except KeyboardInterrupt:
         print(f"\n{interrupted_line(args.out / args.family, started, checking=args.check)}", file=sys.stderr)

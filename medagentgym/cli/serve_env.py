@@ -9,9 +9,12 @@ Starts a sandbox pool and the env server (``/health``, ``/schema``, ``/reset``, 
 server also speaks OpenEnv's protocol (WebSocket sessions at ``/ws``; ``medagentgym/adapters/openenv.py``), so
 ``openenv.GenericEnvClient(base_url=url)`` works as it is.
 
-Abuse limits, all on by default: gold answers and grader reasons never reach a client (``--show-gold`` turns
+Abuse limits, all on by default: before any request is read, a connection that does not send a complete request
+head within ``--header-timeout`` seconds is closed, and one peer address holds at most
+``--max-connections-per-address`` connections (``--max-connections`` in all); gold answers and grader reasons never reach a client (``--show-gold`` turns
 that off for a trusted debugging session); bodies over ``--max-body-bytes`` get 413; one client (its token, else
-its address) holds at most ``--max-sessions-per-client`` sessions (429 beyond; never more than ``--workers``); a
+its address) holds at most ``--max-sessions-per-client`` sessions, finished ones included (429 beyond; default half
+``--capacity``, never more than the pool's workers); a
 ``/reset`` waits at most ``--worker-wait`` seconds for a sandbox worker (503 beyond); a session without a ``/reset``
 or ``/step`` for ``--idle-timeout`` seconds (polling ``/state`` does not count), or whose episode started
 ``--max-episode-s`` ago, is closed and its worker freed. ``--token`` (repeatable: one per client) or ``MEDAGENTGYM_ENV_TOKEN`` requires
@@ -58,7 +61,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--allow-unisolated", action="store_true", help="permit --sandbox local")
     p.add_argument("--capacity", type=int, default=64, help="open sessions allowed (503 beyond); default 64")
     p.add_argument("--max-sessions-per-client", type=int, default=None,
-                   help="open sessions one client may hold (429 beyond), at most --workers; default --workers")
+                   help="open sessions one client may hold, running or finished, any protocol (429 beyond), at "
+                        "most the pool's workers and --capacity; default half --capacity (at most the workers)")
     p.add_argument("--idle-timeout", type=float, default=120.0,
                    help="seconds without a /reset or /step after which a session is closed and its worker freed "
                         "(polling /state does not count); default 120")
@@ -69,6 +73,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="seconds a /reset waits for a free sandbox worker before answering 503; default 10")
     p.add_argument("--max-body-bytes", type=int, default=1 << 20,
                    help="largest request body accepted (413 beyond); default 1048576")
+    p.add_argument("--header-timeout", type=float, default=10.0,
+                   help="seconds a connection may take to send a complete request head (closed beyond, before the "
+                        "token check); default 10")
+    p.add_argument("--max-connections-per-address", type=int, default=None,
+                   help="open connections one peer address may hold (more are closed at accept); default "
+                        "max(256, 2 x --capacity): a trainer's one connection per episode fits")
+    p.add_argument("--max-connections", type=int, default=None,
+                   help="open connections in all (more are closed at accept); default max(1024, 4 x --capacity)")
     p.add_argument("--token", action="append", default=[],
                    help=f"bearer token clients must send (repeat for one token per client); default ${TOKEN_ENV}")
     p.add_argument("--splits", default="train,test",
@@ -99,6 +111,7 @@ def main(argv: list[str] | None = None) -> int:
 
         from env_client.episode import EnvConfig
         from env_client.server_app import build_app
+        from sandbox._conn_limits import ConnLimits, server_config
 
         config = EnvConfig(**({"max_turns": args.max_turns} if args.max_turns else {}))
         splits = tuple(s.strip() for s in args.splits.split(",") if s.strip())
@@ -116,8 +129,11 @@ def main(argv: list[str] | None = None) -> int:
             app = build_app(args.tasks_root, **options)
         # uvicorn.Server rather than uvicorn.run: run() swallows Ctrl-C, Server.run() re-raises it after a graceful
         # shutdown, so the user learns that the server stopped and why.
-        uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level,
-                                      timeout_keep_alive=5, ws_max_size=args.max_body_bytes)).run()
+        limits = ConnLimits(header_timeout_s=args.header_timeout,
+                            max_per_address=args.max_connections_per_address or max(256, 2 * args.capacity),
+                            max_connections=args.max_connections or max(1024, 4 * args.capacity))
+        uvicorn.Server(server_config(app, limits=limits, host=args.host, port=args.port, log_level=args.log_level,
+                                     ws_max_size=args.max_body_bytes)).run()
     except KeyboardInterrupt:
         print("\ninterrupted: server stopped, open sessions closed; it saves nothing (episodes live in the clients' "
               "stores), so nothing was lost; rerun the same command to serve again", file=sys.stderr)

@@ -100,7 +100,14 @@ def test_an_abandoned_websocket_session_is_reaped_and_frees_its_worker(toy_root,
             abandoned.reset(seed=0)  # holds the only worker, then goes silent
             deadline = time.monotonic() + 60  # reaper period max(2 / 4, 5) s, plus a loaded machine
             while True:  # a new session per try: OpenEnv counts only successful calls as activity
-                with GenericEnvClient(base_url=url).sync() as fresh:
+                try:  # refused at the handshake while the abandoned session holds the client's one session
+                    fresh_client = GenericEnvClient(base_url=url).sync().__enter__()
+                except ConnectionError as exc:
+                    assert "403" in str(exc)
+                    assert time.monotonic() < deadline, "the abandoned session was never reaped"
+                    time.sleep(0.2)
+                    continue
+                with fresh_client as fresh:
                     try:
                         fresh.reset(seed=1)
                     except RuntimeError as exc:
@@ -142,23 +149,28 @@ def test_openenv_http_contract_plays_an_episode(open_server, oracle_answer):
         assert first.status_code == 200, first.text
         body = first.json()
         assert body["reward"] is None and body["done"] is False and body["observation"]["kind"] == "task"
-        task_id = body["info"]["task_id"]
-        seeded = [http.post("/reset", json={"seed": 3}).json()["info"]["task_id"] for _ in range(2)]
-        assert seeded[0] == seeded[1]  # the same seed, the same task
-        task_id = http.post("/reset", json={"task_id": task_id}).json()["info"]["task_id"]
+        task_id, eid = body["info"]["task_id"], body["episode_id"]
+        seeded = [http.post("/reset", json={"seed": 3, "episode_id": eid}).json() for _ in range(2)]
+        assert seeded[0]["info"]["task_id"] == seeded[1]["info"]["task_id"]  # the same seed, the same task
+        assert {r["episode_id"] for r in seeded} == {eid}  # naming the episode restarts it
+        task_id = http.post("/reset", json={"task_id": task_id, "episode_id": eid}).json()["info"]["task_id"]
         ran = http.post("/step", json={"action": {"text": SQL}}).json()
         assert ran["done"] is False and ran["reward"] == 0.0 and "status: SUCCESS" in ran["observation"]["text"]
         state = http.get("/state").json()
-        assert state["step_count"] == 1 and state["task_id"] == task_id
+        assert state["step_count"] == 1 and state["task_id"] == task_id and state["episode_id"] == eid
+        assert http.post("/step", json={"action": _submit(oracle_answer(task_id))}).json()["reward"] == 1.0
         named = http.post("/reset", json={"seed": 7, "episode_id": "run-1/ep-7"}).json()  # a new episode, named
-        assert named["episode_id"] == body["episode_id"]  # ... played on the same session
+        assert named["episode_id"] == "run-1/ep-7"  # ... on the finished episode's session (one worker here)
         state = http.get("/state").json()
         assert state["episode_id"] == "run-1/ep-7" and state["step_count"] == 0
+        assert http.get("/state", params={"episode_id": "run-1/ep-7"}).json()["session_id"] == state["session_id"]
         done = http.post("/step", json={"action": _submit(oracle_answer(named["info"]["task_id"]))}).json()
         assert done["done"] is True and done["reward"] == 1.0
+        assert http.post("/close", json={"episode_id": state["session_id"]}).status_code == 200
         # MedAgentGym's own protocol is served on the same paths
         own = http.post("/reset", json={"task_id": "toy_sql/test/0001", "family": "toy_sql", "split": "test"}).json()
         assert http.post("/step", json={"episode_id": own["episode_id"], "action": {"text": SQL}}).json()["done"] is False
+        assert http.post("/close", json={"episode_id": own["episode_id"]}).status_code == 200
         assert http.post("/reset", json={"sed": 1}).status_code == 422  # a typo is named, not ignored
     report = validate_running_environment(open_server, timeout_s=30)
     assert report["passed"] and report["mode"] == "simulation", report["summary"]
@@ -254,3 +266,85 @@ def test_mcp_tools_before_a_reset_say_so(open_server):
 
     with MCPToolClient(base_url=open_server).sync() as env:
         assert env.call_tool("terminal", cmd="ls") == "No episode yet: reset first."
+
+
+# ------------------------------------------------------------------------------ issue 31: owned and counted sessions
+
+ALICE, BOB = "alice-openenv-token-1", "bob-openenv-token-22"
+
+
+def _mcp(url: str, token: str, method: str, **params) -> dict:
+    import httpx
+
+    r = httpx.post(f"{url}/mcp", json={"jsonrpc": "2.0", "id": 1, "method": method, "params": params},
+                   headers={"Authorization": f"Bearer {token}"}, timeout=120)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+@pytest.fixture(scope="module")
+def two_clients(toy_root, make_test_pool):
+    pool = make_test_pool(2)
+    app = build_openenv_app(toy_root, pool=pool, tokens=[ALICE, BOB], families=["toy_sql"], capacity=8,
+                            max_sessions_per_client=2)
+    with background_server(app) as url:
+        yield url
+    pool.close()
+
+
+def test_mcp_sessions_count_against_the_client_cap(two_clients):
+    """Attack: openenv/session/create filled the shared session table outside every per-client count."""
+    made = []
+    for _ in range(10):
+        out = _mcp(two_clients, ALICE, "openenv/session/create")
+        if "error" in out:
+            assert "per-client cap" in out["error"]["message"]
+            break
+        made.append(out["result"]["session_id"])
+    assert len(made) == 2, f"alice made {len(made)} MCP sessions past her cap of 2"
+    theirs = _mcp(two_clients, BOB, "openenv/session/create")
+    assert "result" in theirs, theirs  # bob is not crowded out
+    for sid in made:
+        assert _mcp(two_clients, ALICE, "openenv/session/close", session_id=sid)["result"]["closed"]
+    assert _mcp(two_clients, BOB, "openenv/session/close", session_id=theirs["result"]["session_id"])["result"]
+    assert "result" in _mcp(two_clients, ALICE, "openenv/session/create")  # closed ones free their rows
+
+
+def test_an_mcp_session_id_answers_only_its_client(two_clients):
+    """Attack: bob ran a tool in, and closed, alice's MCP session by its id."""
+    sid = _mcp(two_clients, ALICE, "openenv/session/create")["result"]["session_id"]
+    try:
+        used = _mcp(two_clients, BOB, "tools/call", session_id=sid, name="terminal", arguments={"cmd": "ls"})
+        assert "error" in used and "Unknown session_id" in used["error"]["message"], used
+        closed = _mcp(two_clients, BOB, "openenv/session/close", session_id=sid)
+        assert "error" in closed and "Unknown session_id" in closed["error"]["message"], closed
+        mine = _mcp(two_clients, ALICE, "tools/call", session_id=sid, name="terminal", arguments={"cmd": "ls"})
+        assert "result" in mine, mine  # still alice's, still open
+    finally:
+        _mcp(two_clients, ALICE, "openenv/session/close", session_id=sid)
+
+
+def test_two_http_clients_behind_one_address_never_share_an_episode(toy_root, make_test_pool, oracle_answer):
+    """Attack: two OpenEnv HTTP clients from one address (no tokens) shared one episode: A's correct answer was
+    graded on B's task (reward 0.0), and /state did not report the episode_id /reset returned."""
+    import httpx
+
+    pool = make_test_pool(2)
+    try:
+        with background_server(build_openenv_app(toy_root, pool=pool, families=["toy_sql"])) as url, \
+                httpx.Client(base_url=url, timeout=120) as a, httpx.Client(base_url=url, timeout=120) as b:
+            ra = a.post("/reset", json={"task_id": "toy_sql/test/0001"}).json()
+            rb = b.post("/reset", json={"task_id": "toy_sql/test/0002"}).json()
+            assert ra["episode_id"] != rb["episode_id"]
+            blind = a.post("/step", json={"action": _submit(oracle_answer("toy_sql/test/0001"))})
+            assert blind.status_code == 409 and "episode_id" in blind.json()["detail"]  # ambiguous: said, not guessed
+            state = a.get("/state", params={"episode_id": ra["episode_id"]}).json()
+            assert state["episode_id"] == ra["episode_id"] and state["task_id"] == "toy_sql/test/0001"
+            mine = a.post("/step", json={"episode_id": ra["episode_id"],
+                                         "action": _submit(oracle_answer("toy_sql/test/0001"))}).json()
+            assert mine["reward"] == 1.0  # graded on A's own task
+            theirs = b.post("/step", json={"episode_id": rb["episode_id"],
+                                           "action": _submit(oracle_answer("toy_sql/test/0002"))}).json()
+            assert theirs["reward"] == 1.0
+    finally:
+        pool.close()

@@ -4,7 +4,9 @@
 * a server that accepts and never answers: one probe connection, no retry, one line naming the wait;
 * a server that refuses the chat as too long on turn 2: the episode ends truncated (``context_length``) with
   turn 1's usage kept, not an infrastructure failure, and a rerun does not send it again;
-* an endpoint that fails every chat: the run stops after N episodes in a row with one line.
+* an endpoint that fails every chat: the run stops after N episodes in a row with one line;
+* an endpoint that lists its models but never answers a chat (issue 31: 778 s and nothing printed): the probe's
+  one 1-token chat fails with one line; one that stops answering mid-run stops the run after 2 timed-out episodes.
 """
 
 from __future__ import annotations
@@ -139,7 +141,8 @@ def test_a_context_overflow_on_turn_2_ends_the_episode_truncated_with_its_usage(
         assert _evaluate(load_script, tasks_root, out, policy, "--max-retries", "0") == 0  # no infra failure
         first = list(calls)
         assert _evaluate(load_script, tasks_root, out, policy, "--max-retries", "0") == 0
-    assert first == [1, 2, 1, 2, 1, 2] and calls == first  # the rerun sent nothing: the episodes are stored
+    # the probe's 1-token chat, then 3 episodes; the rerun sends only its probe: the episodes are stored
+    assert first == [1, 1, 2, 1, 2, 1, 2] and calls == [*first, 1]
     rows = [json.loads(line) for line in (out / "trajectories.jsonl").read_text().splitlines()]
     finals = [r["final"] for r in rows if r.get("final")] or [r["final"] for r in rows]
     assert len(finals) == 3
@@ -160,7 +163,9 @@ def test_an_endpoint_failing_every_chat_stops_the_run_after_n_in_a_row(load_scri
     assert status == 2 and len(err) == 1, err
     assert err[0].startswith("error: stopped: 2 episodes in a row failed to run, the last with PolicyError")
     assert "rerun the same command to resume" in err[0]
-    assert 2 <= len(calls) <= 3  # of 9 episodes: the 2 that failed, and at most the one already in flight
+    # the probe's chat (a 500 answers: left to the run), then of 9 episodes the 2 that failed and at most the one
+    # already in flight
+    assert 3 <= len(calls) <= 4
 
 
 def test_the_probe_names_the_models_a_server_serves_and_overflow_words_are_recognised():
@@ -172,3 +177,84 @@ def test_the_probe_names_the_models_a_server_serves_and_overflow_words_are_recog
     assert is_context_overflow(400, OVERFLOW)
     assert is_context_overflow(400, "prompt is too long: 210000 tokens > 200000 maximum")  # Anthropic-style
     assert not is_context_overflow(400, "Unsupported parameter: 'seed'") and not is_context_overflow(500, OVERFLOW)
+
+
+class _HungChatServer:
+    """Lists its models at once; answers the first ``answered`` chats, then reads every other chat and never answers.
+    Counts the chats."""
+
+    def __init__(self, answered: int = 0) -> None:
+        import http.server
+
+        outer, self.chats, self.released = self, 0, threading.Event()
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args):  # quiet
+                pass
+
+            def _json(self, body: dict) -> None:
+                data = json.dumps(body).encode()
+                self.send_response(200)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self):
+                self._json({"object": "list", "data": [{"id": MODEL, "object": "model", "created": 0,
+                                                        "owned_by": "test"}]})
+
+            def do_POST(self):
+                self.rfile.read(int(self.headers.get("content-length", 0)))
+                outer.chats += 1
+                if outer.chats <= answered:
+                    self._json({"id": "c", "object": "chat.completion", "created": 0, "model": MODEL,
+                                "choices": [{"index": 0, "finish_reason": "length",
+                                             "message": {"role": "assistant", "content": "OK"}}],
+                                "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4}})
+                    return
+                outer.released.wait(120)  # hung: holds the request until the test ends
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.released.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_an_endpoint_that_lists_models_but_never_chats_fails_at_the_probe(load_script, tasks_root, tmp_path, capsys):
+    """Attack (issue 31): /models answers, a chat never does; with --timeout 60 --max-retries 2 this cost 778 s and
+    printed nothing. The probe's one chat (no retry) fails with one line after one --timeout."""
+    hung = _HungChatServer()
+    try:
+        status = _evaluate(load_script, tasks_root, tmp_path / "out", f"openai:{MODEL}@{hung.url}",
+                           "--timeout", "1", "--max-retries", "2")
+        chats = hung.chats
+    finally:
+        hung.close()
+    err = capsys.readouterr().err.strip().splitlines()
+    assert status == 2 and len(err) == 1, err
+    assert "did not answer a 1-token chat" in err[0] and "within --timeout 1 s" in err[0]
+    assert chats == 1  # the probe's chat, not retried; no episode started
+    assert not (tmp_path / "out" / "trajectories.jsonl").exists()
+
+
+def test_an_endpoint_that_hangs_mid_run_stops_it_after_two_timed_out_episodes(load_script, tasks_root, tmp_path,
+                                                                               capsys):
+    """The endpoint answers the probe, then hangs: the run stops after 2 episodes whose request timed out, not after
+    --max-failures-in-a-row (10) of them."""
+    hung = _HungChatServer(answered=1)
+    try:
+        status = _evaluate(load_script, tasks_root, tmp_path / "out", f"openai:{MODEL}@{hung.url}",
+                           "--timeout", "1", "--max-retries", "0", "-k", "3")
+        chats = hung.chats
+    finally:
+        hung.close()
+    err = capsys.readouterr().err.strip().splitlines()
+    assert status == 2 and len(err) == 1, err
+    assert "did not answer 2 episodes in a row (request timeouts)" in err[0]
+    assert 3 <= chats <= 4  # the probe, one request for each of the 2 episodes (of 9), at most one in flight

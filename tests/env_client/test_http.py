@@ -270,12 +270,16 @@ def test_abandoned_session_frees_its_worker_and_waiting_is_bounded(vault):
                     assert time.monotonic() < deadline, "the abandoned session was never reaped"
                     time.sleep(0.2)
             assert waiting.step({"action": "submit_answer", "answer": "0"}).terminated
-            with HTTPEnv(url) as third:  # the finished episode gave its worker back without /close
+            assert pool.stats()["busy"] == 0  # the finished episode gave its worker back without /close
+            with HTTPEnv(url) as third:  # ... but its session still counts against the client's cap (issue 31)
+                with pytest.raises(ServerBusy, match="HTTP 429"):
+                    third.reset(inst)
+            assert waiting.trajectory.final.reason == "submitted"
+            waiting.close()
+            with HTTPEnv(url) as third:  # closed: room again
                 third.reset(inst)
                 assert third.step(render_action("code_execution", {"lang": "sql", "code": "SELECT 1"})
                                   ).info["status"] == "ok"
-            assert waiting.trajectory.final.reason == "submitted"
-            waiting.close()
             with pytest.raises(ResetNeeded):
                 abandoned.step("hello")  # its session was closed by the reaper
             abandoned.close()

@@ -66,7 +66,7 @@ class CounterEnv:
 def client():
     CounterEnv.instances.clear()
     app = create_app(CounterEnv, Add, Count, reset_model=Start, capacity=3, idle_timeout_s=30,
-                     client_errors=(Misuse,))
+                     client_errors=(Misuse,), max_sessions_per_client=3)
     with TestClient(app) as c:
         yield c
 
@@ -114,12 +114,17 @@ def test_env_errors_keep_their_type(client):
     assert r.status_code == 409 and r.json()["detail"]["error"] == "Misuse"
 
 
-def test_capacity_limit_is_503(client):
-    ids = [client.post("/reset", json={}).json()["episode_id"] for _ in range(3)]
-    r = client.post("/reset", json={})
-    assert r.status_code == 503 and "capacity" in r.json()["detail"]
-    client.post("/close", json={"episode_id": ids[0]})
-    assert client.post("/reset", json={}).status_code == 200
+def test_capacity_limit_is_503():
+    tokens = ("capacity-token-alice", "capacity-token-bob0")
+    app = create_app(CounterEnv, Add, Count, reset_model=Start, capacity=3, tokens=tokens, max_sessions_per_client=2)
+    alice, bob = ({"Authorization": f"Bearer {t}"} for t in tokens)
+    with TestClient(app) as client:
+        ids = [client.post("/reset", json={}, headers=h).json()["episode_id"] for h in (alice, alice, bob)]
+        r = client.post("/reset", json={}, headers=bob)  # bob is under his cap, the server is full
+        assert r.status_code == 503 and "capacity" in r.json()["detail"]
+        assert client.post("/reset", json={}, headers=alice).status_code == 429  # alice hears of her own cap
+        client.post("/close", json={"episode_id": ids[0]}, headers=alice)
+        assert client.post("/reset", json={}, headers=bob).status_code == 200
 
 
 def test_schema_lists_models(client):
@@ -313,3 +318,99 @@ def test_an_episode_has_a_maximum_lifetime_even_while_it_steps():
         assert CounterEnv.instances[0].closed == 1
     with pytest.raises(ValueError, match="max_episode_s"):
         create_app(CounterEnv, Add, Count, max_episode_s=0)
+
+
+# ------------------------------------------------------------------------------------------ issue 31: fair sessions
+
+
+class FinishingEnv(CounterEnv):
+    """Says it holds nothing once its episode ended, as ``ServedEnv`` does (``idle``)."""
+
+    @property
+    def idle(self) -> bool:
+        return self.done
+
+
+def test_finished_sessions_count_against_the_client_cap_and_the_capacity():
+    """Attack (issue 31): finish every episode, keep its session open, open more; the finished ones did not count
+    against the per-client cap, so one client filled the server and every other client got 503."""
+    CounterEnv.instances.clear()
+    app = create_app(FinishingEnv, Add, Count, reset_model=Start, capacity=8, idle_timeout_s=30,
+                     client_errors=(Misuse,), tokens=TOKENS, max_sessions_per_client=2)
+    with TestClient(app) as c:
+        opened = 0
+        for _ in range(8):  # alice: open, finish at once, open the next
+            r = c.post("/reset", json={"limit": 1}, headers=_auth(0))
+            if r.status_code != 200:
+                assert r.status_code == 429 and "per-client cap" in r.json()["detail"]
+                break
+            opened += 1
+            done = c.post("/step", json={"episode_id": r.json()["episode_id"], "action": {"amount": 1}},
+                          headers=_auth(0))
+            assert done.json()["done"]
+        assert opened == 2, f"alice held {opened} sessions past her cap of 2"
+        assert c.post("/reset", json={}, headers=_auth(1)).status_code == 200  # bob still gets one
+
+
+def test_no_client_fills_the_server_by_default():
+    """Attack: without a per-client cap the cap was the capacity itself, so one client could take every session."""
+    app = create_app(FinishingEnv, Add, Count, reset_model=Start, capacity=6, tokens=TOKENS)
+    with TestClient(app) as c:
+        codes = [c.post("/reset", json={}, headers=_auth(0)).status_code for _ in range(6)]
+        assert codes == [200] * 3 + [429] * 3  # half the capacity
+        assert c.post("/reset", json={}, headers=_auth(1)).status_code == 200
+    with pytest.raises(ValueError, match="exceeds capacity"):
+        create_app(CounterEnv, Add, Count, capacity=4, max_sessions_per_client=5)
+
+
+@pytest.mark.parametrize("clocks", [{"idle_timeout_s": 0.5}, {"idle_timeout_s": 300, "finished_ttl_s": 0.5}])
+def test_a_refused_step_does_not_keep_a_finished_session_alive(clocks):
+    """Attack: a /step on a finished episode (409) refreshed the session's idle clock, so hammering it kept the row
+    forever; only a call that succeeds is activity, and a finished session expires on its own clock
+    (``finished_ttl_s``) however long the idle timeout is."""
+    CounterEnv.instances.clear()
+    app = create_app(FinishingEnv, Add, Count, reset_model=Start, capacity=2, reap_interval_s=0.05,
+                     client_errors=(Misuse,), **clocks)
+    with TestClient(app) as c:
+        eid = c.post("/reset", json={"limit": 1}).json()["episode_id"]
+        assert c.post("/step", json={"episode_id": eid, "action": {"amount": 1}}).json()["done"]
+
+        def refused_step(c, e):
+            r = c.post("/step", json={"episode_id": e, "action": {"amount": 1}})
+            assert r.status_code in (404, 409), r.text
+            return r
+
+        assert _reaped_within(c, eid, 30, refused_step)
+        assert CounterEnv.instances[0].closed == 1
+        # a running episode is not cut short by that clock (only idle_timeout_s / max_episode_s apply)
+        eid = c.post("/reset", json={"limit": 10**6}).json()["episode_id"]
+        for _ in range(20):
+            assert c.post("/step", json={"episode_id": eid, "action": {"amount": 1}}).status_code == 200
+            time.sleep(0.05)
+
+
+def test_dozens_of_clients_at_once_each_get_their_share():
+    """24 clients (one token each) race to open 5 sessions apiece, finishing each episode at once, on a server of
+    capacity 48 with a cap of 2 per client: every client gets exactly its 2, nobody is crowded out (no 503)."""
+    tokens = [f"client-token-{i:04d}-x" for i in range(24)]
+    app = create_app(FinishingEnv, Add, Count, reset_model=Start, capacity=48, idle_timeout_s=60, tokens=tokens,
+                     max_sessions_per_client=2, client_errors=(Misuse,))
+    barrier = threading.Barrier(24)
+
+    with TestClient(app) as c:
+        def client(token: str) -> list[int]:
+            headers = {"Authorization": f"Bearer {token}"}
+            barrier.wait()
+            codes = []
+            for _ in range(5):
+                r = c.post("/reset", json={"limit": 1}, headers=headers)
+                codes.append(r.status_code)
+                if r.status_code == 200:
+                    c.post("/step", json={"episode_id": r.json()["episode_id"], "action": {"amount": 1}},
+                           headers=headers)
+            return codes
+
+        with ThreadPoolExecutor(24) as ex:
+            results = list(ex.map(client, tokens))
+        assert all(codes.count(200) == 2 and codes.count(429) == 3 for codes in results), results
+        assert c.get("/health").json()["sessions"] == 48

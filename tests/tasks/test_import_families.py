@@ -11,8 +11,10 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from medagentgym import tasks
+from medagentgym.tasks.base import TaskError
 from medagentgym.tasks.importers import check_import, import_files
 from medagentgym.tasks.importers.biocoder import normalise_context
 from medagentgym.tasks.importers.records import read_records
@@ -184,7 +186,7 @@ def test_ehrshot_converts_the_users_files_into_the_family_layout(tmp_path):
     data = tmp_path / "ehrshot_data"
     data.mkdir()
     _ehrshot_files(data, "guo_los", np.random.default_rng(0))
-    _, report = import_files("ehrshot", [records], tmp_path / "b", data=data)
+    _, report = import_files("ehrshot", [records], tmp_path / "b", data=data, allow_pickle=True)
     assert report.kept == 1
     (inst,) = _load(tmp_path / "b", "ehrshot").values()
     assert "8-dim" in inst.context and inst.metadata["reference_metric"] > 0.8
@@ -223,7 +225,7 @@ def test_mimic_extract_converts_stay_tasks_and_names_window_files(tmp_path):
                                             ("mort_icu", "./mortality_los"))))
     data = tmp_path / "extract"
     _extract_files(data / "mortality_los", np.random.default_rng(1))
-    _, report = import_files("mimic_extract", [records], tmp_path / "b", data=data)
+    _, report = import_files("mimic_extract", [records], tmp_path / "b", data=data, allow_pickle=True)
     assert report.kept == 1 and {r.line: r.reason for r in report.rejected} == {2: "needs_data", 3: "duplicate"}
     assert "X_windows_train.csv" in report.rejected[0].detail
     family_dir = tmp_path / "b" / "mimic_extract"
@@ -231,3 +233,47 @@ def test_mimic_extract_converts_stay_tasks_and_names_window_files(tmp_path):
     assert {"heart rate__mean", "subject_id", "hours_in"} <= set(lab.columns) and lab["subject_id"].nunique() == 150
     assert (family_dir / "hidden" / "imported" / "test_labels.csv").is_file()
     assert check_import("mimic_extract", tmp_path / "b", backend=SANDBOX)["test"]["oracle"] == 1.0
+
+
+class _Payload:
+    """A pickle that runs code when loaded: it creates a folder (a stand-in for anything run as root)."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        import os
+
+        return os.mkdir, (str(self.marker),)
+
+
+@pytest.mark.parametrize("family", ["ehrshot", "mimic_extract"])
+def test_import_never_unpickles_the_data_folder_without_the_opt_in(family, tmp_path, capsys):
+    """Attack (issue 31): a crafted clmbr_train.pkl (X_lab_train.pkl) in --data ran code as root at import."""
+    import pickle
+
+    from medagentgym.cli import import_tasks
+
+    records, data, marker = tmp_path / "task.jsonl", tmp_path / "data", tmp_path / "pwned"
+    data.mkdir()
+    if family == "ehrshot":
+        records.write_text(json.dumps({"task_id": 0, "task_name": "guo_los", "task_description": "los"}) + "\n")
+        _ehrshot_files(data, "guo_los", np.random.default_rng(0))
+        crafted = data / "clmbr_train.pkl"
+    else:
+        records.write_text(json.dumps({"task_name": "mort_icu", "task_description": "d",
+                                       "feature_label_directory": "./mortality_los"}) + "\n")
+        _extract_files(data / "mortality_los", np.random.default_rng(1))
+        crafted = data / "mortality_los" / "X_lab_train.pkl"
+    crafted.write_bytes(pickle.dumps(_Payload(marker)))
+    argv = ["--family", family, "--from", str(records), "--data", str(data), "--out", str(tmp_path / "out")]
+    assert import_tasks.main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "--allow-pickle" in err and "pickle" in err
+    assert not marker.exists(), "the import unpickled an untrusted file"
+    assert not (tmp_path / "out" / family).exists()
+    with pytest.raises(TaskError, match="allow-pickle"):
+        import_files(family, [records], tmp_path / "api", data=data)
+    assert not marker.exists()
+    import_tasks.main([*argv, "--allow-pickle", "--force"])  # the opt-in: the file is trusted, and it runs
+    assert marker.exists()

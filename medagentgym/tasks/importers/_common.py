@@ -19,7 +19,7 @@ from medagentgym.tasks.base import (
 )
 from medagentgym.tasks.importers.report import ImportReport
 
-__all__ = ["ImportOptions", "Imported", "each_record", "reject", "short_hash", "write_family"]
+__all__ = ["ImportOptions", "Imported", "each_record", "read_pickle", "reject", "short_hash", "write_family"]
 
 
 class Imported(NamedTuple):
@@ -53,6 +53,8 @@ class ImportOptions:
             paraphrased question, EHRSQL's and MIMICSQL's own choice; default) or ``template`` (EHRSQL's canonical
             question before paraphrase, what MedAgentGym's harness shows for mimic_iii and eicu). A record without
             the chosen field falls back to the other; the import report counts both.
+        allow_pickle: Unpickle the pickle files of ``data`` (EHRSHOT's ``clmbr_*.pkl``, MIMIC-Extract's
+            ``X_*.pkl``). Off by default: unpickling runs whatever code a file holds, as the importing user.
     """
 
     family: str
@@ -67,6 +69,22 @@ class ImportOptions:
     backend: str = "bwrap"
     answers: str = "recompute"
     question_field: str = "question"
+    allow_pickle: bool = False
+
+
+def read_pickle(path: Path, opts: ImportOptions) -> Any:
+    """``pandas.read_pickle(path)``, only under ``opts.allow_pickle`` (see :class:`ImportOptions`).
+
+    Raises:
+        TaskError: The opt-in is missing (one line: what would run and the flag).
+    """
+    if not opts.allow_pickle:
+        raise TaskError(f"{opts.family}: {path} is a pickle, and unpickling a file runs any code it holds (as this "
+                        "user, on the host); pass --allow-pickle only if you trust the files of --data (e.g. you "
+                        "downloaded them from the dataset's own site)")
+    import pandas as pd
+
+    return pd.read_pickle(path)
 
 
 def each_record(paths: list[Path], report: ImportReport) -> Iterator[tuple[Path, int, dict[str, Any]]]:

@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from medagentgym.tasks.base import write_bytes_atomic
-from medagentgym.tasks.importers._common import Imported, ImportOptions, each_record
+from medagentgym.tasks.importers._common import Imported, ImportOptions, each_record, read_pickle
 from medagentgym.tasks.importers.records import split_of
 from medagentgym.tasks.importers.report import ImportReport
 
@@ -47,13 +47,14 @@ def _label(value: Any) -> int:
     return int(text == "true") if text in ("true", "false") else int(float(text))
 
 
-def load_split(data: Path, task: str, split: str) -> tuple[np.ndarray, pd.DataFrame]:
+def load_split(data: Path, task: str, split: str, opts: ImportOptions) -> tuple[np.ndarray, pd.DataFrame]:
     """``(embeddings, labels frame patient_id/label/time)`` of one split, joined on (patient, time).
 
     Raises:
         ValueError: A file is missing or malformed (the message names it).
+        TaskError: The pickle needs ``opts.allow_pickle`` (``--allow-pickle``).
     """
-    features = pd.read_pickle(data / f"clmbr_{split}.pkl")
+    features = read_pickle(data / f"clmbr_{split}.pkl", opts)
     if not isinstance(features, dict) or not {"data_matrix", "patient_ids", "labeling_time"} <= set(features):
         raise ValueError(f"clmbr_{split}.pkl is not a dict with data_matrix, patient_ids, labeling_time")
     matrix = np.asarray(features["data_matrix"], dtype=np.float32)
@@ -74,12 +75,12 @@ def _npy(array: np.ndarray) -> bytes:
     return buf.getvalue()
 
 
-def _write_cohort(family_dir: Path, key: str, data: Path, task: str) -> int:
+def _write_cohort(family_dir: Path, key: str, data: Path, task: str, opts: ImportOptions) -> int:
     """Write the family's cohort files for ``task``; returns the embedding width."""
-    parts = [load_split(data, task, s) for s in ("train", "val")]
+    parts = [load_split(data, task, s, opts) for s in ("train", "val")]
     x_train = np.concatenate([p[0] for p in parts])
     y_train = pd.concat([p[1] for p in parts], ignore_index=True)
-    x_test, y_test = load_split(data, task, "test")
+    x_test, y_test = load_split(data, task, "test", opts)
     last = y_test.reset_index().sort_values(["patient_id", "time"]).groupby("patient_id").tail(1).sort_values("index")
     x_test, y_test = x_test[last["index"].to_numpy()], last.reset_index(drop=True)
     if len(y_train) == 0 or len(y_test) == 0:
@@ -113,7 +114,7 @@ def run(paths: list[Path], opts: ImportOptions, report: ImportReport) -> list[Im
         split = split_of(record, path, opts.split)
         key = f"imported/{name}"
         try:
-            dims = _write_cohort(opts.family_dir, key, data, name)
+            dims = _write_cohort(opts.family_dir, key, data, name, opts)
             inst = family._instance(opts.family_dir, key, _BY_NAME[name], "all", split, len(out))
         except (ValueError, KeyError, OSError) as exc:
             report.reject(str(path), line, "bad_data", f"{type(exc).__name__}: {exc}")

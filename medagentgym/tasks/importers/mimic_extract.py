@@ -24,8 +24,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from medagentgym.tasks.base import write_bytes_atomic
-from medagentgym.tasks.importers._common import Imported, ImportOptions, each_record
+from medagentgym.tasks.base import TaskError, write_bytes_atomic
+from medagentgym.tasks.importers._common import Imported, ImportOptions, each_record, read_pickle
 from medagentgym.tasks.importers.records import split_of
 from medagentgym.tasks.importers.report import ImportReport
 from medagentgym.tasks.mimic_extract import HALF
@@ -52,13 +52,13 @@ def _stay_files(src: Path, tasks: list[str]) -> dict[str, list[str]]:
     return {t: [f for f in common + files if not (src / f).is_file()] for t, files in need.items()}
 
 
-def _write_stays(src: Path, cohort: Path, hidden: Path, task: str) -> None:
+def _write_stays(src: Path, cohort: Path, hidden: Path, task: str, opts: ImportOptions) -> None:
     """Convert the stay features once, and add ``task``'s labels to train_labels.csv / hidden test labels."""
     out = cohort / "stay" / HALF["stay"]  # the family's layout: a stay instance mounts <cohort>/stay only
     if not (out / "X_lab_test.csv").is_file():
         out.mkdir(parents=True, exist_ok=True)
         for kind in ("lab", "static"):
-            frames = {s: _flat(pd.read_pickle(src / f"X_{kind}_{s}.pkl")) for s in ("train", "val", "test")}
+            frames = {s: _flat(read_pickle(src / f"X_{kind}_{s}.pkl", opts)) for s in ("train", "val", "test")}
             if kind == "lab":  # the first 24 ICU hours only, as the family does: more rows would give away the stay's length
                 frames = {s: df[df["hours_in"] < 24] if "hours_in" in df else df for s, df in frames.items()}
             train = pd.concat([frames["train"], frames["val"]], ignore_index=True)
@@ -103,7 +103,7 @@ def run(paths: list[Path], opts: ImportOptions, report: ImportReport) -> list[Im
             continue
         try:
             if task in STAY_TASKS:
-                _write_stays(src, cohort, hidden, task)
+                _write_stays(src, cohort, hidden, task, opts)
             else:
                 mounted = cohort / "window" / HALF["window"]
                 mounted.mkdir(parents=True, exist_ok=True)
@@ -111,6 +111,8 @@ def run(paths: list[Path], opts: ImportOptions, report: ImportReport) -> list[Im
                 for name in _WINDOW_FILES:
                     shutil.copyfile(src / name, (hidden if name == "test_window_labels.csv" else mounted) / name)
             inst = family._instance(opts.family_dir, COHORT, task, split_of(record, path, opts.split), len(out))
+        except TaskError:  # the pickle opt-in is missing: the whole import stops with its one line
+            raise
         except Exception as exc:  # noqa: BLE001 - a malformed file or a failing reference: reported per record
             report.reject(str(path), line, "bad_data", f"{type(exc).__name__}: {str(exc)[:160]}")
             continue

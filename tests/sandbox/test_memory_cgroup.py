@@ -1,0 +1,94 @@
+"""A session's memory is bounded as a whole (issue 31): a memory cgroup per slot, jail processes first for the OOM
+killer.
+
+Attack: RLIMIT_AS is per process, so code that forks children multiplies ``memory_mb`` (four children of 500 MB
+under ``memory_mb=1024`` held 2.5 GiB). Here six children of 160 MB each (each well under its own 256 MiB address
+space cap) try to hold their memory at once under ``memory_mb=256``: without a cgroup all six do (960 MB); with the
+slot's cgroup (256 + SLOT_OVERHEAD_MB = 640 MiB for the whole jail, worker included) the kernel kills some, and
+what the survivors hold fits the limit.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from sandbox import Limits, make_pool
+from sandbox._cgroup import SLOT_OVERHEAD_MB, SlotCgroups
+
+pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
+
+CHILD_MB, CHILDREN, MEMORY_MB = 160, 6, 256
+
+HOG = f"""
+import os, json
+reads = []
+kids = []
+for i in range({CHILDREN}):
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        try:
+            block = b"x" * ({CHILD_MB} << 20)  # every page written: resident, charged
+            os.write(w, b"1")
+            import time
+            while True:
+                time.sleep(1)
+        except MemoryError:
+            os._exit(3)
+    os.close(w)
+    reads.append(r)
+    kids.append(pid)
+held = 0
+for r in reads:  # a child either writes "1" (it holds its block) or dies (EOF)
+    held += os.read(r, 1) == b"1"
+alive = 0
+for pid in kids:  # those still alive hold their block now, all at once
+    done, status = os.waitpid(pid, os.WNOHANG)
+    alive += done == 0
+for pid in kids:
+    try:
+        os.kill(pid, 9)
+    except ProcessLookupError:
+        pass
+print(json.dumps({{"held": held, "alive": alive, "oom_score_adj": open("/proc/self/oom_score_adj").read().strip()}}))
+"""
+
+
+def test_forked_children_cannot_multiply_a_sessions_memory():
+    cgroups = SlotCgroups.detect()
+    if cgroups is None:
+        pytest.skip("no writable memory cgroup here (the pool's layers say so: no mem-cgroup layer)")
+    cgroups.close()
+    with make_pool("bwrap", workers=1, max_workers=1, limits=Limits(memory_mb=MEMORY_MB, wall_s=120, cpu_s=120,
+                                                                  processes=32)) as pool:
+        assert any(layer.startswith("mem-cgroup") for layer in pool.layers), pool.layers
+        assert "oom-first" in pool.layers
+        with pool.session() as s:
+            res = s.run_python(HOG)
+        assert res.exit_code == 0, (res.stdout, res.stderr)
+        out = json.loads(res.stdout.strip().splitlines()[-1])
+        assert out["oom_score_adj"] == "1000"  # the jail's code goes first under host-wide pressure
+        limit_mb = MEMORY_MB + SLOT_OVERHEAD_MB
+        assert out["alive"] * CHILD_MB <= limit_mb, f"{out['alive']} children held {out['alive'] * CHILD_MB} MB " \
+                                                    f"at once, over the session's {limit_mb} MiB"
+        assert out["alive"] < CHILDREN
+        peak = pool._cgroups.peak_mb(0)
+        assert peak is None or peak <= limit_mb + 1
+        # the pool survives: the next session runs normally
+        with pool.session() as s:
+            assert s.run_python("print(6 * 7)").stdout.strip() == "42"
+
+
+def test_jail_processes_are_first_for_the_oom_killer_without_a_cgroup(monkeypatch):
+    """Where no cgroup can be made, the jail's processes still get oom_score_adj 1000 (layer oom-first)."""
+    monkeypatch.setenv("MEDAGENTGYM_SANDBOX_CGROUP", "off")
+    with make_pool("bwrap", workers=1, max_workers=1) as pool:
+        assert "oom-first" in pool.layers and not any(x.startswith("mem-cgroup") for x in pool.layers)
+        with pool.session() as s:
+            res = s.run_python("import os; os.system('cat /proc/self/oom_score_adj'); "
+                               "print(open('/proc/1/oom_score_adj').read().strip())")
+        assert res.stdout.split() == ["1000", "1000"], (res.stdout, res.stderr)
