@@ -132,7 +132,7 @@ def profile_stages() -> Iterator[StageProfile]:
 class _Clock:
     """Marks stage boundaries of one reset/step/close when profiling; costs one global lookup when not."""
 
-    __slots__ = ("prof", "wall", "cpu")
+    __slots__ = ("cpu", "prof", "wall")
 
     def __init__(self) -> None:
         self.prof = _PROFILE

@@ -158,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.backend in ("thread", "async"):  # episodes in this process: its pool is started before the clock
             pool = spec.make_pool(args.concurrency)
             policy = make_policy("oracle", families=spec.families())
-            env = lambda: spec.make_env(pool)  # noqa: E731
+            env = lambda: spec.make_env(pool)
         pool_start_s = time.perf_counter() - t_pool
         cpu0, host0 = meter.seconds(), time.process_time()
         with profile_stages() as prof:
