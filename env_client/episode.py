@@ -28,12 +28,15 @@ Example:
 from __future__ import annotations
 
 import collections
+import contextlib
 import hashlib
 import logging
 import os
 import re
 import sqlite3
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
@@ -60,12 +63,87 @@ from sandbox.grounding import ground
 from medagentgym.tasks.base import GradeContext, GraderError, InfraError, Instance, Verdict
 from medagentgym.tasks.registry import max_turns as family_max_turns
 
-__all__ = ["AGENT_ERROR", "INFRA_ERRORS", "Env", "EnvConfig", "Observation", "StepResult", "explain_failure",
-           "grade_submission", "truncate_middle"]
+__all__ = ["AGENT_ERROR", "INFRA_ERRORS", "STAGES", "Env", "EnvConfig", "Observation", "StageProfile", "StepResult",
+           "explain_failure", "grade_submission", "profile_stages", "truncate_middle"]
 
 log = logging.getLogger(__name__)
 _SQL_SUFFIXES = (".db", ".sqlite", ".sqlite3")
 _GOLD_FILES = ("train.jsonl", "test.jsonl", "tasks.jsonl", "manifest.json")
+
+
+#: The stages of an episode that :func:`profile_stages` times: ``reset.prepare`` (instance checks, mounts),
+#: ``reset.open`` (borrowing and opening a sandbox session), ``reset.prompt`` (prompt, tools, trajectory header); per
+#: step ``step.parse``, ``step.sandbox`` (a code_execution or terminal call, round trip; ``step.exec`` is the part of
+#: it spent running the user's code, as the sandbox measured it), ``step.grade`` (a submit), ``step.other``
+#: (request_info, debugging, refusals), ``step.bookkeeping`` (observation, loop check, step record, reward); and
+#: ``close.session`` (returning the session: the worker's reset and the wipe of its directories).
+STAGES = ("reset.prepare", "reset.open", "reset.prompt", "step.parse", "step.sandbox", "step.exec", "step.grade", "step.other",
+          "step.bookkeeping", "close.session")
+
+
+class StageProfile:
+    """Wall and CPU time per episode stage (see :data:`STAGES`), from every thread, while :func:`profile_stages`
+    is active. CPU is the calling thread's (``time.thread_time``): the host's own work, not the jail's."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.samples: dict[str, list[tuple[float, float]]] = {name: [] for name in STAGES}
+
+    def add(self, stage: str, wall_s: float, cpu_s: float) -> None:
+        with self._lock:
+            self.samples[stage].append((wall_s, cpu_s))
+
+    def summary(self, episodes: int) -> dict[str, dict[str, float]]:
+        """Per stage: ``n``, wall ``p50_ms`` / ``mean_ms`` / ``p99_ms``, ``cpu_mean_ms``, and ``ms_per_episode``
+        (the stage's summed wall time over ``episodes``)."""
+        out = {}
+        for stage, rows in self.samples.items():
+            if not rows:
+                continue
+            walls = sorted(w for w, _ in rows)
+            out[stage] = {"n": len(rows), "p50_ms": round(walls[len(walls) // 2] * 1000, 4),
+                          "mean_ms": round(sum(walls) / len(walls) * 1000, 4),
+                          "p99_ms": round(walls[min(len(walls) - 1, int(len(walls) * 0.99))] * 1000, 4),
+                          "cpu_mean_ms": round(sum(c for _, c in rows) / len(rows) * 1000, 4),
+                          "ms_per_episode": round(sum(walls) / max(episodes, 1) * 1000, 4)}
+        return out
+
+
+_PROFILE: StageProfile | None = None
+
+
+@contextlib.contextmanager
+def profile_stages() -> Iterator[StageProfile]:
+    """Time every episode stage of every ``Env`` of this process while the block runs (for the benchmarks).
+
+    Example:
+        >>> with profile_stages() as prof:
+        ...     rollout(instances, "oracle", spec)
+        >>> prof.summary(episodes=200)["reset.open"]["p50_ms"]
+    """
+    global _PROFILE
+    previous, _PROFILE = _PROFILE, StageProfile()
+    try:
+        yield _PROFILE
+    finally:
+        _PROFILE = previous
+
+
+class _Clock:
+    """Marks stage boundaries of one reset/step/close when profiling; costs one global lookup when not."""
+
+    __slots__ = ("cpu", "prof", "wall")
+
+    def __init__(self) -> None:
+        self.prof = _PROFILE
+        if self.prof is not None:
+            self.wall, self.cpu = time.perf_counter(), time.thread_time()
+
+    def lap(self, stage: str) -> None:
+        if self.prof is not None:
+            wall, cpu = time.perf_counter(), time.thread_time()
+            self.prof.add(stage, wall - self.wall, cpu - self.cpu)
+            self.wall, self.cpu = wall, cpu
 
 
 class EnvConfig(BaseModel):
@@ -210,6 +288,7 @@ class Env:
             ``(observation, info)``; ``observation.messages`` = [system, user], ``observation.tools`` = schemas.
         """
         self.close()  # an unfinished previous episode is recorded as closed; its session is returned
+        clock = _Clock()
         options = dict(options or {})
         unknown = set(options) - {"policy", "sample_idx"}
         if unknown:
@@ -232,12 +311,14 @@ class Env:
         opener = getattr(fam, "open_episode", None)
         self._episode = opener(task) if callable(opener) else None
         bridges = getattr(self._episode, "bridges", None)
+        clock.lap("reset.prepare")
         try:
             self._session = self.pool.session(mounts=self._mounts, persistent=True, limits=self._limits,
                                               **({"bridges": bridges} if bridges else {}))
         except BaseException:
             self._close_episode()
             raise
+        clock.lap("reset.open")
         self._last_failure: Any = None
         self._signatures: collections.deque = collections.deque(maxlen=self.config.loop_window)
         self._errors: collections.deque = collections.deque(maxlen=self.config.loop_window)
@@ -257,6 +338,7 @@ class Env:
                           turn=0, turns_left=self.max_turns)
         info = {"episode_id": header.episode_id, "task_id": task.id, "permitted_actions": sorted(self.permitted),
                 "max_turns": self.max_turns, "format": self.config.format}
+        clock.lap("reset.prompt")
         return obs, info
 
     def close(self) -> None:
@@ -267,8 +349,10 @@ class Env:
 
     def _close_session(self) -> None:
         if self._session is not None:
+            clock = _Clock()
             session, self._session = self._session, None
             session.close()
+            clock.lap("close.session")
         self._close_episode()
 
     def _close_episode(self) -> None:
@@ -324,14 +408,22 @@ class Env:
         if self._done or self._traj is None:
             raise ResetNeeded("the episode is over (or never started): call reset(task) before step()")
         t_start = time.monotonic()
+        clock = _Clock()
         parsed = self._parse(model_text)
         self._turn += 1
         self._tokens += int(n_tokens or 0)
         self._prompt_tokens += int(n_prompt_tokens or 0)
+        clock.lap("step.parse")
         try:
             outcome = self._dispatch(parsed)
         except Exception as exc:  # noqa: BLE001 - see AGENT_ERROR: whatever the action made us raise ends it as 0
             outcome = self._agent_error(parsed, exc)
+        if clock.prof is not None:
+            name = parsed.action.action if parsed.action is not None else None
+            clock.lap("step.grade" if outcome.status == "submitted" else
+                      "step.sandbox" if name in ("code_execution", "terminal") else "step.other")
+            if outcome.exec_s:
+                clock.prof.add("step.exec", outcome.exec_s, 0.0)
         role: Literal["user", "tool"] = "tool" if parsed.format == "tool_call" else "user"
         text = truncate_middle(outcome.text, self.config.obs_max_chars)
         loop = self._loop_check(parsed, outcome)
@@ -369,6 +461,7 @@ class Env:
             "loop": loop, "llm_debugger": outcome.llm_debugger, "total_tokens": self._tokens, "reason": reason,
             "verdict": outcome.verdict.model_dump() if outcome.verdict else None,
         }
+        clock.lap("step.bookkeeping")
         return StepResult(obs, reward, terminated, truncated, info)
 
     def _parse(self, model_text: Any) -> ParseResult:

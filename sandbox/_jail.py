@@ -122,10 +122,20 @@ def worker_command(python: str, lib_dir: str) -> list[str]:
 
 
 def python_paths() -> list[Path]:
-    """Directories the jailed interpreter needs: base prefix, venv, site-packages (deduplicated)."""
+    """Directories the jailed interpreter needs: base prefix, venv, site-packages (deduplicated).
+
+    A ``site-packages`` directory another venv's ``.pth`` file added to ``sys.path`` (a light venv layered on a full
+    one) counts too, so the jail imports the same packages as the host; no other ``sys.path`` entry does (a source
+    checkout on the path may hold built tasks with their answers), nor the user site (``python -I`` skips it).
+    """
+    import site
+
     found: list[Path] = []
     candidates = [sys.base_prefix, sys.prefix, os.path.dirname(os.path.realpath(sys.executable))]
     candidates += [p for k, p in sysconfig.get_paths().items() if k in ("stdlib", "platstdlib", "purelib", "platlib")]
+    user_site = site.getusersitepackages()
+    candidates += [p for p in sys.path if os.path.basename(p.rstrip("/")) in ("site-packages", "dist-packages")
+                   and os.path.isabs(p) and p != user_site]
     for raw in candidates:
         path = Path(raw).resolve()
         if path.is_dir() and not any(path == p or p in path.parents for p in found):

@@ -30,6 +30,7 @@ import time
 import uuid
 import weakref
 from concurrent.futures import Future
+from concurrent.futures import wait as futures_wait
 from pathlib import Path
 
 from . import _uids
@@ -548,6 +549,82 @@ class Pool:
             return {"live": len(self._idle) + self._busy_count, "idle": len(self._idle), "busy": self._busy_count,
                     "starting": self._starting, "waiting": len(self._waiters), "peak": self.peak_workers,
                     "max_workers": self.max_workers, "min_workers": self.min_workers}
+
+    def prewarm(self, n: int, *, wait: bool = False) -> int:
+        """Start workers now, ahead of a known demand (e.g. a trainer's episodes in flight per step), so that ``n``
+        sessions can open without waiting for a worker to start.
+
+        Starts enough workers to make ``n`` live (idle, busy or starting), within the cap and the memory reserve,
+        on the pool's spawner threads: :data:`_STARTS` at a time, the CPU budget of starts. They start lean
+        (``grow_preload``), like workers grown on demand, and a session opened meanwhile takes the first one ready.
+        Workers above the floor stop after ``idle_s`` idle, as any grown worker does.
+
+        Args:
+            n: Sessions expected at once.
+            wait: Block until the workers started here are up (or failed to start; failures are logged).
+
+        Returns:
+            How many workers this call started.
+
+        Raises:
+            ValueError: ``n`` is not a non-negative integer.
+            SessionClosed: The pool is closed.
+        """
+        if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+            raise ValueError(f"prewarm(n={n!r}) is invalid: pass the number of sessions expected at once (>= 0)")
+        with self._cond:
+            if self._closed:
+                raise SessionClosed("the pool is closed: create a new one with make_pool()")
+            live = len(self._idle) + self._busy_count + self._starting
+            k = max(0, min(n, self.max_workers) - live)
+            if k:
+                k = min(k, self._memory_room())
+            self._starting += k
+        futures = []
+        for _ in range(k):
+            try:
+                slot = self._new_slot(self.grow_preload)
+                fut = self._submit_spawn(slot, priority=1)
+            except (SandboxError, OSError) as exc:  # closed meanwhile, or no slot directory: uncount it
+                self._prewarmed(None, Future(), error=exc)
+                continue
+            fut.add_done_callback(functools.partial(self._prewarmed, slot))
+            futures.append(fut)
+        if k:
+            log.info("sandbox pool: prewarming %d worker(s) for %d sessions (%d live before)", k, n, live)
+        if wait:
+            futures_wait(futures)  # failures are logged by _prewarmed
+        return k
+
+    def _memory_room(self) -> int:
+        """Workers the host's available memory allows now, above the pool's reserve (see :meth:`_memory_low`)."""
+        try:
+            with open("/proc/meminfo") as fh:
+                avail = next(int(line.split()[1]) // 1024 for line in fh if line.startswith("MemAvailable:"))
+        except (OSError, StopIteration, ValueError):
+            return self.max_workers
+        return max(0, (avail - max(512, memory_limit_mb() // 20)) // WORKER_MB)
+
+    def _prewarmed(self, slot: Slot | None, fut: Future, error: BaseException | None = None) -> None:
+        """A prewarm start ended: its worker goes to the first waiting session or idles; a failure is logged and
+        uncounted (the sessions waiting then start workers of their own)."""
+        if error is None:
+            try:
+                worker = fut.result()
+            except Exception as exc:  # noqa: BLE001 - whatever stopped the start is logged below
+                worker, error = None, exc
+        else:
+            worker = None
+        if worker is not None:
+            self._started(worker, None)
+            return
+        with self._cond:
+            self._starting -= 1
+        if slot is not None:
+            with self._spawn_lock:
+                self._free_slots.append(slot)
+        if not isinstance(error, SessionClosed):
+            log.warning("sandbox pool: a prewarmed worker failed to start: %s", error)
 
     # -- workers ------------------------------------------------------------------------------
     def _check_mounts(self, mounts: dict[str, Path]) -> dict[str, Path]:

@@ -621,6 +621,13 @@ class Server:
     session) runs as the *other* uid, so that code can neither signal it (SIGSTOP would make the next session's
     first call time out) nor lower its limits (prlimit). A spare is only handed to a session of its own uid; a
     one-shot session's spares (its own uid, forked between its calls) are dropped when it ends.
+
+    A persistent session keeps the spare forked for it until its first call takes one; at that moment, before any
+    of its code runs, every other spare of its uid is dropped (:meth:`_took_runner`), so no process its code could
+    reach outlives it into a later session of the same uid. Spares are forked only of the kind the last session
+    started (``light``, ``full`` or ``ml``; every kind before the first session): a spare of another kind would be
+    dropped unused by the next session (a fork of the pandas-loaded server and its teardown: ~7 ms of CPU per
+    session), and a session of another kind forks its runner on its first call instead.
     """
 
     def __init__(self, args: argparse.Namespace, chan_in: int, chan_out: int,
@@ -647,10 +654,34 @@ class Server:
         #: Sessions counted since start: session ``turn`` runs its code as ``runner_uids(args)[turn % 2]``.
         self.turn = 0
         self.in_session = False
+        #: Whether this (persistent) session's code has started: its first call took a runner.
+        self.started = False
+        #: The kind of runner the last session started with: the kind spares are forked of (None: every kind).
+        self.next_kind: str | None = None
+        #: Runners this server forked (from itself or a zygote), for tests that count per-session mechanics.
+        self.forks = 0
 
     def _spare_turn(self) -> int:
-        """The turn spares are forked for now: this one-shot session's own calls, else the next session."""
-        return self.turn if self.in_session and not self.persistent else self.turn + 1
+        """The turn spares are forked for now: a one-shot session's own calls, a persistent session's first call
+        (its spare, forked before it opened), else the next session."""
+        if self.in_session and (not self.persistent or not self.started):
+            return self.turn
+        return self.turn + 1
+
+    def _kind_wanted(self, kind: str) -> bool:
+        return self.next_kind is None or kind == self.next_kind
+
+    def _took_runner(self, kind: str) -> None:
+        """A session's runner of ``kind`` was just taken, before its code runs: predict the next session's kind
+        and, for a persistent session, drop every other spare of its uid (its code could signal or prlimit them)."""
+        self.next_kind = kind
+        if not self.persistent:
+            return
+        self.started = True
+        for other, spare in self.spares.items():
+            if spare is not None and self._same_uid(spare["turn"], self.turn):
+                self._discard(spare)
+                self.spares[other] = None
 
     def _same_uid(self, a: int, b: int) -> bool:
         n = len(runner_uids(self.args))
@@ -662,6 +693,7 @@ class Server:
         preloaded modules) or from the zygote of ``kind``."""
         turn = self.turn if turn is None else turn
         turn %= len(runner_uids(self.args))
+        self.forks += 1
         zygote = self.zygotes.get(kind)
         if kind == "ml" and "ml" not in self.zygotes:  # first demand: start it and wait for its imports (~2 s
             zygote = self.zygotes["ml"] = Zygote.start("ml", self.args)  # once; cheaper than importing twice)
@@ -700,16 +732,19 @@ class Server:
                 self._discard(runner)
         raise RuntimeError("could not start a runner process")
 
-    def _prepare_spare(self) -> None:
+    def _track_ml(self) -> None:
         ml = self.zygotes.get("ml")
         if "ml" not in self.spares and ml is not None and ml.ready():
-            self.spares["ml"] = None  # the ml zygote is up: keep a spare of it from now on
+            self.spares["ml"] = None  # the ml zygote is up: spares of it may be forked from now on
+
+    def _prepare_spare(self) -> None:
+        self._track_ml()
         turn = self._spare_turn()
         for kind, spare in self.spares.items():
             if spare is not None and not self._same_uid(spare["turn"], turn):
                 self._discard(spare)  # e.g. a one-shot session's spare once it ended: its code had that uid
                 spare = self.spares[kind] = None
-            if spare is None:
+            if spare is None and self._kind_wanted(kind):
                 self.spares[kind] = self._spawn_runner(kind, turn=turn)
 
     def _discard(self, runner: dict) -> None:
@@ -804,7 +839,7 @@ class Server:
             roles.update({str(r["pid"]): f"spare-{k}" for k, r in self.spares.items() if r is not None})
             if self.runner is not None:
                 roles[str(self.runner["pid"])] = "runner"
-            return {"ok": True, "roles": roles}
+            return {"ok": True, "roles": roles, "forks": self.forks, "sessions": self.turn}
         if op in ("open", "reset"):
             if not (self.clean and self.runner is None):
                 self.kill_strays(keep=None)
@@ -815,6 +850,7 @@ class Server:
             self.in_session = op == "open"
             if op == "open":
                 self.turn += 1  # this session's code runs as the uid no process alive now has
+                self.started = False
                 self.persistent = bool(req.get("persistent", True))
                 self.session_limits = dict(req.get("limits") or {})
                 self.bridges = {str(k): str(v) for k, v in (req.get("bridges") or {}).items()}
@@ -848,8 +884,9 @@ class Server:
             # scikit-learn/SciPy/statsmodels when the first call imports one of them. A later call needing more
             # than its runner holds still works: its imports just load on demand.
             # A zygote still importing may take up to half the call's wall-clock budget.
-            self.runner = self._take_runner("full" if self.lean else runner_kind(req.get("lang"), req.get("source")),
-                                            wait_s=min(_ZYGOTE_WAIT_S, wall / 2))
+            kind = "full" if self.lean else runner_kind(req.get("lang"), req.get("source"))
+            self.runner = self._take_runner(kind, wait_s=min(_ZYGOTE_WAIT_S, wall / 2))
+            self._took_runner(kind)
         runner = self.runner
         for fd in (runner["resp"], runner["out"], runner["err"]):
             self._drain(fd, None)  # bytes a killed straggler (or a thread of the session) wrote since the last call
@@ -988,8 +1025,10 @@ class Server:
                 self._prepare_spare()
 
     def _spares_wanted(self) -> bool:
+        self._track_ml()
         turn = self._spare_turn()
-        return any(s is None or not self._same_uid(s["turn"], turn) for s in self.spares.values())
+        return any((s is None and self._kind_wanted(k)) or (s is not None and not self._same_uid(s["turn"], turn))
+                   for k, s in self.spares.items())
 
 
 _BRIDGES: list = []  # the runner's bridge forwarders (threads); kept referenced for the runner's lifetime

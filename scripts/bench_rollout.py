@@ -10,6 +10,13 @@ executing user code in the sandbox), ``exec_p50_ms``, ``exec_total_s`` / ``env_t
 time in user code / the rest of the steps' time), ``episodes``, ``backend`` and more. Writes nothing else.
 ``--quick`` (under 30 s) caps instances per family. Targets on a quiet 2-core machine: overhead p50 <= 2 ms,
 >= 100 episodes/s.
+
+The JSON also says where an episode's time goes: ``stages`` (per stage of ``env_client.episode.STAGES``: count,
+wall p50 / mean / p99 ms, the host thread's CPU, and wall ms per episode; thread and async backends, whose episodes
+run in this process), ``cpu_ms_per_episode`` (CPU of this process and of every sandbox process it started, during
+the episodes only, from a cpuacct cgroup of its own where the host allows one; ``cpu_scope`` says which) and
+``host_cpu_ms_per_episode`` (this process alone). CPU time is far less sensitive to other load than wall time: compare
+runs by it on a busy machine. The sandbox pool is started (and its start timed, ``pool_start_s``) before the clock.
 """
 
 from __future__ import annotations
@@ -25,7 +32,9 @@ import traceback
 from pathlib import Path
 
 from medagentgym import tasks
+from env_client.episode import profile_stages
 from env_client.errors import EnvClientError
+from env_client.policies import make_policy
 from env_client.rollout import BACKENDS, EnvSpec, rollout
 from sandbox.errors import SandboxError
 from medagentgym.tasks.base import TaskError
@@ -34,6 +43,69 @@ from medagentgym.tasks.base import TaskError
 def built_families(root: Path) -> list[str]:
     """Families with a built directory under ``root``."""
     return [n for n in tasks.names(root) if (root / n / "manifest.json").exists() or (root / n).is_dir()]
+
+
+class CpuMeter:
+    """CPU seconds of this process and of every process it starts after it (the sandbox's jails too).
+
+    Uses a cpuacct cgroup of its own (cgroup v1) or a child cgroup (v2) when the host lets this process create
+    and enter one (root); otherwise counts this process alone. ``scope`` says which; :meth:`close` leaves the
+    cgroup and removes it.
+    """
+
+    def __init__(self) -> None:
+        self.scope, self._dir, self._home = "this process only (no cgroup could be made)", None, None
+        name = f"bench-rollout-{os.getpid()}"
+        v1 = Path("/sys/fs/cgroup/cpuacct")
+        try:
+            if (v1 / "cpuacct.usage").exists():
+                home = v1
+                for line in Path("/proc/self/cgroup").read_text().splitlines():
+                    hier, _, path = line.split(":", 2)
+                    if "cpuacct" in hier.split(","):
+                        home = v1 / path.lstrip("/")
+                self._enter(home, home / name, "cgroup v1 cpuacct: this process and its sandbox processes")
+            elif Path("/sys/fs/cgroup/cgroup.controllers").exists():
+                own = next(line.split("::", 1)[1] for line in Path("/proc/self/cgroup").read_text().splitlines()
+                           if line.startswith("0::"))
+                home = Path("/sys/fs/cgroup") / own.lstrip("/")
+                self._enter(home, home / name, "cgroup v2: this process and its sandbox processes")
+        except (OSError, StopIteration, ValueError):
+            self._dir = None
+
+    def _enter(self, home: Path, path: Path, scope: str) -> None:
+        path.mkdir()
+        try:
+            (path / "cgroup.procs").write_text(str(os.getpid()))
+        except OSError:
+            path.rmdir()
+            raise
+        self._dir, self._home, self.scope = path, home, scope
+
+    def seconds(self) -> float:
+        """CPU seconds so far."""
+        if self._dir is not None:
+            if (self._dir / "cpuacct.usage").exists():
+                return int((self._dir / "cpuacct.usage").read_text()) / 1e9
+            for line in (self._dir / "cpu.stat").read_text().splitlines():
+                if line.startswith("usage_usec"):
+                    return int(line.split()[1]) / 1e6
+        return time.process_time()
+
+    def close(self) -> None:
+        if self._dir is None:
+            return
+        try:
+            (self._home / "cgroup.procs").write_text(str(os.getpid()))
+            for _ in range(50):  # processes of the closed pool may still be exiting
+                try:
+                    self._dir.rmdir()
+                    break
+                except OSError:
+                    time.sleep(0.1)
+        except OSError:
+            pass
+        self._dir = None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -55,7 +127,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", action="store_true", help="end stdout with one JSON line of results")
     p.add_argument("--debug", action="store_true", help="show tracebacks on errors")
     args = p.parse_args(argv)
-    tmp = None
+    tmp = pool = None
+    load0 = round(os.getloadavg()[0], 2)
+    meter = CpuMeter()
     try:
         build_failed: dict[str, str] = {}
         if args.tasks_root is None:
@@ -78,20 +152,37 @@ def main(argv: list[str] | None = None) -> int:
         if not instances:
             raise TaskError(f"no instances to run under {root} (build failures: {build_failed or 'none'})")
         spec = EnvSpec(tasks_root=str(root), backend=args.sandbox, allow_unisolated=args.allow_unisolated)
-        result = rollout(instances, "oracle", spec, k=args.k, seed=args.seed, concurrency=args.concurrency,
-                         backend=args.backend, on_error="skip")
+        env: EnvSpec | object = spec
+        policy: object = "oracle"
+        t_pool = time.perf_counter()
+        if args.backend in ("thread", "async"):  # episodes in this process: its pool is started before the clock
+            pool = spec.make_pool(args.concurrency)
+            policy = make_policy("oracle", families=spec.families())
+            env = lambda: spec.make_env(pool)
+        pool_start_s = time.perf_counter() - t_pool
+        cpu0, host0 = meter.seconds(), time.process_time()
+        with profile_stages() as prof:
+            result = rollout(instances, policy, env, k=args.k, seed=args.seed, concurrency=args.concurrency,
+                             backend=args.backend, on_error="skip", policy_name="oracle")
+        cpu_s, host_cpu_s = meter.seconds() - cpu0, time.process_time() - host0
     except (EnvClientError, TaskError, SandboxError, OSError, ValueError) as exc:
         if args.debug:
             traceback.print_exc()
         print(f"error: {exc}", file=sys.stderr)
         return 2
     finally:
+        if pool is not None:
+            pool.close()
+        meter.close()
         if tmp is not None:
             tmp.cleanup()
     s = result.summary
+    per_episode = max(s.new, 1)
     steps = [st for t in result.trajectories for st in t.steps]
     exec_total = sum(st.exec_s for st in steps)
+    stages = prof.summary(s.new)
     _print_table(result, names)
+    _print_stages(stages, cpu_s / per_episode * 1000, host_cpu_s / per_episode * 1000, meter.scope)
     for name, err in build_failed.items():
         print(f"build failed: {name}: {err}", file=sys.stderr)
     out = {"episodes_per_s": s.episodes_per_s, "steps_per_s": s.steps_per_s,
@@ -101,10 +192,28 @@ def main(argv: list[str] | None = None) -> int:
            "sandbox": args.sandbox,
            "concurrency": args.concurrency, "oracle_success_rate": s.success_rate, "failed": s.failed,
            "families": names, "build_failed": sorted(build_failed), "cpus": os.cpu_count(),
-           "python": platform.python_version(), "quick": args.quick}
+           "python": platform.python_version(), "quick": args.quick, "pool_start_s": round(pool_start_s, 3),
+           "cpu_ms_per_episode": round(cpu_s / per_episode * 1000, 3), "cpu_scope": meter.scope,
+           "host_cpu_ms_per_episode": round(host_cpu_s / per_episode * 1000, 3),
+           "stages": stages, "load_avg_1m_start": load0, "load_avg_1m_end": round(os.getloadavg()[0], 2)}
     if args.json:
         print(json.dumps(out, sort_keys=True))
     return 0
+
+
+def _print_stages(stages: dict[str, dict[str, float]], cpu_ms: float, host_cpu_ms: float, scope: str) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="where an episode's time goes (wall ms; CPU of the host thread)")
+    for col in ("stage", "n", "p50 ms", "mean ms", "p99 ms", "host CPU ms", "ms per episode"):
+        table.add_column(col, justify="left" if col == "stage" else "right")
+    for stage, row in stages.items():
+        table.add_row(stage, str(row["n"]), f"{row['p50_ms']:.3f}", f"{row['mean_ms']:.3f}", f"{row['p99_ms']:.3f}",
+                      f"{row['cpu_mean_ms']:.3f}", f"{row['ms_per_episode']:.3f}")
+    console = Console()
+    console.print(table)
+    console.print(f"CPU per episode {cpu_ms:.2f} ms ({scope}); this process {host_cpu_ms:.2f} ms")
 
 
 def _print_table(result, names: list[str]) -> None:

@@ -1,7 +1,7 @@
 """Benchmark hundreds of episodes at once on one machine: the elastic sandbox pool under 16 / 64 / 256 episodes.
 
     python scripts/bench_scale.py [--levels 16,64,256] [--think-s 2] [--rounds 2] [--families id] [--json]
-                                  [--plot docs/img/bench_scale.png] [--max-workers N] [--tasks-root DIR]
+                                  [--plot docs/img/bench_scale.png] [--max-workers N] [--tasks-root DIR] [--prewarm]
     python scripts/bench_scale.py --scale-out [--server-cap 16] [--think-s 2] [--json] [--plot PATH]
 
 For each level N, a fresh bwrap pool (2 warm workers, the default cap unless ``--max-workers``) serves N episodes
@@ -11,7 +11,9 @@ first step until all N have made theirs, as a GRPO step's episodes wait for a ba
 sessions are open at the same time, idle between turns, holding what their first call loaded (pandas,
 scikit-learn); the memory of every worker's processes (``/proc/<pid>/smaps_rollup``) is read at that moment, by
 role (server, zygotes, spares, runners). The first round grows the pool from 2 workers
-to N (its resets include starting workers); the next ones find it warm.
+to N (its resets include starting workers); the next ones find it warm. With ``--prewarm`` the N workers are
+started before round 1 (``pool.prewarm``; ``prewarm_s``), so round 1's reset p50/p99 shows what a step finds when
+its known demand was started ahead.
 
 Prints a table per level and, with ``--json``, ends stdout with ONE JSON line: per level and round the episodes/s,
 p50/p99 latency of a step (``env.step`` as the caller sees it: parse, sandbox call, grading) and of a reset
@@ -259,6 +261,11 @@ def run_level(n: int, args: argparse.Namespace, spec: EnvSpec, policy: Any, stre
     pool = make_pool("bwrap", workers=2, max_workers=args.max_workers or n, idle_s=3600,
                      acquire_timeout=args.acquire_timeout)
     start_s = time.perf_counter() - t0
+    prewarm_s = None
+    if args.prewarm:  # as a trainer does while its model loads: the N workers start before round 1
+        t1 = time.perf_counter()
+        pool.prewarm(n, wait=True)
+        prewarm_s = round(time.perf_counter() - t1, 2)
     cap, cap_source = pool.max_workers, pool.cap_source
     rounds = []
     try:
@@ -277,6 +284,7 @@ def run_level(n: int, args: argparse.Namespace, spec: EnvSpec, policy: Any, stre
     if peak and peak["busy"]:
         per_session = {k: round(peak[k] / peak["busy"], 1) for k in ("rss", "pss", "anon", "private")}
     return {"concurrency": n, "cap": cap, "cap_source": cap_source, "pool_start_s": round(start_s, 2),
+            "prewarm_s": prewarm_s,
             "peak_workers": peak_workers, "rounds": rounds, "memory_at_peak_mib": peak,
             "mib_per_live_session": per_session, "host_cpu_s": round(host_cpu, 1), "jail_cpu_s": round(jail_cpu, 1)}
 
@@ -685,6 +693,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--server-cap", type=int, default=16, help="--scale-out: workers per env server; default 16")
     p.add_argument("--ray-cpus", type=int, default=2, help="--scale-out: CPUs per Ray node; default 2")
     p.add_argument("--no-ray", action="store_true", help="--scale-out: skip the Ray cluster")
+    p.add_argument("--prewarm", action="store_true",
+                   help="start each level's N workers before its first round (pool.prewarm, as a trainer does while "
+                        "its model loads), timed apart as prewarm_s; round 1 then finds them up")
     p.add_argument("--json", action="store_true", help="end stdout with one JSON line of results")
     p.add_argument("--debug", action="store_true", help="show tracebacks on errors")
     args = p.parse_args(argv)

@@ -215,6 +215,9 @@ def build_trainer(cfg: RecipeConfig, *, model: Any, tokenizer: Any, pool: Any, v
                     "session from reset to end, so episodes will wait for workers and turns batch poorly; raise "
                     "env.max_workers",
                     cfg.rollout.concurrency, pool.max_workers, getattr(pool, "cap_source", "its cap"))
+    if callable(getattr(pool, "prewarm", None)):  # the first step's episodes open at once: start their workers now
+        per_step = getattr(args, "generation_batch_size", None) or cfg.rollout.concurrency
+        pool.prewarm(min(cfg.rollout.concurrency, per_step))
     components = reward_components(cfg.reward.weights)
     rollout = rollout_cls(
         make_env=make_env_factory(cfg, pool), index=index, tokenizer=tokenizer,

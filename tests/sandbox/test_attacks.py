@@ -422,6 +422,10 @@ def test_every_process_in_the_jail_holds_only_the_documented_capabilities(solo):
         assert s.run_python("import sklearn.linear_model", limits=slow).ok  # the ml zygote starts too
         assert s.run_python("x = 1").ok
         assert "runner" in solo.process_roles().values()  # who is who, asked between calls
+        # The next session's spare is forked once the host has been quiet a moment (each ping below is a request).
+        deadline = time.monotonic() + 60
+        while not any(r.startswith("spare-") for r in solo.process_roles().values()) and time.monotonic() < deadline:
+            time.sleep(0.2)
         # A process the user's code started lives only during its call: sample while one runs.
         call = threading.Thread(target=s.run_python, args=(
             "import subprocess\nsubprocess.run(['sleep', '4'])",), kwargs={"limits": Limits(wall_s=8)})

@@ -193,3 +193,42 @@ def test_workers_started_on_demand_are_lean_and_their_sessions_import_what_they_
         warm_pid = next(pid for pid, w in by_pid.items() if w in full)
         # after its session, the lean worker freed pandas and scikit-learn; the warm one keeps both (zygotes)
         assert idle[lean_pid] * 3 < idle[warm_pid], idle
+
+
+def test_prewarm_starts_workers_ahead_of_a_known_demand_within_the_cap(leftovers):
+    """A trainer that knows its episodes per step starts the workers before the step: its sessions then open on
+    workers already up (no start while they wait), and prewarming never passes the cap or counts a worker twice."""
+    with make_pool("bwrap", workers=1, max_workers=4, **LIGHT) as pool:
+        with pytest.raises(ValueError, match="prewarm"):
+            pool.prewarm(-1)
+        assert pool.prewarm(3, wait=True) == 2
+        assert pool.stats()["live"] == 3 and pool.stats()["starting"] == 0
+        assert pool.prewarm(3) == 0  # already there
+        assert pool.prewarm(100, wait=True) == 1  # up to the cap
+        assert pool.stats()["live"] == 4
+        started = []
+        start = pool._start_worker
+        pool._start_worker = lambda slot: started.append(slot) or start(slot)
+        sessions = [pool.session() for _ in range(4)]
+        try:
+            assert all(s.run_shell("echo ok").stdout == "ok\n" for s in sessions)
+        finally:
+            for s in sessions:
+                s.close()
+        assert started == [] and pool.stats()["peak"] == 4
+    with pytest.raises(Exception, match="closed"):
+        pool.prewarm(2)
+    assert leftovers(pool.jail_uids) == []
+
+
+def test_prewarm_does_not_block_and_a_session_takes_the_first_worker_ready():
+    with make_pool("bwrap", workers=1, max_workers=3, **LIGHT) as pool:
+        busy = pool.session()  # the warm worker is taken
+        try:
+            assert pool.prewarm(3) == 2  # returns at once; the two start on the spawner threads
+            with pool.session() as s:  # takes the first prewarmed worker ready (no third start for it)
+                assert s.run_shell("echo ok").stdout == "ok\n"
+            assert _until(lambda: pool.stats()["starting"] == 0)
+            assert pool.stats()["live"] == 3 and pool.stats()["peak"] == 3
+        finally:
+            busy.close()
