@@ -101,3 +101,23 @@ def _check_outputs(clone: Path) -> None:
     card = ModelCard.load(clone / "artifacts/export/tutorial-grpo/README.md")
     assert card.data.eval_results and "## Intended use" in card.text
     assert (clone / "artifacts/export/tutorial-grpo/model.safetensors").is_file()
+
+
+def test_the_readme_and_the_tutorial_evaluate_into_different_folders():
+    """A new user runs README's commands, then the tutorial's, in one clone: an evaluation of another question
+    into the same --out is refused (medagentgym eval), so the two must never share one (it blocked step 6)."""
+    import shlex
+
+    def outs(commands):
+        found = {}
+        for command in commands:
+            words = shlex.split(command)
+            if "eval" in words and "--out" in words:
+                found[words[words.index("--out") + 1]] = command
+        return found
+
+    using = (ROOT / "README.md").read_text(encoding="utf-8").split("## Using it", 1)[1]
+    block = re.sub(r"\\\n\s*", "", re.search(r"```(?:bash)?\n(.*?)```", using, re.DOTALL).group(1))
+    readme = outs(line.split("#")[0] for line in block.splitlines() if "medagentgym eval" in line)
+    tutorial = outs(tutorial_commands(TUTORIAL.read_text(encoding="utf-8")))
+    assert readme and tutorial and not set(readme) & set(tutorial), sorted(set(readme) & set(tutorial))
