@@ -14,7 +14,7 @@ from medagentgym.cli import COMMANDS, main
 ROOT = Path(__file__).resolve().parents[1]
 CLI = Path(sys.executable).parent / "medagentgym"  # the console script of this install ([project.scripts])
 #: Environment commands: their --help must not need the training stack.
-ENVIRONMENT = ("build", "rollout", "eval", "leaderboard", "serve", "import", "sandbox-image")
+ENVIRONMENT = ("build", "rollout", "eval", "leaderboard", "serve", "import", "sandbox-image", "view")
 
 
 def test_help_lists_every_command_and_errors_are_one_line(capsys):

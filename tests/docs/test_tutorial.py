@@ -96,6 +96,8 @@ def _check_outputs(clone: Path) -> None:
         assert report["episodes"] == 8 and all(report["meta"].get(key) for key in ("commit", "date", "task_set"))
         assert (clone / f"runs/eval/{name}/report.md").is_file()
     assert len({report["meta"]["task_set"] for report in reports.values()}) == 1, "the reports ran other tasks"
+    page = (clone / "runs/eval/sft/view.html").read_text(encoding="utf-8")
+    assert page.startswith("<!DOCTYPE html>") and '"id":"toy_sql/test/' in page, "the viewer's page of step 6"
     board = (clone / "runs/eval/leaderboard/leaderboard.md").read_text()
     assert all(policy in board for policy in ("oracle", "hf:runs/tutorial/sft", "hf:runs/tutorial/grpo")), board
     card = ModelCard.load(clone / "artifacts/export/tutorial-grpo/README.md")
