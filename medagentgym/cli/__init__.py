@@ -40,6 +40,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+#: Top-level modules of the ``[train]`` extra: a command that needs one on an install without it ends with one line.
+TRAIN_STACK = frozenset({"torch", "transformers", "trl", "peft", "accelerate", "datasets", "safetensors",
+                         "tokenizers"})
+
+
 def usage() -> str:
     """The top-level help text."""
     width = max(map(len, COMMANDS))
@@ -98,4 +103,13 @@ def main(argv: list[str] | None = None) -> int:
               f"pip install 'medagentgym[train]'", file=sys.stderr)
         return 2
     sys.argv = [f"medagentgym {command}", *rest]  # argparse's prog: "usage: medagentgym eval ..."
-    return int(module.main(rest) or 0)
+    try:
+        return int(module.main(rest) or 0)
+    except ImportError as exc:  # a training command run on an install without [train] (torch imported lazily)
+        top = (getattr(exc, "name", None) or "").split(".")[0]
+        if top not in TRAIN_STACK:
+            raise
+        print(f"medagentgym {command}: error: {top!r} is not installed; this command needs the training stack: "
+              f"pip install 'medagentgym[train]' (on a CPU machine install torch from "
+              f"https://download.pytorch.org/whl/cpu first, see README)", file=sys.stderr)
+        return 2
