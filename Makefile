@@ -16,7 +16,7 @@ export WANDB_MODE ?= offline
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: all venv bwrap demo test test-slow bench clean
+.PHONY: all venv bwrap chromium demo test test-slow bench clean
 
 all: test
 
@@ -40,10 +40,21 @@ bwrap:
 		echo "warning: bubblewrap (bwrap) is missing; install it (e.g. 'sudo apt-get install bubblewrap')"; \
 	fi
 
+# The viewer's browser test (tests/env_client/test_viewer.py) drives Debian's headless Chromium; it skips, saying
+# so, without it. Installed when we are root with apt (once, ~100 packages); otherwise say what to do.
+chromium:
+	@if command -v chromium >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "installing chromium for the viewer's browser test (root, apt-get)"; \
+		apt-get update -qq && apt-get install -y -qq chromium >/dev/null; \
+	else \
+		echo "note: chromium is missing, the viewer's browser test will skip ('sudo apt-get install chromium')"; \
+	fi
+
 demo: venv
 	$(VENV)/bin/medagentgym demo
 
-test: venv
+test: venv chromium
 	$(PY) -m pytest -q
 
 test-slow: venv

@@ -33,6 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
+from env_client.argtypes import nonneg_float, nonneg_int, positive_float, positive_int, probability
 from env_client.errors import EnvClientError
 from env_client.prompts import inline_tools
 
@@ -628,18 +629,18 @@ function calling, with tool_calls / role "tool" history), --extra-body JSON, --t
 def add_policy_arguments(parser: Any) -> None:
     """Add ``--policy`` and the sampling flags to an argparse parser (``--help`` shows :data:`POLICY_HELP`)."""
     parser.add_argument("--policy", default="oracle", help="policy spec (grammar below); default oracle")
-    parser.add_argument("--temperature", type=float, default=None, help="sampling temperature of model policies")
-    parser.add_argument("--top-p", type=float, default=None, help="nucleus sampling mass of model policies")
-    parser.add_argument("--max-tokens", type=int, default=None, help="completion tokens per turn (model policies)")
+    parser.add_argument("--temperature", type=nonneg_float, default=None, help="sampling temperature of model policies")
+    parser.add_argument("--top-p", type=probability, default=None, help="nucleus sampling mass of model policies")
+    parser.add_argument("--max-tokens", type=positive_int, default=None, help="completion tokens per turn (model policies)")
     parser.add_argument("--native-tools", action="store_true",
                         help="openai: use the endpoint's function calling (tools=, tool_calls history)")
     parser.add_argument("--extra-body", default=None, metavar="JSON",
                         help="openai: extra JSON fields for every request, e.g. '{\"top_k\": 20}'")
-    parser.add_argument("--timeout", type=float, default=None, metavar="S",
+    parser.add_argument("--timeout", type=positive_float, default=None, metavar="S",
                         help="openai: seconds to wait for one answer (default 60)")
-    parser.add_argument("--max-retries", type=int, default=None, metavar="N",
+    parser.add_argument("--max-retries", type=nonneg_int, default=None, metavar="N",
                         help="openai: retries of a failed request (connection, timeout, 429, 5xx; default 2)")
-    parser.add_argument("--max-failures-in-a-row", type=int, default=10, metavar="N",
+    parser.add_argument("--max-failures-in-a-row", type=nonneg_int, default=10, metavar="N",
                         help="stop the run (finished episodes kept) once N episodes in a row failed to run, e.g. "
                              "an endpoint that went away; 0: never stop (default 10)")
     epilog = getattr(parser, "epilog", None)

@@ -49,8 +49,8 @@ from env_client.policies import Policy, PolicyError, bind, make_policy
 from env_client.trajectory import Trajectory, TrajectoryStore
 from rewards.oracle import infra_failure
 
-__all__ = ["EnvSpec", "RolloutError", "RolloutResult", "RolloutSummary", "WorkItem", "describe_run", "episode_seed",
-           "join_ray_cluster", "plan", "rollout", "run_episode", "run_key", "summarize"]
+__all__ = ["EnvSpec", "RolloutError", "RolloutResult", "RolloutSummary", "WorkItem", "describe_difference",
+           "describe_run", "episode_seed", "family_names", "join_ray_cluster", "plan", "rollout", "run_episode", "run_key", "summarize"]
 
 Backend = Literal["thread", "async", "joblib", "ray"]
 BACKENDS = ("thread", "async", "joblib", "ray")
@@ -570,6 +570,37 @@ def _diff(old: Any, new: Any, prefix: str = "") -> list[str]:
     return [] if old == new else [f"{prefix.rstrip('.')}: {json.dumps(old, default=str)} -> {json.dumps(new, default=str)}"]
 
 
+def family_names(names: Iterable[str]) -> str:
+    """``toy_sql`` / ``3 families (a, b, c)`` / ``14 families (a, b, c, ...)``: a family list in words."""
+    names = sorted(names)
+    if len(names) == 1:
+        return names[0]
+    shown = ", ".join(names[:4]) + (", ..." if len(names) > 4 else "")
+    return f"{len(names)} families ({shown})" if names else "no family"
+
+
+def describe_difference(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """What differs between two runs' settings, in words: the families asked for, each family's version and build
+    (not its manifest digest), then every other setting as ``key: old -> new``.
+
+    Example:
+        >>> describe_difference({"families": {"a": {"version": 1}}}, {"families": {"b": {"version": 1}}})
+        ['families: a -> b']
+    """
+    old_f, new_f = old.get("families") or {}, new.get("families") or {}
+    words = []
+    if set(old_f) != set(new_f):
+        words.append(f"families: {family_names(old_f)} -> {family_names(new_f)}")
+    for name in sorted(set(old_f) & set(new_f)):
+        a, b = old_f[name] or {}, new_f[name] or {}
+        if a.get("version") != b.get("version"):
+            words.append(f"{name}: family version {a.get('version')} -> {b.get('version')}")
+        elif a.get("manifest") != b.get("manifest"):
+            words.append(f"{name}: rebuilt since (another size, seed or data)")
+    rest = _diff({k: v for k, v in old.items() if k != "families"}, {k: v for k, v in new.items() if k != "families"})
+    return words + rest
+
+
 def _check_run(store: TrajectoryStore, run_info: dict[str, Any]) -> str:
     """Refuse to resume a store written under other settings; record the settings of a new store.
 
@@ -588,7 +619,8 @@ def _check_run(store: TrajectoryStore, run_info: dict[str, Any]) -> str:
         except (OSError, ValueError):
             old = None
         if keys != {key} or old is None:
-            what = "; ".join(_diff(old, run_info)[:6]) if old is not None else "its settings were not recorded"
+            what = ("; ".join(describe_difference(old, run_info)[:6]) if old is not None
+                    else "its settings were not recorded")
             raise RolloutError(f"{store.path} holds episodes of another run ({what}); pass another --out, or "
                                f"delete {store.path} to start over")
     if not side.exists() or not keys:

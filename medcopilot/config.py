@@ -32,6 +32,7 @@ from typing import Any, Literal
 import yaml
 
 from medagentgym.tasks._files import FileFormatError, load_yaml
+from medagentgym.tasks.builds import DEFAULT_SIZE
 
 #: Folder of the bundled recipes, with ``accelerate/`` configs and ``sweeps/``: package data of ``medcopilot``, so
 #: ``recipe=<name>`` works from any directory of an installed package; a clone also has it as ``recipes/`` (a link).
@@ -125,7 +126,9 @@ class TasksConfig:
     root: str = "artifacts/tasks"  # folder the families were built into (see medagentgym build)
     families: list[str] = field(default_factory=lambda: ["toy_sql"])  # registered family names
     split: Literal["train", "test"] = "train"  # instances to train on
-    size: Literal["tiny", "default"] = "tiny"  # build size, if the families still have to be built
+    # Build size: a build of another size under root is refused; families not built yet are built at it on start.
+    # Default: medagentgym build's (tasks.builds.DEFAULT_SIZE, tiny); every bundled recipe names it.
+    size: Literal["tiny", "default"] = DEFAULT_SIZE
     limit: int | None = None  # at most this many instances per family (null = all); for smoke runs
     mixture: MixtureConfig | None = None  # per-family sampling shares; null = uniform over rows
 

@@ -26,7 +26,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
-__all__ = ["InputReport", "check_inputs"]
+__all__ = ["InputReport", "check_inputs", "size_refusal"]
 
 #: Methods that train on ``rollout.store`` (``medcopilot.trainers._common.episodes_for``).
 STORE_METHODS = ("sft", "dpo", "verifier")
@@ -50,13 +50,20 @@ class InputReport:
 def _tasks(cfg: Any, report: InputReport) -> dict[str, int]:
     """Check and describe each family's build; returns ``family -> instances of tasks.split`` for built ones."""
     from medagentgym.tasks.base import TaskError
-    from medagentgym.tasks.builds import check_build
+    from medagentgym.tasks.builds import SIZES, build_facts, check_build
 
-    root, split = Path(cfg.tasks.root), cfg.tasks.split
+    root, split, size = Path(cfg.tasks.root), cfg.tasks.split, cfg.tasks.size
     counts: dict[str, int] = {}
+    wrong_size: dict[str, str] = {}
     for name in cfg.tasks.families:
         try:
-            facts = check_build(name, root, size=cfg.tasks.size, required=False, size_option="tasks.size=")
+            found = build_facts(name, root)
+            if found is not None and found["size"] in SIZES and found["size"] != size:
+                wrong_size[name] = found["size"]
+                report.lines.append(f"input tasks {name}: REFUSED ({root / name} is a {found['size']} build, the "
+                                    f"recipe needs {size})")
+                continue
+            facts = check_build(name, root, size=size, required=False, size_option="tasks.size=")
         except TaskError as exc:
             report.errors.append(str(exc))
             report.lines.append(f"input tasks {name}: REFUSED ({root / name})")
@@ -69,7 +76,30 @@ def _tasks(cfg: Any, report: InputReport) -> dict[str, int]:
         made = facts["size"] or facts["source"]
         report.lines.append(f"input tasks {name}: {root / name} ({made} build, version {facts['version']}, "
                             + ", ".join(f"{s} {n}" for s, n in sorted(split_counts.items())) + ")")
+    if wrong_size:
+        report.errors.append(size_refusal(root, size, wrong_size))
     return counts
+
+
+def size_refusal(root: Path, size: str, wrong: dict[str, str], option: str = "tasks.size=") -> str:
+    """One line for builds of another size than the run needs: which inputs, and the command that rebuilds them.
+
+    Args:
+        root: The tasks root.
+        size: The size the run needs (``tasks.size``, ``medagentgym eval --size``).
+        wrong: ``family -> the size it is built at`` for the refused builds.
+        option: How the run sets its size (``tasks.size=``, ``--size ``), for the smoke-run alternative.
+
+    Example:
+        >>> size_refusal(Path("artifacts/tasks"), "default", {"eicu": "tiny"}).split(":")[0]
+        'artifacts/tasks holds a tiny build of eicu, but this run needs size default'
+    """
+    names = list(wrong)
+    built = "/".join(sorted(set(wrong.values())))
+    which = names[0] if len(names) == 1 else f"{len(names)} families ({', '.join(names)})"
+    return (f"{root} holds a {built} build of {which}, but this run needs size {size}: rebuild with "
+            f"`medagentgym build --families {','.join(names)} --size {size} --out {root}` (or use another tasks "
+            f"root; a smoke run may say {option}{built})")
 
 
 def _store(cfg: Any, report: InputReport, built: dict[str, int]) -> None:

@@ -55,6 +55,7 @@ from typing import Any
 import yaml
 
 from medcopilot.config import RECIPES_DIR, RecipeError, check_recipe, load_recipe
+from medcopilot.inputs import check_inputs
 from medagentgym.tasks._files import FileFormatError, load_yaml
 
 SWEEPS_DIR = RECIPES_DIR / "sweeps"
@@ -234,9 +235,14 @@ def plan_runs(sweep: Sweep) -> list[Run]:
             runs.append(Run(name, overrides, out, sweep.recipe, dict(zip(keys, values))))
     for run in runs:  # each run against its own method's arguments (TRL config, VerifierConfig or PPOArgs)
         try:
-            check_recipe(load_recipe(run.recipe, run.overrides), base_model=run.base_model)
+            cfg = load_recipe(run.recipe, run.overrides)
+            check_recipe(cfg, base_model=run.base_model)
         except RecipeError as exc:
             raise RecipeError(f"sweep run {run.name!r}: {exc}") from exc
+        # its task builds and stores, as train.py checks them (a stage's model may not exist yet: not refused)
+        refusal = check_inputs(cfg).refusal(dry_run=True)
+        if refusal:
+            raise RecipeError(f"sweep run {run.name!r} ({run.recipe}): {refusal}")
     return runs
 
 
@@ -401,6 +407,10 @@ def _run(args: argparse.Namespace, launch: Launch | None, launch_eval: Any = Non
     sweep = load_sweep(args.sweep)
     sweep.output_root = args.output_root or sweep.output_root
     runs = plan_runs(sweep)
+    if sweep.evaluate is not None:  # its evaluations' builds too, before anything trains
+        from medcopilot.sweep_eval import EvalSpec
+
+        EvalSpec.from_dict(sweep.evaluate).check_builds()
     root = Path(sweep.output_root)
     what = f"a chain of {len(runs)} stages" if sweep.stages else f"{len(runs)} runs of recipe {sweep.recipe!r}"
     print(f"[sweep] {what} into {root}", flush=True)

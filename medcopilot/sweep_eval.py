@@ -91,6 +91,30 @@ class EvalSpec:
         out.extend((n, str(by_name[n].output_dir / "merged"), by_name[n]) for n in wanted)
         return out
 
+    def check_builds(self) -> None:
+        """Refuse, before anything trains, builds the evaluations would refuse: a family of the suites built at
+        another size than the ``--size`` in ``args`` (e.g. a tiny build under the paper's ``--size default``).
+
+        Raises:
+            RecipeError: One line naming the builds and the command that rebuilds them.
+        """
+        from medagentgym import tasks
+        from medagentgym.tasks.builds import SIZES, build_facts
+        from medcopilot.inputs import size_refusal
+
+        size = _flag(self.args, "--size")
+        if size is None:
+            return
+        root = Path(_flag(self.args, "--tasks-root") or "artifacts/tasks")
+        wrong = {}
+        for suite in self.suites:
+            for name in tasks.SUITES[suite]:
+                facts = build_facts(name, root)
+                if facts is not None and facts["size"] in SIZES and facts["size"] != size:
+                    wrong[name] = facts["size"]
+        if wrong:
+            raise RecipeError(f"evaluate (--size {size}): {size_refusal(root, size, wrong, option='--size ')}")
+
     def plan(self, runs: Sequence[Any], root: Path) -> list[str]:
         """What :func:`evaluate_chain` will run, one line per row and suite (for ``--dry-run``)."""
         lines = []
@@ -104,6 +128,16 @@ class EvalSpec:
         """The ``medagentgym eval`` arguments of one row and suite."""
         return ["--policy", self.policy.replace("{model}", model), "--suite", suite,
                 "--out", str(root / "eval" / row / suite), "--no-progress", *self.args]
+
+
+def _flag(args: list[str], name: str) -> str | None:
+    """The value of ``name`` in an argument list (``--size default`` or ``--size=default``); None when absent."""
+    for i, arg in enumerate(args):
+        if arg == name and i + 1 < len(args):
+            return args[i + 1]
+        if arg.startswith(name + "="):
+            return arg.partition("=")[2]
+    return None
 
 
 def subprocess_script(name: str, argv: list[str]) -> int:

@@ -14,7 +14,7 @@ from medagentgym.cli import COMMANDS, main
 ROOT = Path(__file__).resolve().parents[1]
 CLI = Path(sys.executable).parent / "medagentgym"  # the console script of this install ([project.scripts])
 #: Environment commands: their --help must not need the training stack.
-ENVIRONMENT = ("build", "rollout", "eval", "leaderboard", "serve", "import", "sandbox-image")
+ENVIRONMENT = ("build", "rollout", "eval", "leaderboard", "serve", "import", "sandbox-image", "view")
 
 
 def test_help_lists_every_command_and_errors_are_one_line(capsys):
@@ -95,3 +95,17 @@ def test_a_data_folder_named_like_a_package_does_not_shadow_it(shadowed):
                                   "reinstall with `make venv` (editable_mode=compat)")
     rewards_file, api_file = json.loads(done.stdout)
     assert rewards_file and str(shadowed) not in rewards_file and str(shadowed) not in api_file
+
+
+@pytest.mark.parametrize("command", [["tiny-model", "{tmp}/tiny"], ["demo", "--steps", "1", "--out", "{tmp}/demo"]])
+def test_training_commands_on_a_torch_free_install_end_with_one_line(command, tmp_path):
+    """No torch (an install without [train]): the command says what to install, in one line, with no traceback."""
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in command]
+    code = ("import sys\nfor m in ('torch', 'transformers', 'trl', 'peft'): sys.modules[m] = None\n"
+            f"from medagentgym.cli import main\nsys.exit(main({argv!r}))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False,
+                          cwd=tmp_path)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert proc.stderr.strip().splitlines()[-1].startswith(f"medagentgym {command[0]}: error: 'torch' is not "
+                                                            f"installed; this command needs the training stack: "
+                                                            f"pip install 'medagentgym[train]'")

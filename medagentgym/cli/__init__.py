@@ -24,6 +24,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "rollout": ("rollout", "play episodes of a policy and store the trajectories (resumable)"),
     "eval": ("evaluate", "evaluate a policy: success with intervals, Pass@K, Best@K, errors; report and plots"),
     "leaderboard": ("leaderboard", "merge evaluation reports into a leaderboard (Markdown and plots)"),
+    "view": ("view", "browse a run's episodes in one self-contained HTML page (filters, prompts, actions, verdicts)"),
     "collect": ("collect", "collect SFT/DPO data: K trajectories per training task from any policy"),
     "serve": ("serve_env", "serve the environment over HTTP (gold answers stay on the server)"),
     "import": ("import_tasks", "import a public benchmark's task file as a family"),
@@ -37,6 +38,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("demo", "the two-minute demo: GRPO teaches a tiny model a two-turn task [train]"),
     "info": ("", "print the version and where each package is imported from (--json)"),
 }
+
+
+#: Top-level modules of the ``[train]`` extra: a command that needs one on an install without it ends with one line.
+TRAIN_STACK = frozenset({"torch", "transformers", "trl", "peft", "accelerate", "datasets", "safetensors",
+                         "tokenizers"})
 
 
 def usage() -> str:
@@ -97,4 +103,13 @@ def main(argv: list[str] | None = None) -> int:
               f"pip install 'medagentgym[train]'", file=sys.stderr)
         return 2
     sys.argv = [f"medagentgym {command}", *rest]  # argparse's prog: "usage: medagentgym eval ..."
-    return int(module.main(rest) or 0)
+    try:
+        return int(module.main(rest) or 0)
+    except ImportError as exc:  # a training command run on an install without [train] (torch imported lazily)
+        top = (getattr(exc, "name", None) or "").split(".")[0]
+        if top not in TRAIN_STACK:
+            raise
+        print(f"medagentgym {command}: error: {top!r} is not installed; this command needs the training stack: "
+              f"pip install 'medagentgym[train]' (on a CPU machine install torch from "
+              f"https://download.pytorch.org/whl/cpu first, see README)", file=sys.stderr)
+        return 2

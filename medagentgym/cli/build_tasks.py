@@ -27,6 +27,8 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from env_client.argtypes import nonneg_int, positive_int
+from medagentgym.tasks.builds import DEFAULT_SIZE, SIZES
 from medagentgym import tasks
 from medagentgym.tasks.base import SupportsCounts, TaskError
 from medagentgym.tasks.registry import DEFAULT_ROOT
@@ -102,12 +104,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--families", default="all", help="comma-separated family names, or 'all' (default)")
-    parser.add_argument("--size", choices=["tiny", "default"], default="default", help="instance count preset")
-    parser.add_argument("--seed", type=int, default=0, help="seed of data and instance generation (default 0)")
+    parser.add_argument("--size", choices=SIZES, default=DEFAULT_SIZE,
+                        help=f"instance count preset (default {DEFAULT_SIZE}, as medagentgym eval and the recipes; "
+                             f"the paper's recipes and sweeps need default)")
+    parser.add_argument("--seed", type=nonneg_int, default=0, help="seed of data and instance generation (default 0)")
     parser.add_argument("--out", type=Path, default=DEFAULT_ROOT, help=f"tasks root to write (default {DEFAULT_ROOT})")
     parser.add_argument("--list", action="store_true", help="print families, categories, counts, versions; no build")
     parser.add_argument("--json", action="store_true", help="with --list: print one JSON object on the last line")
-    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
+    parser.add_argument("--jobs", type=positive_int, default=os.cpu_count() or 1,
                         help="families built at once, in separate processes (default: the number of cores)")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")

@@ -20,6 +20,7 @@ import sys
 import traceback
 from pathlib import Path
 
+from env_client.argtypes import nonneg_int, positive_int
 from medagentgym import tasks
 from env_client.errors import EnvClientError
 from env_client.policies import add_policy_arguments, failures_in_a_row, make_policy, policy_kwargs, probe
@@ -46,9 +47,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="families of the paper's suite: id (training families, default) or ood")
     p.add_argument("--families", default="", help="comma-separated families instead of --suite")
     p.add_argument("--split", choices=["train", "test"], default="train", help="split to sample (default train)")
-    p.add_argument("--limit", type=int, default=None, help="at most this many instances per family")
-    p.add_argument("-k", type=int, default=4, help="trajectories per task; default 4")
-    p.add_argument("--concurrency", type=int, default=8, help="episodes in flight; default 8")
+    p.add_argument("--limit", type=positive_int, default=None, help="at most this many instances per family")
+    p.add_argument("-k", type=positive_int, default=4, help="trajectories per task; default 4")
+    p.add_argument("--concurrency", type=positive_int, default=8, help="episodes in flight; default 8")
     p.add_argument("--backend", choices=BACKENDS, default="thread", help="concurrency backend; default thread")
     p.add_argument("--sandbox", choices=["bwrap", "docker", "local"], default="bwrap",
                    help="sandbox backend for code; default bwrap ('local' is unisolated)")
@@ -56,10 +57,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--env-url", action="append", default=[], metavar="URL",
                    help="env server (medagentgym serve) to run episodes on; repeat for several (round-robin, "
                         "health-checked); token from MEDAGENTGYM_ENV_TOKEN")
-    p.add_argument("--max-turns", type=int, default=None, help="episode turn cap (EnvConfig.max_turns)")
+    p.add_argument("--max-turns", type=positive_int, default=None, help="episode turn cap (EnvConfig.max_turns)")
     p.add_argument("--out", type=Path, required=True, help="output folder; rerun with it to resume")
-    p.add_argument("--seed", type=int, default=0, help="base seed of per-sample seeds; default 0")
-    p.add_argument("--max-pairs-per-task", type=int, default=4, help="DPO pairs counted per task; default 4")
+    p.add_argument("--seed", type=nonneg_int, default=0, help="base seed of per-sample seeds; default 0")
+    p.add_argument("--max-pairs-per-task", type=positive_int, default=4, help="DPO pairs counted per task; default 4")
     p.add_argument("--json", action="store_true", help="end stdout with the per-family summary as one JSON line")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     p.add_argument("--debug", action="store_true", help="show tracebacks on errors")

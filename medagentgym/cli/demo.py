@@ -38,6 +38,8 @@ import sys
 import time
 from pathlib import Path
 
+from env_client.argtypes import nonneg_int, positive_int
+
 FAMILY = "toy_lookup"
 CHANCE = 1 / 9
 #: GRPO steps (``medcopilot.learning.GRPO_DEFAULTS``): on toy_lookup the held-out gain builds up after step 20.
@@ -160,11 +162,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tasks", default="artifacts/tasks", help="tasks root (toy_lookup, toy_sql; reused)")
     parser.add_argument("--model", default="artifacts/tiny-qwen2", help="tiny model folder to build (reused)")
     parser.add_argument("--out", default="runs/demo", help="run directory (replaced on each run)")
-    parser.add_argument("--steps", type=int, default=STEPS,
+    parser.add_argument("--steps", type=positive_int, default=STEPS,
                         help=f"GRPO steps (one generation round of --group episodes each); default {STEPS}")
-    parser.add_argument("--group", type=int, default=16, help="episodes per generation round (one task); default 16")
-    parser.add_argument("--eval-every", type=int, default=10, help="held-out evaluation every N steps; default 10")
-    parser.add_argument("--seed", type=int, default=0, help="seeds the warm start, sampling and evaluation")
+    parser.add_argument("--group", type=positive_int, default=16, help="episodes per generation round (one task); default 16")
+    parser.add_argument("--eval-every", type=nonneg_int, default=10, help="held-out evaluation every N steps; default 10")
+    parser.add_argument("--seed", type=nonneg_int, default=0, help="seeds the warm start, sampling and evaluation")
     parser.add_argument("--sandbox", default="bwrap", choices=["bwrap", "local"],
                         help="sandbox backend; 'local' has no isolation (development only)")
     parser.add_argument("--json", action="store_true", help="end stdout with one JSON object of results")

@@ -8,7 +8,8 @@
 Rolls the policy out (``k`` samples per task) over the chosen families' ``--split`` instances (``--limit`` per
 family), then writes into ``--out``: ``trajectories.jsonl`` (rerunning the same command resumes),
 ``report.json``, ``report.md`` and the plots ``success_by_family.png``, ``pass_at_k.png`` and ``errors.png``.
-Families not yet built under ``--tasks-root`` are built there first at ``--size`` (tiny by default); a family
+Families not yet built under ``--tasks-root`` are built there first at ``--size`` (by default at
+``medagentgym build``'s default size, tiny); a family
 already built at another size than ``--size``, or by another version of its code, is refused with one line (the
 report records the size really evaluated).
 
@@ -51,6 +52,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from env_client.argtypes import nonneg_int, positive_int
 from medagentgym import tasks
 from env_client.errors import EnvClientError
 from env_client.evaluation import (
@@ -65,7 +67,7 @@ from env_client.evaluation import (
     write_report,
 )
 from env_client.policies import add_policy_arguments, failures_in_a_row, make_policy, policy_kwargs, probe
-from env_client.rollout import EnvSpec, describe_run, rollout, run_key
+from env_client.rollout import EnvSpec, describe_run, family_names, rollout, run_key
 from env_client.trajectory import TrajectoryStore
 from sandbox.errors import SandboxError
 from medagentgym.tasks.base import TaskError
@@ -86,7 +88,7 @@ def choose_families(families: str, suite: str | None, root: Path) -> list[str]:
 
 
 def ensure_built(names: list[str], root: Path, size: str | None, seed: int) -> dict[str, str]:
-    """Build each family missing under ``root`` (at ``size``; tiny when None), in parallel; check the others.
+    """Build each family missing under ``root`` (at ``size``; ``builds.DEFAULT_SIZE`` when None), in parallel; check the others.
 
     Returns:
         ``family -> the size of its build`` (``"import"`` for imported ones): what the report records.
@@ -95,13 +97,43 @@ def ensure_built(names: list[str], root: Path, size: str | None, seed: int) -> d
         BuildMismatch: A family built at another size than ``size`` (when given), or by another version of the
             family's code: one line with the command that rebuilds it.
     """
-    from medagentgym.tasks.builds import build_facts, check_build
+    from medagentgym.tasks.builds import DEFAULT_SIZE, build_facts, check_build
 
     missing = [name for name in names if check_build(name, root, size=size, required=False) is None]
     if missing:
-        print(f"building {', '.join(missing)} ({size or 'tiny'}) under {root}", file=sys.stderr)
-        tasks.registry.build_families(missing, root, size=size or "tiny", seed=seed, jobs=os.cpu_count() or 1)
+        print(f"building {', '.join(missing)} ({size or DEFAULT_SIZE}) under {root}", file=sys.stderr)
+        tasks.registry.build_families(missing, root, size=size or DEFAULT_SIZE, seed=seed, jobs=os.cpu_count() or 1)
     return {name: (build_facts(name, root) or {}).get("size") or "import" for name in names}
+
+
+#: What a report answers besides the policy: (its meta key, the flag that sets it).
+QUESTION = (("families", "--families"), ("split", "--split"), ("limit", "--limit"), ("k", "-k"), ("seed", "--seed"))
+
+
+def question_change(out: Path, question: dict[str, Any]) -> str | None:
+    """How ``question`` differs from the one the report in ``out`` answered, in words; None when it does not (or
+    there is no report yet). A rerun that asks another question must not mix its episodes with the stored ones
+    nor replace a report of more episodes.
+
+    Example:
+        >>> question_change(Path("/nonexistent"), {"families": ["toy_sql"]}) is None
+        True
+    """
+    try:
+        meta = json.loads((out / "report.json").read_text(encoding="utf-8"))["meta"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    words = []
+    for key, flag in QUESTION:
+        if key not in meta:
+            continue
+        old, new = meta[key], question[key]
+        if key == "families":
+            if sorted(old or ()) != sorted(new):
+                words.append(f"{flag}: {family_names(old or ())} -> {family_names(new)}")
+        elif old != new:
+            words.append(f"{flag}: {'none' if old is None else old} -> {'none' if new is None else new}")
+    return "; ".join(words) or None
 
 
 def read_scores(path: Path) -> dict[tuple[str, int], float]:
@@ -153,6 +185,12 @@ def run(args: argparse.Namespace) -> dict:
     split = "test" if args.suite else args.split
     scores = read_scores(args.scores) if args.scores else None  # a bad file fails now, not after every episode ran
     names = choose_families(args.families, args.suite, args.tasks_root)
+    out = args.out or Path("runs/eval") / re.sub(r"[^A-Za-z0-9_.-]+", "_", args.policy)
+    changed = question_change(out, {"families": names, "split": split, "limit": args.limit, "k": args.k,
+                                    "seed": args.seed})
+    if changed:
+        raise EvalError(f"{out} holds the report of another question ({changed}); pass another --out, or delete "
+                        f"{out} to start over")
     sizes = ensure_built(names, args.tasks_root, args.size, args.seed)
     instances, base_rates, floors = [], {}, {}
     for name in names:
@@ -163,7 +201,6 @@ def run(args: argparse.Namespace) -> dict:
         instances.extend(whole[:args.limit])
         base_rates[name] = label_base_rate(whole)  # both over the whole split, not the --limit subset
         floors[name] = constant_floor(family, whole)
-    out = args.out or Path("runs/eval") / re.sub(r"[^A-Za-z0-9_.-]+", "_", args.policy)
     store = out / "trajectories.jsonl"
     config = {"format": args.format, **({"max_turns": args.max_turns} if args.max_turns else {})}
     spec = EnvSpec(tasks_root=str(args.tasks_root), backend=args.sandbox, allow_unisolated=args.allow_unisolated,
@@ -216,25 +253,25 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--split", choices=["train", "test"], default="test", help="split to evaluate (default test)")
     p.add_argument("--size", choices=["tiny", "default"], default=None,
                    help="build size to evaluate: missing families are built at it, and a family already built at "
-                        "another size is refused (default: the size each family is built at; tiny for missing "
-                        "ones); the report records the sizes evaluated")
+                        "another size is refused (default: the size each family is built at; missing ones at "
+                        "medagentgym build's default, tiny); the report records the sizes evaluated")
     p.add_argument("--tasks-root", type=Path, default=Path("artifacts/tasks"),
                    help="built tasks root; missing families are built into it (default artifacts/tasks)")
-    p.add_argument("--limit", type=int, default=None, help="at most this many instances per family")
-    p.add_argument("-k", type=int, default=1, help="samples per task; Pass@K for K = 1..k (default 1)")
+    p.add_argument("--limit", type=positive_int, default=None, help="at most this many instances per family")
+    p.add_argument("-k", type=positive_int, default=1, help="samples per task; Pass@K for K = 1..k (default 1)")
     scoring = p.add_mutually_exclusive_group()
     scoring.add_argument("--scores", type=Path, default=None, help="JSONL of verifier scores for Best@K (see above)")
     scoring.add_argument("--verifier", default=None,
                          help="trained verifier folder or service URL: score the episodes for Best@K")
     p.add_argument("--out", type=Path, default=None, help="report directory (default runs/eval/<policy>)")
-    p.add_argument("--concurrency", type=int, default=4, help="episodes in flight; default 4")
+    p.add_argument("--concurrency", type=positive_int, default=4, help="episodes in flight; default 4")
     p.add_argument("--sandbox", choices=["bwrap", "docker", "local"], default="bwrap",
                    help="sandbox backend for code; default bwrap ('local' is unisolated)")
     p.add_argument("--allow-unisolated", action="store_true", help="permit --sandbox local")
-    p.add_argument("--max-turns", type=int, default=None, help="episode turn cap (EnvConfig.max_turns)")
+    p.add_argument("--max-turns", type=positive_int, default=None, help="episode turn cap (EnvConfig.max_turns)")
     p.add_argument("--format", choices=["tool_call", "json"], default="tool_call",
                    help="action wire format of prompts and scripted policies; default tool_call")
-    p.add_argument("--seed", type=int, default=0, help="build seed and base rollout seed; default 0")
+    p.add_argument("--seed", type=nonneg_int, default=0, help="build seed and base rollout seed; default 0")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     p.add_argument("--json", action="store_true", help="end stdout with the summary as one JSON line")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")

@@ -28,6 +28,7 @@ import time
 import traceback
 from pathlib import Path
 
+from env_client.argtypes import nonneg_int
 from medagentgym.tasks.base import TaskError
 from medagentgym.tasks.importers import IMPORTERS, check_import, import_files
 
@@ -52,6 +53,20 @@ def interrupted_line(family_dir: Path, since: float, *, checking: bool) -> str:
     return f"interrupted: the import was written to {family_dir}; nothing is left to do"
 
 
+def announce_synthetic_db(family: str, db: Path | None, size: str) -> None:
+    """Say on stderr, before it starts, that an SQL family without ``--db`` first builds its synthetic database
+    (minutes at the default size, with nothing else printed meanwhile), and how to avoid it."""
+    from medagentgym.tasks.ehr_synth.hospital import SIZES
+    from medagentgym.tasks.importers._slots import DIALECTS
+
+    if db is not None or family not in DIALECTS:
+        return
+    minutes = "a few minutes" if size == "default" else "seconds"
+    print(f"import: no --db given: building {family}'s synthetic database first ({SIZES[size]} patients, --size "
+          f"{size}: {minutes}) to run the questions on; pass --db with a built one (e.g. artifacts/tasks/{family}/"
+          f"{DIALECTS[family].db_file}) to skip this", file=sys.stderr, flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     """CLI entry point; returns the exit status."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -71,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="put every record in this split (default: the record's split field, else the file name)")
     p.add_argument("--size", choices=["tiny", "default"], default="default",
                    help="size of the synthetic database built when --db is not given (default: default)")
-    p.add_argument("--seed", type=int, default=0, help="seeds slot re-instantiation and any synthetic build (default 0)")
+    p.add_argument("--seed", type=nonneg_int, default=0, help="seeds slot re-instantiation and any synthetic build (default 0)")
     p.add_argument("--sandbox", choices=["bwrap", "local"], default="bwrap",
                    help="where reference programs run (biocoder, biodsbench); 'local' only for trusted files")
     p.add_argument("--no-verify", action="store_true", help="biodsbench: keep records without running their references")
@@ -86,12 +101,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--strict", action="store_true", help="exit 1 when any record was rejected")
     p.add_argument("--check", action="store_true",
                    help="then replay the reference solutions of the import (oracle must score 1, empty/shotgun 0)")
-    p.add_argument("--show", type=int, default=20, help="rejected records to print (default 20)")
+    p.add_argument("--show", type=nonneg_int, default=20, help="rejected records to print (default 20)")
     p.add_argument("--json", action="store_true", help="end stdout with the report as one JSON line")
     p.add_argument("--debug", action="store_true", help="show tracebacks on errors")
     args = p.parse_args(argv)
     started = time.time() - 1.0  # a manifest written by this run is newer (mtimes may be coarse)
     try:
+        if all(f.is_file() for f in args.files):  # a missing file is refused at once, before any build
+            announce_synthetic_db(args.family, args.db, args.size)
         manifest, report = import_files(
             args.family, args.files, args.out, force=args.force, db=args.db, data=args.data, fhir_url=args.fhir_url,
             split=args.split, seed=args.seed, size=args.size, verify=not args.no_verify, backend=args.sandbox,

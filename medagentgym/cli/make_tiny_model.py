@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from env_client.argtypes import nonneg_int
 from medcopilot.tiny import build_tiny_model
 
 
@@ -20,7 +21,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", nargs="?", default=None, help="output folder (default artifacts/tiny-qwen2; replaced)")
     parser.add_argument("--out", dest="out_flag", default=None, help="same as the positional OUT")
-    parser.add_argument("--seed", type=int, default=0, help="seed for the tokenizer corpus and the weights")
+    parser.add_argument("--seed", type=nonneg_int, default=0, help="seed for the tokenizer corpus and the weights")
     args = parser.parse_args(argv)
     if args.out and args.out_flag and args.out != args.out_flag:
         parser.error(f"two output folders given ({args.out!r} and --out {args.out_flag!r}); give one")

@@ -19,6 +19,7 @@ import sys
 import traceback
 from pathlib import Path
 
+from env_client.argtypes import nonneg_int, positive_int
 from medagentgym import tasks
 from env_client.errors import EnvClientError
 from env_client.policies import add_policy_arguments, failures_in_a_row, make_policy, policy_kwargs, probe
@@ -72,18 +73,18 @@ def main(argv: list[str] | None = None) -> int:
                    help="built tasks root (medagentgym build --out); default artifacts/tasks")
     p.add_argument("--families", default="all", help="comma-separated family names, or 'all' built ones (default)")
     p.add_argument("--split", choices=["train", "test"], default="test", help="split to roll out (default test)")
-    p.add_argument("--limit", type=int, default=None, help="at most this many instances per family")
-    p.add_argument("-k", type=int, default=1, help="samples per task (GRPO groups, Pass@K); default 1")
-    p.add_argument("--concurrency", type=int, default=4, help="episodes in flight; default 4")
+    p.add_argument("--limit", type=positive_int, default=None, help="at most this many instances per family")
+    p.add_argument("-k", type=positive_int, default=1, help="samples per task (GRPO groups, Pass@K); default 1")
+    p.add_argument("--concurrency", type=positive_int, default=4, help="episodes in flight; default 4")
     p.add_argument("--backend", choices=BACKENDS, default="thread", help="concurrency backend; default thread")
     p.add_argument("--sandbox", choices=["bwrap", "docker", "local"], default="bwrap",
                    help="sandbox backend for code; default bwrap ('local' is unisolated)")
     p.add_argument("--allow-unisolated", action="store_true", help="permit --sandbox local")
-    p.add_argument("--max-turns", type=int, default=None, help="episode turn cap (EnvConfig.max_turns)")
+    p.add_argument("--max-turns", type=positive_int, default=None, help="episode turn cap (EnvConfig.max_turns)")
     p.add_argument("--format", choices=["tool_call", "json"], default="tool_call",
                    help="action wire format of prompts and scripted policies; default tool_call")
     p.add_argument("--out", type=Path, default=None, help="JSONL trajectory store; rerun with it to resume")
-    p.add_argument("--seed", type=int, default=0, help="base seed of per-sample seeds; default 0")
+    p.add_argument("--seed", type=nonneg_int, default=0, help="base seed of per-sample seeds; default 0")
     p.add_argument("--on-error", choices=["raise", "skip"], default="raise",
                    help="stop at a failed episode (default) or skip it and go on")
     p.add_argument("--json", action="store_true", help="end stdout with the summary as one JSON line")

@@ -22,6 +22,8 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from env_client.argtypes import positive_int
+
 __all__ = ["main", "score_store"]
 
 
@@ -51,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--trajectories", type=Path, required=True, help="trajectory JSONL to score")
     p.add_argument("--out", type=Path, default=None, help="scores JSONL (default scores.jsonl beside the input)")
     p.add_argument("--device", default=None, help="torch device of a local verifier; default the GPU if any")
-    p.add_argument("--batch-size", type=int, default=8, help="rows per forward pass (local) or per call (URL)")
+    p.add_argument("--batch-size", type=positive_int, default=8, help="rows per forward pass (local) or per call (URL)")
     p.add_argument("--debug", action="store_true", help="show tracebacks on errors")
     args = p.parse_args(argv)
     out = args.out or args.trajectories.with_name("scores.jsonl")

@@ -32,6 +32,7 @@ import sys
 import traceback
 from pathlib import Path
 
+from env_client.argtypes import port, positive_float, positive_int
 from env_client.http_client import TOKEN_ENV
 
 
@@ -51,35 +52,35 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--tasks-root", type=Path, default=Path("artifacts/tasks"),
                    help="built tasks root (medagentgym build --out); default artifacts/tasks")
     p.add_argument("--host", default="127.0.0.1", help="interface to bind; default 127.0.0.1 (loopback)")
-    p.add_argument("--port", type=int, default=8000, help="TCP port; default 8000")
-    p.add_argument("--workers", type=int, default=4, help="warm sandbox workers kept ready; default 4")
-    p.add_argument("--max-workers", type=int, default=None,
+    p.add_argument("--port", type=port, default=8000, help="TCP port; default 8000")
+    p.add_argument("--workers", type=positive_int, default=4, help="warm sandbox workers kept ready; default 4")
+    p.add_argument("--max-workers", type=positive_int, default=None,
                    help="most sandbox workers: the pool grows to the open episodes (each holds one) up to this; "
                         "default half the memory at 40 MiB per worker, or $MEDAGENTGYM_SANDBOX_MAX_WORKERS")
     p.add_argument("--sandbox", choices=["bwrap", "docker", "local"], default="bwrap",
                    help="sandbox backend; default bwrap ('local' is unisolated)")
     p.add_argument("--allow-unisolated", action="store_true", help="permit --sandbox local")
-    p.add_argument("--capacity", type=int, default=64, help="open sessions allowed (503 beyond); default 64")
-    p.add_argument("--max-sessions-per-client", type=int, default=None,
+    p.add_argument("--capacity", type=positive_int, default=64, help="open sessions allowed (503 beyond); default 64")
+    p.add_argument("--max-sessions-per-client", type=positive_int, default=None,
                    help="open sessions one client may hold, running or finished, any protocol (429 beyond), at "
                         "most the pool's workers and --capacity; default half --capacity (at most the workers)")
-    p.add_argument("--idle-timeout", type=float, default=120.0,
+    p.add_argument("--idle-timeout", type=positive_float, default=120.0,
                    help="seconds without a /reset or /step after which a session is closed and its worker freed "
                         "(polling /state does not count); default 120")
-    p.add_argument("--max-episode-s", type=float, default=None,
+    p.add_argument("--max-episode-s", type=positive_float, default=None,
                    help="seconds after its /reset at which an episode is closed even if it keeps stepping; default "
                         "the episode's wall budget (600 s) plus 120")
-    p.add_argument("--worker-wait", type=float, default=10.0,
+    p.add_argument("--worker-wait", type=positive_float, default=10.0,
                    help="seconds a /reset waits for a free sandbox worker before answering 503; default 10")
-    p.add_argument("--max-body-bytes", type=int, default=1 << 20,
+    p.add_argument("--max-body-bytes", type=positive_int, default=1 << 20,
                    help="largest request body accepted (413 beyond); default 1048576")
-    p.add_argument("--header-timeout", type=float, default=10.0,
+    p.add_argument("--header-timeout", type=positive_float, default=10.0,
                    help="seconds a connection may take to send a complete request head (closed beyond, before the "
                         "token check); default 10")
-    p.add_argument("--max-connections-per-address", type=int, default=None,
+    p.add_argument("--max-connections-per-address", type=positive_int, default=None,
                    help="open connections one peer address may hold (more are closed at accept); default "
                         "max(256, 2 x --capacity): a trainer's one connection per episode fits")
-    p.add_argument("--max-connections", type=int, default=None,
+    p.add_argument("--max-connections", type=positive_int, default=None,
                    help="open connections in all (more are closed at accept); default max(1024, 4 x --capacity)")
     p.add_argument("--token", action="append", default=[],
                    help=f"bearer token clients must send (repeat for one token per client); default ${TOKEN_ENV}")
@@ -90,7 +91,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--openenv", action="store_true",
                    help="also speak OpenEnv's protocol (/ws sessions, /metadata) for openenv-core clients; "
                         "needs pip install '.[openenv]'")
-    p.add_argument("--max-turns", type=int, default=None, help="episode turn cap (EnvConfig.max_turns)")
+    p.add_argument("--max-turns", type=positive_int, default=None, help="episode turn cap (EnvConfig.max_turns)")
     p.add_argument("--log-level", default="info", help="uvicorn log level; default info")
     p.add_argument("--debug", action="store_true", help="show tracebacks on errors")
     return p.parse_args(argv)

@@ -26,6 +26,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from env_client.argtypes import port, positive_int
+
 __all__ = ["ScoreRequest", "create_app", "main"]
 
 #: Most items one request may carry (larger lists are sent in chunks by the client).
@@ -80,10 +82,10 @@ def main(argv: list[str] | None = None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", required=True, help="trained verifier folder (output.dir of a verifier recipe)")
     p.add_argument("--host", default="127.0.0.1", help="interface to bind; default 127.0.0.1 (loopback)")
-    p.add_argument("--port", type=int, default=8100, help="TCP port; default 8100")
+    p.add_argument("--port", type=port, default=8100, help="TCP port; default 8100")
     p.add_argument("--device", default=None, help="torch device (cpu, cuda, cuda:1); default the GPU if any")
-    p.add_argument("--batch-size", type=int, default=8, help="rows per forward pass; default 8")
-    p.add_argument("--max-length", type=int, default=None, help="tokens read per item; default the trained value")
+    p.add_argument("--batch-size", type=positive_int, default=8, help="rows per forward pass; default 8")
+    p.add_argument("--max-length", type=positive_int, default=None, help="tokens read per item; default the trained value")
     p.add_argument("--log-level", default="info", help="uvicorn log level; default info")
     p.add_argument("--debug", action="store_true", help="show tracebacks on errors")
     args = p.parse_args(argv)

@@ -21,10 +21,14 @@ from typing import Any
 
 from medagentgym.tasks.base import NotBuilt, TaskError
 
-__all__ = ["BuildMismatch", "build_facts", "check_build", "current_version", "rebuild_hint"]
+__all__ = ["DEFAULT_SIZE", "SIZES", "BuildMismatch", "build_facts", "check_build", "current_version", "rebuild_hint"]
 
 #: The size presets a build can be made at (``medagentgym build --size``).
 SIZES = ("tiny", "default")
+#: The one size used when none is named: ``medagentgym build``, the families ``medagentgym eval`` builds on demand,
+#: and a recipe's ``tasks.size``. Every bundled recipe and sweep names its size; the paper's need ``default``
+#: and refuse a tiny build (``train.py --dry-run``, ``medagentgym sweep --dry-run``).
+DEFAULT_SIZE = "tiny"
 
 
 class BuildMismatch(TaskError):

@@ -96,8 +96,30 @@ def _check_outputs(clone: Path) -> None:
         assert report["episodes"] == 8 and all(report["meta"].get(key) for key in ("commit", "date", "task_set"))
         assert (clone / f"runs/eval/{name}/report.md").is_file()
     assert len({report["meta"]["task_set"] for report in reports.values()}) == 1, "the reports ran other tasks"
+    page = (clone / "runs/eval/sft/view.html").read_text(encoding="utf-8")
+    assert page.startswith("<!DOCTYPE html>") and '"id":"toy_sql/test/' in page, "the viewer's page of step 6"
     board = (clone / "runs/eval/leaderboard/leaderboard.md").read_text()
     assert all(policy in board for policy in ("oracle", "hf:runs/tutorial/sft", "hf:runs/tutorial/grpo")), board
     card = ModelCard.load(clone / "artifacts/export/tutorial-grpo/README.md")
     assert card.data.eval_results and "## Intended use" in card.text
     assert (clone / "artifacts/export/tutorial-grpo/model.safetensors").is_file()
+
+
+def test_the_readme_and_the_tutorial_evaluate_into_different_folders():
+    """A new user runs README's commands, then the tutorial's, in one clone: an evaluation of another question
+    into the same --out is refused (medagentgym eval), so the two must never share one (it blocked step 6)."""
+    import shlex
+
+    def outs(commands):
+        found = {}
+        for command in commands:
+            words = shlex.split(command)
+            if "eval" in words and "--out" in words:
+                found[words[words.index("--out") + 1]] = command
+        return found
+
+    using = (ROOT / "README.md").read_text(encoding="utf-8").split("## Using it", 1)[1]
+    block = re.sub(r"\\\n\s*", "", re.search(r"```(?:bash)?\n(.*?)```", using, re.DOTALL).group(1))
+    readme = outs(line.split("#")[0] for line in block.splitlines() if "medagentgym eval" in line)
+    tutorial = outs(tutorial_commands(TUTORIAL.read_text(encoding="utf-8")))
+    assert readme and tutorial and not set(readme) & set(tutorial), sorted(set(readme) & set(tutorial))

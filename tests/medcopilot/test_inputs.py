@@ -36,8 +36,10 @@ def test_a_flagship_recipe_refuses_a_tiny_build_where_it_reads(smoke, train_main
     status, out, err = _run(train_main, capsys, "recipe=sft_qwen7b", "--dry-run", f"tasks.root={root}",
                             "tasks.families=[toy_sql]", "tasks.mixture=null", f"output.dir={tmp_path / 'o'}")
     assert status == 2 and len(err.splitlines()) == 1
-    assert f"{root / 'toy_sql'} is a tiny build, not default" in err and "tasks.size=tiny" in err
-    assert f"# input tasks toy_sql: REFUSED ({root / 'toy_sql'})" in out
+    assert err.startswith(f"train.py: error: {root} holds a tiny build of toy_sql, but this run needs size default: "
+                          f"rebuild with `medagentgym build --families toy_sql --size default --out {root}`")
+    assert "tasks.size=tiny" in err
+    assert f"# input tasks toy_sql: REFUSED ({root / 'toy_sql'} is a tiny build, the recipe needs default)" in out
 
 
 def test_a_smoke_store_is_refused_for_a_recipe_that_trains_on_more_tasks(smoke, train_main, capsys, tmp_path):

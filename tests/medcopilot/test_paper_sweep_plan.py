@@ -21,7 +21,8 @@ from medagentgym.tasks import SUITES
 
 
 @pytest.mark.parametrize("name", ["paper_qwen7b", "paper_qwen14b", "paper_tiny"])
-def test_paper_sweeps_branch_from_sft_and_evaluate_both_suites(name):
+def test_paper_sweeps_branch_from_sft_and_evaluate_both_suites(name, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # plan_runs checks the builds under artifacts/tasks: not this checkout's
     sweep = load_sweep(RECIPES_DIR / "sweeps" / f"{name}.yaml")
     runs = plan_runs(sweep)  # every stage checked as train.py --dry-run would, against the chain's base model
     by = {r.name: r for r in runs}
@@ -35,7 +36,8 @@ def test_paper_sweeps_branch_from_sft_and_evaluate_both_suites(name):
     assert rows == ["base", "sft", "dpo", "ppo", "grpo"]
 
 
-def test_the_qwen_sweeps_give_vllm_the_base_model(capsys):
+def test_the_qwen_sweeps_give_vllm_the_base_model(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # a tiny build in this checkout's artifacts/tasks is (rightly) refused
     assert main([str(RECIPES_DIR / "sweeps" / "paper_qwen14b.yaml"), "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert "eval base/id: medagentgym eval --policy vllm:Qwen/Qwen2.5-14B-Instruct --suite id" in out

@@ -112,3 +112,45 @@ def test_size_default_over_a_tiny_build_is_refused_not_recorded_as_default(oracl
                            "--no-plots"], capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr
     assert json.loads((tmp_path / "o" / "report.json").read_text())["meta"]["size"] == "tiny"
+
+
+def _eval(out: Path, tasks_root: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "medagentgym", "eval", "--policy", "oracle", "--tasks-root",
+                           str(tasks_root), "--out", str(out), "--sandbox", SANDBOX, "--allow-unisolated",
+                           "--no-progress", "--no-plots", *args], capture_output=True, text=True, timeout=300,
+                          check=False)
+
+
+def test_a_rerun_that_asks_another_question_is_refused_in_words_and_keeps_the_bigger_report(oracle_run):
+    out, _ = oracle_run
+    tasks_root = out.parent / "tasks"
+    before = (out / "report.json").read_bytes()
+    proc = _eval(out, tasks_root, "--families", "toy_sql", "--limit", "2", "-k", "2")
+    err = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(err) == 1, proc.stderr
+    assert err[0] == (f"error: {out} holds the report of another question (--limit: 10 -> 2); pass another --out, "
+                      f"or delete {out} to start over")
+    assert (out / "report.json").read_bytes() == before, "a smaller rerun must not replace the report"
+    proc = _eval(out, tasks_root, "--families", "toy_sql,toy_lookup", "--limit", "10", "-k", "1", "--seed", "3")
+    assert proc.returncode == 2
+    assert ("(--families: toy_sql -> 2 families (toy_lookup, toy_sql); -k: 2 -> 1; --seed: 0 -> 3)"
+            in proc.stderr), proc.stderr
+    assert len(proc.stderr) < 300 and "manifest" not in proc.stderr
+    assert (out / "report.json").read_bytes() == before
+
+
+@pytest.mark.parametrize(("flag", "value", "wanted"), [
+    ("--max-turns", "0", "an integer >= 1"), ("--limit", "0", "an integer >= 1"), ("-k", "-1", "an integer >= 1"),
+    ("--concurrency", "0", "an integer >= 1"), ("--temperature", "-0.5", "a number >= 0"),
+    ("--top-p", "1.5", "a number in (0, 1]"), ("--max-tokens", "0", "an integer >= 1"),
+    ("--timeout", "nan", "a number > 0"), ("--seed", "-1", "an integer >= 0"), ("--max-turns", "two", "an integer")])
+def test_numeric_flags_out_of_range_are_refused_when_parsed(flag, value, wanted, tmp_path, capsys):
+    from medagentgym.cli.evaluate import main
+
+    with pytest.raises(SystemExit) as stop:
+        main(["--policy", "oracle", "--families", "toy_sql", "--tasks-root", str(tmp_path / "tasks"), "--out",
+              str(tmp_path / "o"), flag, value])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and f"argument {flag}: '{value}' is" in err and wanted in err
+    assert "error: argument" in err.strip().splitlines()[-1]
+    assert not (tmp_path / "tasks").exists(), "refused before building anything"

@@ -181,3 +181,14 @@ def test_public_answers_can_show_the_template(tmp_path):
     (inst,) = tasks.make("mimic_iii", root=tmp_path / "out").instances("test")
     assert inst.question == "has patient 5 been prescribed aspirin?" and inst.metadata["question_field"] == "template"
     assert report.notes["question_from_template"] == 1
+
+
+def test_import_without_db_says_first_that_it_builds_the_synthetic_database(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "medagentgym", "import", "--family", "treqs", "--from",
+                           str(FIXTURES / "treqs_test_tasks.jsonl"), "--size", "tiny", "--out",
+                           str(tmp_path / "imported")], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                          check=False)
+    assert done.returncode == 0, done.stderr
+    first = done.stderr.splitlines()[0]
+    assert first.startswith("import: no --db given: building treqs's synthetic database first (30 patients, "
+                            "--size tiny: seconds)") and "pass --db" in first
