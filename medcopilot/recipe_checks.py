@@ -7,6 +7,9 @@ It refuses, with one line each:
   ``flash_attention_2`` with the ``flash`` extra and needs bf16/fp16 weights);
 - a vLLM stage whose starting model is an adapter-only folder whose chain of bases does not end at a full model
   (the GRPO trainer hands vLLM that base model and syncs the merged weights before the first generation);
+- nothing about logging: a recipe whose ``trainer.report_to`` names wandb on a machine with no wandb key
+  (``WANDB_API_KEY`` or a ``~/.netrc`` entry) and no ``WANDB_MODE`` runs wandb **offline** (:func:`wandb_mode`
+  sets ``WANDB_MODE=offline`` and ``--dry-run`` says so), where wandb would otherwise stop the launch;
 - memory settings that cannot work on the target GPU: a vLLM engine whose KV cache cannot hold one sequence of
   ``vllm_max_model_length`` tokens, a colocated engine plus the training step that do not fit together (or, in
   sleep mode, a training step that does not fit alone), and activations of one micro-batch larger than the GPU.
@@ -53,7 +56,7 @@ from typing import Any
 from medcopilot.config import RecipeConfig, RecipeError
 
 __all__ = ["ATTENTION_KERNELS", "LOGITS_BYTES", "ModelShape", "check_runnable", "gpu_gib", "logits_gib", "memory_plan",
-           "model_shape", "recipe_memory_plan", "shape_from_config", "vllm_base_model"]
+           "model_shape", "recipe_memory_plan", "shape_from_config", "vllm_base_model", "wandb_mode"]
 
 GIB = 1024 ** 3
 #: Usable memory of an 80 GB GPU (H100/A100-80G report ~79.2 GiB to torch).
@@ -279,6 +282,9 @@ def check_runnable(cfg: RecipeConfig, args: Any, *, base_model: str | None = Non
         notes.append(f"trains on out-of-distribution families {', '.join(ood)}: their --suite ood numbers are no "
                      f"longer out of distribution")
     notes.append(_check_attention(cfg))
+    reporting = wandb_mode(getattr(args, "report_to", None) or [])
+    if reporting:
+        notes.append(reporting)
     uses_vllm = cfg.method == "grpo" and cfg.rollout.backend == "vllm"
     source = cfg.model.name_or_path
     if not Path(source).exists() and base_model:
@@ -299,6 +305,45 @@ def check_runnable(cfg: RecipeConfig, args: Any, *, base_model: str | None = Non
         return notes  # a tiny CPU model
     notes.append(_check_memory(cfg, args, shape, gpu if gpu is not None else gpu_gib(), uses_vllm))
     return notes
+
+
+def wandb_mode(report_to: Any) -> str | None:
+    """Make a run that reports to wandb start without a wandb key: offline unless a key or ``WANDB_MODE`` is set.
+
+    wandb stops a launch that has no key (``UsageError: No API key configured``), so the GPU recipes'
+    ``report_to: [wandb]`` would stop on any machine that never ran ``wandb login``. With no ``WANDB_MODE``, no
+    ``WANDB_API_KEY`` and no ``~/.netrc`` entry for wandb's host, this sets ``WANDB_MODE=offline`` in this
+    process (and so in the trainers it starts): the run logs under ``./wandb`` and ``wandb sync`` uploads it later.
+
+    Args:
+        report_to: The trainer config's ``report_to`` (a list, or a string).
+
+    Returns:
+        The line ``--dry-run`` prints, or None when the run does not report to wandb.
+    """
+    names = [report_to] if isinstance(report_to, str) else list(report_to)
+    if "wandb" not in names:
+        return None
+    mode = os.environ.get("WANDB_MODE", "").strip()
+    if mode:
+        return f"wandb: WANDB_MODE={mode} (as set)"
+    if os.environ.get("WANDB_API_KEY", "").strip() or _netrc_has_wandb():
+        return "wandb: online (a wandb key is configured)"
+    os.environ["WANDB_MODE"] = "offline"
+    return ("wandb: offline (no WANDB_API_KEY or ~/.netrc entry; WANDB_MODE=offline set): logs stay under ./wandb, "
+            "`wandb sync` uploads them; set WANDB_API_KEY for live logging or trainer.report_to=[] for none")
+
+
+def _netrc_has_wandb() -> bool:
+    """``~/.netrc`` (``$NETRC``) holds a login for wandb's host (where ``wandb login`` writes the key)."""
+    import netrc
+    from urllib.parse import urlparse
+
+    host = urlparse(os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai")).hostname or "api.wandb.ai"
+    try:
+        return netrc.netrc(os.environ.get("NETRC") or None).authenticators(host) is not None
+    except (OSError, netrc.NetrcParseError):
+        return False
 
 
 def _check_attention(cfg: RecipeConfig) -> str:
