@@ -39,17 +39,21 @@ from typing import Any
 
 __all__ = [
     "CHOICE",
+    "CHOICE_METRIC",
+    "CONTROLLED",
     "DECLARED",
     "FAMILIES",
     "GRPO_DEFAULTS",
     "OBSERVATION",
     "PPO_DEFAULTS",
     "PROMPT",
+    "RETRY",
     "WARM_DEFAULTS",
     "Playground",
     "RunResult",
     "Score",
     "choice_accuracy",
+    "choice_hits",
     "choice_episodes",
     "copy_check",
     "declare_clinic_code",
@@ -85,8 +89,17 @@ OBSERVATION = "toy_lookup"
 CHOICE = "toy_choice"
 #: Family -> (turn budget, tokens per assistant turn, tokens per episode after the prompt).
 FAMILIES = {SAY_NUMBER: (1, 32, 64), CLINIC_CODE: (3, 40, 160), OBSERVATION: (3, 40, 160), CHOICE: (3, 40, 160)}
-#: Families evaluated on held-out records with a control (the observation and the query-choice rungs).
-HELD_OUT = (OBSERVATION, CHOICE)
+#: The error-recovery family (``medagentgym/tasks/toy_retry.py``): toy_choice records, every second one with its
+#: tables renamed, so the first query fails with a grounded error listing the real names. Its demonstrations retry
+#: with a listed name drawn at random (:func:`choice_episodes`); it reports first-retry accuracy.
+RETRY = "toy_retry"
+FAMILIES[RETRY] = (4, 40, 320)
+#: Families evaluated on held-out records (the observation, query-choice and error-recovery rungs).
+HELD_OUT = (OBSERVATION, CHOICE, RETRY)
+#: Families with a control copy of their held-out records (:func:`decoy_observations`, :func:`swapped_cue`).
+CONTROLLED = (OBSERVATION, CHOICE)
+#: Family -> (what its choice accuracy measures, which SQL read of an episode it looks at).
+CHOICE_METRIC = {CHOICE: ("query choice", 0), RETRY: ("first retry", 1)}
 #: Prompt style of every learning run (``env_client.prompts``): one system line naming the actions instead of the
 #: ~650-token tool block, which the tiny model learns from demonstrations anyway; a third of the tokens to train
 #: and sample on each step.
@@ -102,7 +115,8 @@ WARM_DEFAULTS = {SAY_NUMBER: {"steps": 100, "batch": 8, "lr": 3e-3, "per_task": 
                                "per_task": 4, "right_share": 0.25},
                  # Every phase on the random-table demonstrator (each training record once per table): copying
                  # the observed value is taught, choosing the cued table is not (success ~1/3 of the copy rate).
-                 CHOICE: {"steps": 400, "last_turn": 300, "clean": 100, "batch": 8, "lr": 3e-3}}
+                 CHOICE: {"steps": 400, "last_turn": 300, "clean": 100, "batch": 8, "lr": 3e-3},
+                 RETRY: {"steps": 400, "last_turn": 300, "clean": 100, "batch": 8, "lr": 3e-3}}
 #: GRPO and PPO settings (chosen from the sweep in docs/benchmarks.md).
 #: GRPO warms its learning rate up over 5 steps: Adam's first steps move every weight by about ``lr`` whatever
 #: the gradient, and at full rate they collapsed one seed in five (docs/benchmarks.md, "Learning").
@@ -314,16 +328,27 @@ def choice_episodes(playground: Playground, instances: list[Any] | None = None) 
     """
     from medagentgym.tasks.toy_choice import TABLES, query
 
+    def sql(table: str) -> dict[str, Any]:
+        return {"action": "code_execution", "params": {"lang": "sql", "code": query(table)}}
+
+    out = []
     tasks_ = instances if instances is not None else list(playground.index.instances.values())
-    return [_play_script(playground, inst, [{"action": "code_execution", "params": {"lang": "sql", "code": query(t)}},
-                                            {"action": "submit_answer",
-                                             "params": {"answer": str(inst.metadata["readings"][t])}}],
-                         float(t == inst.metadata["table"]))
-            for inst in tasks_ for t in TABLES]
+    for inst in tasks_:
+        real = inst.metadata.get("tables", {t: t for t in TABLES})
+        for k, table in enumerate(TABLES):
+            # toy_retry's renamed records: a listed name first (it fails), then a real name, each once per record
+            first = [sql(TABLES[(k + 1) % len(TABLES)])] if inst.metadata.get("renamed") else []
+            steps = [*first, sql(real[table]),
+                     {"action": "submit_answer", "params": {"answer": str(inst.metadata["readings"][table])}}]
+            out.append(_play_script(playground, inst, steps, float(table == inst.metadata["table"]),
+                                    failing=len(first)))
+    return out
 
 
-def _play_script(playground: Playground, inst: Any, steps: list[dict[str, Any]], expected: float) -> Any:
-    """Play the actions ``steps`` on ``inst`` at token level; the episode must run cleanly and score ``expected``."""
+def _play_script(playground: Playground, inst: Any, steps: list[dict[str, Any]], expected: float, *,
+                 failing: int = 0) -> Any:
+    """Play the actions ``steps`` on ``inst`` at token level; the episode must score ``expected`` and its steps run
+    cleanly, except its first ``failing`` ones, which must fail (toy_retry's query of a renamed table)."""
     from env_client import Env
     from env_client.policies import render_action
     from env_client.tokens import token_rollout
@@ -341,7 +366,9 @@ def _play_script(playground: Playground, inst: Any, steps: list[dict[str, Any]],
         episode = token_rollout(env, inst, tokenizer=tok, generate_fn=scripted, seed=0, policy_name="oracle")
     finally:
         env.close()
-    failed = [s for s in episode.trajectory.steps if s.status not in ("ok", "submitted")]
+    ran = episode.trajectory.steps
+    failed = [s for s in ran[failing:] if s.status not in ("ok", "submitted")]
+    failed += [s for s in ran[:failing] if s.status in ("ok", "submitted")]
     if failed or episode.reward != expected:  # a demonstration must really run, not just submit the gold
         why = f"step {failed[0].turn} {failed[0].status}: {failed[0].observation[:160]!r}" if failed else \
             f"scored {episode.reward}, expected {expected}"
@@ -382,8 +409,8 @@ def warm_up(model: Any, playground: Playground, settings: dict[str, Any], *, see
     common = {"batch": batch, "lr": lr, "pad_id": pad, "optimizer": opt}
     loss = float("nan")
     if last_turn or clean:
-        exact = choice_episodes(playground) if playground.family.name == CHOICE else oracle_episodes(playground,
-                                                                                                      seed=seed)
+        exact = (choice_episodes(playground) if playground.family.name in (CHOICE, RETRY)
+                 else oracle_episodes(playground, seed=seed))
         if last_turn:
             loss = warm_start(model, exact, steps=last_turn, seed=seed + 3, last_turn=True, **common)
         if clean:
@@ -569,10 +596,17 @@ def sql_tables(turn: str) -> list[str]:
     return [m.lower() for m in re.findall(r"\bFROM\s+[\"'`\[]?([A-Za-z_][A-Za-z0-9_]*)", turn, flags=re.IGNORECASE)]
 
 
+def choice_hits(score: Score, cued: dict[str, str], *, at: int = 0) -> list[float]:
+    """Per episode of ``score`` on a record in ``cued`` (instance id -> table): 1.0 if its ``at``-th SQL read (0: the
+    first) is that table, else 0.0 (an episode without that read too). Episodes on other records are left out."""
+    return [float(len(q) > at and q[at] == cued[r]) for r, q in zip(score.records, score.queries) if r in cued]
+
+
 def choice_accuracy(score: Score, cued: dict[str, str], *, at: int = 0) -> float:
-    """Query-choice accuracy: the share of ``score``'s episodes whose ``at``-th SQL read (0: the first) is the cued
-    table (``cued``: instance id -> table). An episode without that read counts as a wrong choice."""
-    hits = [len(q) > at and q[at] == cued[r] for r, q in zip(score.records, score.queries)]
+    """Query-choice accuracy: the share of ``score``'s episodes on ``cued``'s records whose ``at``-th SQL read is the
+    cued table (:func:`choice_hits`). On :data:`CHOICE` (``at`` 0, every record): the first query; on
+    :data:`RETRY` (``at`` 1, the renamed records, their cued table's real name): first-retry accuracy."""
+    hits = choice_hits(score, cued, at=at)
     return statistics.fmean(hits) if hits else float("nan")
 
 
@@ -691,10 +725,11 @@ class RunResult:
         paired_success: On the held-out families, :func:`paired` of the evaluation's episodes after vs before RL
             (record-level mean difference and 95 % interval).
         paired_control: The same for the control.
-        choice_before: On :data:`CHOICE`, query-choice accuracy before RL (:func:`choice_accuracy`; chance 1/3).
+        choice_metric: ``query choice`` on :data:`CHOICE`, ``first retry`` on :data:`RETRY` (:data:`CHOICE_METRIC`).
+        choice_before: That accuracy before RL (:func:`choice_accuracy`; chance 1/3).
         choice_after: The same after RL.
-        paired_choice: :func:`paired` of the first query's choice (1 if it read the cued table) after vs before.
-        choice_curve: ``(step, query-choice accuracy)`` at each evaluation.
+        paired_choice: :func:`paired` of the choice (1 if the query read the cued table) after vs before.
+        choice_curve: ``(step, accuracy)`` at each evaluation.
     """
 
     method: str
@@ -715,6 +750,7 @@ class RunResult:
     cpu_s: float = 0.0
     paired_success: dict[str, float] | None = None
     paired_control: dict[str, float] | None = None
+    choice_metric: str = ""
     choice_before: float | None = None
     choice_after: float | None = None
     paired_choice: dict[str, float] | None = None
@@ -904,9 +940,9 @@ def learning_run(method: str, family: str, model_dir: str | os.PathLike, workdir
     if method not in ("grpo", "ppo"):
         raise ValueError(f"method {method!r} is unknown; choose grpo or ppo")
     held_out = family in HELD_OUT
-    control = held_out if control is None else control
-    if control and not held_out:
-        raise ValueError(f"the control needs {' or '.join(HELD_OUT)}; {family!r} has no observed values to replace")
+    control = family in CONTROLLED if control is None else control
+    if control and family not in CONTROLLED:
+        raise ValueError(f"the control needs {' or '.join(CONTROLLED)}; {family!r} has no control copy")
     defaults = {**(GRPO_DEFAULTS if method == "grpo" else PPO_DEFAULTS), **FAMILY_RL.get(family, {}).get(method, {})}
     settings = {**defaults, **{k: v for k, v in {"steps": steps, "lr": lr, "group": group}.items() if v is not None},
                 **extra}
@@ -941,14 +977,16 @@ def learning_run(method: str, family: str, model_dir: str | os.PathLike, workdir
             low, high = wilson(sc.success * sc.episodes, sc.episodes)
             return step, sc.success, round(low, 4), round(high, 4)
 
-        cued = {inst.id: inst.metadata.get("table", "") for inst in eval_index.instances.values()}
+        metric, at = CHOICE_METRIC.get(family, ("", 0))
+        cued = {i.id: i.metadata["tables"][i.metadata["table"]] if family == RETRY else i.metadata.get("table", "")
+                for i in eval_index.instances.values() if family != RETRY or i.metadata["renamed"]}
         choice_curve: list[tuple[int, float]] = []
 
         def chose(step: int, sc: Score) -> str:
-            if family != CHOICE:
+            if not metric:
                 return ""
-            choice_curve.append((step, round(choice_accuracy(sc, cued), 4)))
-            return f", query choice {choice_curve[-1][1]:.3f}"
+            choice_curve.append((step, round(choice_accuracy(sc, cued, at=at), 4)))
+            return f", {metric} {choice_curve[-1][1]:.3f}"
 
         first = score(model)
         before = first.success
@@ -989,10 +1027,11 @@ def learning_run(method: str, family: str, model_dir: str | os.PathLike, workdir
     stats: dict[str, Any] = {}
     if held_out:
         stats["paired_success"] = paired(first.wins, last.wins, first.records)
-        if family == CHOICE:
+        if metric:
+            stats["choice_metric"] = metric
             stats["choice_before"], stats["choice_after"] = choice_curve[0][1], choice_curve[-1][1]
-            hit = [[float(len(q) > 0 and q[0] == cued[r]) for r, q in zip(sc.records, sc.queries)] for sc in (first, last)]
-            stats["paired_choice"] = paired(hit[0], hit[1], first.records)
+            stats["paired_choice"] = paired(choice_hits(first, cued, at=at), choice_hits(last, cued, at=at),
+                                            [r for r in first.records if r in cued])
             stats["choice_curve"] = choice_curve
     if control:
         make_control = swapped_cue if family == CHOICE else decoy_observations

@@ -46,6 +46,7 @@ register("biodsbench", entry_point="medagentgym.tasks.biodsbench:BioDSBench", ma
 register("medagentbench", entry_point="medagentgym.tasks.medagentbench:MedAgentBench", max_turns=10)
 register("toy_lookup", entry_point="medagentgym.tasks.toy_lookup:ToyLookup", max_turns=3)
 register("toy_choice", entry_point="medagentgym.tasks.toy_choice:ToyChoice", max_turns=3)
+register("toy_retry", entry_point="medagentgym.tasks.toy_retry:ToyRetry", max_turns=4)
 
 #: The evaluation protocol of the MedAgentGym paper: its results table has eight in-distribution columns (trained
 #: and evaluated on) and four further scenarios held out of every training recipe (``--suite ood``). The two are

@@ -135,7 +135,7 @@ class ToyChoice:
             raise TaskError(f"size {size!r} is not one of {sorted(_SIZES)}")
         family_dir = Path(out_dir) / self.name
         (family_dir / RECORDS).mkdir(parents=True, exist_ok=True)
-        rng = random.Random(f"toy_choice:{seed}")
+        rng = random.Random(f"toy_choice:{seed}")  # toy_retry: the same records (its subclass renames tables)
         splits: dict[str, list[Instance]] = {}
         first = {"train": 0, "test": _SIZES[size]["train"]}
         for split in ("train", "test"):
@@ -147,7 +147,7 @@ class ToyChoice:
                 test = rng.choice(sorted(_TESTS))
                 readings = dict(zip(TABLES, rng.sample(range(_LOW, _HIGH + 1), len(TABLES))))
                 code = _code(first[split] + index)
-                write_readings(family_dir / RECORDS / f"{code}.db", test, readings)
+                self._write(family_dir / RECORDS / f"{code}.db", test, readings, index)
                 items.append(self._instance(split, index, code, test, cue, readings))
             splits[split] = items
             write_instances(family_dir, split, items)
@@ -156,6 +156,10 @@ class ToyChoice:
             counts={split: len(items) for split, items in splits.items()},
             categories={t: sum(i.category == t for items in splits.values() for i in items) for t in sorted(TABLES)},
         )
+
+    def _write(self, path: Path, test: str, readings: dict[str, int], index: int) -> None:
+        """The record's database (``index``: its place in the split)."""
+        write_readings(path, test, readings)
 
     def _instance(self, split: Split, index: int, code: str, test: str, cue: str,
                   readings: dict[str, int]) -> Instance:
@@ -181,3 +185,4 @@ class ToyChoice:
     def grade(self, instance: Instance, submission: str, ctx: GradeContext | None = None) -> Verdict:
         """Integer exact: the submission must be the cued table's value and nothing else."""
         return grade("integer", instance.answer, submission)
+

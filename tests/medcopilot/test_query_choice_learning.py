@@ -228,3 +228,37 @@ def test_rl_teaches_query_choice_that_no_demonstration_showed(method, tiny_model
     assert len(good) >= 4, [(r.seed, r.choice_before, r.choice_after, r.paired_choice) for r in runs]
     assert all(r.paired_success["low"] > 0 for r in good), [r.paired_success for r in good]
     assert all(r.paired_control["low"] <= 0 for r in runs), [r.paired_control for r in runs]  # the control: no rise
+
+
+def test_the_retry_rung_fails_first_with_a_grounded_error_and_demonstrates_a_random_retry(tmp_path, tiny_model_dir):
+    """toy_retry: on renamed records the listed name fails with the sandbox's grounded error naming the real tables;
+    the demonstrations retry with a real name drawn independently of the cue, and submit what that read returned."""
+    from transformers import AutoTokenizer
+
+    from medcopilot.learning import RETRY, _model_turns
+    from medagentgym import tasks
+
+    tasks.make(RETRY, root=tmp_path).build(tmp_path, size="tiny", seed=0)
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    play = Playground.open(RETRY, tmp_path, tok, workers=2)
+    try:
+        instances = list(play.index.instances.values())[:4]
+        episodes = choice_episodes(play, instances)
+    finally:
+        play.close()
+    assert [i.metadata["renamed"] for i in instances] == [False, True, False, True]
+    retried = Counter()
+    for k, ep in enumerate(episodes):
+        inst = instances[k // 3]
+        reads = [t for turn in _model_turns(tok, ep.completion_ids, ep.env_mask) for t in sql_tables(turn)]
+        observed = tok.decode([t for t, m in zip(ep.completion_ids, ep.env_mask) if not m])
+        if not inst.metadata["renamed"]:
+            assert len(reads) == 1 and "no such table" not in observed
+            continue
+        first, retry = reads
+        assert first in TABLES and retry == f"{retry[:-3]}_v2" and retry[:-3] in TABLES
+        assert f"no such table: {first}" in observed and "tables: evening_v2, morning_v2, noon_v2" in observed
+        assert f"did you mean '{first}_v2'" in observed  # the grounded error names the real table
+        assert ep.reward == float(retry == inst.metadata["tables"][inst.metadata["table"]])
+        retried[(inst.metadata["table"], retry)] += 1
+    assert len(retried) == 6 and set(retried.values()) == {1}  # each renamed record: every real name once
