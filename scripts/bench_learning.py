@@ -186,11 +186,11 @@ def plot(runs: list[dict[str, Any]], path: Path) -> None:
                                   [max(c) - statistics.median(c) for c in ctrl]],
                             color=colour, linestyle="--", marker="x", capsize=4,
                             label=f"{method}: control ({'cued table wrong' if family == CHOICE else 'observed values wrong'})")
-            if family == CHOICE and all(r.get("choice_curve") for r in group):
+            if all(r.get("choice_curve") for r in group):  # toy_choice's query choice, toy_retry's first retry
                 points = sorted(set.intersection(*[{p[0] for p in r["choice_curve"]} for r in group]))
                 acc = [[{p[0]: p[1] for p in r["choice_curve"]}[s] for r in group] for s in points]
                 ax.plot(points, [statistics.median(v) for v in acc], color=colour, linestyle="-.", marker="s",
-                        label=f"{method}: query choice (median)")
+                        label=f"{method}: {group[0].get('choice_metric', 'query choice')} (median)")
         if family == OBSERVATION:
             ax.axhline(CHANCE, color="grey", linewidth=1, linestyle=":", label="chance (1/9)")
         if family == CHOICE:

@@ -50,7 +50,8 @@ register("toy_retry", entry_point="medagentgym.tasks.toy_retry:ToyRetry", max_tu
 
 #: The evaluation protocol of the MedAgentGym paper: its results table has eight in-distribution columns (trained
 #: and evaluated on) and four further scenarios held out of every training recipe (``--suite ood``). The two are
-#: disjoint; ``toy_sql`` and ``toy_lookup`` are in neither (smoke-test and learning-check families).
+#: disjoint; ``toy_sql``, ``toy_lookup``, ``toy_choice`` and ``toy_retry`` are in neither (smoke-test and
+#: learning-check families).
 SUITES: dict[str, tuple[str, ...]] = {
     "id": ("mimic_iii", "eicu", "treqs", "medcalcbench", "medagentbench", "biocoder", "biodsbench", "ehrshot"),
     "ood": ("ehr_seqsql", "ehrcon", "mimic_extract", "npowerai"),
