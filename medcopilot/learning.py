@@ -38,16 +38,23 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "CHOICE",
+    "CHOICE_METRIC",
+    "CONTROLLED",
     "DECLARED",
     "FAMILIES",
     "GRPO_DEFAULTS",
     "OBSERVATION",
     "PPO_DEFAULTS",
     "PROMPT",
+    "RETRY",
     "WARM_DEFAULTS",
     "Playground",
     "RunResult",
     "Score",
+    "choice_accuracy",
+    "choice_hits",
+    "choice_episodes",
     "copy_check",
     "declare_clinic_code",
     "declare_say_number",
@@ -55,6 +62,9 @@ __all__ = [
     "evaluate",
     "learning_run",
     "oracle_episodes",
+    "paired",
+    "sql_tables",
+    "swapped_cue",
     "train_grpo",
     "train_ppo",
     "warm_start",
@@ -73,8 +83,23 @@ CLINIC_CODE_QUESTIONS = ("What is the clinic's protocol code? Query the database
 #: The family whose answers exist only in a tool observation (``medagentgym/tasks/toy_lookup.py``): its fixed
 #: evaluation runs on held-out records and has a control with every observed value made wrong.
 OBSERVATION = "toy_lookup"
+#: The query-choice family (``medagentgym/tasks/toy_choice.py``): three tables per record, the question names which
+#: one to read. Its demonstrations read a table drawn at random (:func:`choice_episodes`), its fixed evaluation runs
+#: on 128 held-out records, reports query-choice accuracy and has a swapped-cue control (:func:`swapped_cue`).
+CHOICE = "toy_choice"
 #: Family -> (turn budget, tokens per assistant turn, tokens per episode after the prompt).
-FAMILIES = {SAY_NUMBER: (1, 32, 64), CLINIC_CODE: (3, 40, 160), OBSERVATION: (3, 40, 160)}
+FAMILIES = {SAY_NUMBER: (1, 32, 64), CLINIC_CODE: (3, 40, 160), OBSERVATION: (3, 40, 160), CHOICE: (3, 40, 160)}
+#: The error-recovery family (``medagentgym/tasks/toy_retry.py``): toy_choice records, every second one with its
+#: tables renamed, so the first query fails with a grounded error listing the real names. Its demonstrations retry
+#: with a listed name drawn at random (:func:`choice_episodes`); it reports first-retry accuracy.
+RETRY = "toy_retry"
+FAMILIES[RETRY] = (4, 40, 320)
+#: Families evaluated on held-out records (the observation, query-choice and error-recovery rungs).
+HELD_OUT = (OBSERVATION, CHOICE, RETRY)
+#: Families with a control copy of their held-out records (:func:`decoy_observations`, :func:`swapped_cue`).
+CONTROLLED = (OBSERVATION, CHOICE)
+#: Family -> (what its choice accuracy measures, which SQL read of an episode it looks at).
+CHOICE_METRIC = {CHOICE: ("query choice", 0), RETRY: ("first retry", 1)}
 #: Prompt style of every learning run (``env_client.prompts``): one system line naming the actions instead of the
 #: ~650-token tool block, which the tiny model learns from demonstrations anyway; a third of the tokens to train
 #: and sample on each step.
@@ -87,7 +112,11 @@ EVAL_CALL = 1_000_000
 WARM_DEFAULTS = {SAY_NUMBER: {"steps": 100, "batch": 8, "lr": 3e-3, "per_task": 9, "right_share": 1 / 3},
                  CLINIC_CODE: {"steps": 200, "short": 150, "batch": 8, "lr": 3e-3, "per_task": 8, "right_share": 0.5},
                  OBSERVATION: {"steps": 600, "last_turn": 300, "clean": 100, "batch": 8, "lr": 3e-3,
-                               "per_task": 4, "right_share": 0.25}}
+                               "per_task": 4, "right_share": 0.25},
+                 # Every phase on the random-table demonstrator (each training record once per table): copying
+                 # the observed value is taught, choosing the cued table is not (success ~1/3 of the copy rate).
+                 CHOICE: {"steps": 400, "last_turn": 300, "clean": 100, "batch": 8, "lr": 3e-3},
+                 RETRY: {"steps": 400, "last_turn": 300, "clean": 100, "batch": 8, "lr": 3e-3}}
 #: GRPO and PPO settings (chosen from the sweep in docs/benchmarks.md).
 #: GRPO warms its learning rate up over 5 steps: Adam's first steps move every weight by about ``lr`` whatever
 #: the gradient, and at full rate they collapsed one seed in five (docs/benchmarks.md, "Learning").
@@ -272,11 +301,7 @@ def oracle_episodes(playground: Playground, instances: list[Any] | None = None, 
     """
     import random
 
-    from env_client import Env
-    from env_client.policies import render_action
-    from env_client.tokens import token_rollout
-
-    tok, rng = playground.tokenizer, random.Random(seed)
+    rng = random.Random(seed)
     out = []
     tasks_ = instances if instances is not None else list(playground.index.instances.values())
     for inst in [i for i in tasks_ for _ in range(per_task)]:
@@ -285,25 +310,70 @@ def oracle_episodes(playground: Playground, instances: list[Any] | None = None, 
         if not right:  # the same episode, one wrong digit submitted
             gold = str(steps[-1]["params"]["answer"])
             steps[-1] = {**steps[-1], "params": {"answer": rng.choice([d for d in "123456789" if d != gold])}}
-        script = iter(steps)
-
-        def scripted(context: list[int], seed: int | None) -> tuple[list[int], list[float]]:
-            step = next(script)
-            ids = tok(render_action(step["action"], step["params"]), add_special_tokens=False)["input_ids"]
-            return ids + [tok.eos_token_id], [0.0] * (len(ids) + 1)
-
-        env = Env(playground.pool, tasks_root=playground.root, config=playground.env_config)
-        try:
-            episode = token_rollout(env, inst, tokenizer=tok, generate_fn=scripted, seed=0, policy_name="oracle")
-        finally:
-            env.close()
-        failed = [s for s in episode.trajectory.steps if s.status not in ("ok", "submitted")]
-        if failed or episode.reward != float(right):  # a demonstration must really run, not just submit the gold
-            why = f"step {failed[0].turn} {failed[0].status}: {failed[0].observation[:160]!r}" if failed else \
-                f"scored {episode.reward}, expected {float(right)}"
-            raise RuntimeError(f"a demonstration of {inst.id} did not run cleanly ({why})")
-        out.append(episode)
+        out.append(_play_script(playground, inst, steps, float(right)))
     return out
+
+
+def choice_episodes(playground: Playground, instances: list[Any] | None = None) -> list[Any]:
+    """The :data:`CHOICE` family's demonstrations: every record queried once per table, the value read submitted.
+
+    Each episode reads one of the record's three tables and submits the value that table holds (what the
+    observation shows), so the episodes are consistent (the submission is always the observed value: copying is
+    taught) and the table read never depends on the question (every record is shown once with each table: cue ->
+    table is not taught; one in three of them is right). Played through the environment like
+    :func:`oracle_episodes`.
+
+    Raises:
+        RuntimeError: If an episode's grade is not 1 exactly when it read the cued table.
+    """
+    from medagentgym.tasks.toy_choice import TABLES, query
+
+    def sql(table: str) -> dict[str, Any]:
+        return {"action": "code_execution", "params": {"lang": "sql", "code": query(table)}}
+
+    out = []
+    tasks_ = instances if instances is not None else list(playground.index.instances.values())
+    for inst in tasks_:
+        real = inst.metadata.get("tables", {t: t for t in TABLES})
+        for k, table in enumerate(TABLES):
+            # toy_retry's renamed records: a listed name first (it fails), then a real name, each once per record
+            first = [sql(TABLES[(k + 1) % len(TABLES)])] if inst.metadata.get("renamed") else []
+            steps = [*first, sql(real[table]),
+                     {"action": "submit_answer", "params": {"answer": str(inst.metadata["readings"][table])}}]
+            out.append(_play_script(playground, inst, steps, float(table == inst.metadata["table"]),
+                                    failing=len(first)))
+    return out
+
+
+def _play_script(playground: Playground, inst: Any, steps: list[dict[str, Any]], expected: float, *,
+                 failing: int = 0) -> Any:
+    """Play the actions ``steps`` on ``inst`` at token level; the episode must score ``expected`` and its steps run
+    cleanly, except its first ``failing`` ones, which must fail (toy_retry's query of a renamed table)."""
+    from env_client import Env
+    from env_client.policies import render_action
+    from env_client.tokens import token_rollout
+
+    tok = playground.tokenizer
+    script = iter(steps)
+
+    def scripted(context: list[int], seed: int | None) -> tuple[list[int], list[float]]:
+        step = next(script)
+        ids = tok(render_action(step["action"], step["params"]), add_special_tokens=False)["input_ids"]
+        return ids + [tok.eos_token_id], [0.0] * (len(ids) + 1)
+
+    env = Env(playground.pool, tasks_root=playground.root, config=playground.env_config)
+    try:
+        episode = token_rollout(env, inst, tokenizer=tok, generate_fn=scripted, seed=0, policy_name="oracle")
+    finally:
+        env.close()
+    ran = episode.trajectory.steps
+    failed = [s for s in ran[failing:] if s.status not in ("ok", "submitted")]
+    failed += [s for s in ran[:failing] if s.status in ("ok", "submitted")]
+    if failed or episode.reward != expected:  # a demonstration must really run, not just submit the gold
+        why = f"step {failed[0].turn} {failed[0].status}: {failed[0].observation[:160]!r}" if failed else \
+            f"scored {episode.reward}, expected {expected}"
+        raise RuntimeError(f"a demonstration of {inst.id} did not run cleanly ({why})")
+    return episode
 
 
 def warm_up(model: Any, playground: Playground, settings: dict[str, Any], *, seed: int) -> float:
@@ -316,6 +386,9 @@ def warm_up(model: Any, playground: Playground, settings: dict[str, Any], *, see
        turn: the observation before it, then the submit. With a ~60-token context the model learns to copy the
        observed value in ~200 steps; with the whole episode (~250 tokens) that takes thousands on some seeds.
     2. ``clean`` steps on the same episodes, whole: the copying carries over within ~50 steps.
+
+    On :data:`CHOICE` phases 1-2 use :func:`choice_episodes` (a table read at random, the value read submitted)
+    instead of the exact demonstrator, and its settings have no later phase.
     3. ``short`` steps on the noisy demonstrator's episodes (``per_task`` per task, right with probability
        ``right_share``) without the shared prompt prefix.
     4. The rest on the noisy demonstrator's episodes, whole. After phases 1-2 this brings success down to about
@@ -336,7 +409,8 @@ def warm_up(model: Any, playground: Playground, settings: dict[str, Any], *, see
     common = {"batch": batch, "lr": lr, "pad_id": pad, "optimizer": opt}
     loss = float("nan")
     if last_turn or clean:
-        exact = oracle_episodes(playground, seed=seed)
+        exact = (choice_episodes(playground) if playground.family.name in (CHOICE, RETRY)
+                 else oracle_episodes(playground, seed=seed))
         if last_turn:
             loss = warm_start(model, exact, steps=last_turn, seed=seed + 3, last_turn=True, **common)
         if clean:
@@ -466,11 +540,19 @@ def _warm_last_turn(model: Any, episodes: list[Any], *, steps: int, batch: int, 
 
 @dataclass(frozen=True)
 class Score:
-    """A fixed evaluation's result: mean reward and success over ``episodes`` (graded ones for the reward)."""
+    """A fixed evaluation's result: mean reward and success over ``episodes`` (graded ones for the reward).
+
+    ``records`` (the instance id), ``wins`` (1.0 or 0.0) and ``queries`` (the tables the episode's SQL read, in
+    order, :func:`sql_tables`) hold one entry per episode, in row order, for record-level statistics
+    (:func:`paired`) and query-choice accuracy (:func:`choice_accuracy`).
+    """
 
     reward: float
     success: float
     episodes: int
+    records: tuple[str, ...] = ()
+    wins: tuple[float, ...] = ()
+    queries: tuple[tuple[str, ...], ...] = ()
 
 
 def evaluate(rollout: Any, model: Any, prompts: list[Any], *, reps: int, temperature: float = 1.0) -> Score:
@@ -481,14 +563,70 @@ def evaluate(rollout: Any, model: Any, prompts: list[Any], *, reps: int, tempera
     """
     was_training = model.training
     model.eval()
+    rows = [p for p in prompts for _ in range(reps)]
     try:
-        out = rollout.run([p for p in prompts for _ in range(reps)],
-                          rollout.hf_generator(model, temperature=temperature), call=EVAL_CALL)
+        out = rollout.run(rows, rollout.hf_generator(model, temperature=temperature), call=EVAL_CALL)
     finally:
         model.train(was_training)
     graded = [r for r in out["reward_correctness"] if r is not None]
-    return Score(statistics.fmean(graded) if graded else float("nan"),
-                 statistics.fmean(float(s["success"]) for s in out["episode_stats"]), len(out["episode_stats"]))
+    wins = tuple(float(s["success"]) for s in out["episode_stats"])
+    turns = [_model_turns(rollout.tokenizer, ids, mask) for ids, mask in zip(out["completion_ids"], out["env_mask"])]
+    return Score(statistics.fmean(graded) if graded else float("nan"), statistics.fmean(wins), len(wins),
+                 tuple(rollout.index.lookup(p).id for p in rows), wins,
+                 tuple(tuple(t for turn in ts for t in sql_tables(turn)) for ts in turns))
+
+
+def _model_turns(tokenizer: Any, ids: list[int], mask: list[int]) -> list[str]:
+    """The assistant turns of one episode's completion (runs of ``env_mask`` 1), decoded."""
+    from itertools import groupby
+
+    runs = groupby(zip(ids, mask), key=lambda pair: bool(pair[1]))
+    return [tokenizer.decode([t for t, _ in run], skip_special_tokens=True) for own, run in runs if own]
+
+
+def sql_tables(turn: str) -> list[str]:
+    """The tables a turn's ``code_execution`` reads: each ``FROM <name>`` of its code (lower case), in order.
+
+    The turn's text is the model's own (a ``<tool_call>`` JSON, possibly malformed); a turn that does not parse as
+    an action still names what it would have read, which is what query choice is about.
+    """
+    import re
+
+    turn = turn.replace("\\n", " ").replace("\\t", " ")  # the code as JSON-escaped in the tool call's text
+    return [m.lower() for m in re.findall(r"\bFROM\s+[\"'`\[]?([A-Za-z_][A-Za-z0-9_]*)", turn, flags=re.IGNORECASE)]
+
+
+def choice_hits(score: Score, cued: dict[str, str], *, at: int = 0) -> list[float]:
+    """Per episode of ``score`` on a record in ``cued`` (instance id -> table): 1.0 if its ``at``-th SQL read (0: the
+    first) is that table, else 0.0 (an episode without that read too). Episodes on other records are left out."""
+    return [float(len(q) > at and q[at] == cued[r]) for r, q in zip(score.records, score.queries) if r in cued]
+
+
+def choice_accuracy(score: Score, cued: dict[str, str], *, at: int = 0) -> float:
+    """Query-choice accuracy: the share of ``score``'s episodes on ``cued``'s records whose ``at``-th SQL read is the
+    cued table (:func:`choice_hits`). On :data:`CHOICE` (``at`` 0, every record): the first query; on
+    :data:`RETRY` (``at`` 1, the renamed records, their cued table's real name): first-retry accuracy."""
+    hits = choice_hits(score, cued, at=at)
+    return statistics.fmean(hits) if hits else float("nan")
+
+
+def paired(before: list[float] | tuple[float, ...], after: list[float] | tuple[float, ...],
+           records: list[str] | tuple[str, ...], *, z: float = 1.96) -> dict[str, float]:
+    """The record-level paired difference ``after - before`` and its 95 % interval.
+
+    ``before[i]`` and ``after[i]`` are one episode's outcome (0/1) under two policies on the same record and the same
+    sampling seed (common random numbers); episodes are averaged per record first, then the per-record differences
+    give the mean, its standard error (sample standard deviation / sqrt(records)) and the normal interval
+    (``z`` 1.96; with >= 128 records the t quantile is 1.98, the same to two digits). "Improved" means ``low > 0``.
+    """
+    per: dict[str, list[float]] = {}
+    for r, b, a in zip(records, before, after):
+        per.setdefault(r, []).append(a - b)
+    diffs = [statistics.fmean(v) for v in per.values()]
+    mean = statistics.fmean(diffs)
+    se = statistics.stdev(diffs) / len(diffs) ** 0.5 if len(diffs) > 1 else float("nan")
+    return {"mean": round(mean, 4), "low": round(mean - z * se, 4), "high": round(mean + z * se, 4),
+            "records": len(diffs)}
 
 
 # --- RL ----------------------------------------------------------------------------------------------------------
@@ -538,7 +676,8 @@ def train_ppo(model: Any, tokenizer: Any, rollout: Any, prompts: list[Any], *, s
 
     ``batch`` episodes per step (``group`` per task) and one optimizer step on them (one epoch, one mini-batch:
     as many updates as GRPO makes; four per step made the tiny model's policy blow up within 25 steps in the
-    sweep), Monte-Carlo returns (``gamma = lam = 1``), k3 KL with a fixed coefficient, a 10x faster value head.
+    sweep), Monte-Carlo returns (``gamma = lam = 1``), k1 KL in the reward with a fixed coefficient (as the
+    recipes: k1's policy gradient is the KL's), a 10x faster value head.
     ``args`` override :class:`~medcopilot.ppo.PPOArgs` fields.
     """
     import copy
@@ -548,7 +687,7 @@ def train_ppo(model: Any, tokenizer: Any, rollout: Any, prompts: list[Any], *, s
 
     settings = {"max_steps": steps, "rollout_batch_size": batch, "mini_batch_size": batch,
                 "micro_batch_size": batch // 2, "ppo_epochs": 1, "learning_rate": lr,
-                "value_head_learning_rate": 10 * lr, "gamma": 1.0, "lam": 1.0, "kl_coef": 0.01, "kl_estimator": "k3",
+                "value_head_learning_rate": 10 * lr, "gamma": 1.0, "lam": 1.0, "kl_coef": 0.01, "kl_estimator": "k1",
                 "vf_coef": 0.1, "max_completion_length": rollout.max_completion_tokens, "seed": seed, **args}
     trainer = PPOTrainer(model=model, tokenizer=tokenizer, rollout=rollout, prompts=prompts, args=PPOArgs(**settings),
                          output_dir=output_dir, reward_weights={"correctness": 1.0}, group_size=group,
@@ -583,6 +722,14 @@ class RunResult:
         settings: Hyper-parameters of the run.
         wall_s: Wall time (seconds).
         cpu_s: CPU time of this process (user + system seconds).
+        paired_success: On the held-out families, :func:`paired` of the evaluation's episodes after vs before RL
+            (record-level mean difference and 95 % interval).
+        paired_control: The same for the control.
+        choice_metric: ``query choice`` on :data:`CHOICE`, ``first retry`` on :data:`RETRY` (:data:`CHOICE_METRIC`).
+        choice_before: That accuracy before RL (:func:`choice_accuracy`; chance 1/3).
+        choice_after: The same after RL.
+        paired_choice: :func:`paired` of the choice (1 if the query read the cued table) after vs before.
+        choice_curve: ``(step, accuracy)`` at each evaluation.
     """
 
     method: str
@@ -601,6 +748,13 @@ class RunResult:
     settings: dict[str, Any] = field(default_factory=dict)
     wall_s: float = 0.0
     cpu_s: float = 0.0
+    paired_success: dict[str, float] | None = None
+    paired_control: dict[str, float] | None = None
+    choice_metric: str = ""
+    choice_before: float | None = None
+    choice_after: float | None = None
+    paired_choice: dict[str, float] | None = None
+    choice_curve: list[tuple[int, float]] = field(default_factory=list)
 
     @property
     def gain(self) -> float:
@@ -657,6 +811,50 @@ def decoy_observations(root: str | os.PathLike, out: str | os.PathLike, *, split
         con = sqlite3.connect(dst / inst.metadata["sql_database"])
         try:
             con.execute("UPDATE reading SET value = ?", (rng.choice([v for v in range(1, 10) if v != inst.answer]),))
+            con.commit()
+        finally:
+            con.close()
+    return Path(out)
+
+
+def swapped_cue(root: str | os.PathLike, out: str | os.PathLike, *, split: str = "test", seed: int = 0) -> Path:
+    """A copy of :data:`CHOICE` under the tasks root ``out`` whose ``split`` records hold a wrong value in the cued table.
+
+    In every record's database the cued table's value is swapped with that of one of the two other tables (drawn
+    at random): the gold answer now sits in a table the question does not name, and the cued table holds another
+    reading's value. Prompts, answers and the observation format are unchanged. A policy that reads the cued table
+    and submits what it read scores 0 there; one that reads a table at random keeps the score it has on the real
+    records (1/3 of its copy rate); so a rise on the real records with no rise here comes from choosing the cued
+    table. This is the control of the query-choice rung.
+
+    Args:
+        root: The tasks root holding a built ``toy_choice``.
+        out: Tasks root to write the copy into (replaced if present).
+        split: Whose records to change.
+        seed: Seeds which other table each record swaps with.
+
+    Returns:
+        ``out``.
+    """
+    import random
+    import shutil
+    import sqlite3
+
+    from medagentgym import tasks
+    from medagentgym.tasks.toy_choice import TABLES
+
+    src, dst = Path(root) / CHOICE, Path(out) / CHOICE
+    if dst.exists():
+        shutil.rmtree(dst)
+    shutil.copytree(src, dst)
+    rng = random.Random(f"swapped-cue:{seed}")
+    for inst in tasks.make(CHOICE, root=out).instances(split):
+        readings, cue = inst.metadata["readings"], inst.metadata["table"]
+        other = rng.choice([t for t in TABLES if t != cue])
+        con = sqlite3.connect(dst / inst.metadata["sql_database"])
+        try:  # table names come from TABLES, never from the records
+            con.execute(f"UPDATE {cue} SET value = ?", (readings[other],))
+            con.execute(f"UPDATE {other} SET value = ?", (readings[cue],))
             con.commit()
         finally:
             con.close()
@@ -741,10 +939,10 @@ def learning_run(method: str, family: str, model_dir: str | os.PathLike, workdir
 
     if method not in ("grpo", "ppo"):
         raise ValueError(f"method {method!r} is unknown; choose grpo or ppo")
-    observation = family == OBSERVATION
-    control = observation if control is None else control
-    if control and not observation:
-        raise ValueError(f"the observation control needs {OBSERVATION}; {family!r} has no observed values to replace")
+    held_out = family in HELD_OUT
+    control = family in CONTROLLED if control is None else control
+    if control and family not in CONTROLLED:
+        raise ValueError(f"the control needs {' or '.join(CONTROLLED)}; {family!r} has no control copy")
     defaults = {**(GRPO_DEFAULTS if method == "grpo" else PPO_DEFAULTS), **FAMILY_RL.get(family, {}).get(method, {})}
     settings = {**defaults, **{k: v for k, v in {"steps": steps, "lr": lr, "group": group}.items() if v is not None},
                 **extra}
@@ -757,7 +955,7 @@ def learning_run(method: str, family: str, model_dir: str | os.PathLike, workdir
     concurrency = max(16, settings.get("batch", settings["group"]))
     root = Path(tasks_root or workdir / "tasks")
     play = Playground.open(family, root, tok, sandbox=sandbox, workers=concurrency)
-    eval_split = "test" if observation else "train"
+    eval_split = "test" if held_out else "train"
 
     def say(text: str) -> None:
         if log:
@@ -779,16 +977,28 @@ def learning_run(method: str, family: str, model_dir: str | os.PathLike, workdir
             low, high = wilson(sc.success * sc.episodes, sc.episodes)
             return step, sc.success, round(low, 4), round(high, 4)
 
+        metric, at = CHOICE_METRIC.get(family, ("", 0))
+        cued = {i.id: i.metadata["tables"][i.metadata["table"]] if family == RETRY else i.metadata.get("table", "")
+                for i in eval_index.instances.values() if family != RETRY or i.metadata["renamed"]}
+        choice_curve: list[tuple[int, float]] = []
+
+        def chose(step: int, sc: Score) -> str:
+            if not metric:
+                return ""
+            choice_curve.append((step, round(choice_accuracy(sc, cued, at=at), 4)))
+            return f", {metric} {choice_curve[-1][1]:.3f}"
+
         first = score(model)
         before = first.success
         curve = [point(0, first)]
-        say(f"warm start loss {loss:.3f}; success {before:.3f} ({eval_split} split)")
+        say(f"warm start loss {loss:.3f}; success {before:.3f} ({eval_split} split){chose(0, first)}")
         warm_model = copy.deepcopy(model) if control else None
 
         def on_step(step: int, m: Any) -> None:
             if eval_every and step % eval_every == 0 and step < settings["steps"]:
-                curve.append(point(step, score(m)))
-                say(f"step {step}: success {curve[-1][1]:.3f}")
+                sc = score(m)
+                curve.append(point(step, sc))
+                say(f"step {step}: success {curve[-1][1]:.3f}{chose(step, sc)}")
 
         rl = {k: v for k, v in settings.items() if k not in ("steps", "lr", "group")}
         if method == "grpo":
@@ -809,23 +1019,36 @@ def learning_run(method: str, family: str, model_dir: str | os.PathLike, workdir
             from medcopilot.modeling import save_pretrained_atomic
 
             save_pretrained_atomic(save_to, final, tok)
-        say(f"after {settings['steps']} steps: success {after:.3f} (gain {after - before:+.3f})")
+        say(f"after {settings['steps']} steps: success {after:.3f} (gain {after - before:+.3f})"
+            f"{chose(settings['steps'], last)}")
     finally:
         play.close()
     control_before = control_after = None
+    stats: dict[str, Any] = {}
+    if held_out:
+        stats["paired_success"] = paired(first.wins, last.wins, first.records)
+        if metric:
+            stats["choice_metric"] = metric
+            stats["choice_before"], stats["choice_after"] = choice_curve[0][1], choice_curve[-1][1]
+            stats["paired_choice"] = paired(choice_hits(first, cued, at=at), choice_hits(last, cued, at=at),
+                                            [r for r in first.records if r in cued])
+            stats["choice_curve"] = choice_curve
     if control:
-        decoy = Playground.open(family, decoy_observations(root, workdir / "decoy", split=eval_split, seed=seed), tok,
+        make_control = swapped_cue if family == CHOICE else decoy_observations
+        decoy = Playground.open(family, make_control(root, workdir / "decoy", split=eval_split, seed=seed), tok,
                                 sandbox=sandbox, workers=concurrency, split=eval_split)
         try:
             decoy_rollout = decoy.rollout(seed=seed, concurrency=concurrency)
-            control_before, control_after = (evaluate(decoy_rollout, m, decoy.prompts, reps=reps).success
-                                             for m in (warm_model, final))
+            ctrl = [evaluate(decoy_rollout, m, decoy.prompts, reps=reps) for m in (warm_model, final)]
         finally:
             decoy.close()
-        say(f"control (observed values made wrong): {control_before:.3f} -> {control_after:.3f}")
+        control_before, control_after = ctrl[0].success, ctrl[1].success
+        stats["paired_control"] = paired(ctrl[0].wins, ctrl[1].wins, ctrl[0].records)
+        what = "the cued table's value made wrong" if family == CHOICE else "observed values made wrong"
+        say(f"control ({what}): {control_before:.3f} -> {control_after:.3f}")
     return RunResult(method, family, seed, before, after, curve, [(step, round(r, 4)) for step, r in rewards],
                      eval_split, control_before, control_after, first.reward, last.reward,
                      list(getattr(play.pool, "layers", [])),
                      {**settings, "warm": warm_settings, "eval_episodes": len(eval_prompts) * reps,
                       "prompt": play.prompt},
-                     round(time.monotonic() - started, 1), round(time.process_time() - cpu0, 1))
+                     round(time.monotonic() - started, 1), round(time.process_time() - cpu0, 1), **stats)

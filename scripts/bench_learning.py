@@ -58,13 +58,23 @@ for _key in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
     os.environ.setdefault(_key, "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from medcopilot.learning import FAMILIES, OBSERVATION, RunResult  # noqa: E402
+from medcopilot.learning import CHOICE, FAMILIES, HELD_OUT, OBSERVATION, RunResult  # noqa: E402
 
 #: Chance on toy_lookup: values are uniform on 1..9.
 CHANCE = 1 / 9
+#: Query-choice accuracy of a policy that reads one of toy_choice's three tables at random.
+CHOICE_CHANCE = 1 / 3
 #: What the observation proof asks of each method (issue 20).
 PROOF = {"seeds_improved": 4, "median_gain": 0.15}
-QUICK = {"eval_episodes": 96, "eval_every": 20, "jobs": 2, "seeds": 5, "out": Path("runs/bench_learning_quick")}
+#: What the query-choice proof asks of each method (issue 30): on at least 4 of 5 seeds query-choice accuracy rises
+#: by 0.2 or more with a paired record-level interval excluding 0, and on no seed the swapped-cue control rises
+#: (its paired interval's low end above 0).
+CHOICE_PROOF = {"seeds": 4, "choice_gain": 0.2}
+QUICK = {"eval_episodes": 96, "eval_every": 20, "jobs": 2, "seeds": 2, "out": Path("runs/bench_learning_quick")}
+#: Families and seeds of ``--quick`` (issue 30: the rungs, the observation one included, inside 15 minutes of a
+#: quiet 2-core machine): toy_lookup and toy_choice, GRPO and PPO, seeds 0-1 (eight runs). The proofs need 5 seeds:
+#: ``--families toy_lookup toy_choice --seeds 5`` (docs/benchmarks.md, "Learning").
+QUICK_FAMILIES = (OBSERVATION, CHOICE)
 #: RL steps of ``--quick`` on say_number and clinic_code, whose gain both methods make by step 20 (defaults: GRPO
 #: 60, PPO 30; docs/benchmarks.md, "Learning"). toy_lookup keeps its 60 for both methods. An evaluation (~3 s CPU)
 #: costs little next to a step (~1 s), so --quick keeps the full 96-episode evaluation and saves on steps.
@@ -79,25 +89,53 @@ def collapsed(run: dict[str, Any]) -> bool:
 
 
 def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """Gains over seeds for a list of runs (one method, one family)."""
+    """Gains over seeds for a list of runs (one method, one family).
+
+    Runs with a paired record-level interval (the held-out families, :func:`medcopilot.learning.paired`) also count
+    ``seeds_interval_above_0`` (its low end above 0); toy_choice's add query-choice accuracy before and after and
+    ``seeds_choice_proof`` (accuracy +0.2 or more with its paired interval above 0).
+    """
     gains = [r["gain"] for r in runs]
-    return {"seeds": len(runs), "median_gain": round(statistics.median(gains), 4), "min_gain": round(min(gains), 4),
-            "max_gain": round(max(gains), 4), "seeds_improved": sum(g > 0 for g in gains),
-            "collapsed": sum(collapsed(r) for r in runs),
-            "median_before": round(statistics.median(r["before"] for r in runs), 4),
-            "median_after": round(statistics.median(r["after"] for r in runs), 4)}
+    out = {"seeds": len(runs), "median_gain": round(statistics.median(gains), 4), "min_gain": round(min(gains), 4),
+           "max_gain": round(max(gains), 4), "seeds_improved": sum(g > 0 for g in gains),
+           "collapsed": sum(collapsed(r) for r in runs),
+           "median_before": round(statistics.median(r["before"] for r in runs), 4),
+           "median_after": round(statistics.median(r["after"] for r in runs), 4)}
+    if all(r.get("paired_success") for r in runs):
+        out["seeds_interval_above_0"] = sum(r["paired_success"]["low"] > 0 for r in runs)
+    if all(r.get("paired_choice") for r in runs):
+        out.update({"median_choice_before": round(statistics.median(r["choice_before"] for r in runs), 4),
+                    "median_choice_after": round(statistics.median(r["choice_after"] for r in runs), 4),
+                    "seeds_choice_proof": sum(choice_improved(r) for r in runs)})
+    return out
+
+
+def choice_improved(run: dict[str, Any]) -> bool:
+    """Query-choice accuracy rose by at least 0.2 and its paired record-level interval excludes 0."""
+    return (run["choice_after"] - run["choice_before"] >= CHOICE_PROOF["choice_gain"]
+            and run["paired_choice"]["low"] > 0)
 
 
 def control_summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """The control of one method's observation runs: success with every observed value made wrong."""
+    """The control of one method's held-out runs: success with every observed value made wrong (toy_lookup), or
+    with the cued table's value made wrong (toy_choice; ``flat``: no seed's paired interval above 0)."""
     from medcopilot.learning import wilson
 
     n = [r["settings"]["eval_episodes"] for r in runs]
     after = [r["control_after"] for r in runs]
     lows = [wilson(a * k, k)[0] for a, k in zip(after, n)]
-    return {"median_before": round(statistics.median(r["control_before"] for r in runs), 4),
-            "median_after": round(statistics.median(after), 4), "max_after": round(max(after), 4),
-            "chance": round(CHANCE, 4), "not_above_chance": all(low <= CHANCE for low in lows)}
+    out = {"median_before": round(statistics.median(r["control_before"] for r in runs), 4),
+           "median_after": round(statistics.median(after), 4), "max_after": round(max(after), 4),
+           "chance": round(CHANCE, 4), "not_above_chance": all(low <= CHANCE for low in lows)}
+    if all(r.get("paired_control") for r in runs):
+        out["flat"] = all(r["paired_control"]["low"] <= 0 for r in runs)
+    return out
+
+
+def choice_proof(summary: dict[str, Any], control: dict[str, Any] | None) -> bool:
+    """The query-choice proof for one method (issue 30; see :data:`CHOICE_PROOF`)."""
+    return (summary["seeds"] >= 5 and summary.get("seeds_choice_proof", 0) >= CHOICE_PROOF["seeds"]
+            and control is not None and bool(control.get("flat")))
 
 
 def proof(summary: dict[str, Any], control: dict[str, Any] | None) -> bool:
@@ -140,17 +178,24 @@ def plot(runs: list[dict[str, Any]], path: Path) -> None:
             ax.plot(steps, [statistics.median(v) for v in values], marker="o", color=colour,
                     label=f"{method}: median of {len(group)} seeds")
             ax.fill_between(steps, [min(v) for v in values], [max(v) for v in values], color=colour, alpha=0.18)
-            if family == OBSERVATION and all(r.get("control_after") is not None for r in group):
+            if family in HELD_OUT and all(r.get("control_after") is not None for r in group):
                 ends = [0, steps[-1]]
                 ctrl = [[r["control_before"] for r in group], [r["control_after"] for r in group]]
                 ax.errorbar(ends, [statistics.median(c) for c in ctrl],
                             yerr=[[statistics.median(c) - min(c) for c in ctrl],
                                   [max(c) - statistics.median(c) for c in ctrl]],
                             color=colour, linestyle="--", marker="x", capsize=4,
-                            label=f"{method}: control (observed values wrong)")
+                            label=f"{method}: control ({'cued table wrong' if family == CHOICE else 'observed values wrong'})")
+            if all(r.get("choice_curve") for r in group):  # toy_choice's query choice, toy_retry's first retry
+                points = sorted(set.intersection(*[{p[0] for p in r["choice_curve"]} for r in group]))
+                acc = [[{p[0]: p[1] for p in r["choice_curve"]}[s] for r in group] for s in points]
+                ax.plot(points, [statistics.median(v) for v in acc], color=colour, linestyle="-.", marker="s",
+                        label=f"{method}: {group[0].get('choice_metric', 'query choice')} (median)")
         if family == OBSERVATION:
             ax.axhline(CHANCE, color="grey", linewidth=1, linestyle=":", label="chance (1/9)")
-        split = "held-out records" if family == OBSERVATION else "training tasks"
+        if family == CHOICE:
+            ax.axhline(CHOICE_CHANCE, color="grey", linewidth=1, linestyle=":", label="query choice at random (1/3)")
+        split = "held-out records" if family in HELD_OUT else "training tasks"
         ax.set(title=f"{family} ({FAMILIES[family][0]} turn(s))", xlabel="RL step",
                ylabel=f"success, {split}", ylim=(0, 1))
         ax.legend(fontsize=7)
@@ -162,7 +207,8 @@ def plot(runs: list[dict[str, Any]], path: Path) -> None:
 def table(runs: list[dict[str, Any]]) -> str:
     """One line per (method, family): gains over seeds, and the control where there is one."""
     lines = [(f"{'method':6} {'family':11} {'seeds':>5} {'before':>7} {'after':>7} {'median gain':>11} "
-              f"{'min':>6} {'max':>6} {'improved':>8} {'collapsed':>9} {'control':>13} {'cpu s/run':>9}")]
+              f"{'min':>6} {'max':>6} {'improved':>8} {'collapsed':>9} {'control':>13} {'cpu s/run':>9} "
+              f"{'query choice':>12} {'proof':>5}")]
     for family in FAMILIES:
         for method in sorted({r["method"] for r in runs if r["family"] == family}):
             group = [r for r in runs if r["method"] == method and r["family"] == family]
@@ -172,7 +218,9 @@ def table(runs: list[dict[str, Any]]) -> str:
             lines.append(f"{method:6} {family:11} {s['seeds']:5d} {s['median_before']:7.3f} {s['median_after']:7.3f} "
                          f"{s['median_gain']:+11.3f} {s['min_gain']:+6.3f} {s['max_gain']:+6.3f} "
                          f"{s['seeds_improved']:>5d}/{s['seeds']:<2d} {s['collapsed']:9d} {ctrl_text:>13} "
-                         f"{statistics.median(r['cpu_s'] for r in group):9.0f}")
+                         f"{statistics.median(r['cpu_s'] for r in group):9.0f} "
+                         + (f"{s['median_choice_before']:.3f}->{s['median_choice_after']:.3f} "
+                            f"{s['seeds_choice_proof']:>3d}/{s['seeds']}" if "seeds_choice_proof" in s else ""))
     return "\n".join(lines)
 
 
@@ -193,13 +241,18 @@ def results(runs: list[dict[str, Any]], *, started: float, cpu0: float, curves: 
 
     families = {f: {m: summarize(group(f, m)) for m in methods if group(f, m)} for f in FAMILIES
                 if any(r["family"] == f for r in runs)}
-    control = {m: control_summary(group(OBSERVATION, m)) for m in methods
-               if group(OBSERVATION, m) and all(r.get("control_after") is not None for r in group(OBSERVATION, m))}
+    def controls(family: str) -> dict[str, Any]:
+        return {m: control_summary(group(family, m)) for m in methods
+                if group(family, m) and all(r.get("control_after") is not None for r in group(family, m))}
+
+    control, choice_control = controls(OBSERVATION), controls(CHOICE)
     return {
-        "families": families, "control": control,
+        "families": families, "control": control, "choice_control": choice_control,
         "observation_proof": {m: proof(s, control.get(m)) for m, s in families.get(OBSERVATION, {}).items()},
+        "choice_proof": {m: choice_proof(s, choice_control.get(m)) for m, s in families.get(CHOICE, {}).items()},
         "per_run": [{k: r.get(k) for k in ("method", "family", "seed", "before", "after", "gain", "control_before",
-                                           "control_after", "cpu_s")} for r in runs],
+                                           "control_after", "paired_success", "paired_control", "choice_before",
+                                           "choice_after", "paired_choice", "cpu_s")} for r in runs],
         "settings": {f"{r['method']}/{r['family']}": r["settings"] for r in runs},
         "cpu_s": round(sum(r["cpu_s"] for r in runs), 1), "cpu_s_total": round(cpu_seconds() - cpu0, 1),
         "wall_s": round(time.monotonic() - started, 1),
@@ -211,11 +264,12 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true",
-                   help=f"every family and method, {QUICK['seeds']} seeds, {QUICK['eval_episodes']}-episode "
+                   help=f"{' and '.join(QUICK_FAMILIES)}, both methods, {QUICK['seeds']} seeds, {QUICK['eval_episodes']}-episode "
                         f"evaluations, a curve point every {QUICK['eval_every']} steps, {QUICK['jobs']} runs at once, "
                         f"into {QUICK['out']} (flags given explicitly win)")
     p.add_argument("--methods", nargs="+", choices=["grpo", "ppo"], default=["grpo", "ppo"], help="RL methods")
-    p.add_argument("--families", nargs="+", choices=list(FAMILIES), default=list(FAMILIES), help="families")
+    p.add_argument("--families", nargs="+", choices=list(FAMILIES), default=None,
+                   help=f"families (default: all; with --quick: {' '.join(QUICK_FAMILIES)})")
     p.add_argument("--seeds", type=int, default=None, help="seeds 0..N-1 per method and family; default 5")
     p.add_argument("--first-seed", type=int, default=0, help="first seed; default 0")
     p.add_argument("--steps", type=int, default=None, help="RL steps (default: medcopilot.learning's per method)")
@@ -232,6 +286,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     preset = QUICK if args.quick else {"eval_episodes": 96, "eval_every": 10, "jobs": 1, "seeds": 5,
                                        "out": Path("runs/bench_learning")}
+    if args.families is None:
+        args.families = list(QUICK_FAMILIES if args.quick else FAMILIES)
     for key, value in preset.items():
         if getattr(args, key) is None:
             setattr(args, key, value)
@@ -268,8 +324,8 @@ def main(argv: list[str] | None = None) -> int:
                              "group": args.group, "eval_every": args.eval_every,
                              "eval_episodes": args.eval_episodes})
     print(f"[bench_learning] {len(jobs)} runs to do, {len(runs)} already in {args.out}", flush=True)
-    # The observation runs are the longest: start them first, so two processes finish together.
-    jobs.sort(key=lambda j: j["family"] != OBSERVATION)
+    # The held-out runs are the longest: start them first, so two processes finish together.
+    jobs.sort(key=lambda j: j["family"] not in HELD_OUT)
     if args.jobs == 1:
         runs += [one_run(job) for job in jobs]
     else:

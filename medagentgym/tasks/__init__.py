@@ -45,10 +45,13 @@ register("biocoder", entry_point="medagentgym.tasks.biocoder:BioCoder", max_turn
 register("biodsbench", entry_point="medagentgym.tasks.biodsbench:BioDSBench", max_turns=10)
 register("medagentbench", entry_point="medagentgym.tasks.medagentbench:MedAgentBench", max_turns=10)
 register("toy_lookup", entry_point="medagentgym.tasks.toy_lookup:ToyLookup", max_turns=3)
+register("toy_choice", entry_point="medagentgym.tasks.toy_choice:ToyChoice", max_turns=3)
+register("toy_retry", entry_point="medagentgym.tasks.toy_retry:ToyRetry", max_turns=4)
 
 #: The evaluation protocol of the MedAgentGym paper: its results table has eight in-distribution columns (trained
 #: and evaluated on) and four further scenarios held out of every training recipe (``--suite ood``). The two are
-#: disjoint; ``toy_sql`` and ``toy_lookup`` are in neither (smoke-test and learning-check families).
+#: disjoint; ``toy_sql``, ``toy_lookup``, ``toy_choice`` and ``toy_retry`` are in neither (smoke-test and
+#: learning-check families).
 SUITES: dict[str, tuple[str, ...]] = {
     "id": ("mimic_iii", "eicu", "treqs", "medcalcbench", "medagentbench", "biocoder", "biodsbench", "ehrshot"),
     "ood": ("ehr_seqsql", "ehrcon", "mimic_extract", "npowerai"),

@@ -220,7 +220,7 @@ def test_suites_are_the_papers_disjoint_id_and_ood_sets():
 
     assert len(ID_FAMILIES) == 8 and len(OOD_FAMILIES) == 4 and not set(ID_FAMILIES) & set(OOD_FAMILIES)
     # The two smoke/learning-check families are in neither suite.
-    assert set(ID_FAMILIES) | set(OOD_FAMILIES) == set(tasks.names()) - {"toy_sql", "toy_lookup"}
+    assert set(ID_FAMILIES) | set(OOD_FAMILIES) == set(tasks.names()) - {"toy_sql", "toy_lookup", "toy_choice", "toy_retry"}
 
 
 def test_intervals_clustered_over_tasks_never_collapse_when_tasks_agree():

@@ -38,7 +38,7 @@ _SHARED = {
     ("biocoder", "biodsbench", "ehrshot", "medcalcbench", "npowerai"): (2053, 2049),
     ("ehr_seqsql", "eicu", "mimic_iii", "treqs"): (2544, 2540),
     ("ehrcon", "medagentbench", "mimic_extract", "toy_sql"): (2857, 2851),
-    ("toy_lookup",): (1332, 1332),
+    ("toy_lookup", "toy_choice", "toy_retry"): (1332, 1332),
 }
 BEFORE_TOKENS: dict[str, dict[str, int]] = {
     family: {"tool_call": tool_call, "json": as_json}

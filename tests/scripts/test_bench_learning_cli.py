@@ -76,3 +76,30 @@ def test_the_proof_holds_only_when_every_condition_does(tmp_path, gains, control
     bench = _bench()
     runs = [json.loads(f.read_text(encoding="utf-8")) for f in sorted(tmp_path.glob("*.json"))]
     assert bench.proof(bench.summarize(runs), bench.control_summary(runs)) is holds
+
+
+def _choice(out: Path, method: str, seed: int, choice: tuple[float, float], low: float, control_low: float) -> None:
+    """A made-up toy_choice run: query-choice accuracy before/after, its paired interval's low end, the control's."""
+    run = {"method": method, "family": "toy_choice", "seed": seed, "before": 0.27, "after": 0.5, "gain": 0.23,
+           "curve": [[0, 0.27, 0.0, 1.0], [60, 0.5, 0.0, 1.0]], "control_before": 0.3, "control_after": 0.2,
+           "settings": {"eval_episodes": 128, "steps": 60}, "cpu_s": 100.0, "choice_before": choice[0],
+           "choice_after": choice[1], "choice_curve": [[0, choice[0]], [60, choice[1]]],
+           "paired_choice": {"mean": choice[1] - choice[0], "low": low, "high": 1.0, "records": 128},
+           "paired_success": {"mean": 0.23, "low": 0.1, "high": 0.3, "records": 128},
+           "paired_control": {"mean": -0.1, "low": control_low, "high": 0.0, "records": 128}}
+    (out / f"{method}-toy_choice-seed{seed}.json").write_text(json.dumps(run), encoding="utf-8")
+
+
+@pytest.mark.parametrize(("runs", "control_low", "holds"), [
+    ([((0.3, 0.6), 0.2)] * 4 + [((0.3, 0.35), -0.05)], -0.2, True),  # 4 of 5: +0.3 with the interval above 0
+    ([((0.3, 0.6), 0.2)] * 3 + [((0.3, 0.35), -0.05)] * 2, -0.2, False),  # 3 of 5
+    ([((0.3, 0.45), 0.05)] * 5, -0.2, False),  # intervals above 0 but +0.15 < +0.2
+    ([((0.3, 0.6), -0.01)] * 5, -0.2, False),  # +0.3 but the intervals include 0
+    ([((0.3, 0.6), 0.2)] * 5, 0.01, False),  # the swapped-cue control rose on a seed
+])
+def test_the_choice_proof_asks_gain_interval_and_a_flat_control(tmp_path, runs, control_low, holds):
+    for seed, (choice, low) in enumerate(runs):
+        _choice(tmp_path, "grpo", seed, choice, low, control_low if seed == 0 else -0.2)
+    line = _summarize(tmp_path)
+    assert line["choice_proof"] == {"grpo": holds}
+    assert line["families"]["toy_choice"]["grpo"]["median_choice_before"] == 0.3

@@ -1,0 +1,188 @@
+"""toy_choice: three readings of one record, the question names which one; query that table, submit its value.
+
+Description:
+    A ``toy_lookup`` variant for learning checks of *query choice*. Each instance has its own SQLite database with
+    three one-row tables, ``morning``, ``noon`` and ``evening`` (each ``test, value, unit``): three synthetic
+    readings of one lab test, three different values from 1 to 9. The question names the reading in words ("the
+    noon reading"), the context lists the three tables, and the answer is the cued table's value. Querying another
+    table returns a valid reading of the same record, but the wrong value; no digit appears in a question. So
+    success needs two decisions: read the table the question names (the cue, a word of the prompt), then submit
+    the value the observation shows. ``medcopilot.learning`` warm-starts a model on demonstrations that query a
+    table drawn at random, independent of the cue, and submit what they read (consistent episodes: copying is
+    taught, cue -> table never), and measures whether RL raises *query-choice accuracy* (the share of episodes
+    whose SQL reads the cued table; chance 1/3), read from the trajectories.
+
+    Cued tables are balanced over each split (every third record names the same one), and values are drawn
+    independently per record. Records are named by three letters in both splits (test codes continue after the
+    training ones), as in ``toy_lookup``.
+
+Example instance:
+    question: "Record kxb: what value did the potassium monitor record in the noon reading? Submit it."
+    context:  "SQLite database: /data/records/kxb.db (tables morning, noon, evening: test, value, unit), read-only..."
+    answer:   4            answer_type: "integer"        category: "noon" (the cued table)
+    solution: "SELECT value FROM noon"
+
+Allowed actions:
+    code_execution (sql against the instance's database read-only, or python), submit_answer.
+
+Grading:
+    One ``submit_answer`` per episode, integer exact (medagentgym.tasks.graders). A constant answer is right for
+    about 1 record in 9; a policy that reads a table at random and submits what it read, for 1 in 3.
+
+Episode end:
+    The graded submit (terminated), or a budget (truncated). Default 3 turns: one query, one submit, one spare.
+
+Arguments:
+    ``tasks.make("toy_choice", root=DIR)``; ``build(out_dir, size="tiny"|"default", seed=0)`` writes
+    ``<out_dir>/toy_choice/{records/<code>.db, train.jsonl, test.jsonl, manifest.json}``, byte-identical per seed.
+    tiny: 96 train + 128 test records (128 held-out records: the paired interval of a learning check needs them);
+    default: 384 + 384. Every instance mounts the ``records`` folder; its query runs against its own file there
+    (``metadata["sql_database"]``); ``metadata["table"]`` is the cued table and ``metadata["readings"]`` every
+    table's value (for demonstrations and the swapped-cue control; never shown to the agent).
+
+Version history:
+    1: first version.
+"""
+
+from __future__ import annotations
+
+import random
+import sqlite3
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from medagentgym.tasks.base import (
+    GradeContext,
+    Instance,
+    Size,
+    Split,
+    TaskError,
+    Verdict,
+    load_instances,
+    run_then_submit,
+    write_bytes_atomic,
+    write_instances,
+    write_manifest,
+)
+from medagentgym.tasks.graders import grade
+from medagentgym.tasks.toy_lookup import _TESTS, RECORDS, _code
+
+#: The three tables of every record, in the order the context lists them.
+TABLES = ("morning", "noon", "evening")
+_SIZES: dict[str, dict[str, int]] = {"tiny": {"train": 96, "test": 128}, "default": {"train": 384, "test": 384}}
+_LOW, _HIGH = 1, 9
+
+
+def query(table: str) -> str:
+    """The SQL that reads ``table``'s value."""
+    return f"SELECT value FROM {table}"
+
+
+def write_readings(path: Path, test: str, readings: dict[str, int]) -> None:
+    """One deterministic database: a one-row table per reading (the bytes depend only on the rows)."""
+    with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
+        db = Path(tmp) / path.name
+        con = sqlite3.connect(db)
+        try:
+            for table, value in readings.items():
+                con.execute(f"CREATE TABLE {table} (test TEXT NOT NULL, value INTEGER NOT NULL, unit TEXT NOT NULL)")
+                con.execute(f"INSERT INTO {table} VALUES (?, ?, ?)", (test, value, _TESTS[test]))
+            con.commit()
+        finally:
+            con.close()
+        write_bytes_atomic(path, db.read_bytes())
+
+
+class ToyChoice:
+    """The toy_choice family (see the module docstring for the spec card)."""
+
+    name = "toy_choice"
+    version = 1
+    actions = frozenset({"code_execution", "submit_answer"})
+    #: Values are uniform on 1..9: a constant answer is right for ~1 record in 9 (on 128 test records up to ~17 %).
+    #: Not a benchmark family, so its constant-answer bound is 25 %, as toy_lookup's.
+    floor_bound = 0.25
+
+    def __init__(self, root: Path | str) -> None:
+        """Bind to the built directory ``root`` (``<tasks_root>/toy_choice``)."""
+        self.root = Path(root)
+
+    @property
+    def categories(self) -> list[str]:
+        """The cued tables, in a fixed order."""
+        return sorted(TABLES)
+
+    def counts(self, size: Size = "default") -> dict[str, int]:
+        """Instance counts for ``size`` without building."""
+        return {"categories": len(TABLES), "instances": sum(_SIZES[size].values())}
+
+    def build(self, out_dir: Path | str, *, size: Size = "tiny", seed: int = 0) -> dict[str, Any]:
+        """Write ``<out_dir>/toy_choice/``: one database per record, train/test instances and a manifest.
+
+        Args:
+            out_dir: The tasks root.
+            size: ``"tiny"`` or ``"default"``.
+            seed: Seeds the tests, values and the order of the cued tables; the same seed gives byte-identical files.
+
+        Returns:
+            The manifest (counts per split and category, seed, size, version, sha256 per file).
+
+        Raises:
+            TaskError: An unknown size.
+        """
+        if size not in _SIZES:
+            raise TaskError(f"size {size!r} is not one of {sorted(_SIZES)}")
+        family_dir = Path(out_dir) / self.name
+        (family_dir / RECORDS).mkdir(parents=True, exist_ok=True)
+        rng = random.Random(f"toy_choice:{seed}")  # toy_retry: the same records (its subclass renames tables)
+        splits: dict[str, list[Instance]] = {}
+        first = {"train": 0, "test": _SIZES[size]["train"]}
+        for split in ("train", "test"):
+            n = _SIZES[size][split]
+            cues = [TABLES[i % len(TABLES)] for i in range(n)]
+            rng.shuffle(cues)  # balanced over the split, in no pattern
+            items = []
+            for index, cue in enumerate(cues):
+                test = rng.choice(sorted(_TESTS))
+                readings = dict(zip(TABLES, rng.sample(range(_LOW, _HIGH + 1), len(TABLES))))
+                code = _code(first[split] + index)
+                self._write(family_dir / RECORDS / f"{code}.db", test, readings, index)
+                items.append(self._instance(split, index, code, test, cue, readings))
+            splits[split] = items
+            write_instances(family_dir, split, items)
+        return write_manifest(
+            family_dir, family=self.name, version=self.version, size=size, seed=seed,
+            counts={split: len(items) for split, items in splits.items()},
+            categories={t: sum(i.category == t for items in splits.values() for i in items) for t in sorted(TABLES)},
+        )
+
+    def _write(self, path: Path, test: str, readings: dict[str, int], index: int) -> None:
+        """The record's database (``index``: its place in the split)."""
+        write_readings(path, test, readings)
+
+    def _instance(self, split: Split, index: int, code: str, test: str, cue: str,
+                  readings: dict[str, int]) -> Instance:
+        database = f"{RECORDS}/{code}.db"
+        return Instance(
+            id=f"{self.name}/{split}/{index:04d}", family=self.name, category=cue, split=split,
+            question=f"Record {code}: what value did the {test} monitor record in the {cue} reading? Submit it.",
+            context=(f"SQLite database: /data/{database} (tables {', '.join(TABLES)}: test, value, unit), read-only. "
+                     "Run SQL with code_execution (lang 'sql'), then submit only the value."),
+            answer=readings[cue], answer_type="integer", solution=query(cue), solution_lang="sql",
+            data={RECORDS: RECORDS},
+            metadata={"sql_database": database, "table": cue, "readings": readings},
+        )
+
+    def instances(self, split: Split) -> list[Instance]:
+        """Instances of ``split`` from the built directory (raises ``NotBuilt`` with the build command)."""
+        return load_instances(self.root, split, family=self.name)
+
+    def reference_solution(self, instance: Instance) -> list[dict[str, Any]]:
+        """Query the cued table, then submit its value."""
+        return run_then_submit("sql", query(instance.metadata["table"]), str(instance.answer))
+
+    def grade(self, instance: Instance, submission: str, ctx: GradeContext | None = None) -> Verdict:
+        """Integer exact: the submission must be the cued table's value and nothing else."""
+        return grade("integer", instance.answer, submission)
+
