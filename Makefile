@@ -55,11 +55,23 @@ chromium:
 demo: venv
 	$(VENV)/bin/medagentgym demo
 
+# Two pytest-xdist workers (issue #29): the sandbox's jail uids are leased host-wide (sandbox/_uids.py), so two
+# workers' pools never share one; --dist loadgroup keeps an xdist_group's tests on one worker. TEST_WORKERS=0 runs
+# in one process.
+TEST_WORKERS ?= 2
 test: venv chromium
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
 
 test-slow: venv
 	$(PY) -m pytest -q -m slow
+
+# `make test` beside a CPU burner (issue #29): BURNERS busy loops at normal priority (default 10: load above 8 on 2
+# cores), killed on exit whatever happens. Prints the load average before and after, the wall time and the CPU
+# time of the whole pytest tree (/usr/bin/time when present). The suite must pass at that load.
+BURNERS ?= 10
+.PHONY: test-loaded
+test-loaded: venv
+	@scripts/test_loaded.sh $(BURNERS) $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
 
 # The Docker backend for real (not part of `make test`: CI has no docker). As root, installs docker.io when
 # missing and starts a private dockerd (scripts/with_dockerd.sh), builds the sandbox image from local files

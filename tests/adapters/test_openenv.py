@@ -9,14 +9,26 @@ import pytest
 
 pytest.importorskip("openenv", reason="openenv-core is not installed (pip install '.[openenv]')")
 
-from openenv import GenericEnvClient
-
 from env_client.server_app import background_server
-from medagentgym.adapters.openenv import build_openenv_app
 
 TOKEN = "openenv-test-token-42"
 SQL = '<tool_call>{"name": "code_execution", "arguments": {"lang": "sql", "code": "SELECT COUNT(*) FROM patients"}}' \
       '</tool_call>'
+
+
+def build_openenv_app(*args, **kwargs):
+    """``medagentgym.adapters.openenv.build_openenv_app``, imported on first use: openenv-core's server pulls in
+    gradio (~8 s of CPU), which test collection should not pay (issue #29)."""
+    from medagentgym.adapters.openenv import build_openenv_app as build
+
+    return build(*args, **kwargs)
+
+
+def GenericEnvClient(*args, **kwargs):  # stands for the class
+    """openenv-core's ``GenericEnvClient(...)``, imported on first use (``openenv.core`` loads its server too)."""
+    from openenv import GenericEnvClient as client
+
+    return client(*args, **kwargs)
 
 
 @pytest.fixture(scope="module")

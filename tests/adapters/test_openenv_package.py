@@ -22,12 +22,19 @@ pytest.importorskip("openenv", reason="openenv-core is not installed (pip instal
 
 from env_client.server_app import background_server
 from medagentgym import tasks
-from medagentgym.adapters.openenv import build_openenv_app
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "integrations" / "openenv"
 DOCKERFILE = PACKAGE / "server" / "Dockerfile"
 TOKEN = "package-test-token-7f3a"
+
+
+def build_openenv_app(*args, **kwargs):
+    """``medagentgym.adapters.openenv.build_openenv_app``, imported on first use: openenv-core's server pulls in
+    gradio (~8 s of CPU), which test collection should not pay (issue #29)."""
+    from medagentgym.adapters.openenv import build_openenv_app as build
+
+    return build(*args, **kwargs)
 
 
 @pytest.fixture(scope="module")
