@@ -151,3 +151,19 @@ def test_every_scalar_gold_of_an_ehr_family_takes_the_public_one_element_list(al
 def test_a_list_of_several_values_never_answers_a_single_value_gold(answer_type, gold, submission):
     """Before, the number grader read '['42', 'zz-other']' as one number: a list of several values passed."""
     assert not grade(answer_type, gold, submission).correct
+
+
+@pytest.mark.slow
+def test_no_token_earns_more_than_the_bound_on_the_default_mimic_iii_build(tmp_path):
+    """ATTACK (issue 31), at the size it was found: on the default mimic_iii build (seed 0) 'No value.' earned
+    15.5 % (nothing-found golds and "no" golds together) while the floor check reported 8.0 %."""
+    from medagentgym import tasks
+
+    tasks.make("mimic_iii").build(tmp_path, size="default", seed=0)
+    fam = tasks.make("mimic_iii", root=tmp_path)
+    items = fam.instances("test")
+    floor = constant_floor(fam, items)
+    for token in answer_tokens():
+        earned = sum(fam.grade(i, token).correct for i in items) / len(items)
+        assert earned <= FLOOR_BOUND and earned <= floor["floor"] + 1e-9, (token, earned, floor)
+    assert not floor["exceeds"], floor
