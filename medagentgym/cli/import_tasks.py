@@ -133,6 +133,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"to import the rest: {what}")
     for line in report.warnings:
         print(f"warning: {line}")
+    if report.questions:
+        print(report.questions)
     print(report.summary() + (f"; written to {args.out / args.family}" if manifest else "; nothing written"))
     if check is not None:
         print(f"check: {json.dumps(check, sort_keys=True)}")

@@ -650,6 +650,9 @@ def grade(answer_type: str, gold: Any, submission: Any, **options: Any) -> Verdi
     except KeyError:
         raise GraderError(f"unknown answer_type {answer_type!r}; use one of {', '.join(ANSWER_TYPES)}") from None
     if answer_type in _SCALAR_TYPES or answer_type == "boolean":
+        values = _list_values(submission)
+        if values is not None and len(values) > 1:
+            return _wrong(f"shotgun: a list of {len(values)} values for a single-value answer; submit exactly one")
         submission = one_element(submission)
     if gold is None and answer_type in _SCALAR_TYPES:
         return grade_nothing(gold, submission)
@@ -666,6 +669,25 @@ def _literal(text: str) -> Any:
         if isinstance(value, (list, tuple)):
             return value
     return None
+
+
+def _list_values(submission: Any) -> list[Any] | None:
+    """The values of a submitted list literal (a one-row list of several columns counts as its columns), or None
+    when the submission is not a list."""
+    if isinstance(submission, str):
+        text = submission.strip()
+        if not (text[:1] in "[(" and text[-1:] in "])"):
+            return None
+        value = _literal(text) if len(text) <= 100 * MAX_SCALAR_CHARS else None
+    elif isinstance(submission, (list, tuple)):
+        value = submission
+    else:
+        return None
+    if value is None:
+        return None
+    if len(value) == 1 and isinstance(value[0], (list, tuple)):
+        return list(value[0])
+    return list(value)
 
 
 def one_element(submission: Any) -> Any:

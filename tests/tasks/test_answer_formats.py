@@ -122,3 +122,48 @@ def test_the_floor_check_reports_a_constant_that_fits_two_kinds():
     assert floor["floor"] == pytest.approx(0.16) and floor["exceeds"], floor
     per_template = template_floor(Lenient(), _mixed_split(), _mixed_split())
     assert per_template["floor"] == pytest.approx(0.16), per_template
+
+
+@pytest.mark.parametrize("name", ["mimic_iii", "eicu", "treqs", "ehr_seqsql"])
+def test_every_scalar_gold_of_an_ehr_family_takes_the_public_one_element_list(all_families_tiny_root, name):
+    """MedAgentGym's harness prints a result as a list: ``['oral']``, ``[1]``. The default grader of every EHR SQL
+    family takes that for each single-value gold, and never a list holding a second value too."""
+    from medagentgym import tasks
+    from medagentgym.tasks.graders import render_answer
+
+    fam = tasks.make(name, root=all_families_tiny_root)
+    scalar = [i for i in fam.instances("test") if i.answer_type in ("number", "integer", "text", "date", "datetime")]
+    assert scalar
+    for inst in scalar:
+        gold = render_answer(inst.answer_type, inst.answer)
+        verdict = fam.grade(inst, str([gold]))
+        assert verdict.correct, (inst.id, gold, verdict.reason)
+        if inst.answer is not None:
+            other = "2101-01-01 00:00:00" if inst.answer_type in ("date", "datetime") else "zz-other"
+            assert not fam.grade(inst, str([gold, other])).correct, (inst.id, gold)
+
+
+@pytest.mark.parametrize("answer_type,gold,submission", [
+    ("number", 42, "['42', 'zz-other']"), ("number", 42, "[42, 'unknown']"), ("integer", 3, "[3, None]"),
+    ("text", "oral", "['oral', None]"), ("date", "2101-03-04", "['2101-03-04', 'n/a']"),
+    ("boolean", True, "['yes', 'maybe']"), ("text", None, "[None, 'oral']"), ("number", 42, "[(42, 'x')]"),
+])
+def test_a_list_of_several_values_never_answers_a_single_value_gold(answer_type, gold, submission):
+    """Before, the number grader read '['42', 'zz-other']' as one number: a list of several values passed."""
+    assert not grade(answer_type, gold, submission).correct
+
+
+@pytest.mark.slow
+def test_no_token_earns_more_than_the_bound_on_the_default_mimic_iii_build(tmp_path):
+    """ATTACK (issue 31), at the size it was found: on the default mimic_iii build (seed 0) 'No value.' earned
+    15.5 % (nothing-found golds and "no" golds together) while the floor check reported 8.0 %."""
+    from medagentgym import tasks
+
+    tasks.make("mimic_iii").build(tmp_path, size="default", seed=0)
+    fam = tasks.make("mimic_iii", root=tmp_path)
+    items = fam.instances("test")
+    floor = constant_floor(fam, items)
+    for token in answer_tokens():
+        earned = sum(fam.grade(i, token).correct for i in items) / len(items)
+        assert earned <= FLOOR_BOUND and earned <= floor["floor"] + 1e-9, (token, earned, floor)
+    assert not floor["exceeds"], floor

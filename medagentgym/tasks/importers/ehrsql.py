@@ -233,7 +233,7 @@ def run(paths: list[Path], opts: ImportOptions, report: ImportReport) -> list[Im
     context = getattr(cls, "context_text", "") or importlib.import_module(cls.__module__).CONTEXT
     if opts.question_field not in QUESTION_FIELDS:
         raise TaskError(f"--question-field {opts.question_field!r} is not one of {', '.join(QUESTION_FIELDS)}")
-    report.warn(question_note(opts.family, opts.question_field))
+    report.questions = question_note(opts.family, opts.question_field)
     if opts.answers == "public":
         return _run_public(paths, opts, report, context)
     db = target_database(opts)

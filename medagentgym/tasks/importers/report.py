@@ -56,6 +56,8 @@ class ImportReport:
         notes: Counters of things done to kept records (``reinstantiated``, ``recomputed``, ``case_fixed`` ...).
         splits: Instances per split.
         warnings: Lines about the import as a whole (e.g. public answers kept without the database they refer to).
+        questions: EHR SQL families: which record field the shown questions come from, and how to show the other
+            (``--question-field``); empty for other families.
     """
 
     family: str
@@ -67,6 +69,7 @@ class ImportReport:
     notes: Counter = field(default_factory=Counter)
     splits: dict[str, int] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    questions: str = ""
 
     def seen(self) -> None:
         """Count one record read (call once per record, kept or not)."""
