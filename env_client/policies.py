@@ -452,7 +452,7 @@ class OpenAIPolicy:
             probe = self._client.with_options(max_retries=0, timeout=min(self.timeout_s, _PROBE_TIMEOUT_S))
             served = [m.id for m in probe.models.list()]
         except self._openai.NotFoundError:
-            return
+            served = []  # no model list here: the chat below tells
         except self._openai.APITimeoutError as exc:
             wait = min(self.timeout_s, _PROBE_TIMEOUT_S)
             err = PolicyError(f"{where} accepted the connection but did not answer within {wait:g} s (probe: GET "
