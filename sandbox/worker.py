@@ -24,9 +24,9 @@ forks a *runner* (``sandbox._runner``) per session (persistent) or per call. Bef
 call is SQL or shell, several times cheaper to fork and tear down than a copy of the pandas-loaded server;
 sessions whose first Python call imports scikit-learn, SciPy, statsmodels or lifelines fork from an *ml zygote*
 that has them loaded.
-A spare runner of each kind is forked ahead of need after a reply (in a persistent session, once the host has
-been quiet for a few milliseconds), so the fork is off the critical path of the next session's open and first
-call. The runner drops to the unprivileged ``--uid`` (when given), sets rlimits and executes user code with its
+A spare runner of the kind the last session started (of each kind before the first session) is forked ahead of
+need after a reply (in a persistent session, once the host has been quiet for a few milliseconds), so the fork is
+off the critical path of the next session's open and first call; one runner is forked per session. The runner drops to the unprivileged ``--uid`` (when given), sets rlimits and executes user code with its
 stdout/stderr on pipes that the server drains concurrently, keeping head and tail up to the cap. On timeout the
 server kills every process of the jail except itself (``--pidns``: the jail has its own pid namespace) or the
 runner's process group (no pid namespace), so nothing a call started survives it.

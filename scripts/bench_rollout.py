@@ -61,7 +61,7 @@ class CpuMeter:
             if (v1 / "cpuacct.usage").exists():
                 home = v1
                 for line in Path("/proc/self/cgroup").read_text().splitlines():
-                    hier, _, path = line.split(":", 2)
+                    _, hier, path = line.split(":", 2)
                     if "cpuacct" in hier.split(","):
                         home = v1 / path.lstrip("/")
                 self._enter(home, home / name, "cgroup v1 cpuacct: this process and its sandbox processes")

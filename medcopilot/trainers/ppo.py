@@ -514,7 +514,7 @@ def run(cfg: RecipeConfig) -> dict[str, Any]:
         log.warning("rollout.concurrency=%d > the sandbox pool's cap of %d workers (%s): an episode holds a sandbox "
                     "session from reset to end, so episodes will wait for workers; raise env.max_workers",
                     cfg.rollout.concurrency, pool.max_workers, pool.cap_source)
-    if pool is not None:  # the first step's episodes open at once: start their workers now, in the background
+    if callable(getattr(pool, "prewarm", None)):  # the first step's episodes open at once: start their workers now
         pool.prewarm(cfg.rollout.concurrency)
     rollout = EnvRolloutFunc(
         make_env=make_env_factory(cfg, pool), index=index, tokenizer=tokenizer,

@@ -107,3 +107,23 @@ def test_spares_of_the_last_kind_only_and_none_of_a_running_session_uid(solo_poo
         after, _ = _worker_counts(solo_pool)
         forks.append(after - before)
     assert forks == [1, 1, 2, 1, 2], forks
+
+
+def test_stage_profile_counts_every_stage_only_while_active(make_env, toy_test, built):
+    from env_client.episode import STAGES, profile_stages
+
+    _, fam = built
+    oracle = make_policy("oracle", families={"toy_sql": fam})
+    env = make_env()
+    run_episode(env, oracle, WorkItem(toy_test[0], 0, 0))  # not profiled: nothing recorded anywhere
+    with profile_stages() as prof:
+        for i in range(3):
+            run_episode(env, oracle, WorkItem(toy_test[i], 0, i))
+    run_episode(env, oracle, WorkItem(toy_test[1], 1, 1))  # after the block: not recorded either
+    counts = {stage: len(rows) for stage, rows in prof.samples.items()}
+    assert counts == {**dict.fromkeys(STAGES, 0), "reset.prepare": 3, "reset.open": 3, "reset.prompt": 3,
+                      "step.parse": 6, "step.sandbox": 3, "step.exec": 3, "step.grade": 3, "step.bookkeeping": 6,
+                      "close.session": 3}
+    summary = prof.summary(episodes=3)
+    assert set(summary) == {s for s, c in counts.items() if c} and summary["step.parse"]["n"] == 6
+    assert all(row["cpu_mean_ms"] >= 0 and row["p50_ms"] <= row["p99_ms"] for row in summary.values())

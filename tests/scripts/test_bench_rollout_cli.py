@@ -29,6 +29,17 @@ def test_bench_rollout_json_line(tmp_path):
     assert out["episodes_per_s"] > 0 and out["steps"] == 2 * out["episodes"]  # toy_sql's oracle: query, submit
     assert 0 < out["env_overhead_p50_ms"] < 1000 and out["exec_total_s"] > 0 and out["env_total_s"] > 0
     assert "oracle rollout benchmark" in proc.stdout and "toy_sql" in proc.stdout
+    # Where an episode's time goes: every stage counted once per episode or per step, CPU per episode measured.
+    stages, n = out["stages"], out["episodes"]
+    assert {k: v["n"] for k, v in stages.items()} == {
+        "reset.prepare": n, "reset.open": n, "reset.prompt": n, "step.parse": 2 * n, "step.sandbox": n,
+        "step.exec": n, "step.grade": n, "step.bookkeeping": 2 * n, "close.session": n}
+    assert all(v["p50_ms"] <= v["p99_ms"] and v["ms_per_episode"] >= 0 for v in stages.values())
+    assert stages["step.exec"]["ms_per_episode"] <= stages["step.sandbox"]["ms_per_episode"]
+    assert out["cpu_ms_per_episode"] > 0 and out["host_cpu_ms_per_episode"] > 0 and out["cpu_scope"]
+    if out["cpu_scope"].startswith("cgroup"):  # the jails' CPU is counted too
+        assert out["cpu_ms_per_episode"] >= out["host_cpu_ms_per_episode"]
+    assert "where an episode's time goes" in proc.stdout
 
 
 def test_bench_rollout_unknown_family_is_one_line(tmp_path):
