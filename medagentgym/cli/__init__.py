@@ -24,6 +24,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "rollout": ("rollout", "play episodes of a policy and store the trajectories (resumable)"),
     "eval": ("evaluate", "evaluate a policy: success with intervals, Pass@K, Best@K, errors; report and plots"),
     "leaderboard": ("leaderboard", "merge evaluation reports into a leaderboard (Markdown and plots)"),
+    "pages": ("make_family_pages", "write a task family's documentation page: instance, grader, reward floors"),
     "view": ("view", "browse a run's episodes in one self-contained HTML page (filters, prompts, actions, verdicts)"),
     "collect": ("collect", "collect SFT/DPO data: K trajectories per training task from any policy"),
     "serve": ("serve_env", "serve the environment over HTTP (gold answers stay on the server)"),

@@ -39,7 +39,7 @@ def page_commands(text: str) -> list[str]:
 def test_the_page_walks_every_step_and_the_example_registers_by_entry_point():
     commands = page_commands(PAGE.read_text(encoding="utf-8"))
     for step in ("pip install ./examples/medagentgym_bmi", "medagentgym build --families bmi", "check_family('bmi'",
-                 "medagentgym eval --policy oracle", "medagentgym eval --policy constant", "make_family_pages.py --only bmi",
+                 "medagentgym eval --policy oracle", "medagentgym eval --policy constant", "medagentgym pages --only bmi",
                  "medagentgym train recipe=examples/medagentgym_bmi/sft_bmi_tiny.yaml --dry-run"):
         assert any(step in command for command in commands), f"the page no longer runs {step}"
     pyproject = (ROOT / "examples" / "medagentgym_bmi" / "pyproject.toml").read_text(encoding="utf-8")
