@@ -53,20 +53,16 @@ from pathlib import Path
 from typing import Any
 
 from medagentgym.tasks.base import (
-    GradeContext,
     Instance,
     Size,
     Split,
     TaskError,
-    Verdict,
-    load_instances,
     run_then_submit,
     write_bytes_atomic,
     write_instances,
     write_manifest,
 )
-from medagentgym.tasks.graders import grade
-from medagentgym.tasks.toy_lookup import _TESTS, RECORDS, _code
+from medagentgym.tasks.toy_lookup import _TESTS, RECORDS, ToyLookup, _code
 
 #: The three tables of every record, in the order the context lists them.
 TABLES = ("morning", "noon", "evening")
@@ -94,8 +90,9 @@ def write_readings(path: Path, test: str, readings: dict[str, int]) -> None:
         write_bytes_atomic(path, db.read_bytes())
 
 
-class ToyChoice:
-    """The toy_choice family (see the module docstring for the spec card)."""
+class ToyChoice(ToyLookup):
+    """The toy_choice family (see the module docstring for the spec card); binding to a root, loading instances and
+    grading (integer exact: the cued table's value and nothing else) are toy_lookup's."""
 
     name = "toy_choice"
     version = 1
@@ -103,10 +100,6 @@ class ToyChoice:
     #: Values are uniform on 1..9: a constant answer is right for ~1 record in 9 (on 128 test records up to ~17 %).
     #: Not a benchmark family, so its constant-answer bound is 25 %, as toy_lookup's.
     floor_bound = 0.25
-
-    def __init__(self, root: Path | str) -> None:
-        """Bind to the built directory ``root`` (``<tasks_root>/toy_choice``)."""
-        self.root = Path(root)
 
     @property
     def categories(self) -> list[str]:
@@ -174,15 +167,7 @@ class ToyChoice:
             metadata={"sql_database": database, "table": cue, "readings": readings},
         )
 
-    def instances(self, split: Split) -> list[Instance]:
-        """Instances of ``split`` from the built directory (raises ``NotBuilt`` with the build command)."""
-        return load_instances(self.root, split, family=self.name)
-
     def reference_solution(self, instance: Instance) -> list[dict[str, Any]]:
         """Query the cued table, then submit its value."""
         return run_then_submit("sql", query(instance.metadata["table"]), str(instance.answer))
-
-    def grade(self, instance: Instance, submission: str, ctx: GradeContext | None = None) -> Verdict:
-        """Integer exact: the submission must be the cued table's value and nothing else."""
-        return grade("integer", instance.answer, submission)
 
