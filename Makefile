@@ -56,11 +56,13 @@ demo: venv
 	$(VENV)/bin/medagentgym demo
 
 # Two pytest-xdist workers (issue #29): the sandbox's jail uids are leased host-wide (sandbox/_uids.py), so two
-# workers' pools never share one; --dist loadgroup keeps an xdist_group's tests on one worker. TEST_WORKERS=0 runs
-# in one process.
+# workers' pools never share one, and family builds come from one on-disk cache (tests/_build_cache.py).
+# --dist loadscope sends a module's tests to one worker, so a module fixture (a family contract check, a trained
+# tiny model) is set up once, not once per worker. TEST_WORKERS=0 runs in one process.
 TEST_WORKERS ?= 2
+TEST_XDIST := -n $(TEST_WORKERS) --dist loadscope
 test: venv chromium
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
+	$(PY) -m pytest -q $(TEST_XDIST)
 
 test-slow: venv
 	$(PY) -m pytest -q -m slow
@@ -71,7 +73,7 @@ test-slow: venv
 BURNERS ?= 10
 .PHONY: test-loaded
 test-loaded: venv
-	@scripts/test_loaded.sh $(BURNERS) $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
+	@scripts/test_loaded.sh $(BURNERS) $(PY) -m pytest -q $(TEST_XDIST)
 
 # The Docker backend for real (not part of `make test`: CI has no docker). As root, installs docker.io when
 # missing and starts a private dockerd (scripts/with_dockerd.sh), builds the sandbox image from local files

@@ -62,7 +62,7 @@ def shadowed(tmp_path):
 
 
 def _where(args: list[str], cwd: Path) -> dict[str, str]:
-    done = subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=120, check=False)
+    done = subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=600, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
     return json.loads(done.stdout)["packages"]
 
@@ -89,7 +89,7 @@ def test_a_data_folder_named_like_a_package_does_not_shadow_it(shadowed):
     become our ``rewards`` (setuptools' editable finder loses to it, a path entry or a real install does not)."""
     code = "import json, rewards, sandbox.api; print(json.dumps([rewards.__file__, sandbox.api.__file__]))"
     (shadowed / "sandbox" / "__init__.py").unlink()  # a data folder too, now
-    done = subprocess.run([sys.executable, "-c", code], cwd=shadowed, capture_output=True, text=True, timeout=120,
+    done = subprocess.run([sys.executable, "-c", code], cwd=shadowed, capture_output=True, text=True, timeout=600,
                           check=False)
     assert done.returncode == 0, (f"a data folder in the working directory shadows our package ({done.stderr[-300:]}); "
                                   "reinstall with `make venv` (editable_mode=compat)")

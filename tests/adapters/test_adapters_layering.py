@@ -16,7 +16,7 @@ OPTIONAL = ("openenv", "gymnasium", "skyrl_gym", "verifiers", "trl", "torch")
 
 def _loaded(code: str) -> list[str]:
     out = subprocess.run([sys.executable, "-c", code + "\nimport json, sys\nprint(json.dumps(sorted(sys.modules)))"],
-                         capture_output=True, text=True, cwd=ROOT, timeout=120, check=False)
+                         capture_output=True, text=True, cwd=ROOT, timeout=600, check=False)
     assert out.returncode == 0, out.stderr[-2000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
 

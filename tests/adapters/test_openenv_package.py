@@ -233,6 +233,6 @@ def test_the_jail_provider_runs_docker_with_the_jail_options(monkeypatch, instal
 def test_the_server_refuses_an_open_port_without_a_token(installed, toy_root, tmp_path):
     env = _env(installed, tmp_path, MEDAGENTGYM_TASKS_ROOT=str(toy_root), HOST="0.0.0.0", PORT=str(_free_port()))
     env.pop("MEDAGENTGYM_ENV_TOKEN", None)
-    out = subprocess.run([str(installed / "bin" / "server")], env=env, capture_output=True, text=True, timeout=120,
+    out = subprocess.run([str(installed / "bin" / "server")], env=env, capture_output=True, text=True, timeout=600,
                          check=False)
     assert out.returncode == 2 and out.stderr.count("\n") == 1 and "MEDAGENTGYM_ENV_TOKEN is not set" in out.stderr

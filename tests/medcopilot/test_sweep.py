@@ -195,10 +195,10 @@ def test_malformed_sweep_yaml_is_one_line_with_file_and_line(tmp_path, text, lin
     file = tmp_path / "broken.yaml"
     file.write_text(text)
     proc = subprocess.run([sys.executable, "-m", "medagentgym", "sweep", str(file), "--dry-run"], cwd=REPO,
-                          capture_output=True, text=True, timeout=120, check=False)
+                          capture_output=True, text=True, timeout=600, check=False)
     err = proc.stderr.strip()
     assert proc.returncode == 2 and "\n" not in err and "Traceback" not in err, err
     assert err.startswith(f"sweep.py: error: {file}:{line}: ") and fragment in err and "--debug" in err
     debug = subprocess.run([sys.executable, "-m", "medagentgym", "sweep", str(file), "--debug"], cwd=REPO,
-                           capture_output=True, text=True, timeout=120, check=False)
+                           capture_output=True, text=True, timeout=600, check=False)
     assert debug.returncode != 0 and "Traceback" in debug.stderr

@@ -21,7 +21,7 @@ def test_dry_run_subprocess_prints_resolved_recipe_and_loads_nothing(tmp_path):
     proc = subprocess.run(
         [sys.executable, "train.py", "recipe=grpo_tiny", "--dry-run", "model.name_or_path=/nonexistent/model",
          f"output.dir={out}", "trainer.max_steps=7"],
-        cwd=REPO, capture_output=True, text=True, timeout=120, check=False,
+        cwd=REPO, capture_output=True, text=True, timeout=600, check=False,
     )
     assert proc.returncode == 0, proc.stderr
     resolved = yaml.safe_load(proc.stdout.split("# resolved recipe 'grpo_tiny'\n")[1].split("\n\n")[0])
@@ -140,7 +140,7 @@ def test_sweep_plan_rank_and_errors(tmp_path, capsys):
 
 def test_sweep_script_runs_the_shared_logic():
     proc = subprocess.run([sys.executable, "-m", "medagentgym", "sweep", "recipes/sweeps/pipeline_qwen7b.yaml", "--dry-run"],
-                          cwd=REPO, capture_output=True, text=True, timeout=120, check=False)
+                          cwd=REPO, capture_output=True, text=True, timeout=600, check=False)
     assert proc.returncode == 0, proc.stderr
     assert "a chain of 3 stages" in proc.stdout and "model.name_or_path=runs/sweeps/pipeline_qwen7b/dpo" in proc.stdout
 

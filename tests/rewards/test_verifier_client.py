@@ -144,7 +144,7 @@ def test_request_body_and_bad_arguments():
 
 def test_serve_script_bad_model_is_one_line(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "medagentgym", "serve-verifier", "--model", str(tmp_path)],
-                          capture_output=True, text=True, timeout=120, check=False)
+                          capture_output=True, text=True, timeout=600, check=False)
     assert proc.returncode == 2
     err = proc.stderr.strip()
     assert "\n" not in err and "is not a trained verifier" in err and "recipe=verifier_tiny" in err

@@ -21,7 +21,7 @@ def test_bench_rollout_json_line(tmp_path):
     proc = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "bench_rollout.py"), "--tasks-root", str(root), "--families",
          "toy_sql", "--quick", "-k", "2", "--sandbox", SANDBOX, "--allow-unisolated", "--json"],
-        capture_output=True, text=True, timeout=240, check=False)
+        capture_output=True, text=True, timeout=600, check=False)
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["episodes"] == 2 * min(n_test, 20) and out["failed"] == 0
@@ -45,6 +45,6 @@ def test_bench_rollout_json_line(tmp_path):
 def test_bench_rollout_unknown_family_is_one_line(tmp_path):
     proc = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "bench_rollout.py"), "--tasks-root", str(tmp_path), "--families",
-         "no_such_family", "--quick"], capture_output=True, text=True, timeout=120, check=False)
+         "no_such_family", "--quick"], capture_output=True, text=True, timeout=600, check=False)
     assert proc.returncode == 2
     assert proc.stderr.strip().startswith("error:") and len(proc.stderr.strip().splitlines()) == 1

@@ -20,7 +20,7 @@ _COMMAND = {f"{module}.py": name for name, (module, _) in COMMANDS.items()}
 
 def _run(script: str, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "medagentgym", _COMMAND[script], *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=120, check=False)
+                          text=True, timeout=600, check=False)
 
 
 def _one_line_error(proc: subprocess.CompletedProcess) -> str:

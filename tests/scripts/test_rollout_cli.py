@@ -52,7 +52,7 @@ def test_kill9_midway_then_resume_gives_exact_set(tasks_root, tmp_path):
     assert 5 <= stored_at_kill < len(expected), "the kill must land mid-run for this test to mean anything"
 
     done = subprocess.run(_cmd(tasks_root, out, "--concurrency", "2", "--json"), cwd=ROOT, capture_output=True,
-                          text=True, timeout=120, check=False)
+                          text=True, timeout=600, check=False)
     assert done.returncode == 0, done.stderr
     summary = json.loads(done.stdout.strip().splitlines()[-1])
     assert summary["episodes"] == len(expected) and summary["skipped"] >= stored_at_kill
@@ -67,29 +67,29 @@ def test_kill9_midway_then_resume_gives_exact_set(tasks_root, tmp_path):
     for t in TrajectoryStore(out).read():
         assert t.header.seed == episode_seed(3, t.header.task_id, t.header.sample_idx)
 
-    again = subprocess.run(_cmd(tasks_root, out, "--json"), cwd=ROOT, check=False, capture_output=True, text=True, timeout=120)
+    again = subprocess.run(_cmd(tasks_root, out, "--json"), cwd=ROOT, check=False, capture_output=True, text=True, timeout=600)
     assert json.loads(again.stdout.strip().splitlines()[-1])["new"] == 0
     assert _lines(out) == len(expected)
 
 
 def test_bad_arguments_exit_2_with_one_line(tasks_root, tmp_path):
     bad = subprocess.run(_cmd(tasks_root, tmp_path / "x.jsonl", "--policy", "bogus"), cwd=ROOT,
-                         check=False, capture_output=True, text=True, timeout=60)
+                         check=False, capture_output=True, text=True, timeout=600)
     assert bad.returncode == 2
     assert bad.stderr.strip().splitlines()[-1].startswith("error: unknown policy spec 'bogus'")
     bad = subprocess.run([sys.executable, "-m", "medagentgym", "rollout", "--tasks-root", str(tasks_root),
-                          "--families", "toy_sq"], cwd=ROOT, check=False, capture_output=True, text=True, timeout=60)
+                          "--families", "toy_sq"], cwd=ROOT, check=False, capture_output=True, text=True, timeout=600)
     assert bad.returncode == 2 and "did you mean `toy_sql`" in bad.stderr
 
 
 def test_a_rerun_under_other_settings_is_refused(tasks_root, tmp_path):
     out = tmp_path / "roll.jsonl"
     first = subprocess.run(_cmd(tasks_root, out, "--limit", "2"), cwd=ROOT, check=False, capture_output=True,
-                           text=True, timeout=120)
+                           text=True, timeout=600)
     assert first.returncode == 0, first.stderr
     stored = _lines(out)
     for cmd, what in ((_cmd(tasks_root, out, "--limit", "2", "--max-turns", "3"), "env.max_turns: "),
                       (_cmd(tasks_root, out, "--limit", "2", seed=4), "seed: 3 -> 4")):
-        other = subprocess.run(cmd, cwd=ROOT, check=False, capture_output=True, text=True, timeout=120)
+        other = subprocess.run(cmd, cwd=ROOT, check=False, capture_output=True, text=True, timeout=600)
         assert other.returncode == 2 and what in other.stderr and "another --out" in other.stderr, other.stderr
     assert _lines(out) == stored  # nothing was added to the store

@@ -129,7 +129,7 @@ def test_databases_are_identical_across_processes(dbs, tmp_path):
         "build_mimic_iii(raw, d / 'mimic_iii.db', seed=0); build_eicu(eicu_view(raw, seed=0), d / 'eicu.db', seed=0)"
     )
     env = {**os.environ, "PYTHONHASHSEED": "12345"}
-    subprocess.run([sys.executable, "-c", code, str(tmp_path)], check=True, env=env, timeout=120)
+    subprocess.run([sys.executable, "-c", code, str(tmp_path)], check=True, env=env, timeout=600)
     for name in ("mimic_iii.db", "eicu.db"):
         assert _sha(tmp_path / name) == _sha(dbs["a"] / name), name
 

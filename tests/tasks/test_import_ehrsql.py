@@ -106,19 +106,19 @@ def test_cli_then_rollout_uses_the_import_like_a_build(dbs, tmp_path):
     out = tmp_path / "imported"
     done = subprocess.run([sys.executable, "-m", "medagentgym", "import", "--family", "treqs", "--from",
                            str(FIXTURES / "treqs_test_tasks.jsonl"), "--db", str(dbs / "treqs.db"), "--out", str(out),
-                           "--json"], cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
+                           "--json"], cwd=ROOT, capture_output=True, text=True, timeout=600, check=False)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout.strip().splitlines()[-1])["kept"] == 3
     roll = subprocess.run([sys.executable, "-m", "medagentgym", "rollout", "--tasks-root", str(out),
                            "--families", "treqs", "--split", "test", "--policy", "oracle", "--out",
                            str(tmp_path / "roll.jsonl"), "--sandbox", SANDBOX, "--allow-unisolated", "--no-progress",
-                           "--json"], cwd=ROOT, capture_output=True, text=True, timeout=180, check=False)
+                           "--json"], cwd=ROOT, capture_output=True, text=True, timeout=600, check=False)
     assert roll.returncode == 0, roll.stderr
     summary = json.loads(roll.stdout.strip().splitlines()[-1])
     assert summary["episodes"] == 2 and summary["success_rate"] == 1.0
     bad = subprocess.run([sys.executable, "-m", "medagentgym", "import", "--family", "treqs", "--from",
                           str(tmp_path / "missing.jsonl"), "--out", str(out), "--force"], cwd=ROOT,
-                         capture_output=True, text=True, timeout=60, check=False)
+                         capture_output=True, text=True, timeout=600, check=False)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "no task file" in bad.stderr
 
 

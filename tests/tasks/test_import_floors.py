@@ -79,7 +79,7 @@ def test_evaluate_reports_floors_over_the_whole_split(tmp_path):
     done = subprocess.run([sys.executable, "-m", "medagentgym", "eval", "--policy", "empty", "--families",
                            "toy_sql", "--limit", "2", "--tasks-root", str(root), "--out", str(tmp_path / "eval"),
                            "--sandbox", SANDBOX, "--allow-unisolated", "--no-progress", "--no-plots", "--json"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=180, check=False)
+                          cwd=ROOT, capture_output=True, text=True, timeout=600, check=False)
     assert done.returncode == 0, done.stderr
     summary = json.loads(done.stdout.strip().splitlines()[-1])
     floor = summary["floor"]["toy_sql"]

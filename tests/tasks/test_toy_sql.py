@@ -101,7 +101,7 @@ def _script(*args: str):
 
     root = Path(__file__).resolve().parents[2]
     return subprocess.run([sys.executable, "-m", "medagentgym", "build", *args], check=False, capture_output=True,
-                          text=True, cwd=root, timeout=120)
+                          text=True, cwd=root, timeout=600)
 
 
 def test_build_script_is_deterministic_and_lists_json(tmp_path):
