@@ -589,6 +589,15 @@ def _yerr(rows: list[tuple[float, Any]]) -> list[list[float]]:
     return [lower, upper]
 
 
+def _legend(ax: Any, **kwargs: Any) -> None:
+    """``ax.legend`` with one entry per label (the first handle of each): artists drawn in pieces share one."""
+    first: dict[str, Any] = {}
+    for handle, label in zip(*ax.get_legend_handles_labels()):
+        first.setdefault(label, handle)
+    if first:
+        ax.legend(list(first.values()), list(first), **kwargs)
+
+
 def write_plots(report: EvalReport, out_dir: Path) -> list[Path]:
     """Write ``success_by_family.png``, ``pass_at_k.png`` and ``errors.png`` (matplotlib, Agg); returns paths.
 
@@ -609,8 +618,10 @@ def write_plots(report: EvalReport, out_dir: Path) -> list[Path]:
     colors = ["#4c72b0"] * len(fams) + ["#55a868", "#8172b2"]
     bars = ax.bar(labels, [v * 100 for v in rates], color=colors, label="success (95 % CI)",
                   yerr=_yerr(list(zip(rates, cis))), capsize=3, ecolor="#333333")
-    if report.macro_se is not None:  # the macro bar's error bar is ±1.96 SE (no task-level interval exists)
-        ax.errorbar([len(labels) - 1], [report.macro_success_rate * 100], yerr=[[1.96 * report.macro_se * 100]],
+    if report.macro_se is not None:  # the macro bar's error bar is ±1.96 SE (no task-level interval exists),
+        half = 1.96 * report.macro_se  # clipped to [0, 100] %: a rate has no values outside it
+        rate = report.macro_success_rate
+        ax.errorbar([len(labels) - 1], [rate * 100], yerr=[[min(half, rate) * 100], [min(half, 1 - rate) * 100]],
                     fmt="none", ecolor="#333333", capsize=3)
     floors = [(x, (row.get("floor") or {}).get("floor")) for x, row in enumerate(rows)]
     floors = [(x, f) for x, f in floors if f is not None]
@@ -618,9 +629,10 @@ def write_plots(report: EvalReport, out_dir: Path) -> list[Path]:
         ax.hlines([f * 100 for _, f in floors], [x - 0.4 for x, _ in floors], [x + 0.4 for x, _ in floors],
                   colors="#c44e52", linewidth=2.5, label="constant-answer floor")
     ax.bar_label(bars, labels=[f"{v:.0%}\n{n}" for v, n in zip(rates, ns)], fontsize=7, padding=2)
-    ax.legend(loc="upper left", ncol=2, fontsize=8)
+    _legend(ax, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
     title = f"Success per family: {report.policy}" + (" (ALL EPISODES FAILED TO RUN)" if report.all_failed else "")
-    ax.set(ylim=(0, 130), ylabel="success (%)", title=title)
+    ax.set(ylim=(0, 100), ylabel="success (%)")  # a rate's axis ends at 100 %; labels of full bars sit above it
+    ax.set_title(title, pad=22)
     ax.tick_params(axis="x", rotation=45)
     plt.setp(ax.get_xticklabels(), ha="right")
     paths.append(out_dir / "success_by_family.png")
@@ -772,22 +784,29 @@ def leaderboard_plots(reports: list[dict[str, Any]], png: Path | str) -> list[Pa
         failed = [r["policy"] for r in group if _all_failed(r)]
         fams = sorted({f for r in rows for f in r["per_family"]})
         cols, width = ["overall", *fams], 0.8 / max(1, len(rows))
+        # one legend entry per run: two runs of one policy are told apart by their order (#2, #3, ...)
+        seen: Counter = Counter()
+        labels = []
+        for r in rows:
+            seen[r["policy"]] += 1
+            labels.append(r["policy"] + (f" #{seen[r['policy']]}" if seen[r["policy"]] > 1 else ""))
         fig, ax = plt.subplots(figsize=(min(14.0, max(6.0, 0.45 * len(cols) * max(1, len(rows)) ** 0.5 + 2)), 4.2))
         for i, r in enumerate(rows):
             cells = [(r["success_rate"], r.get("ci95"), r.get("episodes"))]
             cells += [(r["per_family"][f]["success_rate"], r["per_family"][f].get("ci95"), r["per_family"][f].get("n"))
                       if f in r["per_family"] else (math.nan, None, None) for f in fams]
             xs = [j + i * width for j in range(len(cols))]
-            bars = ax.bar(xs, [v * 100 for v, _, _ in cells], width, label=r["policy"],
+            bars = ax.bar(xs, [v * 100 for v, _, _ in cells], width, label=labels[i],
                           yerr=_yerr([(0.0 if math.isnan(v) else v, ci) for v, ci, _ in cells]), capsize=2)
             ax.bar_label(bars, labels=[f"n={n}" if n else "" for _, _, n in cells], fontsize=6, padding=1)
         ax.set_xticks([j + 0.4 - width / 2 for j in range(len(cols))], cols, rotation=45, ha="right")
         title = f"Leaderboard, task set {task_set[:16]}: success per family (95 % CI; blank: not evaluated)"
         if failed:
             title += f"\nall episodes failed to run (not drawn): {', '.join(failed)}"
-        ax.set(ylim=(0, 115), ylabel="success (%)", title=title)
+        ax.set(ylim=(0, 100), ylabel="success (%)")
+        ax.set_title(title, pad=14)
         if rows:
-            ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+            _legend(ax, fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
         _save(fig, path)
         plt.close(fig)
         written.append(path)

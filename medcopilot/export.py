@@ -189,15 +189,16 @@ def model_card(run_dir: str | os.PathLike, *, base_model: str, repo: str | None 
     data = ModelCardData(
         model_name=name, base_model=hub_base, license=license or BASE_LICENSES.get(hub_base or ""),
         datasets=list(datasets) or None, language="en", library_name="transformers", pipeline_tag="text-generation",
-        tags=["medical", "biomedical", "agent", "tool-use", "code", "medagentgym", "med-copilot", "trl",
-              method.lower()],
+        tags=["medical", "biomedical", "agent", "tool-use", "code", "medagentgym", "med-copilot",
+              *(["trl"] if trainer_library(method) == "TRL" else []), method.lower()],
         eval_results=[r for report in reports for r in _eval_results(report)] or None,
     )
     base_text = f"`{hub_base}`" if hub_base else f"`{base_model}` (a local folder, not a Hub id)"
     body = [
         f"# {name}",
         "",
-        f"Med-Copilot agent policy: {base_text} fine-tuned with {method.upper()} (TRL) in MedAgentGym, a sandboxed",
+        f"Med-Copilot agent policy: {base_text} fine-tuned with {method.upper()} ({trainer_library(method)}) in "
+        "MedAgentGym, a sandboxed",
         "environment of biomedical data-science tasks. It acts with Qwen2.5 `<tool_call>` messages: request",
         "information, run SQL / Python / shell code in a sandbox, debug, and submit one answer that an oracle grades.",
         "",
@@ -269,6 +270,19 @@ def _check_publishable(card: Any, base_model: str) -> None:
     if not card.data.license:
         raise ExportError(f"cannot push: no license for base model {card.data.base_model!r}; pass --license ID "
                           f"(the base model's license, e.g. apache-2.0)")
+
+
+def trainer_library(method: str) -> str:
+    """Who implements a recipe method's trainer, as the model card names it: ``"TRL"`` for SFT, DPO and GRPO
+    (TRL's trainers), ``"in-house PPO"`` for PPO (``medcopilot.ppo``: TRL removed its PPOTrainer),
+    ``"transformers Trainer"`` for the verifier.
+
+    Example:
+        >>> trainer_library("ppo")
+        'in-house PPO'
+    """
+    return {"sft": "TRL", "dpo": "TRL", "grpo": "TRL", "ppo": "in-house PPO"}.get(method.lower(),
+                                                                                 "transformers Trainer")
 
 
 def _load_reports(paths: Iterable[str | os.PathLike]) -> list[dict[str, Any]]:

@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dataset", action="append", default=[], metavar="ORG/NAME",
                         help="Hub dataset id the model was trained on, for the card's metadata (repeatable)")
     parser.add_argument("--eval", action="append", default=[], metavar="REPORT",
-                        help="evaluate.py report.json (or its folder) for the card's model-index (repeatable)")
+                        help="medagentgym eval report.json (or its --out folder) for the card's model-index (repeatable)")
     parser.add_argument("--dtype", choices=["auto", "bfloat16", "float16", "float32"], default=None,
                         help="weights of the export (default: the recipe's model.dtype); the merge is fp32 either "
                              "way, float32 keeps small updates that a bf16 export rounds away")

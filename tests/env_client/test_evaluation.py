@@ -299,3 +299,38 @@ def test_leaderboard_has_an_infra_column_shows_an_all_failed_run_and_draws_one_p
     from env_client.evaluation import leaderboard_plots
 
     assert leaderboard_plots([ok.to_dict()], tmp_path / "single.png") == [tmp_path / "single.png"]
+
+
+def _captured_figures(monkeypatch):
+    """The matplotlib figures the plot writers save (their axes are inspected instead of the PNG pixels)."""
+    import env_client.evaluation as evaluation
+
+    figures = []
+    real = evaluation._save
+    monkeypatch.setattr(evaluation, "_save", lambda fig, path: (figures.append(fig), real(fig, path)))
+    return figures
+
+
+def test_plots_keep_rates_inside_0_100_and_name_each_run_once(tmp_path, monkeypatch):
+    from env_client.evaluation import leaderboard_plots, write_plots
+
+    figures = _captured_figures(monkeypatch)
+    # a low macro rate with a wide standard error: its ±1.96 SE bar used to reach below 0 %; the axis went to 130 %
+    trajs = [traj(f"toy_sql/test/{i:04d}", correct=i == 0) for i in range(3)]
+    trajs += [traj(f"medcalcbench/test/{i:04d}", correct=False) for i in range(3)]
+    report = evaluate(trajs, policy="p")
+    assert report.macro_se and report.macro_success_rate - 1.96 * report.macro_se < 0
+    write_plots(report, tmp_path)
+    ax = figures[0].axes[0]
+    assert ax.get_ylim() == (0.0, 100.0)
+    for collection in ax.collections:  # error bars are LineCollections of vertical segments
+        for segment in getattr(collection, "get_segments", list)():
+            assert all(0.0 <= y <= 100.0 for _, y in segment), segment
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert labels and len(labels) == len(set(labels))
+    figures.clear()
+    twice = [report.to_dict(), report.to_dict()]  # the same policy evaluated twice over one task set
+    leaderboard_plots(twice, tmp_path / "lb.png")
+    ax = figures[0].axes[0]
+    assert ax.get_ylim()[1] <= 100.0
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["p", "p #2"]

@@ -242,3 +242,13 @@ def test_push_refuses_before_merging_without_hub_base_or_license(lora_run_dir, t
     assert "not an exported model folder" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["--upload", str(tmp_path)])  # --upload needs --push: argparse's usage error
+
+
+def test_the_card_names_who_trained_it_ppo_is_in_house(run_folder):
+    card = model_card(run_folder, base_model="Qwen/Qwen2.5-7B-Instruct")
+    assert "fine-tuned with GRPO (TRL) in MedAgentGym" in card.text and "trl" in card.data.tags
+    recipe = (run_folder / "recipe.yaml").read_text().replace("method: grpo", "method: ppo")
+    (run_folder / "recipe.yaml").write_text(recipe)
+    card = model_card(run_folder, base_model="Qwen/Qwen2.5-7B-Instruct")
+    assert "fine-tuned with PPO (in-house PPO) in MedAgentGym" in card.text and "(TRL)" not in card.text
+    assert "trl" not in card.data.tags and "ppo" in card.data.tags
