@@ -8,10 +8,12 @@ training recipe and data, the evaluation tables, intended use, out-of-scope use 
 model trained on synthetic medical tasks. The folder loads with ``AutoModelForCausalLM`` / ``AutoTokenizer`` and
 serves with vLLM as is.
 
-The merge runs in fp32 and the weights are cast once to ``dtype`` (default: the run's recipe ``model.dtype``).
-A bf16 export rounds every weight to 8 significant bits, which keeps only part of an update smaller than half a
-bf16 step of the weight (for a base stored in bf16, about half of a 1e-3 relative update); ``dtype="float32"``
-keeps the merged weights exact at twice the size.
+The merge runs in fp32 and the weights are cast once to ``dtype``. By default (:func:`export_dtype`) a LoRA run
+exports **float32**: a bf16 export rounds every weight to 8 significant bits, which keeps only part of an update
+smaller than half a bf16 step of the weight (on a base stored in bf16, about half of a 1e-3 relative update and
+almost none of a 1e-4 one), while float32 keeps the merged weights exact at twice the size. A full model exports
+in the dtype it is stored in (its weights were trained in it). ``dtype="bfloat16"`` asks for the small export;
+the choice and its reason are printed.
 
 ``push="org/name"`` uploads the folder with ``huggingface_hub``, authenticated by ``HF_TOKEN``. Everything that
 can be checked before the merge is (offline mode, token, a Hub id for the base model, a license), so a refused
@@ -37,7 +39,7 @@ import yaml
 from medcopilot.config import ModelConfig
 from medcopilot.modeling import adapter_base, load_model, load_tokenizer, save_pretrained_atomic
 
-__all__ = ["ExportError", "export_model", "hub_model_id", "model_card", "push_folder"]
+__all__ = ["ExportError", "export_dtype", "export_model", "hub_model_id", "model_card", "push_folder"]
 
 #: Licenses of the Qwen2.5 models the recipes start from, as their Hub cards state them (November 2026): a
 #: fine-tune keeps its base's license. Other bases need ``license=`` (``--license``) before they can be pushed.
@@ -101,8 +103,9 @@ def export_model(run_dir: str | os.PathLike, out_dir: str | os.PathLike, *, push
         datasets: Hub dataset ids the model was trained on (e.g. trajectories you published), for the metadata.
         eval_reports: ``report.json`` files (or their folders) written by ``medagentgym eval --out``; they
             become the card's ``model-index`` and evaluation tables.
-        dtype: Weights of the export: ``bfloat16``, ``float16``, ``float32`` or ``auto``; None: the recipe's
-            ``model.dtype`` (``auto`` without a recipe). The merge itself is always fp32.
+        dtype: Weights of the export: ``bfloat16``, ``float16``, ``float32`` or ``auto``; None:
+            :func:`export_dtype` (float32 for a LoRA run, the stored dtype for a full model). The merge itself is
+            always fp32. The choice is printed.
 
     Returns:
         ``out_dir`` as a Path.
@@ -129,15 +132,42 @@ def export_model(run_dir: str | os.PathLike, out_dir: str | os.PathLike, *, push
                       eval_reports=eval_reports)
     if push is not None:
         _check_publishable(card, base)
-    dtype = dtype or ((recipe.get("model") or {}).get("dtype")) or "auto"
-    if dtype not in ("auto", "bfloat16", "float16", "float32"):
+    if dtype is not None and dtype not in ("auto", "bfloat16", "float16", "float32"):
         raise ExportError(f"dtype={dtype!r} is not a weight dtype; use bfloat16, float16, float32 or auto")
+    dtype, why = export_dtype(src, dtype)
+    print(f"[export] weights: {dtype} ({why})", flush=True)
     model = load_model(ModelConfig(name_or_path=str(src), dtype=dtype))
     tokenizer = load_tokenizer(str(src))
     save_pretrained_atomic(out, model, tokenizer, extra_files={"README.md": str(card)})
     if push is not None:
         push_folder(out, push, private=private)
     return out
+
+
+def export_dtype(run_dir: str | os.PathLike, dtype: str | None = None) -> tuple[str, str]:
+    """The dtype :func:`export_model` writes for ``run_dir`` and why: ``(dtype, reason)``.
+
+    A LoRA adapter (merged into its base on export) defaults to ``float32``: the merge is exact there, while a
+    bf16 export rounds away the part of the update below half a bf16 step of each weight. A full model keeps the
+    dtype its ``config.json`` records (``auto`` when none is recorded). An explicit ``dtype`` is used as given.
+
+    Example:
+        >>> export_dtype("runs/grpo_qwen7b")  # doctest: +SKIP
+        ('float32', 'a LoRA adapter merged in fp32 ...')
+    """
+    src = Path(run_dir)
+    if dtype is not None:
+        small = " (rounds away LoRA updates below half a bf16 step of each weight)" if (
+            dtype in ("bfloat16", "float16") and adapter_base(src) is not None) else ""
+        return dtype, f"as asked{small}"
+    if adapter_base(src) is not None:
+        return "float32", ("a LoRA adapter merged in fp32 and kept exact: bfloat16 would round away updates below half "
+                           "a bf16 step of each weight; --dtype bfloat16 halves the size")
+    config = _read_json(src / "config.json")
+    stored = config.get("dtype") or config.get("torch_dtype")
+    if stored in ("bfloat16", "float16", "float32"):
+        return str(stored), "a full model, in the dtype it is stored in"
+    return "auto", "a full model without a recorded dtype"
 
 
 def hub_model_id(name_or_path: str) -> str | None:

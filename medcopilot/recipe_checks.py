@@ -65,6 +65,10 @@ DEFAULT_GPU_GIB = 79.2
 VLLM_OVERHEAD_GIB = 2.0
 #: CUDA context, NCCL buffers and allocator fragmentation on the training side.
 TRAIN_SLACK_GIB = 3.0
+#: Memory a colocated run must leave free on the GPU while vLLM generates (GiB): the arithmetic's own error (vLLM's
+#: activations and CUDA graphs are the ~2 GiB guess above, the allocator's fragmentation after an update is not
+#: counted) must not be what decides whether a run fits. Issue #32: the 14B GRPO recipe had 3.1 GiB.
+GENERATION_HEADROOM_GIB = 4.0
 #: What a sleeping vLLM engine (level 1: weights offloaded to CPU, KV cache freed) still holds.
 VLLM_ASLEEP_GIB = 1.0
 #: Prompt tokens assumed when a recipe gives no bound (the MedAgentGym opening chats are 1-4k tokens).
@@ -443,8 +447,19 @@ def _check_memory(cfg: RecipeConfig, args: Any, shape: ModelShape, gpu: float, u
         if generating > gpu or training > gpu:
             raise RecipeError(f"the colocated run does not fit one {gpu:.0f} GiB GPU{phases}; lower "
                               f"trainer.vllm_gpu_memory_utilization or trainer.per_device_train_batch_size")
-        return line + phases
+        if gpu - generating < GENERATION_HEADROOM_GIB:
+            raise RecipeError(f"the colocated run's generating phase ({generating:.1f} GiB: weights, trainable "
+                              f"states, slack and vLLM's {plan['vllm']:.1f} GiB) leaves {gpu - generating:.1f} GiB of "
+                              f"the {gpu:.1f} GiB GPU, less than the {GENERATION_HEADROOM_GIB:.0f} GiB this estimate "
+                              f"needs to be trusted; lower trainer.vllm_gpu_memory_utilization (each 0.05 frees "
+                              f"{0.05 * gpu:.1f} GiB)")
+        return line + phases + f" (headroom {gpu - generating:.1f} GiB)"
     together = plan["train"] + plan["vllm"]
+    if together > gpu - GENERATION_HEADROOM_GIB and together <= gpu:
+        raise RecipeError(f"training ({plan['train']:.1f} GiB) and a colocated vLLM engine ({plan['vllm']:.1f} GiB) "
+                          f"need {together:.1f} GiB together, leaving {gpu - together:.1f} GiB of the {gpu:.0f} GiB "
+                          f"GPU, less than the {GENERATION_HEADROOM_GIB:.0f} GiB this estimate needs to be trusted; "
+                          f"lower trainer.vllm_gpu_memory_utilization or set trainer.vllm_enable_sleep_mode=true")
     if together > gpu:
         raise RecipeError(f"training ({plan['train']:.1f} GiB) and a colocated vLLM engine ({plan['vllm']:.1f} GiB) "
                           f"need {together:.1f} GiB together, more than the {gpu:.0f} GiB GPU; set "

@@ -11,7 +11,8 @@ A chain sweep file may carry an ``evaluate`` section (``recipes/sweeps/paper_qwe
       title: "Qwen2.5-7B-Instruct on MedAgentGym"
 
 After training, each stage's output is exported as a standalone merged model (``<stage>/merged``, LoRA chains
-merged: ``medagentgym export``), each row is evaluated per suite into ``<output_root>/eval/<row>/<suite>/``
+merged: ``medagentgym export``; a LoRA stage exports float32 by default, which keeps the small updates a bf16
+export rounds away on a bf16-stored base, :func:`medcopilot.export.export_dtype`), each row is evaluated per suite into ``<output_root>/eval/<row>/<suite>/``
 (``medagentgym eval``; a report newer than its model is reused, so a rerun resumes), and
 ``<output_root>/paper_table.{md,json,png}`` is written (:mod:`env_client.paper_table`). Exports and evaluations
 run as separate processes, like the training stages, so each frees its memory (and its GPU) when it ends.

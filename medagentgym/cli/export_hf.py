@@ -62,8 +62,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--eval", action="append", default=[], metavar="REPORT",
                         help="medagentgym eval report.json (or its --out folder) for the card's model-index (repeatable)")
     parser.add_argument("--dtype", choices=["auto", "bfloat16", "float16", "float32"], default=None,
-                        help="weights of the export (default: the recipe's model.dtype); the merge is fp32 either "
-                             "way, float32 keeps small updates that a bf16 export rounds away")
+                        help="weights of the export (default: float32 for a LoRA run, which keeps small updates a "
+                             "bf16 export rounds away; a full model's stored dtype); the merge is fp32 either way")
     parser.add_argument("--public", action="store_true", help="create the Hub repo public (default: private)")
     parser.add_argument("--debug", action="store_true", help="show the traceback on errors")
     args = parser.parse_args(argv)

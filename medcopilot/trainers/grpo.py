@@ -20,7 +20,8 @@ Reads top to bottom: model → env → trainer → train → save.
   ``reward``, ``loss``, ... and our ``env/*`` metrics per logging step) and ``run_summary.json``.
 - **Exact policy**: dropout is off during the update (``disable_dropout``, LoRA's included), vLLM's
   importance-sampling correction is per token (``token_truncate``), and with vLLM the LoRA weights reach the
-  engine merged in fp32 into fresh tensors (:mod:`medcopilot.vllm_sync`): TRL's own sync merges into the bf16
+  engine merged in fp32 into fresh tensors and rounded to bf16 without bias, so small updates reach the sampler
+  (:mod:`medcopilot.vllm_sync`): TRL's own sync merges into the bf16
   base and back every step, which changes the frozen base. An episode whose next turn cannot fit the
   generator's context (``vllm_max_model_length``, else the model's ``max_position_embeddings``) ends as
   truncated before the call; a resumed run continues the sampling seeds where it stopped
@@ -164,7 +165,7 @@ def vllm_started(trainer: Any, model: Any, own: str | None) -> None:
     if getattr(trainer.args, "use_vllm", False):
         from medcopilot.vllm_sync import install_exact_sync
 
-        install_exact_sync(trainer.vllm_generation)
+        install_exact_sync(trainer.vllm_generation, seed=int(getattr(trainer.args, "seed", 0) or 0))
     if own is None:
         return
     model.name_or_path = own

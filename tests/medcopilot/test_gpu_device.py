@@ -60,3 +60,23 @@ def test_a_run_reporting_to_wandb_without_a_key_trains_and_logs_offline(tiny_mod
             "trainer.report_to=[wandb]"]
     assert train_main(argv) == 0  # wandb stops a keyless launch: "api_key not configured (no-tty)"
     assert list((no_wandb_key / "wandb").glob("offline-run-*")), "wandb should log offline"
+
+
+# --------------------------------------------------------------------------------------------- 14B GRPO headroom
+def test_the_14b_grpo_recipe_leaves_headroom_while_generating_and_less_is_refused(monkeypatch):
+    from medcopilot.config import RecipeError, check_recipe, load_recipe
+    from medcopilot.recipe_checks import GENERATION_HEADROOM_GIB, TRAIN_SLACK_GIB, model_shape, recipe_memory_plan
+
+    monkeypatch.setenv("MEDCOPILOT_GPU_GIB", "79.2")  # an 80 GB card, what the recipe's header reckons with
+    cfg = load_recipe("grpo_qwen14b")
+    notes: list[str] = []
+    args = check_recipe(cfg, notes=notes)
+    plan = recipe_memory_plan(cfg, args, model_shape(cfg.model.name_or_path), 79.2)
+    generating = plan["weights"] + plan["adapters"] + TRAIN_SLACK_GIB + plan["vllm"]
+    assert 79.2 - generating >= GENERATION_HEADROOM_GIB >= 4.0 and plan["kv_seqs"] >= 4, plan
+    assert any("(headroom 7.0 GiB)" in n for n in notes), notes
+    # the setting before issue #32 (0.55: 3.1 GiB left while generating) is refused in one line that says what to do
+    with pytest.raises(RecipeError, match=r"leaves 3\.1 GiB .* lower trainer\.vllm_gpu_memory_utilization"):
+        check_recipe(load_recipe("grpo_qwen14b", ["trainer.vllm_gpu_memory_utilization=0.55"]))
+    monkeypatch.setenv("MEDCOPILOT_GPU_GIB", "139")  # an H200 takes it
+    check_recipe(load_recipe("grpo_qwen14b", ["trainer.vllm_gpu_memory_utilization=0.55"]))
