@@ -263,16 +263,18 @@ def run(cfg: RecipeConfig) -> dict[str, Any]:
     started = time.monotonic()
     verifier = make_verifier(cfg)  # the verifier_score term's scorer (None without one); fails before the model
 
-    # ---- model
-    tokenizer = load_tokenizer(cfg.model.name_or_path)
-    model = load_model(cfg.model)
-
-    # ---- env: a sandbox pool (one Env per episode on it); dataset, rollout hook and trainer
+    # ---- env first: a sandbox pool (one Env per episode on it), whose workers for the first step's episodes start
+    # in the background (pool.prewarm) while the model loads
     pool = None if cfg.env.urls else sandbox.make_pool(cfg.env.sandbox, workers=cfg.env.workers,
                                                        max_workers=cfg.env.max_workers,
                                                        allow_unisolated=cfg.env.allow_unisolated)
     layers = [f"env servers {', '.join(cfg.env.urls)}"] if pool is None else list(getattr(pool, "layers", []))
     try:
+        if callable(getattr(pool, "prewarm", None)):
+            pool.prewarm(cfg.rollout.concurrency)
+        # ---- model; then dataset, rollout hook and trainer
+        tokenizer = load_tokenizer(cfg.model.name_or_path)
+        model = load_model(cfg.model)
         trainer, _, index = build_trainer(cfg, model=model, tokenizer=tokenizer, pool=pool, verifier=verifier)
         args = trainer.args
         trainable, total = trainable_parameter_count(trainer.model)
