@@ -62,6 +62,7 @@ from medagentgym.tasks.floors import FLOOR_BOUND, constant_floor
 
 __all__ = ["ERROR_CLASSES", "FLOOR_BOUND", "ID_FAMILIES", "OOD_FAMILIES", "EvalError", "EvalReport", "best_at_k",
            "bootstrap_interval", "classify_failure", "code_version", "constant_floor", "evaluate", "label_base_rate",
+           "library_versions",
            "leaderboard", "leaderboard_plots", "load_reports", "md_cell", "pass_at_k", "render_markdown",
            "success_interval", "task_interval", "task_set_hash", "task_standard_error", "wilson_interval",
            "write_plots", "write_report"]
@@ -478,7 +479,8 @@ def _ci(ci: Any) -> str:
 
 
 #: Provenance keys of ``meta`` shown first, in this order (the rest follow sorted).
-_PROVENANCE = ("policy", "split", "suite", "size", "format", "env", "commit", "date", "task_set")
+_PROVENANCE = ("policy", "served_model", "split", "suite", "size", "format", "env", "sandbox", "commit", "date",
+               "wall_s", "versions", "task_set")
 
 
 def _meta_value(value: Any) -> str:
@@ -811,6 +813,24 @@ def leaderboard_plots(reports: list[dict[str, Any]], png: Path | str) -> list[Pa
         plt.close(fig)
         written.append(path)
     return written
+
+
+#: Distributions whose versions an evaluation report records (those installed; none is imported).
+LIBRARIES = ("medagentgym", "torch", "transformers", "trl", "peft", "vllm", "openai", "verifiers")
+
+
+def library_versions() -> dict[str, str]:
+    """``{distribution: version}`` of :data:`LIBRARIES` that are installed, plus ``python``: provenance."""
+    import platform
+    from importlib import metadata
+
+    found = {"python": platform.python_version()}
+    for name in LIBRARIES:
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return found
 
 
 def code_version() -> str:

@@ -396,6 +396,15 @@ class OpenAIPolicy:
         self._client = openai.OpenAI(base_url=self.base_url, api_key=self._key(), timeout=self.timeout_s,
                                      max_retries=self.max_retries)
         self._aclients: Any = weakref.WeakKeyDictionary()  # one AsyncOpenAI per event loop (loop-bound sockets)
+        #: The model ids the endpoint said it answered with (each response's ``model``: a snapshot or served
+        #: name that may differ from ``model``); reports record them as provenance.
+        self.served_models: set[str] = set()
+
+    def _seen(self, resp: Any) -> Any:
+        served = getattr(resp, "model", None)
+        if isinstance(served, str) and served:
+            self.served_models.add(served)
+        return resp
 
     def _key(self) -> str:
         return self.api_key or os.environ.get("OPENAI_API_KEY", "EMPTY")
@@ -489,7 +498,7 @@ class OpenAIPolicy:
     def act(self, messages: list[dict], *, tools: list[dict] | None = None, seed: int | None = None) -> PolicyOutput:
         """One chat-completions call; endpoint errors become ``PolicyError`` with the status and a hint."""
         try:
-            return _output(self._client.chat.completions.create(**self._request(messages, tools, seed)))
+            return _output(self._seen(self._client.chat.completions.create(**self._request(messages, tools, seed))))
         except self._openai.APIError as exc:
             raise self._failure(exc) from exc
 
@@ -503,7 +512,8 @@ class OpenAIPolicy:
             self._aclients[loop] = self._openai.AsyncOpenAI(base_url=self.base_url, api_key=self._key(),
                                                             timeout=self.timeout_s, max_retries=self.max_retries)
         try:
-            return _output(await self._aclients[loop].chat.completions.create(**self._request(messages, tools, seed)))
+            return _output(self._seen(
+                await self._aclients[loop].chat.completions.create(**self._request(messages, tools, seed))))
         except self._openai.APIError as exc:
             raise self._failure(exc) from exc
 

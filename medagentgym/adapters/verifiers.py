@@ -33,6 +33,7 @@ import asyncio
 import functools
 import hashlib
 import importlib.util
+import os
 import sys
 from collections.abc import Iterator
 from typing import Any
@@ -75,8 +76,9 @@ class MedAgentGymConfig(vf.TasksetConfig):
     """Built tasks root (medagentgym build --out)."""
     families: list[str] = ["toy_sql"]  # noqa: RUF012 - a pydantic field default (copied per instance)
     """Families whose instances become tasks."""
-    split: str = "train"
-    """Split to draw the instances from."""
+    split: str | None = None
+    """Split to draw the instances from; None: ``test`` under ``vf-eval``/``vf-validate`` (an evaluation), else
+    ``train`` (prime-rl training). Set it to say which."""
     limit: int | None = None
     """At most this many instances per family (None = all)."""
     sandbox: str = "bwrap"
@@ -89,6 +91,25 @@ class MedAgentGymConfig(vf.TasksetConfig):
     """A running medagentgym serve to play on instead (its token from MEDAGENTGYM_ENV_TOKEN)."""
     max_turns: int | None = None
     """Episode turn cap (None = the family's)."""
+
+
+#: The commands that evaluate: a taskset without a split draws from the test split under them.
+EVAL_COMMANDS = ("vf-eval", "vf-validate")
+
+
+def default_split(split: str | None, program: str | None = None) -> str:
+    """``split`` when set; otherwise ``"test"`` when the running program (``sys.argv[0]``) is an evaluation
+    command (:data:`EVAL_COMMANDS`: evaluating on the training split would report training-set numbers), else
+    ``"train"`` (a trainer such as prime-rl loads the taskset to train on it).
+
+    Example:
+        >>> default_split(None, "/usr/bin/vf-eval"), default_split(None, "rl"), default_split("train", "vf-eval")
+        ('test', 'train', 'train')
+    """
+    if split:
+        return split
+    name = os.path.basename(program if program is not None else (sys.argv[0] if sys.argv else ""))
+    return "test" if name.startswith(EVAL_COMMANDS) else "train"
 
 
 @functools.lru_cache(maxsize=16)
@@ -152,8 +173,9 @@ class MedAgentGymTaskset(vf.Taskset[MedAgentGymTask, MedAgentGymConfig]):
         parameters in compact form (``system_prompt(..., inline=True)``) and asks for the ``<tool_call>`` text that
         ``Env`` parses."""
         c = self.config
-        source = TaskSource(str(c.tasks_root), c.families, c.split)
-        for row in source.rows(c.split, c.limit):
+        split = default_split(c.split)
+        source = TaskSource(str(c.tasks_root), c.families, split)
+        for row in source.rows(split, c.limit):
             instance = source.get(row["task_id"])
             actions = tasks.make(instance.family, root=c.tasks_root).actions
             yield MedAgentGymTask(MedAgentGymData(

@@ -46,6 +46,7 @@ import json
 import os
 import re
 import sys
+import time
 import traceback
 from collections import Counter
 from datetime import datetime, timezone
@@ -63,6 +64,7 @@ from env_client.evaluation import (
     constant_floor,
     evaluate,
     label_base_rate,
+    library_versions,
     task_set_hash,
     write_report,
 )
@@ -182,6 +184,7 @@ def _report_failures(failures: list[dict[str, Any]]) -> None:
 
 def run(args: argparse.Namespace) -> dict:
     """Roll out, evaluate and write the report; returns the summary printed as the JSON line."""
+    started = time.monotonic()
     split = "test" if args.suite else args.split
     scores = read_scores(args.scores) if args.scores else None  # a bad file fails now, not after every episode ran
     names = choose_families(args.families, args.suite, args.tasks_root)
@@ -226,6 +229,9 @@ def run(args: argparse.Namespace) -> dict:
             "families": families, "commit": code_version(),
             "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "task_set": task_set_hash(instances, {n: f["version"] for n, f in families.items()}),
+            "sandbox": args.sandbox, "versions": library_versions(),
+            "wall_s": round(time.monotonic() - started, 1),
+            **({"served_model": sorted(policy.served_models)} if getattr(policy, "served_models", None) else {}),
             "run_key": run_key({**run_info, "seed": args.seed}), **({"warnings": warnings} if warnings else {})}
     report = evaluate(result.trajectories, policy=args.policy, scores=scores, base_rates=base_rates, floors=floors,
                       meta=meta, failures=result.summary.failures)

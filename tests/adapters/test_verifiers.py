@@ -258,3 +258,12 @@ def test_loader_taskset_and_a_grader_failure(toy_root, sandbox_backend, oracle_a
     asyncio.run(env.run(task, _Agents(failed)))
     assert failed.trace.stop_condition == "grader_failed"
     assert asyncio.run(task.medagentgym(failed.trace)) == {}  # no reward recorded
+
+
+def test_an_evaluation_draws_the_test_split_unless_told_and_training_the_train_split():
+    from medagentgym.adapters.verifiers import default_split
+
+    assert default_split(None, "/work/.venv/bin/vf-eval") == "test"
+    assert default_split(None, "vf-validate") == "test"
+    assert default_split(None, "/usr/bin/python") == "train"  # prime-rl and other trainers load it to train
+    assert default_split("train", "vf-eval") == "train"

@@ -103,8 +103,9 @@ def test_rerun_resumes_and_scores_give_best_at_k(runs):
     assert bad.returncode == 2 and "sample_idx" in bad.stderr
 
 
-def _chat_server(status: int = 200):
-    """An OpenAI-compatible endpoint that always submits "0" (or answers ``status`` with an error)."""
+def _chat_server(status: int = 200, served: str | None = None):
+    """An OpenAI-compatible endpoint that always submits "0" (or answers ``status`` with an error); ``served``: the
+    model id its responses name (default: the one asked for)."""
     app = FastAPI()
 
     @app.post("/v1/chat/completions")
@@ -113,7 +114,7 @@ def _chat_server(status: int = 200):
         if status != 200:
             return JSONResponse({"error": {"message": "invalid api key", "type": "auth"}}, status_code=status)
         text = '<tool_call>\n{"name": "submit_answer", "arguments": {"answer": "0"}}\n</tool_call>'
-        return {"id": "x", "object": "chat.completion", "created": 0, "model": body["model"],
+        return {"id": "x", "object": "chat.completion", "created": 0, "model": served or body["model"],
                 "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": text}}],
                 "usage": {"prompt_tokens": 100, "completion_tokens": 9, "total_tokens": 109}}
 
@@ -164,3 +165,18 @@ def test_a_bad_scores_file_fails_before_any_episode_runs(runs, tmp_path):
         assert bad.returncode == 2 and bad.stderr.count("\n") == 1, bad.stderr
         assert str(path) in bad.stderr
         assert not (tmp_path / "out" / "trajectories.jsonl").exists()  # no episode was rolled out
+
+
+def test_the_report_records_sandbox_versions_wall_time_and_the_model_id_the_endpoint_served(runs, tmp_path):
+    from env_client.server_app import background_server
+
+    root = runs[1]
+    with background_server(_chat_server(served="m-2026-11-01")) as base:
+        done = _evaluate(root, tmp_path / "api", f"openai:m@{base}/v1", "--temperature", "0")
+    assert done.returncode == 0, done.stderr
+    meta = json.loads((tmp_path / "api" / "report.json").read_text())["meta"]
+    assert meta["served_model"] == ["m-2026-11-01"] and meta["sandbox"] == SANDBOX
+    assert meta["versions"]["medagentgym"] and meta["versions"]["openai"] and meta["versions"]["python"]
+    assert isinstance(meta["wall_s"], float) and meta["wall_s"] >= 0
+    md = (tmp_path / "api" / "report.md").read_text()
+    assert "| served_model | `[\"m-2026-11-01\"]` |" in md and "| sandbox |" in md and "| wall_s |" in md
