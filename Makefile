@@ -94,21 +94,23 @@ docs: venv
 	$(PY) scripts/make_api_docs.py --out docs/api
 	$(PY) scripts/make_family_pages.py --out docs/families
 
-# What the GPU device machine lacks, packed into an ignored folder to carry there (issue #21): its image has Python
-# 3.12, torch, transformers, accelerate, peft, pandas and pyarrow but no TRL, datasets, pydantic or bubblewrap, and no
-# network. cp312 wheels (no dependencies resolved: the image has the rest; pyseccomp builds the jail's syscall
-# filter) and the bubblewrap .deb, unpacked with
-# dpkg -x. On the device: pip install --no-index --no-deps --target /tmp/site .gpu_pack/wheels/*.whl, then
-# PYTHONPATH=/tmp/site:$$PWD PATH=$$PWD/.gpu_pack/bwrap/usr/bin:$$PATH python3 scripts/bench_gpu.py --shape 7b --json
-# (docs/benchmarks.md has the whole command). vLLM cannot travel (far too large): its path stays unmeasured.
+# What the GPU device machine lacks, packed into an ignored folder to carry there (issues #21, #32): its image has
+# Python 3.12, torch, transformers, accelerate, peft, pandas and pyarrow but no TRL, datasets, pydantic or
+# bubblewrap, and no network. Wheels (no dependencies resolved: the image has the rest) at this project's pins
+# (constraints.txt: trl 1.16.0, datasets 5.2.0 and what datasets 5.2 requires: dill, multiprocess, fsspec;
+# pydantic; pyseccomp builds the jail's syscall filter), pyarrow 26.0.1 (datasets 5.2 requires >= 24; the device
+# script installs it only over an older image pyarrow), and the bubblewrap .deb unpacked with dpkg -x.
+# GPU_PY=3.11 GPU_PACK=.gpu_pack311 builds the same versions for Python 3.11, to try the device script on this
+# machine (docs/benchmarks.md). vLLM cannot travel (far too large): its path stays unmeasured.
 GPU_PACK   := .gpu_pack
-GPU_WHEELS := trl==1.16.0 datasets==4.7.0 dill==0.4.0 multiprocess==0.70.18 fsspec==2026.2.0 pydantic==2.14.4 \
-              pydantic-core==2.50.5 annotated-types==0.7.0 typing-inspection==0.4.4 'typing_extensions>=4.16' \
-              pyseccomp==0.1.2
+GPU_PY     := 3.12
+GPU_WHEELS := trl==1.16.0 datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19 fsspec==2026.9.0 pydantic==2.14.4 \
+              pydantic-core==2.50.5 annotated-types==0.8.0 typing-inspection==0.4.5 typing_extensions==4.16.0 \
+              pyseccomp==0.1.2 pyarrow==26.0.1
 .PHONY: gpu-pack
 gpu-pack: venv
 	@rm -rf $(GPU_PACK).tmp && mkdir -p $(GPU_PACK).tmp/wheels $(GPU_PACK).tmp/deb
-	$(PY) -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+	$(PY) -m pip download -q --no-deps --only-binary=:all: --python-version $(GPU_PY) --implementation cp \
 		--platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 \
 		--platform any -d $(GPU_PACK).tmp/wheels $(GPU_WHEELS)
 	@if command -v apt-get >/dev/null 2>&1 && command -v dpkg >/dev/null 2>&1; then \
@@ -116,9 +118,9 @@ gpu-pack: venv
 		dpkg -x $(GPU_PACK).tmp/deb/bubblewrap_*.deb $(GPU_PACK).tmp/bwrap && \
 		echo "bubblewrap: $$(ls $(GPU_PACK).tmp/deb)"; \
 	else echo "warning: no apt-get/dpkg here: no bubblewrap in the pack (bench_gpu.py then uses the local backend)"; fi
-	@rm -rf $(GPU_PACK) && mv $(GPU_PACK).tmp $(GPU_PACK)
+	@rm -rf $(GPU_PACK).tmp/deb $(GPU_PACK) && mv $(GPU_PACK).tmp $(GPU_PACK)
 	@ls $(GPU_PACK)/wheels
 	@echo "$(GPU_PACK): $$(du -sb $(GPU_PACK) | cut -f1) bytes ($$(du -sh $(GPU_PACK) | cut -f1)); carry it with run(carry=[\"$(GPU_PACK)\"])"
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache $(GPU_PACK) $(GPU_PACK).tmp
+	rm -rf $(VENV) build *.egg-info .pytest_cache $(GPU_PACK) $(GPU_PACK).tmp .gpu_pack311

@@ -3,18 +3,25 @@
     python scripts/bench_gpu.py --shape 7b --json          # one JSON line: times, token rates, peak memory
     python scripts/bench_gpu.py --shape 14b --json --skip grpo
     python scripts/bench_gpu.py --shape tiny --json        # the same code on CPU (a slow test runs it)
+    python scripts/bench_gpu.py --shape 7b --json --deadline-s 480 --out-json OUT/bench_gpu.json
+
+``--deadline-s`` bounds the whole run (the device call's limit): a step that would start too late is skipped and
+said so, and ``--out-json`` is rewritten atomically after every step, so a run stopped from outside keeps what it
+measured. ``scripts/bench_gpu_device.sh`` is the device call around it (issue #32).
 
 What runs, on a model with Qwen2.5-7B's or 14B's published shape and random weights (no Hub here):
 
 - **GRPO step**: :func:`medcopilot.trainers.grpo.build_trainer` (TRL's ``GRPOTrainer`` with our multi-turn rollout
-  hook, the ``transformers`` generate backend, LoRA r32 on every linear layer, bf16 on a GPU, activation
+  hook, the ``transformers`` generate backend: an **HF-generate step**, not the flagship recipe's vLLM-colocate one,
+  since vLLM cannot be carried to the device; LoRA r32 on every linear layer, bf16 on a GPU, activation
   checkpointing) on the ``grpo_qwen*`` recipe with a few episodes of a generated EHR-SQL family (``mimic_iii``,
   tiny build). The first turn of every episode is the task's reference SQL, written into the episode as the
   model's turn, so every episode runs real SQL in the sandbox; the later turns are the random model's. The step
   time is split into generation (``model.generate``), environment (the rest of the rollout: the generator
   waits on sandbox calls and episode bookkeeping) and update (rescoring, loss, backward, optimizer); it reports
-  generated and trained tokens per second, the generator's idle share, and the sandbox seconds summed over
-  episodes.
+  generated and trained tokens per second, the generator's idle share, the sandbox's share of the step (the
+  environment phase's wall time over the step's) and the sandbox seconds summed over episodes, and the GPU's peak
+  memory per phase (rollout: generation with the sandbox waits; update: rescoring, loss, backward, optimizer).
 - **SFT step**: :func:`medcopilot.trainers.sft.build_trainer` on the ``sft_qwen*`` recipe, one optimizer step on
   conversations as long as the recipe's ``trainer.max_length``.
 
@@ -58,6 +65,8 @@ SHAPES: dict[str, dict[str, Any]] = {
 }
 FAMILY = "mimic_iii"
 GIB = 1024 ** 3
+GENERATION_NOTE = ("HF-generate step: model.generate inside our rollout hook (rollout.backend=transformers); the "
+                   "flagship recipe generates with vLLM colocated, which cannot be carried to the device")
 REWARD_NOTE = ("weights are random (no Hub on the device), so the policy never answers right: rewards are 0; "
                "times, token rates and memory are what this measures")
 
@@ -78,7 +87,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="tokens per SFT conversation (default: the recipe's max_length; tiny: 4096)")
     p.add_argument("--sandbox", choices=["auto", "bwrap", "local"], default="auto")
     p.add_argument("--work-dir", type=Path, default=None, help="scratch folder (default: a temporary one)")
+    p.add_argument("--deadline-s", type=float, default=None,
+                   help="wall seconds this run may take from its start; a step that cannot finish in time is skipped")
+    p.add_argument("--out-json", type=Path, default=None,
+                   help="also write the result here, atomically, after every step (partial results survive a kill)")
     return p.parse_args(argv)
+
+
+#: Wall seconds a step is assumed to need at least, to decide whether to start it before the deadline (a 7B GRPO
+#: step of the bench's size: model init, 8 episodes x 3 turns of HF generate, the update; the SFT step is shorter).
+MIN_STEP_S = {"grpo": 150.0, "sft": 60.0}
+STARTED = time.monotonic()
 
 
 def say(text: str) -> None:
@@ -97,7 +116,17 @@ def device_info() -> dict[str, Any]:
             "gpu_gib": round(torch.cuda.get_device_properties(0).total_memory / GIB, 1) if cuda else None,
             "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
             "torch": torch.__version__, "transformers": transformers.__version__, "trl": trl.__version__,
+            **{name: _version(name) for name in ("datasets", "peft", "pydantic", "pyarrow")},
             "python": platform.python_version()}
+
+
+def _version(name: str) -> str | None:
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
 
 
 def make_pool(choice: str, workers: int) -> tuple[Any, str]:
@@ -194,6 +223,14 @@ def peak_memory() -> dict[str, float | None]:
             "peak_reserved_gib": round(torch.cuda.max_memory_reserved() / GIB, 2)}
 
 
+def reset_peak() -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+
+
 def free_memory() -> None:
     import torch
 
@@ -230,11 +267,14 @@ def scripted_rollout_class(reference_turns: dict[tuple[int, ...], list[int]]) ->
 
         def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
             began = time.monotonic()
+            reset_peak()
             out = super().__call__(prompts, trainer)
+            memory = peak_memory()  # the rollout phase: generation and the sandbox waits
+            reset_peak()  # what follows in the step is the update
             log = getattr(self, "calls_log", None)
             if log is None:
                 log = self.calls_log = []
-            log.append({"wall_s": time.monotonic() - began, **self.timing, "out": out})
+            log.append({"wall_s": time.monotonic() - began, **self.timing, "out": out, "memory": memory})
             return out
 
     return ScriptedFirstTurn
@@ -282,6 +322,7 @@ def grpo_step(opts: argparse.Namespace, tokenizer: Any, root: Path, family: Any,
     say(f"GRPO: {recipe} with {opts.tasks} tasks x {opts.generations} episodes, {opts.max_turns} turns of "
         f"<= {opts.max_new_tokens} tokens")
     model, config = random_model(opts.shape, tokenizer)
+    resident = peak_memory()
     pool, sandbox_line = make_pool(opts.sandbox, workers=episodes)
     clock = StepClock()
     try:
@@ -291,7 +332,7 @@ def grpo_step(opts: argparse.Namespace, tokenizer: Any, root: Path, family: Any,
         trainer.train()
     finally:
         pool.close()
-    memory = peak_memory()
+    update_memory = peak_memory()  # reset at the rollout's end: the update phase alone
     (call,) = rollout.calls_log
     out = call["out"]
     lengths = [len(p) + len(c) for p, c in zip(out["prompt_ids"], out["completion_ids"])]
@@ -307,12 +348,14 @@ def grpo_step(opts: argparse.Namespace, tokenizer: Any, root: Path, family: Any,
                            seq_tokens=longest, scored_tokens=longest_completion, checkpointing=True, gpu=gpu_gib,
                            method="grpo", generation={"batch": episodes, "tokens": longest})
     history = [row for row in trainer.state.log_history if "loss" in row]
+    environment_s = call["wall_s"] - call["generate_s"]
     result = {
-        "recipe": recipe, "episodes": episodes, "max_turns": opts.max_turns, "max_new_tokens": opts.max_new_tokens,
+        "recipe": recipe, "generation_backend": GENERATION_NOTE, "episodes": episodes, "max_turns": opts.max_turns, "max_new_tokens": opts.max_new_tokens,
         "max_completion_length": int(args.max_completion_length), "sandbox": sandbox_line,
         "step_s": round(clock.step_s, 2),
         "split_s": {"generation": round(call["generate_s"], 2),
                     "environment": round(call["wall_s"] - call["generate_s"], 2), "update": round(update_s, 2)},
+        "sandbox_share_of_step": round(environment_s / clock.step_s, 4),
         "generator_idle_share": round(call["idle_share"], 3), "generate_calls": int(call["calls"]),
         "sandbox_s_summed_over_episodes": round(sum(s.get("sandbox_seconds", 0.0) for s in stats), 3),
         "sandbox_calls": int(sum(s.get("sandbox_calls", 0) for s in stats)),
@@ -322,7 +365,9 @@ def grpo_step(opts: argparse.Namespace, tokenizer: Any, root: Path, family: Any,
                                "prompt_mean": round(sum(map(len, out["prompt_ids"])) / len(lengths), 1)},
         "turns_mean": round(sum(s.get("turns", 0) for s in stats) / len(stats), 2),
         "reward": history[-1].get("reward") if history else None,
-        **memory,
+        "peak_gib_by_phase": {"model_loaded": resident, "rollout": call["memory"], "update": update_memory},
+        **{k: None if update_memory[k] is None else max(call["memory"][k], update_memory[k])
+           for k in ("peak_allocated_gib", "peak_reserved_gib")},
         "dry_run_estimate_gib": {"training": round(estimate["train"], 2),
                                  "generating": round(estimate.get("generating", 0.0), 2),
                                  "assumes": f"{estimate['seq']:,} tokens per episode, {episodes} in flight"},
@@ -424,14 +469,34 @@ def run(opts: argparse.Namespace) -> dict[str, Any]:
         say(f"building {FAMILY} (tiny) under {root}")
         family = build_family(root)
         gib = gpu_gib()
-        if "grpo" not in opts.skip:
-            result["grpo"] = grpo_step(opts, tokenizer, root, family, gib)
-        if "sft" not in opts.skip:
-            result["sft"] = sft_step(opts, tokenizer, root, gib)
+        steps = {"grpo": lambda: grpo_step(opts, tokenizer, root, family, gib),
+                 "sft": lambda: sft_step(opts, tokenizer, root, gib)}
+        for name, step in steps.items():
+            if name in opts.skip:
+                continue
+            left = None if opts.deadline_s is None else opts.deadline_s - (time.monotonic() - STARTED)
+            if left is not None and left < MIN_STEP_S[name]:
+                result.setdefault("skipped", {})[name] = (f"{left:.0f} s left of --deadline-s {opts.deadline_s:.0f}, "
+                                                          f"less than the {MIN_STEP_S[name]:.0f} s a step needs")
+                say(f"{name}: skipped ({result['skipped'][name]})")
+                continue
+            result[name] = step()
+            result["elapsed_s"] = round(time.monotonic() - STARTED, 1)
+            write_json(opts.out_json, result)
     finally:
         if opts.work_dir is None:
             shutil.rmtree(work, ignore_errors=True)
     return result
+
+
+def write_json(path: Path | None, result: dict[str, Any]) -> None:
+    """Write ``result`` to ``path`` atomically (nothing when ``path`` is None)."""
+    if path is None:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -439,6 +504,8 @@ def main(argv: list[str] | None = None) -> int:
     redirect = contextlib.redirect_stdout(sys.stderr) if opts.json else contextlib.nullcontext()
     with redirect:  # TRL's and transformers' prints go to stderr, the JSON line alone to stdout
         result = run(opts)
+    result["elapsed_s"] = round(time.monotonic() - STARTED, 1)
+    write_json(opts.out_json, result)
     if not opts.json:
         for step in ("grpo", "sft"):
             if step in result:
