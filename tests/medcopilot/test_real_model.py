@@ -42,12 +42,26 @@ def test_conversion_stores_bf16_with_tokenizer_template_and_provenance(real_mode
     config = json.loads((real_model_dir / "config.json").read_text())
     assert "quantization_config" not in config and config["dtype"] == "bfloat16"
     assert config["model_type"] == "llama" and config["tie_word_embeddings"] is True
-    assert config["_name_or_path"] == real_model.HUB_ID
+    assert "Smollm2 135M 8k" not in json.dumps(config)  # the GGUF's internal name is no model id
     done = json.loads((real_model_dir / "conversion.json").read_text())
     assert done["source"]["file"] == real_model.GGUF_NAME and len(done["source"]["sha256"]) == 64
     assert done["parameters"] == 134_515_008
-    template = (real_model_dir / "chat_template.jinja").read_text()
-    assert "<|im_start|>" in template and "<|im_end|>" in template
+    assert (real_model_dir / "chat_template.jinja").read_text() == real_model.TRAINING_TEMPLATE
+
+
+def test_the_training_template_renders_every_chat_as_the_ggufs_does(tok_model):
+    tok, _ = tok_model
+    chats = [[{"role": "user", "content": "hi"}],
+             [{"role": "system", "content": "S"}, {"role": "user", "content": "q"}, {"role": "assistant", "content": "a"},
+              {"role": "tool", "content": "o"}, {"role": "assistant", "content": "b"}]]
+    for chat in chats:
+        for generation_prompt in (True, False):
+            texts = {tok.apply_chat_template(chat, tokenize=False, add_generation_prompt=generation_prompt,
+                                             chat_template=t) for t in (real_model.GGUF_TEMPLATE, None)}
+            assert len(texts) == 1, texts
+    marked = tok.apply_chat_template(chats[1], return_dict=True, return_assistant_tokens_mask=True)
+    trained = [i for i, m in zip(marked["input_ids"], marked["assistant_masks"]) if m]
+    assert tok.decode(trained) == "a<|im_end|>b<|im_end|>"
 
 
 def test_a_finished_conversion_is_reused_and_a_killed_one_leaves_the_old_folder(real_model_dir, tmp_path,
