@@ -57,7 +57,7 @@ def oom_first(pids: list[int]) -> bool:
         try:
             with open(f"/proc/{pid}/oom_score_adj", "w") as fh:
                 fh.write("1000")
-        except FileNotFoundError:
+        except (FileNotFoundError, ProcessLookupError):
             continue  # exited meanwhile
         except OSError:
             ok = False

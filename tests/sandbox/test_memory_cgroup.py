@@ -92,3 +92,29 @@ def test_jail_processes_are_first_for_the_oom_killer_without_a_cgroup(monkeypatc
             res = s.run_python("import os; os.system('cat /proc/self/oom_score_adj'); "
                                "print(open('/proc/1/oom_score_adj').read().strip())")
         assert res.stdout.split() == ["1000", "1000"], (res.stdout, res.stderr)
+
+
+def test_a_worker_that_cannot_join_its_cgroup_never_runs_a_session():
+    """Fail closed (attack round of issue 31): the pool's layers say ``mem-cgroup`` from its first worker, so a
+    later worker (here a replacement) whose cgroup cannot be made must not serve a session without one. Before,
+    the failure was a log line and the session ran unbounded while the layers still claimed the cgroup."""
+    from sandbox import SandboxUnavailable
+
+    cgroups = SlotCgroups.detect()
+    if cgroups is None:
+        pytest.skip("no writable memory cgroup here")
+    cgroups.close()
+    with make_pool("bwrap", workers=1, max_workers=1) as pool:
+        assert any(layer.startswith("mem-cgroup") for layer in pool.layers), pool.layers
+        real = pool._cgroups.base
+        try:
+            pool._cgroups.base = real / "gone" / "missing"  # mkdir of the slot's cgroup fails (ENOENT)
+            pool._workers[0].proc.kill()  # the next session needs a new worker
+            pool._workers[0].proc.wait()
+            with pytest.raises(SandboxUnavailable, match="memory cgroup"):
+                with pool.session() as s:
+                    s.run_python("print(1)")
+        finally:
+            pool._cgroups.base = real
+        with pool.session() as s:  # the cgroup works again: the pool recovers
+            assert s.run_python("print(6 * 7)").stdout.strip() == "42"
