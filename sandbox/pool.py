@@ -36,7 +36,7 @@ from . import _uids
 from . import worker as _proto
 from ._caps import mask
 from ._clock import hard_wall_s
-from ._cgroup import SlotCgroups, jail_tree, oom_first
+from ._cgroup import SlotCgroups, jail_tree, oom_first, oom_first_layer
 from ._jail import JAIL_BRIDGE_DIR, Slot, ipc_limits, mount_tmpfs, set_bwrap_ipc_limits, sync_bwrap_mounts, umount
 from .api import ErrorKind, ExecResult, Limits
 from .bridge import SessionBridges, check_bridges
@@ -528,7 +528,7 @@ class Pool:
         if ready.get("ipc_limits"):
             self.layers.append("ipc-limits")
         if ready.get("oom_first"):
-            self.layers.append("oom-first")
+            self.layers.append(oom_first_layer())  # oom-first only where the jail cannot lower it again
         if ready.get("mem_cgroup"):
             self.layers.append(self._cgroups.layer)
         threading.Thread(target=_shrink_loop, args=(weakref.ref(self),), name="sandbox-pool-shrink",
