@@ -11,9 +11,12 @@ Which hierarchy: a cgroup v2 tree whose ``memory`` controller this process may d
 root: ``memory.limit_in_bytes``, and ``memory.memsw.limit_in_bytes`` where swap accounting is on). Neither
 (a container without a writable cgroup fs, no root): no cgroup, and the pool's layers do not list ``mem-cgroup``.
 
-Independently, every jail process gets ``oom_score_adj`` 1000 (a process may always raise its own; lowering it
-needs CAP_SYS_RESOURCE, which no jail process holds), so under host-wide pressure the kernel kills jailed code
-before the trainer or the env server (layer ``oom-first``).
+Independently, every jail process gets ``oom_score_adj`` 1000, so under host-wide pressure the kernel kills jailed
+code before the trainer or the env server. The value is locked only when this process holds CAP_SYS_RESOURCE: the
+kernel then also sets ``oom_score_adj_min`` to 1000, and lowering below it needs CAP_SYS_RESOURCE, which no jail
+process holds (layer ``oom-first``). Without it (a container that drops the capability, an unprivileged pool) a
+jailed program that owns its /proc files (any exec'd one) can write 0 back: the layer is ``oom-first-unlocked``
+(the memory cgroup, where there is one, still bounds the jail).
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import os
 import secrets
 from pathlib import Path
 
-__all__ = ["SLOT_OVERHEAD_MB", "SlotCgroups", "jail_tree", "oom_first"]
+__all__ = ["SLOT_OVERHEAD_MB", "SlotCgroups", "jail_tree", "oom_first", "oom_first_layer"]
 log = logging.getLogger("sandbox.pool")
 
 #: Memory a slot's worker needs besides its session's code (server, zygotes, spares; the ml zygote with
@@ -57,11 +60,22 @@ def oom_first(pids: list[int]) -> bool:
         try:
             with open(f"/proc/{pid}/oom_score_adj", "w") as fh:
                 fh.write("1000")
-        except FileNotFoundError:
+        except (FileNotFoundError, ProcessLookupError):
             continue  # exited meanwhile
         except OSError:
             ok = False
     return ok
+
+
+def oom_first_layer() -> str:
+    """``oom-first`` where the jail cannot lower the ``oom_score_adj`` this process sets (it holds
+    CAP_SYS_RESOURCE, so the kernel locks the value as the minimum), else ``oom-first-unlocked``."""
+    try:
+        with open("/proc/self/status") as fh:
+            eff = next((int(line.split()[1], 16) for line in fh if line.startswith("CapEff:")), 0)
+    except (OSError, ValueError):
+        eff = 0
+    return "oom-first" if eff >> 24 & 1 else "oom-first-unlocked"  # CAP_SYS_RESOURCE is capability 24
 
 
 def _mounts() -> list[tuple[str, str, str]]:

@@ -5,7 +5,8 @@ finishes them (slowloris) or opens thousands of sockets is past every limit of t
 uvicorn's protocol objects instead, where a connection is accepted:
 
 - ``max_connections`` open connections in all and ``max_per_address`` from one peer address (HTTP and WebSocket
-  alike); a connection past either cap is closed as soon as it is accepted, before a byte is read;
+  alike; an IPv6 peer counts by its /64, an IPv4-mapped one as its IPv4 address); a connection past either cap is
+  closed as soon as it is accepted, before a byte is read;
 - ``header_timeout_s``: a connection that has not sent a complete request head within this long after it opened,
   or after its previous response (keep-alive), is closed. A request whose head arrived is not bound by it (the
   guard's body deadline and the app's own limits apply).
@@ -21,6 +22,7 @@ Example:
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
 from collections import Counter
 from dataclasses import dataclass, field
@@ -58,7 +60,7 @@ class ConnLimits:
     def admit(self, transport: asyncio.BaseTransport) -> bool:
         """Count a new connection; False (and nothing counted) when a cap is reached."""
         peer = transport.get_extra_info("peername")
-        address = str(peer[0]) if isinstance(peer, (tuple, list)) and peer else "?"
+        address = _address_key(str(peer[0])) if isinstance(peer, (tuple, list)) and peer else "?"
         if len(self._open) >= self.max_connections or self._by_address[address] >= self.max_per_address:
             self.refused += 1
             return False
@@ -77,6 +79,21 @@ class ConnLimits:
     @property
     def open_connections(self) -> int:
         return len(self._open)
+
+
+def _address_key(host: str) -> str:
+    """What the per-address cap counts: an IPv4 address; an IPv6 peer by its /64 (one host or site holds a whole
+    /64, so counting its addresses apart would let one machine take the total cap); an IPv4-mapped IPv6 peer
+    (a dual-stack socket) as its IPv4 address."""
+    try:
+        ip = ipaddress.ip_address(host.split("%", 1)[0])
+    except ValueError:
+        return host
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            return str(ip.ipv4_mapped)
+        return str(ipaddress.IPv6Network((ip, 64), strict=False))
+    return str(ip)
 
 
 def _protocols(limits: ConnLimits) -> tuple[type, type]:

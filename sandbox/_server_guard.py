@@ -127,6 +127,8 @@ class Guard:
                 await self.app(scope, *_quiet_close(receive, send))
             finally:
                 self._ws_open[who] -= 1
+                if self._ws_open[who] <= 0:  # forget the client: without tokens every peer address is one
+                    del self._ws_open[who]
             return
         if kind == "http" and scope.get("method") in ("POST", "PUT", "PATCH"):
             body = await self._read_body(scope, receive, send)

@@ -37,7 +37,7 @@ from . import _uids
 from . import worker as _proto
 from ._caps import mask
 from ._clock import hard_wall_s
-from ._cgroup import SlotCgroups, jail_tree, oom_first
+from ._cgroup import SlotCgroups, jail_tree, oom_first, oom_first_layer
 from ._jail import JAIL_BRIDGE_DIR, Slot, ipc_limits, mount_tmpfs, set_bwrap_ipc_limits, sync_bwrap_mounts, umount
 from .api import ErrorKind, ExecResult, Limits
 from .bridge import SessionBridges, check_bridges
@@ -529,7 +529,7 @@ class Pool:
         if ready.get("ipc_limits"):
             self.layers.append("ipc-limits")
         if ready.get("oom_first"):
-            self.layers.append("oom-first")
+            self.layers.append(oom_first_layer())  # oom-first only where the jail cannot lower it again
         if ready.get("mem_cgroup"):
             self.layers.append(self._cgroups.layer)
         threading.Thread(target=_shrink_loop, args=(weakref.ref(self),), name="sandbox-pool-shrink",
@@ -798,18 +798,34 @@ class Pool:
                 raise SandboxUnavailable(f"could not limit the IPC namespace of bwrap worker {slot.index}: {why}")
             ready["ipc_limits"] = True
         if self.backend == "bwrap":
-            self._contain(proc.pid, slot, ready)
+            self._contain(worker, ready)
         self._workers.append(worker)
         return worker
 
-    def _contain(self, bwrap_pid: int, slot: Slot, ready: dict) -> None:
+    def _contain(self, worker: _Worker, ready: dict) -> None:
         """The jail's processes first for the OOM killer, and in the slot's memory cgroup (twice: a process forked
-        while the first pass ran is caught by the second; later ones inherit both)."""
+        while the first pass ran is caught by the second; later ones inherit both).
+
+        Fail closed: the pool's layers are those of its first worker, so a worker that cannot be contained is
+        killed and the start refused (as for the IPC limits), never handed a session without its cgroup.
+
+        Raises:
+            SandboxUnavailable: The jail could not get ``oom_score_adj`` 1000 or join its memory cgroup.
+        """
+        slot, first, cgroup = worker.slot, True, None
         for _ in range(2):
-            tree = jail_tree(bwrap_pid)
-            ready["oom_first"] = oom_first(tree)
+            tree = jail_tree(worker.proc.pid)
+            first = oom_first(tree) and first
             if self._cgroups is not None:
-                ready["mem_cgroup"] = self._cgroups.attach(slot.index, tree, self.limits.memory_mb)
+                cgroup = self._cgroups.attach(slot.index, tree, self.limits.memory_mb) and cgroup is not False
+        if not first or cgroup is False:
+            worker.kill()
+            what = "oom_score_adj 1000" if not first else f"its memory cgroup under {self._cgroups.base}"
+            raise SandboxUnavailable(f"could not give bwrap worker {slot.index}'s jail {what} (see the log); no "
+                                     "jail runs without the limits the pool's layers claim. Fix the host, or set "
+                                     "MEDAGENTGYM_SANDBOX_CGROUP=off to run without memory cgroups (layers then "
+                                     "omit mem-cgroup)")
+        ready["oom_first"], ready["mem_cgroup"] = True, cgroup is True
 
     # -- capacity -----------------------------------------------------------------------------
     def _memory_low(self) -> str | None:

@@ -360,3 +360,30 @@ def test_two_http_clients_behind_one_address_never_share_an_episode(toy_root, ma
             assert theirs["reward"] == 1.0
     finally:
         pool.close()
+
+
+def test_one_client_cannot_pass_its_cap_by_mixing_protocols(two_clients):
+    """Issue 31 review: alice (cap 2) holds one WebSocket session and one HTTP session; an MCP session, an OpenEnv
+    HTTP-contract reset and another WebSocket are each refused, and bob is not crowded out."""
+    import httpx
+
+    url = two_clients
+    authed = url.replace("http://", f"http://trainer:{ALICE}@")
+    alice = {"Authorization": f"Bearer {ALICE}"}
+    with GenericEnvClient(base_url=authed).sync() as ws, httpx.Client(base_url=url, timeout=120) as http:
+        ws.reset(task_id="toy_sql/test/0001")
+        own = http.post("/reset", json={"task_id": "toy_sql/test/0002", "family": "toy_sql", "split": "test"},
+                        headers=alice)
+        assert own.status_code == 200, own.text
+        try:
+            mcp = _mcp(url, ALICE, "openenv/session/create")
+            assert "error" in mcp and "per-client cap" in mcp["error"]["message"], mcp
+            contract = http.post("/reset", json={"task_id": "toy_sql/test/0003"}, headers=alice)
+            assert contract.status_code == 429, contract.text
+            with pytest.raises(ConnectionError, match="403"), GenericEnvClient(base_url=authed).sync() as other:
+                other.reset(seed=1)
+            theirs = _mcp(url, BOB, "openenv/session/create")
+            assert "result" in theirs, theirs
+            _mcp(url, BOB, "openenv/session/close", session_id=theirs["result"]["session_id"])
+        finally:
+            http.post("/close", json={"episode_id": own.json()["episode_id"]}, headers=alice)

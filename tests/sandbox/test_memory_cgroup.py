@@ -66,7 +66,7 @@ def test_forked_children_cannot_multiply_a_sessions_memory():
     with make_pool("bwrap", workers=1, max_workers=1, limits=Limits(memory_mb=MEMORY_MB, wall_s=120, cpu_s=120,
                                                                   processes=32)) as pool:
         assert any(layer.startswith("mem-cgroup") for layer in pool.layers), pool.layers
-        assert "oom-first" in pool.layers
+        assert {"oom-first", "oom-first-unlocked"} & set(pool.layers)
         with pool.session() as s:
             res = s.run_python(HOG)
         assert res.exit_code == 0, (res.stdout, res.stderr)
@@ -87,8 +87,52 @@ def test_jail_processes_are_first_for_the_oom_killer_without_a_cgroup(monkeypatc
     """Where no cgroup can be made, the jail's processes still get oom_score_adj 1000 (layer oom-first)."""
     monkeypatch.setenv("MEDAGENTGYM_SANDBOX_CGROUP", "off")
     with make_pool("bwrap", workers=1, max_workers=1) as pool:
-        assert "oom-first" in pool.layers and not any(x.startswith("mem-cgroup") for x in pool.layers)
+        assert {"oom-first", "oom-first-unlocked"} & set(pool.layers)
+        assert not any(x.startswith("mem-cgroup") for x in pool.layers)
         with pool.session() as s:
             res = s.run_python("import os; os.system('cat /proc/self/oom_score_adj'); "
                                "print(open('/proc/1/oom_score_adj').read().strip())")
         assert res.stdout.split() == ["1000", "1000"], (res.stdout, res.stderr)
+
+
+def test_a_worker_that_cannot_join_its_cgroup_never_runs_a_session():
+    """Fail closed (attack round of issue 31): the pool's layers say ``mem-cgroup`` from its first worker, so a
+    later worker (here a replacement) whose cgroup cannot be made must not serve a session without one. Before,
+    the failure was a log line and the session ran unbounded while the layers still claimed the cgroup."""
+    from sandbox import SandboxUnavailable
+
+    cgroups = SlotCgroups.detect()
+    if cgroups is None:
+        pytest.skip("no writable memory cgroup here")
+    cgroups.close()
+    with make_pool("bwrap", workers=1, max_workers=1) as pool:
+        assert any(layer.startswith("mem-cgroup") for layer in pool.layers), pool.layers
+        real = pool._cgroups.base
+        try:
+            pool._cgroups.base = real / "gone" / "missing"  # mkdir of the slot's cgroup fails (ENOENT)
+            pool._workers[0].proc.kill()  # the next session needs a new worker
+            pool._workers[0].proc.wait()
+            with pytest.raises(SandboxUnavailable, match="memory cgroup"):
+                with pool.session() as s:
+                    s.run_python("print(1)")
+        finally:
+            pool._cgroups.base = real
+        with pool.session() as s:  # the cgroup works again: the pool recovers
+            assert s.run_python("print(6 * 7)").stdout.strip() == "42"
+
+
+def test_the_jail_cannot_undo_oom_first_where_the_layer_is_claimed(monkeypatch):
+    """Attack (issue 31 review): a jailed program (exec'd, so its /proc files are its own) writes 0 to its
+    ``oom_score_adj``. The kernel refuses only when the value was set by a process holding CAP_SYS_RESOURCE (that
+    sets ``oom_score_adj_min``); a pool without it (a container that drops it, an unprivileged user) cannot lock
+    the value. Before, the pool claimed ``oom-first`` there and the jail lowered its score to 0."""
+    monkeypatch.setenv("MEDAGENTGYM_SANDBOX_CGROUP", "off")
+    with make_pool("bwrap", workers=1, max_workers=1) as pool:
+        with pool.session() as s:
+            res = s.run_python("import subprocess; print(subprocess.run(['/bin/sh', '-c', 'echo 0 > "
+                               "/proc/self/oom_score_adj; cat /proc/self/oom_score_adj'], capture_output=True, "
+                               "text=True).stdout.split()[-1])")
+        lowered = res.stdout.split()[-1] != "1000"
+        assert not ("oom-first" in pool.layers and lowered), \
+            f"layers claim oom-first but the jail set its oom_score_adj to {res.stdout.split()[-1]}"
+        assert "oom-first" in pool.layers or "oom-first-unlocked" in pool.layers, pool.layers
