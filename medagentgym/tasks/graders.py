@@ -261,6 +261,9 @@ def grade_boolean(gold: Any, submission: Any, *, digits: bool = True, **_: Any) 
     gold_value = _gold_bool(gold)
     if is_nothing(text):
         return _wrong(NOT_A_NO)
+    if text.strip().strip(".!\"'`").strip() not in {"1", "0"} and _NUMBER_RE.search(text):
+        # "No value., 0" read as "no" here and as 0 by the number grader: one constant for two kinds of gold
+        return _wrong("a number and a yes/no answer in one submission; submit exactly one of yes or no")
     value, why = _parse_bool(text, digits=digits)
     if value is None:
         return _wrong(why)

@@ -65,6 +65,14 @@ def test_a_nothing_found_answer_is_not_a_no(token):
     assert not grade("result", ["0"], token, yes_no=True).correct, token
 
 
+@pytest.mark.parametrize("submission", ["No value., 0", "no, 0", "0 (no)", "None, no 0", "false 0", "no. 0 found"])
+def test_a_number_with_a_no_is_not_a_no(submission):
+    """ATTACK (found by the floor check on the tiny mimic_iii build, 10.2 % of train): 'No value., 0' was "no" to
+    the boolean grader and 0 to the integer grader, answering every "no" gold and every count of zero."""
+    assert not grade("boolean", False, submission, digits=False).correct
+    assert not grade("boolean", False, submission).correct
+
+
 def test_yes_no_and_nothing_found_still_take_their_own_answers():
     assert grade("boolean", False, "no", digits=False).correct
     assert grade("boolean", False, "No, there was none.", digits=False).correct
