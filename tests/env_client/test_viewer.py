@@ -182,3 +182,88 @@ def test_ten_thousand_episodes_draw_only_the_rows_in_view(run_dir, tmp_path):
     assert 0 < drawn <= 80, f"{drawn} rows drawn for 3334 matches: the list is not virtualised"
     assert "toy_sql/test/09999" in dom.split('id="detail"', 1)[1]
     print(f"10,000 episodes: page {size_mb:.1f} MB, render {body.get('data-render-ms')} ms (headless, this machine)")
+
+
+class _DevTools:
+    """Headless Chromium driven over the DevTools protocol (a real click, a real change event)."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        import time
+
+        import httpx
+        from websockets.sync.client import connect
+
+        profile = tmp_path / "devtools-profile"
+        self.proc = subprocess.Popen([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+                                      f"--user-data-dir={profile}", "--remote-debugging-port=0",
+                                      "--window-size=1400,900", "about:blank"],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        port_file = profile / "DevToolsActivePort"
+        for _ in range(600):  # polled, not timed: Chromium writes the file once it listens
+            if port_file.is_file() and port_file.read_text().strip():
+                break
+            assert self.proc.poll() is None, "chromium exited"
+            time.sleep(0.1)
+        port = int(port_file.read_text().split()[0])
+        page = next(t for t in httpx.get(f"http://127.0.0.1:{port}/json", timeout=30).json() if t["type"] == "page")
+        self.ws = connect(page["webSocketDebuggerUrl"], max_size=None, open_timeout=30)
+        self.next_id = 0
+
+    def call(self, method: str, **params):
+        self.next_id += 1
+        self.ws.send(json.dumps({"id": self.next_id, "method": method, "params": params}))
+        while True:
+            reply = json.loads(self.ws.recv(timeout=60))
+            if reply.get("id") == self.next_id:
+                assert "error" not in reply, reply
+                return reply["result"]
+
+    def js(self, expression: str):
+        return self.call("Runtime.evaluate", expression=expression, returnByValue=True)["result"].get("value")
+
+    def open(self, url: str) -> None:
+        import time
+
+        self.call("Page.navigate", url=url)
+        for _ in range(600):
+            if self.js("document.body && document.body.dataset.ready") == "1":
+                return
+            time.sleep(0.1)
+        raise AssertionError("the page never became ready")
+
+    def click(self, selector: str) -> None:
+        box = self.js(f"(() => {{ const r = document.querySelector({json.dumps(selector)}).getBoundingClientRect();"
+                      f" return [r.x + r.width / 2, r.y + r.height / 2]; }})()")
+        for kind in ("mousePressed", "mouseReleased"):
+            self.call("Input.dispatchMouseEvent", type=kind, x=box[0], y=box[1], button="left", clickCount=1)
+
+    def close(self) -> None:
+        self.ws.close()
+        self.proc.terminate()
+        self.proc.wait(timeout=60)
+
+
+@needs_chromium
+def test_in_chromium_a_user_filters_with_the_selects_and_clicks_an_episode_open(run_dir, tmp_path):
+    page, _ = write_page(run_dir, tmp_path / "view.html")
+    browser = _DevTools(tmp_path)
+    try:
+        browser.open(page.as_uri())
+        assert browser.js("document.getElementById('count').textContent") == "7 of 7 episodes"
+        browser.js("(() => { const s = document.getElementById('outcome'); s.value = 'wrong';"
+                   " s.dispatchEvent(new Event('change')); })()")
+        assert browser.js("document.getElementById('count').textContent") == "1 of 7 episodes"
+        assert "outcome=wrong" in browser.js("location.hash")
+        browser.click("#spacer .row")  # a real mouse click on the one row left
+        assert browser.js("document.querySelector('#detail h2').textContent") == HOSTILE_ID
+        codes = browser.js("[...document.querySelectorAll('#detail pre.code')].map(p => p.textContent)")
+        assert HOSTILE_CODE in codes, "the action's code is shown exactly, as text"
+        assert browser.js("document.querySelectorAll('img, svg, #detail script').length") == 0
+        assert browser.js("document.body.hasAttribute('data-pwned')") is False, "model text ran in the page"
+        browser.js("(() => { const s = document.getElementById('outcome'); s.value = '';"
+                   " s.dispatchEvent(new Event('change')); })()")
+        browser.js("(() => { const q = document.getElementById('q'); q.value = 'toy_sql/test/0003';"
+                   " q.dispatchEvent(new Event('input')); })()")
+        assert browser.js("document.getElementById('count').textContent") == "1 of 7 episodes"
+    finally:
+        browser.close()
