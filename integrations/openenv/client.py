@@ -18,11 +18,12 @@ from __future__ import annotations
 import secrets
 from typing import Any, Literal
 
+from pydantic import Field
+
 from openenv.core.client_types import StepResult
 from openenv.core.containers.runtime import LocalDockerProvider
 from openenv.core.env_client import EnvClient
 from openenv.core.env_server.types import Action, Observation, State
-from pydantic import Field
 
 #: The longest model reply one step may carry (the server's ``env_client.server_app.MAX_ACTION_CHARS``).
 MAX_ACTION_CHARS = 100_000

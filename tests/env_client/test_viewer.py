@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from env_client.viewer import load_episodes, outcome, render_page, verdict_kind, write_page
+from env_client.viewer import load_episodes, outcome, verdict_kind, write_page
 
 SANDBOX = "bwrap" if shutil.which("bwrap") else "local"
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -127,7 +127,8 @@ def _body(dom: str) -> dict:
 @needs_chromium
 def test_in_chromium_the_page_loads_filters_opens_an_episode_and_runs_no_model_text(run_dir, tmp_path):
     page, _ = write_page(run_dir, tmp_path / "view.html")
-    data = load_episodes(open(run_dir / "trajectories.jsonl", encoding="utf-8"))
+    with open(run_dir / "trajectories.jsonl", encoding="utf-8") as fh:
+        data = load_episodes(fh)
     hostile = next(i for i, e in enumerate(data["episodes"]) if e["id"] == HOSTILE_ID and e["o"] == "wrong")
     dom = _chromium(tmp_path, page.as_uri())
     body = _body(dom)
@@ -267,3 +268,32 @@ def test_in_chromium_a_user_filters_with_the_selects_and_clicks_an_episode_open(
         assert browser.js("document.getElementById('count').textContent") == "1 of 7 episodes"
     finally:
         browser.close()
+
+
+def test_serve_answers_the_page_on_loopback_and_stops_on_ctrl_c(run_dir, tmp_path):
+    import signal
+    import socket
+    import time
+
+    import httpx
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "medagentgym", "view", str(run_dir), "--out",
+                             str(tmp_path / "v.html"), "--serve", "--port", str(port)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        for _ in range(600):
+            try:
+                page = httpx.get(f"http://127.0.0.1:{port}/", timeout=5)
+                break
+            except httpx.HTTPError:
+                assert proc.poll() is None, proc.communicate()
+                time.sleep(0.1)
+        assert page.status_code == 200 and page.text == (tmp_path / "v.html").read_text(encoding="utf-8")
+        assert httpx.get(f"http://127.0.0.1:{port}/../trajectories.jsonl", timeout=5).status_code == 404
+    finally:
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "Traceback" not in err, err
