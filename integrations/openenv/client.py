@@ -16,13 +16,45 @@
 from __future__ import annotations
 
 import secrets
-from typing import Any
+from typing import Any, Literal
 
-from medagentgym.adapters.openenv import MedAction, MedObservation
+from pydantic import Field
+
 from openenv.core.client_types import StepResult
 from openenv.core.containers.runtime import LocalDockerProvider
 from openenv.core.env_client import EnvClient
-from openenv.core.env_server.types import State
+from openenv.core.env_server.types import Action, Observation, State
+
+#: The longest model reply one step may carry (the server's ``env_client.server_app.MAX_ACTION_CHARS``).
+MAX_ACTION_CHARS = 100_000
+
+
+# The wire types, declared here with pydantic and openenv-core only: the client never imports medagentgym (its
+# sandbox, task families and server stack). tests/adapters/test_openenv_package.py keeps their JSON schemas equal
+# to the server's (medagentgym.adapters.openenv).
+class MedAction(Action):
+    """One turn: the model's raw reply (``text``) or one typed action (``typed``), exactly one of them; or an MCP
+    tool call (``type``, ``tool_name``, ``arguments``)."""
+
+    text: str | None = Field(None, max_length=MAX_ACTION_CHARS, description="The model's raw reply, as generated.")
+    typed: dict[str, Any] | None = Field(None, description="A typed action, e.g. {'action': 'terminal', 'cmd': 'ls'}.")
+    n_tokens: int | None = Field(None, ge=0, description="Completion tokens of this reply.")
+    type: Literal["list_tools", "call_tool"] | None = Field(None, description="An MCP tool action instead.")
+    tool_name: str | None = Field(None, description="The tool of a call_tool action.")
+    arguments: dict[str, Any] = Field(default_factory=dict, description="The tool's arguments.")
+
+
+class MedObservation(Observation):
+    """What the policy sees (the fields of ``env_client.Observation``) plus the step's ``info``."""
+
+    text: str = Field(description="Observation text (on reset: the first user message).")
+    role: str = Field("user", description="Chat role to send `text` as.")
+    messages: list[dict[str, str]] = Field(default_factory=list, description="Messages to append to the chat.")
+    tools: list[dict[str, Any]] = Field(default_factory=list, description="Tool schemas (on reset only).")
+    kind: str = Field(description="task | requested_info | code_execution | ... | submitted | error | fatal.")
+    turn: int = Field(0, description="Turns taken so far.")
+    turns_left: int = Field(0, description="Turns left before truncation.")
+    info: dict[str, Any] = Field(default_factory=dict, description="Step info (the verdict is public only).")
 
 __all__ = ["JAIL_DOCKER_OPTIONS", "JailDockerProvider", "MedAction", "MedAgentGymEnv", "MedObservation",
            "MedagentgymEnv"]

@@ -35,6 +35,7 @@ import hashlib
 import importlib.util
 import os
 import sys
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -92,6 +93,9 @@ class MedAgentGymConfig(vf.TasksetConfig):
     max_turns: int | None = None
     """Episode turn cap (None = the family's)."""
 
+
+#: One endpoint check per event loop and endpoint, shared by the episodes that start together.
+_CHECKED: Any = weakref.WeakKeyDictionary()
 
 #: The commands that evaluate: a taskset without a split draws from the test split under them.
 EVAL_COMMANDS = ("vf-eval", "vf-validate")
@@ -238,8 +242,47 @@ class MedAgentGymEnvConfig(vf.EnvConfig):
     player: vf.AgentConfig = vf.AgentConfig(runtime=vf.SubprocessConfig())
 
 
+class EndpointUnreachable(RuntimeError):
+    """The model endpoint of a run cannot be reached: raised before any episode starts (``vf-eval`` exits != 0)."""
+
+
+async def check_endpoint(base_url: str, timeout_s: float = 10.0) -> None:
+    """Ask ``base_url`` once for its models (``GET /models``); a connection that fails (refused, unknown host,
+    no answer within ``timeout_s``) raises. Any HTTP answer passes: the endpoint is up, the first request says
+    the rest.
+
+    Raises:
+        EndpointUnreachable: One line naming the URL and what to check.
+    """
+    import httpx
+
+    url = base_url.rstrip("/") + "/models"
+    try:
+        async with httpx.AsyncClient(timeout=timeout_s) as client:
+            await client.get(url)
+    except httpx.HTTPError as exc:
+        raise EndpointUnreachable(f"the model endpoint {base_url} is unreachable (GET {url}: {type(exc).__name__}: "
+                                  f"{exc or 'no answer'}); start it, or fix --client.base-url. No episode was "
+                                  f"started") from None
+
+
 class MedAgentGymEnv(vf.Env[MedAgentGymEnvConfig]):
-    """Plays one MedAgentGym episode per verifiers episode, the env answering each agent turn."""
+    """Plays one MedAgentGym episode per verifiers episode, the env answering each agent turn.
+
+    Before its first episode it checks once that the model endpoint answers at all: against a dead endpoint every
+    episode would fail on its own, and verifiers would record them all as errors and exit 0; one exception here
+    stops the whole run instead (verifiers cancels the other episodes and exits non-zero).
+    """
+
+    async def run_slot(self, slot: Any, ctx: Any, *args: Any, **kwargs: Any) -> Any:
+        """``vf.Env.run_slot`` after :func:`check_endpoint` (once per process and endpoint)."""
+        base_url = getattr(getattr(ctx, "client", None), "base_url", None)
+        if base_url:
+            checks = _CHECKED.setdefault(asyncio.get_running_loop(), {})
+            if base_url not in checks:
+                checks[base_url] = asyncio.ensure_future(check_endpoint(base_url))
+            await asyncio.shield(checks[base_url])
+        return await super().run_slot(slot, ctx, *args, **kwargs)
 
     async def run(self, task: MedAgentGymTask, agents: Any) -> None:
         """The agent speaks first (the task carries the prompt); each reply is one ``Env.step``."""

@@ -32,7 +32,7 @@ def serve(page: Path, at: int) -> int:
     body = page.read_bytes()
 
     class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        def do_GET(self) -> None:
             if self.path.split("?")[0] not in ("/", "/" + page.name):
                 self.send_error(404)
                 return

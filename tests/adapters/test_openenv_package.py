@@ -96,7 +96,8 @@ def test_the_manifest_names_what_discovery_derives():
     assert _infer_class_name("medagentgym_env", "client") == "MedagentgymEnv"
     assert manifest["action"] == "MedAction" and manifest["observation"] == "MedObservation"
     client_source = (PACKAGE / "client.py").read_text()
-    assert "class MedagentgymEnv(" in client_source and "import MedAction, MedObservation" in client_source
+    assert "class MedagentgymEnv(" in client_source
+    assert "class MedAction(Action)" in client_source and "class MedObservation(Observation)" in client_source
 
 def _docker_instructions() -> list[tuple[str, str]]:
     text = DOCKERFILE.read_text().replace("\\\n", " ")
@@ -236,3 +237,34 @@ def test_the_server_refuses_an_open_port_without_a_token(installed, toy_root, tm
     out = subprocess.run([str(installed / "bin" / "server")], env=env, capture_output=True, text=True, timeout=600,
                          check=False)
     assert out.returncode == 2 and out.stderr.count("\n") == 1 and "MEDAGENTGYM_ENV_TOKEN is not set" in out.stderr
+
+
+def test_the_client_is_light_pydantic_and_openenv_core_only(installed, tmp_path):
+    """The client imports neither MedAgentGym (sandbox, families, env server) nor needs it installed: its package
+    depends on openenv-core and pydantic (the server on the [server] extra); its wire types are the server's."""
+    meta = tomllib.loads((PACKAGE / "pyproject.toml").read_text())["project"]
+    assert not any(dep.startswith("medagentgym") for dep in meta["dependencies"]), meta["dependencies"]
+    assert meta["optional-dependencies"]["server"] == ["medagentgym[openenv]"]
+    script = """
+import json, sys
+import medagentgym_env
+from medagentgym_env.client import MAX_ACTION_CHARS, MedAction, MedObservation
+ours = sorted(m for m in sys.modules if m.split(".")[0] in ("medagentgym", "env_client", "sandbox", "rewards"))
+print(json.dumps({"ours": ours, "action": MedAction.model_json_schema(), "obs": MedObservation.model_json_schema(),
+                  "max": MAX_ACTION_CHARS}))
+"""
+    env = {**os.environ, "PYTHONPATH": str(installed), "TMPDIR": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-c", script], env=env, cwd=tmp_path, capture_output=True, text=True,
+                         timeout=300, check=False)
+    assert out.returncode == 0, out.stderr[-2000:]
+    found = json.loads(out.stdout.strip().splitlines()[-1])
+    assert found["ours"] == [], f"the client imported {found['ours']}"
+    from env_client.server_app import MAX_ACTION_CHARS
+    from medagentgym.adapters.openenv import MedAction, MedObservation
+
+    def wire(schema):  # what travels: the fields, their types and limits (not the class docstring)
+        return {k: v for k, v in schema.items() if k != "description"}
+
+    assert wire(found["action"]) == wire(MedAction.model_json_schema())
+    assert wire(found["obs"]) == wire(MedObservation.model_json_schema())
+    assert found["max"] == MAX_ACTION_CHARS

@@ -267,3 +267,21 @@ def test_an_evaluation_draws_the_test_split_unless_told_and_training_the_train_s
     assert default_split(None, "vf-validate") == "test"
     assert default_split(None, "/usr/bin/python") == "train"  # prime-rl and other trainers load it to train
     assert default_split("train", "vf-eval") == "train"
+
+
+def test_vf_eval_against_a_dead_endpoint_fails_at_once_and_exits_non_zero(toy_root, tmp_path, sandbox_backend):
+    import socket
+
+    with socket.socket() as sock:  # a port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    out = subprocess.run([str(BIN / "vf-eval"), "medagentgym-verifiers", "-m", "m", "--client.base-url",
+                          f"http://127.0.0.1:{port}/v1", "--no-push", "-o", str(tmp_path / "out"),
+                          "--env.taskset.tasks-root", str(toy_root), "--env.taskset.families", "toy_sql",
+                          "--env.taskset.limit", "8", "--env.taskset.sandbox", sandbox_backend,
+                          "--env.taskset.allow-unisolated", "true"], cwd=tmp_path, capture_output=True, text=True,
+                         timeout=600, check=False, env={**os.environ, "COLUMNS": "200"})
+    assert out.returncode != 0, (out.stdout[-2000:], out.stderr[-2000:])
+    text = out.stdout + out.stderr
+    assert f"the model endpoint http://127.0.0.1:{port}/v1 is unreachable" in text, text[-3000:]
+    assert "No episode was started" in text

@@ -208,3 +208,17 @@ def test_async_backend_matches_thread_and_awaits_aact(built, env_factory, strip_
 
     with pytest.raises(RolloutError, match="no sandbox here"):
         rollout(insts, EchoSeed(), broken, backend="async")
+
+
+def test_a_refused_resume_names_the_difference_in_words_not_manifest_hashes():
+    from env_client.rollout import describe_difference
+
+    fams = {f"fam{i}": {"version": 1, "manifest": f"{i:016x}"} for i in range(14)}
+    old = {"families": fams, "split": "test", "env": {"max_turns": 4}}
+    new = {"families": {"fam3": {"version": 2, "manifest": "x"}, "fam4": {"version": 1, "manifest": "changed"}},
+           "split": "test", "env": {"max_turns": 2}}
+    words = describe_difference(old, new)
+    assert words[0] == "families: 14 families (fam0, fam1, fam10, fam11, ...) -> 2 families (fam3, fam4)"
+    assert words[1:] == ["fam3: family version 1 -> 2", "fam4: rebuilt since (another size, seed or data)",
+                         "env.max_turns: 4 -> 2"]
+    assert not any("0000" in w for w in words), "no manifest digest in the message"

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from env_client.viewer import load_episodes, outcome, render_page, verdict_kind, write_page
+from env_client.viewer import load_episodes, outcome, verdict_kind, write_page
 
 SANDBOX = "bwrap" if shutil.which("bwrap") else "local"
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -127,7 +127,8 @@ def _body(dom: str) -> dict:
 @needs_chromium
 def test_in_chromium_the_page_loads_filters_opens_an_episode_and_runs_no_model_text(run_dir, tmp_path):
     page, _ = write_page(run_dir, tmp_path / "view.html")
-    data = load_episodes(open(run_dir / "trajectories.jsonl", encoding="utf-8"))
+    with open(run_dir / "trajectories.jsonl", encoding="utf-8") as fh:
+        data = load_episodes(fh)
     hostile = next(i for i, e in enumerate(data["episodes"]) if e["id"] == HOSTILE_ID and e["o"] == "wrong")
     dom = _chromium(tmp_path, page.as_uri())
     body = _body(dom)
@@ -145,15 +146,15 @@ def test_in_chromium_the_page_loads_filters_opens_an_episode_and_runs_no_model_t
     assert "<img" not in dom and "<svg" not in dom
     shot = tmp_path / "episode.png"
     _chromium(tmp_path, f"{page.as_uri()}#outcome=wrong&episode={hostile}", f"--screenshot={shot}")
-    from PIL import Image
+    from matplotlib.image import imread
 
-    with Image.open(shot) as image:
-        assert image.size == (1400, 900)
-        rgb = image.convert("RGB")
-        colours = rgb.getcolors(maxcolors=1 << 16)
-        assert colours is None or len(colours) > 50, "a blank screenshot"
-        # the outcome colour of a wrong episode (#a1261c) is drawn: the page rendered its styles and the list
-        assert any(abs(r - 0xA1) < 24 and abs(g - 0x26) < 24 and abs(b - 0x1C) < 24 for r, g, b in rgb.getdata())
+    pixels = imread(shot)[:, :, :3]  # RGB in [0, 1]
+    assert pixels.shape[:2] == (900, 1400)
+    assert len({tuple(p) for p in pixels[::7, ::7].reshape(-1, 3).round(2).tolist()}) > 50, "a blank screenshot"
+    # the outcome colour of a wrong episode (#a1261c) is drawn: the page rendered its styles, the list and the detail
+    wrong = (abs(pixels[..., 0] - 0xA1 / 255) < 0.1) & (abs(pixels[..., 1] - 0x26 / 255) < 0.1) & \
+        (abs(pixels[..., 2] - 0x1C / 255) < 0.1)
+    assert wrong.any()
     shutil.copy(shot, run_dir / "episode.png")  # kept beside the run for a person to look at
 
 
@@ -182,3 +183,117 @@ def test_ten_thousand_episodes_draw_only_the_rows_in_view(run_dir, tmp_path):
     assert 0 < drawn <= 80, f"{drawn} rows drawn for 3334 matches: the list is not virtualised"
     assert "toy_sql/test/09999" in dom.split('id="detail"', 1)[1]
     print(f"10,000 episodes: page {size_mb:.1f} MB, render {body.get('data-render-ms')} ms (headless, this machine)")
+
+
+class _DevTools:
+    """Headless Chromium driven over the DevTools protocol (a real click, a real change event)."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        import time
+
+        import httpx
+        from websockets.sync.client import connect
+
+        profile = tmp_path / "devtools-profile"
+        self.proc = subprocess.Popen([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+                                      f"--user-data-dir={profile}", "--remote-debugging-port=0",
+                                      "--window-size=1400,900", "about:blank"],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        port_file = profile / "DevToolsActivePort"
+        for _ in range(600):  # polled, not timed: Chromium writes the file once it listens
+            if port_file.is_file() and port_file.read_text().strip():
+                break
+            assert self.proc.poll() is None, "chromium exited"
+            time.sleep(0.1)
+        port = int(port_file.read_text().split()[0])
+        page = next(t for t in httpx.get(f"http://127.0.0.1:{port}/json", timeout=30).json() if t["type"] == "page")
+        self.ws = connect(page["webSocketDebuggerUrl"], max_size=None, open_timeout=30)
+        self.next_id = 0
+
+    def call(self, method: str, **params):
+        self.next_id += 1
+        self.ws.send(json.dumps({"id": self.next_id, "method": method, "params": params}))
+        while True:
+            reply = json.loads(self.ws.recv(timeout=60))
+            if reply.get("id") == self.next_id:
+                assert "error" not in reply, reply
+                return reply["result"]
+
+    def js(self, expression: str):
+        return self.call("Runtime.evaluate", expression=expression, returnByValue=True)["result"].get("value")
+
+    def open(self, url: str) -> None:
+        import time
+
+        self.call("Page.navigate", url=url)
+        for _ in range(600):
+            if self.js("document.body && document.body.dataset.ready") == "1":
+                return
+            time.sleep(0.1)
+        raise AssertionError("the page never became ready")
+
+    def click(self, selector: str) -> None:
+        box = self.js(f"(() => {{ const r = document.querySelector({json.dumps(selector)}).getBoundingClientRect();"
+                      f" return [r.x + r.width / 2, r.y + r.height / 2]; }})()")
+        for kind in ("mousePressed", "mouseReleased"):
+            self.call("Input.dispatchMouseEvent", type=kind, x=box[0], y=box[1], button="left", clickCount=1)
+
+    def close(self) -> None:
+        self.ws.close()
+        self.proc.terminate()
+        self.proc.wait(timeout=60)
+
+
+@needs_chromium
+def test_in_chromium_a_user_filters_with_the_selects_and_clicks_an_episode_open(run_dir, tmp_path):
+    page, _ = write_page(run_dir, tmp_path / "view.html")
+    browser = _DevTools(tmp_path)
+    try:
+        browser.open(page.as_uri())
+        assert browser.js("document.getElementById('count').textContent") == "7 of 7 episodes"
+        browser.js("(() => { const s = document.getElementById('outcome'); s.value = 'wrong';"
+                   " s.dispatchEvent(new Event('change')); })()")
+        assert browser.js("document.getElementById('count').textContent") == "1 of 7 episodes"
+        assert "outcome=wrong" in browser.js("location.hash")
+        browser.click("#spacer .row")  # a real mouse click on the one row left
+        assert browser.js("document.querySelector('#detail h2').textContent") == HOSTILE_ID
+        codes = browser.js("[...document.querySelectorAll('#detail pre.code')].map(p => p.textContent)")
+        assert HOSTILE_CODE in codes, "the action's code is shown exactly, as text"
+        assert browser.js("document.querySelectorAll('img, svg, #detail script').length") == 0
+        assert browser.js("document.body.hasAttribute('data-pwned')") is False, "model text ran in the page"
+        browser.js("(() => { const s = document.getElementById('outcome'); s.value = '';"
+                   " s.dispatchEvent(new Event('change')); })()")
+        browser.js("(() => { const q = document.getElementById('q'); q.value = 'toy_sql/test/0003';"
+                   " q.dispatchEvent(new Event('input')); })()")
+        assert browser.js("document.getElementById('count').textContent") == "1 of 7 episodes"
+    finally:
+        browser.close()
+
+
+def test_serve_answers_the_page_on_loopback_and_stops_on_ctrl_c(run_dir, tmp_path):
+    import signal
+    import socket
+    import time
+
+    import httpx
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "medagentgym", "view", str(run_dir), "--out",
+                             str(tmp_path / "v.html"), "--serve", "--port", str(port)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        for _ in range(600):
+            try:
+                page = httpx.get(f"http://127.0.0.1:{port}/", timeout=5)
+                break
+            except httpx.HTTPError:
+                assert proc.poll() is None, proc.communicate()
+                time.sleep(0.1)
+        assert page.status_code == 200 and page.text == (tmp_path / "v.html").read_text(encoding="utf-8")
+        assert httpx.get(f"http://127.0.0.1:{port}/../trajectories.jsonl", timeout=5).status_code == 404
+    finally:
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "Traceback" not in err, err
