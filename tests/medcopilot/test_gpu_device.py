@@ -10,7 +10,6 @@
 from __future__ import annotations
 
 import pytest
-import torch
 
 from medcopilot.config import RECIPES_DIR
 
@@ -65,7 +64,12 @@ def test_a_run_reporting_to_wandb_without_a_key_trains_and_logs_offline(tiny_mod
 # --------------------------------------------------------------------------------------------- 14B GRPO headroom
 def test_the_14b_grpo_recipe_leaves_headroom_while_generating_and_less_is_refused(monkeypatch):
     from medcopilot.config import RecipeError, check_recipe, load_recipe
-    from medcopilot.recipe_checks import GENERATION_HEADROOM_GIB, TRAIN_SLACK_GIB, model_shape, recipe_memory_plan
+    from medcopilot.recipe_checks import (
+        GENERATION_HEADROOM_GIB,
+        TRAIN_SLACK_GIB,
+        model_shape,
+        recipe_memory_plan,
+    )
 
     monkeypatch.setenv("MEDCOPILOT_GPU_GIB", "79.2")  # an 80 GB card, what the recipe's header reckons with
     cfg = load_recipe("grpo_qwen14b")

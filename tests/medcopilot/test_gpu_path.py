@@ -167,11 +167,18 @@ def _policy_with_update(base_dir: Path, rel: float, seed: int):
     """A LoRA policy on the bf16 model at ``base_dir`` whose every adapted weight moved by ``rel`` of its norm;
     returns the policy and its deltas (fp32) by the merged model's parameter name."""
     from peft import LoraConfig, get_peft_model
-    from peft.tuners.lora.layer import Linear as LoraLinear
     from transformers import AutoModelForCausalLM
 
     base = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.bfloat16)
     model = get_peft_model(base, LoraConfig(r=8, lora_alpha=16, lora_dropout=0.0, target_modules="all-linear"))
+    return model, _move_adapters(model, rel, seed)
+
+
+def _move_adapters(model, rel: float, seed: int) -> dict[str, torch.Tensor]:
+    """Set every LoRA layer of ``model`` so its delta is ``rel`` of its weight's norm; return the deltas (fp32, by
+    the merged model's parameter name)."""
+    from peft.tuners.lora.layer import Linear as LoraLinear
+
     generator = torch.Generator().manual_seed(seed)
     deltas = {}
     with torch.no_grad():
@@ -184,7 +191,7 @@ def _policy_with_update(base_dir: Path, rel: float, seed: int):
                 b.mul_(rel * norm / ((b.float() @ a.float()) * layer.scaling["default"]).norm())
                 deltas[name.removeprefix("base_model.model.") + ".weight"] = \
                     (b.float() @ a.float()) * layer.scaling["default"]
-    return model, deltas
+    return deltas
 
 
 def _share(weights: dict[str, torch.Tensor], base: dict[str, torch.Tensor], deltas: dict[str, torch.Tensor]) -> float:
@@ -235,23 +242,12 @@ def _adapter(base_dir: Path, out: Path, rel: float, seed: int) -> dict[str, torc
     """Save a LoRA adapter on ``base_dir`` whose every delta is ``rel`` of its weight's norm; return the deltas
     (fp32, by the merged model's parameter name)."""
     from peft import LoraConfig, get_peft_model
-    from peft.tuners.lora.layer import Linear as LoraLinear
 
     from medcopilot.modeling import load_model
 
     model = get_peft_model(load_model(ModelConfig(name_or_path=str(base_dir), dtype="float32")),
                            LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules="all-linear"))
-    generator = torch.Generator().manual_seed(seed)
-    deltas = {}
-    with torch.no_grad():
-        for name, layer in model.named_modules():
-            if isinstance(layer, LoraLinear):
-                a, b = layer.lora_A["default"].weight, layer.lora_B["default"].weight
-                a.copy_(torch.randn(a.shape, generator=generator))
-                b.copy_(torch.randn(b.shape, generator=generator))
-                delta = (b @ a) * layer.scaling["default"]
-                b.mul_(rel * layer.base_layer.weight.norm() / delta.norm())
-                deltas[name.removeprefix("base_model.model.") + ".weight"] = (b @ a) * layer.scaling["default"]
+    deltas = _move_adapters(model, rel, seed)
     model.save_pretrained(out)
     return deltas
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -40,6 +41,40 @@ def test_tiny_shape_measures_a_grpo_and_an_sft_step_on_cpu():
     assert grpo["generated_tokens"] > 0 and grpo["trained_tokens"] > grpo["generated_tokens"]
     assert grpo["generated_tokens_per_s"] > 0 and grpo["trained_tokens_per_s"] > 0
     assert grpo["peak_allocated_gib"] is None  # no GPU: nothing to read
+    assert set(grpo["peak_gib_by_phase"]) == {"model_loaded", "rollout", "update"}
+    assert grpo["generation_backend"].startswith("HF-generate step") and "vLLM" in grpo["generation_backend"]
+    assert 0 < grpo["sandbox_share_of_step"] < 1
     for step in (grpo, sft):
         assert step["dry_run_estimate_gib"]["training"] > 0 and step["estimate_at_measured_lengths_gib"]["training"] > 0
     assert sft["tokens"] == sft["micro_batch"] * sft["max_length"] and sft["step_s"] > 0
+
+
+def test_a_step_that_cannot_finish_before_the_deadline_is_skipped_and_said(tmp_path):
+    out = tmp_path / "bench.json"
+    proc = subprocess.run([sys.executable, "scripts/bench_gpu.py", "--shape", "tiny", "--json", "--deadline-s", "5",
+                           "--out-json", str(out)], cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(out.read_text())
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == result
+    assert "grpo" not in result and "sft" not in result
+    assert set(result["skipped"]) == {"grpo", "sft"} and "less than the 150 s a step needs" in result["skipped"]["grpo"]
+    assert result["datasets"] and result["pyarrow"] and result["elapsed_s"] < 600
+
+
+PACK311 = REPO / ".gpu_pack311"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not (PACK311 / "wheels").is_dir(), reason="needs `make gpu-pack GPU_PY=3.11 GPU_PACK=.gpu_pack311`")
+def test_the_device_script_runs_the_tiny_shape_with_the_pack_inside_its_budget(tmp_path):
+    """The device call as it will run there, on this machine's Python: the pack installed with --no-index --no-deps
+    --target over this interpreter, the tiny shape, the default 520 s budget; one JSON and the log under OUT."""
+    env = {**os.environ, "PY": sys.executable, "PACK": str(PACK311), "SHAPE": "tiny", "OUT": str(tmp_path / "out"),
+           "SITE": str(tmp_path / "site-packages")}
+    proc = subprocess.run(["sh", "scripts/bench_gpu_device.sh"], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=560)
+    assert proc.returncode == 0, (tmp_path / "out" / "bench_gpu.log").read_text()[-3000:]
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["bench_gpu.json", "bench_gpu.log"]
+    result = json.loads((tmp_path / "out" / "bench_gpu.json").read_text())
+    assert result["datasets"] == "5.2.0" and result["trl"] == "1.16.0"
+    assert result["grpo"]["step_s"] > 0 and result["sft"]["step_s"] > 0 and result["elapsed_s"] < 520
