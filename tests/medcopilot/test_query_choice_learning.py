@@ -216,7 +216,7 @@ def test_ppo_uses_the_k1_kl_estimator(monkeypatch):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=False, reason="issue 30 not met yet: on seed 0 GRPO (60 steps: 0.281 -> 0.242) and "
+@pytest.mark.xfail(strict=False, reason="issue 30 not met yet: on seed 0 GRPO (100 steps: 0.281 -> 0.234) and "
                                        "PPO (40 steps: 0.281 -> 0.266) did not raise query-choice accuracy "
                                        "(docs/benchmarks.md, 'Query choice and error recovery')")
 @pytest.mark.parametrize("method", ["grpo", "ppo"])
