@@ -6,7 +6,7 @@ grader's reward with
 
 - ``grpo``: TRL's ``GRPOTrainer`` with our ``EnvRolloutFunc`` for ``GRPO_DEFAULTS`` steps (learning rate warmed up
   over the first 5: at full rate from the start one seed in five collapsed);
-- ``ppo``: :class:`medcopilot.trainers.ppo.PPOTrainer` (a value head, GAE and the clipped losses, a k3 KL
+- ``ppo``: :class:`medcopilot.trainers.ppo.PPOTrainer` (a value head, GAE and the clipped losses, a k1 KL
   penalty against the frozen warm model) for ``PPO_DEFAULTS`` steps of 16 episodes, one optimizer step each
   (four per step, or a learning rate of 1e-3, made some seeds blow up).
 
