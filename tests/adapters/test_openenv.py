@@ -362,12 +362,22 @@ def test_two_http_clients_behind_one_address_never_share_an_episode(toy_root, ma
         pool.close()
 
 
-def test_one_client_cannot_pass_its_cap_by_mixing_protocols(two_clients):
+def test_one_client_cannot_pass_its_cap_by_mixing_protocols(toy_root, make_test_pool):
     """Issue 31 review: alice (cap 2) holds one WebSocket session and one HTTP session; an MCP session, an OpenEnv
     HTTP-contract reset and another WebSocket are each refused, and bob is not crowded out."""
+    pool = make_test_pool(2)
+    app = build_openenv_app(toy_root, pool=pool, tokens=[ALICE, BOB], families=["toy_sql"], capacity=8,
+                            max_sessions_per_client=2)
+    try:
+        with background_server(app) as url:
+            _mixed_protocols_at_cap(url)
+    finally:
+        pool.close()
+
+
+def _mixed_protocols_at_cap(url: str) -> None:
     import httpx
 
-    url = two_clients
     authed = url.replace("http://", f"http://trainer:{ALICE}@")
     alice = {"Authorization": f"Bearer {ALICE}"}
     with GenericEnvClient(base_url=authed).sync() as ws, httpx.Client(base_url=url, timeout=120) as http:

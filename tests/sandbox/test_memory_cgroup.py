@@ -112,9 +112,8 @@ def test_a_worker_that_cannot_join_its_cgroup_never_runs_a_session():
             pool._cgroups.base = real / "gone" / "missing"  # mkdir of the slot's cgroup fails (ENOENT)
             pool._workers[0].proc.kill()  # the next session needs a new worker
             pool._workers[0].proc.wait()
-            with pytest.raises(SandboxUnavailable, match="memory cgroup"):
-                with pool.session() as s:
-                    s.run_python("print(1)")
+            with pytest.raises(SandboxUnavailable, match="memory cgroup"), pool.session() as s:
+                s.run_python("print(1)")
         finally:
             pool._cgroups.base = real
         with pool.session() as s:  # the cgroup works again: the pool recovers
