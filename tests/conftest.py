@@ -100,7 +100,7 @@ def serve_app():
         thread = threading.Thread(target=server.run, daemon=True)
         thread.start()
         servers.append((server, thread))
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + 120  # a hang guard (fixtures have no pytest-timeout): starts in ms when quiet
         while not server.started:
             assert time.monotonic() < deadline and thread.is_alive(), "the uvicorn server did not start"
             time.sleep(0.02)
@@ -153,7 +153,7 @@ def env_server_processes(tmp_path, sandbox_backend):
             started.append((proc, f"http://127.0.0.1:{port}", log))
             batch.append(started[-1])
         for proc, url, log in batch:
-            deadline = time.monotonic() + 120
+            deadline = time.monotonic() + 600  # a hang guard: a few CPU seconds of imports, slow on a loaded host
             while True:
                 try:
                     if httpx.get(url + "/health", timeout=2).status_code == 200:

@@ -110,7 +110,7 @@ def test_an_abandoned_websocket_session_is_reaped_and_frees_its_worker(toy_root,
         app = build_openenv_app(toy_root, pool=pool, families=["toy_sql"], idle_timeout_s=2.0, worker_wait_s=0.3)
         with background_server(app) as url, GenericEnvClient(base_url=url).sync() as abandoned:
             abandoned.reset(seed=0)  # holds the only worker, then goes silent
-            deadline = time.monotonic() + 60  # reaper period max(2 / 4, 5) s, plus a loaded machine
+            deadline = time.monotonic() + 300  # reaper period max(2 / 4, 5) s, plus a loaded machine (a hang guard)
             while True:  # a new session per try: OpenEnv counts only successful calls as activity
                 try:  # refused at the handshake while the abandoned session holds the client's one session
                     fresh_client = GenericEnvClient(base_url=url).sync().__enter__()

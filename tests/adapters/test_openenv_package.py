@@ -75,7 +75,7 @@ print(json.dumps({{"client": type(env).__name__, "action": action_cls.__name__, 
     try:
         with background_server(build_openenv_app(toy_root, pool=pool, families=["toy_sql"])) as url:
             out = subprocess.run([sys.executable, "-c", script, url, oracle_answer(task)], capture_output=True,
-                                 text=True, timeout=300, env=_env(installed, tmp_path), cwd=tmp_path, check=False)
+                                 text=True, timeout=1200, env=_env(installed, tmp_path), cwd=tmp_path, check=False)
     finally:
         pool.close()
     assert out.returncode == 0, out.stderr[-3000:]

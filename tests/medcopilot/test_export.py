@@ -130,7 +130,7 @@ def eval_report(tmp_path_factory):
         [sys.executable, "-m", "medagentgym", "eval", "--policy", "oracle", "--families", "toy_sql",
          "--size", "tiny", "--limit", "3", "--tasks-root", str(base / "tasks"), "--out", str(base / "eval"),
          "--sandbox", sandbox, "--allow-unisolated", "--no-progress", "--no-plots"],
-        capture_output=True, text=True, timeout=300, check=False)
+        capture_output=True, text=True, timeout=1200, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
     return base / "eval" / "report.json"
 

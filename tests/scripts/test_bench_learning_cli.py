@@ -30,7 +30,7 @@ def _write(out: Path, method: str, family: str, seed: int, before: float, after:
 
 def _summarize(out: Path) -> dict:
     proc = subprocess.run([sys.executable, str(SCRIPT), "--summarize", "--json", "--out", str(out)],
-                          capture_output=True, text=True, timeout=300, check=False)
+                          capture_output=True, text=True, timeout=1200, check=False)
     assert proc.returncode == 0, proc.stderr[-2000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 

@@ -100,7 +100,7 @@ def test_size_default_over_a_tiny_build_is_refused_not_recorded_as_default(oracl
     proc = subprocess.run([sys.executable, "-m", "medagentgym", "eval", "--policy", "oracle",
                            "--families", "toy_sql", "--limit", "2", "--size", "default", "--tasks-root",
                            str(tasks_root), "--out", str(tmp_path / "o"), "--sandbox", SANDBOX, "--allow-unisolated",
-                           "--no-progress"], capture_output=True, text=True, timeout=300, check=False)
+                           "--no-progress"], capture_output=True, text=True, timeout=1200, check=False)
     err = proc.stderr.strip().splitlines()
     assert proc.returncode == 2 and len(err) == 1, proc.stderr
     assert err[0].startswith(f"error: {tasks_root / 'toy_sql'} is a tiny build, not default: rebuild it with")
@@ -109,7 +109,7 @@ def test_size_default_over_a_tiny_build_is_refused_not_recorded_as_default(oracl
     proc = subprocess.run([sys.executable, "-m", "medagentgym", "eval", "--policy", "oracle",
                            "--families", "toy_sql", "--limit", "2", "--tasks-root", str(tasks_root), "--out",
                            str(tmp_path / "o"), "--sandbox", SANDBOX, "--allow-unisolated", "--no-progress",
-                           "--no-plots"], capture_output=True, text=True, timeout=300, check=False)
+                           "--no-plots"], capture_output=True, text=True, timeout=1200, check=False)
     assert proc.returncode == 0, proc.stderr
     assert json.loads((tmp_path / "o" / "report.json").read_text())["meta"]["size"] == "tiny"
 

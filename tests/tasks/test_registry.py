@@ -149,8 +149,10 @@ def test_config_family_is_found_under_root(tmp_path):
 
 
 #: Families whose own test module already runs ``check_family`` (a fixture or a test), so the registry-wide run
-#: repeats their builds (~10-25 s each): it runs in ``make test-slow`` for them.
-OWN_CHECK = {"biodsbench", "ehrshot", "mimic_extract"}
+#: repeats their builds (~10-25 s each): it runs in ``make test-slow`` for them. The SQL and EHR families' own runs
+#: (tiny, seed 0, the default play, 150 items per split or all) cover this one's 6 (mimic_iii: 98 s at load ~15).
+OWN_CHECK = {"biodsbench", "ehrshot", "mimic_extract", "mimic_iii", "eicu", "treqs", "ehrcon", "ehr_seqsql",
+             "npowerai", "medagentbench"}
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in OWN_CHECK else n
