@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import signal
 import socket
 import sys
 import threading
@@ -34,6 +35,13 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 # One intra-op thread: on a busy 2-core machine torch's default thread pool makes tiny-model steps ~20x slower
 # (measured: 10 SFT steps 1.0 s with 1 thread, 18.9 s with 2 under load). Set before torch is imported.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# A runner started in the background by a non-interactive shell (`make test &`, nohup, some CI agents) inherits
+# SIGINT ignored, and so would every command a test starts (an ignored signal stays ignored across exec): the
+# Ctrl-C tests would then wait for a command that never hears the signal. Tests want a terminal's Ctrl-C semantics,
+# so this process (and each xdist worker, which imports this file) takes SIGINT back; its children start with the
+# default action.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(scope="session")

@@ -63,7 +63,7 @@ def test_no_recipe_names_a_kernel_its_extras_do_not_install(name):
 
 @pytest.mark.parametrize("override, expected", [
     (["trainer.vllm_gpu_memory_utilization=0.4"], "cannot hold one 12,288-token sequence"),
-    (["trainer.vllm_enable_sleep_mode=false"], "need 84.8 GiB together"),
+    (["trainer.vllm_enable_sleep_mode=false"], "need 80.8 GiB together"),
     (["trainer.per_device_train_batch_size=16", "trainer.gradient_accumulation_steps=4"], "micro-batch of 16"),
     (["trainer.per_device_train_batch_size=8", "trainer.gradient_accumulation_steps=8"],
      "training with vLLM asleep 95.9 GiB"),
