@@ -25,11 +25,15 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is 
 
 
 def _private_mounts_process() -> subprocess.Popen:
-    """A python that leases one uid inside its own mount namespace with a private /run and /tmp, and holds it."""
+    """A python that leases one uid inside its own mount namespace with a private /run, and holds it.
+
+    The lock file lives in /run when it is writable (the tmpfs here), so a private /run is what made two trainers
+    miss each other's leases. /tmp is left alone: the repository and its venv may live under it (a fresh clone in
+    /tmp, as CI may have it), and a tmpfs there would hide this python itself."""
     code = LEASE.format(root=str(ROOT))
     return subprocess.Popen(
         ["unshare", "--mount", "--propagation", "private", "sh", "-c",
-         'mount -t tmpfs medagentgym-run /run && mount -t tmpfs medagentgym-tmp /tmp && exec "$0" -c "$1"',
+         'mount -t tmpfs medagentgym-run /run && exec "$0" -c "$1"',
          sys.executable, code],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
