@@ -9,7 +9,9 @@ so one policy object can serve many episodes on many threads.
 Implementations:
 
 - :class:`OpenAIPolicy`: any OpenAI-compatible chat-completions endpoint (OpenAI, a vLLM or SGLang server),
-  with retries and exponential backoff on transient errors and token usage recorded.
+  with bounded retries (backoff and jitter) of connection errors, 429 and 5xx, never of a request timeout; an
+  endpoint whose requests time out :data:`HUNG_AFTER_TIMEOUTS` times in a row is declared hung (the run stops);
+  token usage recorded.
 - :class:`HFPolicy`: a local transformers model (chat template + ``generate``; CPU is fine).
 - :class:`VLLMPolicy`: an in-process vLLM engine (GPU only; ``pip install 'medagentgym[gpu]'``).
 - :class:`OraclePolicy`: replays the family's ``reference_solution(instance)`` as model text.
@@ -40,6 +42,7 @@ from env_client.prompts import inline_tools
 ActionFormat = Literal["tool_call", "json"]
 
 __all__ = [
+    "HUNG_AFTER_TIMEOUTS",
     "POLICY_HELP",
     "ConstantPolicy",
     "EmptyPolicy",
@@ -76,14 +79,17 @@ class PolicyError(EnvClientError, RuntimeError):
             there as truncated (``reason: context_length``), its turns and usage kept; not an infrastructure
             failure, and a rerun does not retry it.
         unreachable: The endpoint could not be reached or did not answer in time (connection refused, timeout).
-        timed_out: The endpoint accepted the request but did not answer within the timeout (after its retries):
+        timed_out: The endpoint accepted the request but did not answer within the timeout (never retried):
             a run stops after a few of these in a row (``env_client.rollout``), not after many failed episodes.
+        hung: The endpoint is declared hung (:data:`HUNG_AFTER_TIMEOUTS` request timeouts in a row, across every
+            episode using the policy): the run stops at once with this error's one line.
     """
 
     status: int | None = None
     context_overflow: bool = False
     unreachable: bool = False
     timed_out: bool = False
+    hung: bool = False
 
 
 @dataclass
@@ -334,8 +340,17 @@ def endpoint_hint(status: int | None) -> str:
     return _ENDPOINT_HINTS.get(status, "the server failed: check its log" if status >= 500 else "see the message")
 
 
-#: The probe's timeout: a model list comes back at once from a live server, whatever the chat timeout.
+#: The probe's timeout: a model list comes back at once from a live server, whatever the chat timeout. Also the
+#: cap of the liveness check after a request timeout (a 1-token chat: a live server answers it at once).
 _PROBE_TIMEOUT_S = 15.0
+
+#: Request timeouts in a row, across every episode using one :class:`OpenAIPolicy` (and the liveness check after
+#: the first), that declare its endpoint hung: the run stops (``env_client.rollout``) with one line. At the
+#: defaults (``--timeout 60``) a hang is declared within ``60 + 15`` s at any concurrency (see OpenAIPolicy).
+HUNG_AFTER_TIMEOUTS = 2
+
+#: Longest ``Retry-After`` honoured (seconds); a longer one is cut to this.
+_MAX_RETRY_AFTER_S = 60.0
 
 
 def probe(policy: Any) -> None:
@@ -349,12 +364,33 @@ def probe(policy: Any) -> None:
         check()
 
 
+def _retry_after(exc: BaseException) -> float | None:
+    """The server's ``Retry-After`` in seconds (a number of seconds; an HTTP date is ignored), capped."""
+    response = getattr(exc, "response", None)
+    value = response.headers.get("retry-after") if response is not None else None
+    try:
+        return min(max(float(value), 0.0), _MAX_RETRY_AFTER_S) if value is not None else None
+    except ValueError:
+        return None
+
+
 @dataclass
 class OpenAIPolicy:
     """An OpenAI-compatible chat-completions endpoint.
 
-    Retries, ``Retry-After`` and timeouts are the OpenAI SDK's own (connection errors, timeouts, 408/409/429 and
-    5xx are retried ``max_retries`` times with backoff, honouring the server's ``Retry-After``).
+    The SDK's own retries are off. A connection error (refused, reset), a 429 and a 5xx are retried up to
+    ``max_retries`` times (tenacity: exponential backoff from ``backoff_s`` with jitter, at least the server's
+    ``Retry-After``); a request timeout is never retried: the endpoint accepted the request and did not answer, and
+    sending it again would only wait again. Every request timeout counts, across all episodes using this policy
+    (threads or coroutines), until a request is answered; after the first of a streak one 1-token chat checks that
+    the endpoint is alive (within ``min(timeout_s, 15)`` s). :data:`HUNG_AFTER_TIMEOUTS` timeouts in a row declare
+    the endpoint hung: that request, and every later one without sending it, fails with ``PolicyError.hung`` and a
+    line naming the endpoint, the timeout and what to do; ``env_client.rollout`` stops the run on it.
+
+    How long a hang costs (defaults: ``--timeout 60``, evaluate/rollout ``--concurrency 4``, collect 8): the
+    requests in flight when the endpoint hangs time out within ``timeout_s``; at concurrency 1 the one request does,
+    then the liveness check within 15 s: a hang ends the run within ``timeout_s + 15`` s (75 s at the defaults,
+    about ``timeout_s`` when two or more requests are in flight), plus the episodes already in flight finishing.
 
     Args:
         model: Model name the endpoint serves.
@@ -363,15 +399,16 @@ class OpenAIPolicy:
         temperature: Sampling temperature (the original harness ignored it; we send it every call).
         max_tokens: Completion cap per turn.
         top_p: Nucleus sampling mass.
-        max_retries: Retries after a retryable error (the SDK's policy; ``--max-retries``).
-        timeout_s: Per-request timeout in seconds (``--timeout``): a server that accepts and never answers
-            fails after ``timeout_s * (max_retries + 1)`` plus the backoff.
+        max_retries: Retries of a request after a connection error, a 429 or a 5xx (``--max-retries``); a timeout
+            is never retried.
+        timeout_s: Per-request timeout in seconds (``--timeout``).
         native_tools: Send ``tools=`` (function calling) and the history as ``tool_calls`` / ``role: "tool"``
             messages; the endpoint's tool calls come back as ``<tool_call>`` text, so the env parses one
             format. Off: the endpoint never sees ``tools``, so their compact form is put into the system message
             (``env_client.prompts.inline_tools``) and tool results are user turns.
         extra_body: Extra JSON fields for every request (e.g. ``{"top_k": 20}`` for vLLM, ``{"reasoning_effort":
             "low"}``).
+        backoff_s: First retry's wait in seconds (doubling, capped at 16x, plus up to ``backoff_s`` of jitter).
 
     Raises:
         PolicyError: From :meth:`act` when the endpoint fails for good; ``status`` holds its HTTP status.
@@ -387,18 +424,27 @@ class OpenAIPolicy:
     timeout_s: float = 60.0
     native_tools: bool = False
     extra_body: dict[str, Any] | None = None
+    backoff_s: float = 0.5
     _client: Any = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         import openai  # runtime dependency, imported here so `import env_client` stays light
 
+        if self.max_retries < 0 or not self.timeout_s > 0 or self.backoff_s < 0:
+            raise PolicyError(f"max_retries={self.max_retries} must be >= 0, timeout_s={self.timeout_s} > 0 and "
+                              f"backoff_s={self.backoff_s} >= 0")
         self._openai = openai
+        # max_retries=0: the SDK would retry a timed-out request too; _retrying retries only what may pass
         self._client = openai.OpenAI(base_url=self.base_url, api_key=self._key(), timeout=self.timeout_s,
-                                     max_retries=self.max_retries)
+                                     max_retries=0)
         self._aclients: Any = weakref.WeakKeyDictionary()  # one AsyncOpenAI per event loop (loop-bound sockets)
         #: The model ids the endpoint said it answered with (each response's ``model``: a snapshot or served
         #: name that may differ from ``model``); reports record them as provenance.
         self.served_models: set[str] = set()
+        self._health = threading.Lock()  # guards the timeout streak, shared by every episode's thread
+        self._checking = threading.Lock()  # held while one liveness check runs
+        self.timeouts_in_a_row = 0
+        self._hung: str | None = None  # the hung line, once declared
 
     def _seen(self, resp: Any) -> Any:
         served = getattr(resp, "model", None)
@@ -428,25 +474,99 @@ class OpenAIPolicy:
             kwargs["extra_body"] = self.extra_body
         return kwargs
 
+    # ------------------------------------------------------------------ retries and the hang detector
+
+    def _retryable(self, exc: BaseException) -> bool:
+        """A connection error (not a timeout), a 429 or a 5xx: the next try may pass."""
+        o = self._openai
+        if isinstance(exc, o.APITimeoutError):
+            return False
+        if isinstance(exc, o.APIConnectionError):
+            return True
+        return isinstance(exc, o.APIStatusError) and (exc.status_code == 429 or exc.status_code >= 500)
+
+    def _wait(self, state: Any) -> float:
+        """Exponential backoff with jitter, at least the server's ``Retry-After``."""
+        import random
+
+        exp = self.backoff_s * min(2 ** (state.attempt_number - 1), 16) + random.uniform(0, self.backoff_s)
+        exc = state.outcome.exception() if state.outcome is not None else None
+        return max(exp, _retry_after(exc) or 0.0) if exc is not None else exp
+
+    def _retry_kwargs(self) -> dict[str, Any]:
+        import tenacity
+
+        return {"stop": tenacity.stop_after_attempt(self.max_retries + 1),
+                "retry": tenacity.retry_if_exception(self._retryable), "wait": self._wait, "reraise": True}
+
+    def _check_hung(self) -> None:
+        if self._hung is not None:
+            err = PolicyError(self._hung)
+            err.unreachable = err.timed_out = err.hung = True
+            raise err
+
+    def _answered(self) -> None:
+        with self._health:
+            self.timeouts_in_a_row = 0
+
+    def _timed_out(self) -> bool:
+        """Count one request timeout; True when it starts a streak (a liveness check should follow)."""
+        with self._health:
+            self.timeouts_in_a_row += 1
+            if self.timeouts_in_a_row >= HUNG_AFTER_TIMEOUTS and self._hung is None:
+                where = self.base_url or "OpenAI"
+                self._hung = (f"the model endpoint {where} stopped answering: {self.timeouts_in_a_row} requests in "
+                              f"a row for {self.model!r} timed out (--timeout {self.timeout_s:g} s, not retried); "
+                              f"check that the server is up and not stuck (its log, its GPU), then rerun the same "
+                              f"command to resume (raise --timeout if its answers are just slow)")
+            return self.timeouts_in_a_row == 1
+
+    def _alive(self) -> None:
+        """One 1-token chat after a request timeout, no retry, within ``min(timeout_s, 15)`` s: it answers (any
+        HTTP status: the streak ends) or times out (the next timeout of the streak). One check at a time."""
+        if not self._checking.acquire(blocking=False):
+            return
+        try:
+            self._one_token_chat(min(self.timeout_s, _PROBE_TIMEOUT_S))
+        except self._openai.APITimeoutError:
+            self._timed_out()
+        except self._openai.APIStatusError:
+            self._answered()
+        except self._openai.APIError:
+            pass  # refused or reset: not a hang; the run's failures in a row see it
+        else:
+            self._answered()
+        finally:
+            self._checking.release()
+
+    def _one_token_chat(self, timeout_s: float) -> None:
+        """A 1-token chat, not retried (the probe's and the liveness check's)."""
+        chat = self._client.with_options(max_retries=0, timeout=timeout_s)
+        chat.chat.completions.create(model=self.model, messages=[{"role": "user", "content": "Say OK."}],
+                                     max_tokens=1, **({"extra_body": self.extra_body} if self.extra_body else {}))
+
     def _failure(self, exc: Exception) -> PolicyError:
         status = getattr(exc, "status_code", None)
         body = getattr(exc, "message", None) or str(exc)
         where = self.base_url or "OpenAI"
+        timed_out = isinstance(exc, self._openai.APITimeoutError)
+        if timed_out and self._hung is not None:
+            err = PolicyError(self._hung)
+            err.unreachable = err.timed_out = err.hung = True
+            return err
         unreachable = isinstance(exc, self._openai.APIConnectionError)  # APITimeoutError is one
-        hint = (f"no answer within --timeout {self.timeout_s:g} s after {self.max_retries} retries: check that the "
-                f"server runs and BASE_URL is right" if isinstance(exc, self._openai.APITimeoutError)
-                else endpoint_hint(status))
+        hint = (f"no answer within --timeout {self.timeout_s:g} s (not retried): check that the server runs and "
+                f"BASE_URL is right" if timed_out else endpoint_hint(status))
         err = PolicyError(f"{where} failed for model {self.model!r}: {type(exc).__name__}"
                           f"{f' {status}' if status else ''}: {' '.join(str(body).split())[:300]} "
                           f"(hint: {hint})")
-        err.status, err.unreachable = status, unreachable
-        err.timed_out = isinstance(exc, self._openai.APITimeoutError)
+        err.status, err.unreachable, err.timed_out = status, unreachable, timed_out
         err.context_overflow = is_context_overflow(status, str(body))
         return err
 
     def probe(self) -> None:
         """Ask the endpoint once for its models (``GET /models``, no retry), then for one 1-token chat (no retry,
-        ``timeout_s``), before a run starts.
+        ``timeout_s``), before a run starts; it also clears a hang declared in an earlier run.
 
         A closed port or a wrong URL fails at once, a server that accepts and never answers after ``timeout_s``;
         an endpoint that answers but does not list the model fails with the models it serves; one that lists them
@@ -456,6 +576,8 @@ class OpenAIPolicy:
         Raises:
             PolicyError: One line saying what is wrong and what to do.
         """
+        with self._health:
+            self.timeouts_in_a_row, self._hung = 0, None
         where = self.base_url or "OpenAI"
         try:
             probe = self._client.with_options(max_retries=0, timeout=min(self.timeout_s, _PROBE_TIMEOUT_S))
@@ -481,9 +603,7 @@ class OpenAIPolicy:
         chat fails here, once, instead of after every episode's retries. Any other error is left to the run (its
         retries and its failures in a row): the endpoint did answer."""
         try:
-            chat = self._client.with_options(max_retries=0, timeout=self.timeout_s)
-            chat.chat.completions.create(model=self.model, messages=[{"role": "user", "content": "Say OK."}],
-                                         max_tokens=1, **({"extra_body": self.extra_body} if self.extra_body else {}))
+            self._one_token_chat(self.timeout_s)
         except self._openai.APITimeoutError as exc:
             err = PolicyError(f"{where} lists its models but did not answer a 1-token chat for {self.model!r} "
                               f"within --timeout {self.timeout_s:g} s (probe); check that the server is not stuck "
@@ -495,27 +615,55 @@ class OpenAIPolicy:
         except self._openai.APIError:
             return
 
+    def _note(self, exc: BaseException) -> bool:
+        """Count a failed request for the hang detector; True when a liveness check should follow."""
+        if isinstance(exc, self._openai.APITimeoutError):
+            return self._timed_out()
+        if isinstance(exc, self._openai.APIStatusError):  # the endpoint answered, if with an error
+            self._answered()
+        return False
+
     def act(self, messages: list[dict], *, tools: list[dict] | None = None, seed: int | None = None) -> PolicyOutput:
-        """One chat-completions call; endpoint errors become ``PolicyError`` with the status and a hint."""
+        """One chat-completions call (retried after a connection error, 429 or 5xx; never after a timeout); endpoint
+        errors become ``PolicyError`` with the status and a hint (``hung`` once the endpoint is declared hung)."""
+        import tenacity
+
+        self._check_hung()
+        request = self._request(messages, tools, seed)
         try:
-            return _output(self._seen(self._client.chat.completions.create(**self._request(messages, tools, seed))))
+            resp = tenacity.Retrying(**self._retry_kwargs())(self._client.chat.completions.create, **request)
         except self._openai.APIError as exc:
+            if self._note(exc):
+                self._alive()
             raise self._failure(exc) from exc
+        self._answered()
+        return _output(self._seen(resp))
 
     async def aact(self, messages: list[dict], *, tools: list[dict] | None = None, seed: int | None = None
                    ) -> PolicyOutput:
         """:meth:`act` for the rollout engine's ``async`` backend: many requests in flight, no thread each."""
         import asyncio
 
+        import tenacity
+
+        self._check_hung()
         loop = asyncio.get_running_loop()
         if loop not in self._aclients:
             self._aclients[loop] = self._openai.AsyncOpenAI(base_url=self.base_url, api_key=self._key(),
-                                                            timeout=self.timeout_s, max_retries=self.max_retries)
+                                                            timeout=self.timeout_s, max_retries=0)
+        client, request = self._aclients[loop], self._request(messages, tools, seed)
+
+        async def create() -> Any:  # a coroutine function, so tenacity awaits each try
+            return await client.chat.completions.create(**request)
+
         try:
-            return _output(self._seen(
-                await self._aclients[loop].chat.completions.create(**self._request(messages, tools, seed))))
+            resp = await tenacity.AsyncRetrying(**self._retry_kwargs())(create)
         except self._openai.APIError as exc:
+            if self._note(exc):
+                await asyncio.to_thread(self._alive)
             raise self._failure(exc) from exc
+        self._answered()
+        return _output(self._seen(resp))
 
 
 def _output(resp: Any) -> PolicyOutput:
@@ -622,7 +770,8 @@ policy specs (--policy):
                            grader-audit adversaries (many candidates / a traceback / an empty answer)
   openai:MODEL@BASE_URL    any OpenAI-compatible endpoint (vLLM, SGLang, a hosted API); the key comes from
                            OPENAI_API_KEY; without @BASE_URL, OpenAI itself. Probed once (GET /models)
-                           before the run; --timeout S per request, --max-retries N; a chat longer than the
+                           before the run; --timeout S per request (never retried: 2 timeouts in a row
+                           stop the run), --max-retries N (connection errors, 429, 5xx); a chat longer than the
                            model's context ends that episode as truncated (reason context_length)
   hf:PATH                  a local transformers model folder (CPU works), e.g. a train.py output
   vllm:PATH                an in-process vLLM engine (GPU; pip install 'medagentgym[gpu]')
@@ -649,7 +798,8 @@ def add_policy_arguments(parser: Any) -> None:
     parser.add_argument("--timeout", type=positive_float, default=None, metavar="S",
                         help="openai: seconds to wait for one answer (default 60)")
     parser.add_argument("--max-retries", type=nonneg_int, default=None, metavar="N",
-                        help="openai: retries of a failed request (connection, timeout, 429, 5xx; default 2)")
+                        help="openai: retries of a request after a connection error, 429 or 5xx, with backoff "
+                             "(default 2); a timed-out request is never retried, and 2 timeouts in a row stop the run")
     parser.add_argument("--max-failures-in-a-row", type=nonneg_int, default=10, metavar="N",
                         help="stop the run (finished episodes kept) once N episodes in a row failed to run, e.g. "
                              "an endpoint that went away; 0: never stop (default 10)")

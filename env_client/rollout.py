@@ -56,8 +56,8 @@ Backend = Literal["thread", "async", "joblib", "ray"]
 BACKENDS = ("thread", "async", "joblib", "ray")
 
 
-#: Episodes in a row whose policy request timed out (after its retries) that stop a run with ``on_error="skip"``:
-#: an endpoint that accepts requests and never answers costs ``timeout x (retries + 1)`` per episode.
+#: Episodes in a row whose policy request timed out that stop a run with ``on_error="skip"`` (a policy that counts
+#: its own requests' timeouts, ``OpenAIPolicy``, declares a hang sooner: ``PolicyError.hung`` stops the run at once).
 MAX_TIMEOUTS_IN_A_ROW = 2
 
 
@@ -658,8 +658,9 @@ def rollout(instances: Iterable[Any], policy: Policy | str, env: EnvSpec | Calla
             under other settings is refused, so stale episodes are never reused.
         max_consecutive_failures: With ``on_error="skip"``: stop the run (``RolloutError``, one line) once this
             many episodes in a row failed to run (an endpoint that went away): the finished ones are stored, a
-            rerun resumes. None: never stop. Whatever it is, :data:`MAX_TIMEOUTS_IN_A_ROW` episodes in a row whose
-            policy request timed out (an endpoint that accepts and never answers) stop the run the same way.
+            rerun resumes. None: never stop. Whatever it is, a policy error marked ``hung`` (an endpoint whose
+            requests timed out in a row, see ``OpenAIPolicy``) stops the run at once, and
+            :data:`MAX_TIMEOUTS_IN_A_ROW` episodes in a row whose policy request timed out stop it the same way.
 
     Returns:
         :class:`RolloutResult` with the summary and the trajectories of all requested keys (stored and new).
@@ -702,6 +703,9 @@ def rollout(instances: Iterable[Any], policy: Policy | str, env: EnvSpec | Calla
                     failures.append((item, msg))
                     in_a_row += 1
                     timeouts = timeouts + 1 if getattr(out, "timed_out", False) else 0
+                    if getattr(out, "hung", False):  # the policy counted its requests' timeouts across episodes
+                        raise RolloutError(f"stopped: {' '.join(str(out).split())[:500]}; {len(new)} new "
+                                           f"episode(s) kept")
                     if timeouts >= MAX_TIMEOUTS_IN_A_ROW:  # a hung endpoint: each costs its timeouts and retries
                         raise RolloutError(f"stopped: the policy's endpoint did not answer {timeouts} episodes in a "
                                            f"row (request timeouts): {' '.join(str(out).split())[:300]}; "

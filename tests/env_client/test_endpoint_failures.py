@@ -179,24 +179,29 @@ def test_the_probe_names_the_models_a_server_serves_and_overflow_words_are_recog
     assert not is_context_overflow(400, "Unsupported parameter: 'seed'") and not is_context_overflow(500, OVERFLOW)
 
 
-class _HungChatServer:
-    """Lists its models at once; answers the first ``answered`` chats, then reads every other chat and never answers.
-    Counts the chats."""
+class _ScriptedChatServer:
+    """Lists its models at once; answers each chat by ``script`` (one entry per chat, the last repeated): ``"ok"``
+    answers, ``"hang"`` reads the request and never answers, a number answers that HTTP error status (429 and 503
+    with ``Retry-After: 0``). Keeps each chat body's digest (a retried request repeats one) and counts the 1-token
+    chats (the probe's and the liveness checks, which share one body)."""
 
-    def __init__(self, answered: int = 0) -> None:
+    def __init__(self, script: list) -> None:
+        import hashlib
         import http.server
 
-        outer, self.chats, self.released = self, 0, threading.Event()
+        outer, self.bodies, self.checks, self.released = self, [], 0, threading.Event()
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def log_message(self, *args):  # quiet
                 pass
 
-            def _json(self, body: dict) -> None:
+            def _json(self, body: dict, status: int = 200) -> None:
                 data = json.dumps(body).encode()
-                self.send_response(200)
+                self.send_response(status)
                 self.send_header("content-type", "application/json")
                 self.send_header("content-length", str(len(data)))
+                if status in (429, 503):
+                    self.send_header("retry-after", "0")
                 self.end_headers()
                 self.wfile.write(data)
 
@@ -205,20 +210,28 @@ class _HungChatServer:
                                                         "owned_by": "test"}]})
 
             def do_POST(self):
-                self.rfile.read(int(self.headers.get("content-length", 0)))
-                outer.chats += 1
-                if outer.chats <= answered:
+                body = self.rfile.read(int(self.headers.get("content-length", 0)))
+                outer.bodies.append(hashlib.sha256(body).hexdigest())
+                outer.checks += json.loads(body).get("max_tokens") == 1  # the probe's or a liveness check
+                what = script[min(len(outer.bodies), len(script)) - 1]
+                if what == "ok":
                     self._json({"id": "c", "object": "chat.completion", "created": 0, "model": MODEL,
                                 "choices": [{"index": 0, "finish_reason": "length",
                                              "message": {"role": "assistant", "content": "OK"}}],
                                 "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4}})
-                    return
-                outer.released.wait(120)  # hung: holds the request until the test ends
+                elif what == "hang":
+                    outer.released.wait(120)  # hung: holds the request until the test ends
+                else:
+                    self._json({"error": {"message": f"flaky {what}", "type": "server_error"}}, status=what)
 
         self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    @property
+    def chats(self) -> int:
+        return len(self.bodies)
 
     def close(self) -> None:
         self.released.set()
@@ -229,7 +242,7 @@ class _HungChatServer:
 def test_an_endpoint_that_lists_models_but_never_chats_fails_at_the_probe(load_script, tasks_root, tmp_path, capsys):
     """Attack (issue 31): /models answers, a chat never does; with --timeout 60 --max-retries 2 this cost 778 s and
     printed nothing. The probe's one chat (no retry) fails with one line after one --timeout."""
-    hung = _HungChatServer()
+    hung = _ScriptedChatServer(["hang"])
     try:
         status = _evaluate(load_script, tasks_root, tmp_path / "out", f"openai:{MODEL}@{hung.url}",
                            "--timeout", "1", "--max-retries", "2")
@@ -243,18 +256,72 @@ def test_an_endpoint_that_lists_models_but_never_chats_fails_at_the_probe(load_s
     assert not (tmp_path / "out" / "trajectories.jsonl").exists()
 
 
-def test_an_endpoint_that_hangs_mid_run_stops_it_after_two_timed_out_episodes(load_script, tasks_root, tmp_path,
-                                                                               capsys):
-    """The endpoint answers the probe, then hangs: the run stops after 2 episodes whose request timed out, not after
-    --max-failures-in-a-row (10) of them."""
-    hung = _HungChatServer(answered=1)
+@pytest.mark.parametrize("concurrency", [1, 4])
+def test_an_endpoint_that_hangs_mid_run_stops_it_after_two_request_timeouts(load_script, tasks_root, tmp_path,
+                                                                              capsys, concurrency):
+    """Attack (issue 31): the endpoint answers the probe, then hangs. Before: the SDK retried each timed-out request
+    (--max-retries 2: 3 x --timeout per episode, plus backoff) and the run stopped after 2 such episodes (about
+    6 min at the defaults). Now a timed-out request is never retried, and 2 request timeouts in a row across the
+    run's episodes (at concurrency 1: the request, then one 1-token liveness check) stop it with one line naming
+    the endpoint, the timeout and what to do."""
+    hung = _ScriptedChatServer(["ok", "hang"])
     try:
         status = _evaluate(load_script, tasks_root, tmp_path / "out", f"openai:{MODEL}@{hung.url}",
-                           "--timeout", "1", "--max-retries", "0", "-k", "3")
-        chats = hung.chats
+                           "--timeout", "1", "--max-retries", "2", "-k", "3", "--concurrency", str(concurrency))
+        bodies, checks = list(hung.bodies), hung.checks
     finally:
         hung.close()
     err = capsys.readouterr().err.strip().splitlines()
     assert status == 2 and len(err) == 1, err
-    assert "did not answer 2 episodes in a row (request timeouts)" in err[0]
-    assert 3 <= chats <= 4  # the probe, one request for each of the 2 episodes (of 9), at most one in flight
+    assert err[0].startswith(f"error: stopped: the model endpoint {hung.url} stopped answering: 2 requests in a row")
+    assert "--timeout 1 s, not retried" in err[0] and "rerun the same command to resume" in err[0]
+    episodes = len(bodies) - checks  # requests of episodes: each sent once (a timeout is never retried)
+    assert len(set(bodies)) == episodes + 1 and checks in (1, 2)  # the probe, at most one liveness check
+    if concurrency == 1:  # the probe, the first episode's request, the liveness check; nothing more
+        assert (episodes, checks) == (1, 2)
+    else:  # at most one request per episode in flight
+        assert 1 <= episodes <= concurrency
+
+
+def test_a_flaky_endpoint_is_retried_on_5xx_429_and_connection_errors_not_on_a_timeout():
+    """503 then 429 then an answer: the request is retried (backoff, Retry-After) and succeeds; the SDK's own
+    retries are off (one attempt per try), so the counts are exact. A timed-out request is sent once."""
+    flaky = _ScriptedChatServer([503, 429, "ok", "hang"])
+    try:
+        policy = OpenAIPolicy(MODEL, flaky.url, max_retries=2, timeout_s=1, backoff_s=0.01)
+        out = policy.act([{"role": "user", "content": "hi"}], seed=0)
+        assert out.text == "OK" and flaky.chats == 3 and policy.timeouts_in_a_row == 0
+        with pytest.raises(PolicyError) as caught:  # the 4th chat hangs: one try, then one liveness check
+            policy.act([{"role": "user", "content": "again"}], seed=1)
+        assert caught.value.timed_out and caught.value.hung and flaky.chats == 5
+        with pytest.raises(PolicyError, match="stopped answering") as again:  # declared hung: nothing is sent
+            policy.act([{"role": "user", "content": "third"}], seed=2)
+        assert again.value.hung and flaky.chats == 5
+    finally:
+        flaky.close()
+    refused = OpenAIPolicy(MODEL, f"http://127.0.0.1:{_closed_port()}/v1", max_retries=2, backoff_s=0.01)
+    with pytest.raises(PolicyError) as caught:
+        refused.act([{"role": "user", "content": "hi"}])
+    assert caught.value.unreachable and not caught.value.timed_out and refused.timeouts_in_a_row == 0
+
+
+def test_retries_are_bounded_and_an_answer_ends_a_timeout_streak():
+    """A 5xx for ever: max_retries + 1 tries, then one line with the status. A timeout followed by an answer (the
+    liveness check) is no hang: the streak ends and the next request is sent."""
+    down = _ScriptedChatServer([500])
+    try:
+        with pytest.raises(PolicyError) as caught:
+            OpenAIPolicy(MODEL, down.url, max_retries=3, timeout_s=1, backoff_s=0.01).act([{"role": "user",
+                                                                                          "content": "hi"}])
+        assert caught.value.status == 500 and down.chats == 4 and not caught.value.timed_out
+    finally:
+        down.close()
+    slow = _ScriptedChatServer(["hang", "ok", "ok"])  # one long request, then a live endpoint
+    try:
+        policy = OpenAIPolicy(MODEL, slow.url, max_retries=2, timeout_s=1, backoff_s=0.01)
+        with pytest.raises(PolicyError) as caught:
+            policy.act([{"role": "user", "content": "long"}])
+        assert caught.value.timed_out and not caught.value.hung and slow.chats == 2  # the request, the check
+        assert policy.timeouts_in_a_row == 0 and policy.act([{"role": "user", "content": "next"}]).text == "OK"
+    finally:
+        slow.close()
