@@ -214,7 +214,7 @@ def build_app(tasks_root: str | Path, *, backend: str = "bwrap", workers: int = 
               pool: Any = None, hide_gold: bool = True, tokens: tuple[str, ...] | list[str] = (),
               max_body_bytes: int = 1 << 20, max_sessions_per_client: int | None = None,
               worker_wait_s: float | None = 30.0, splits: tuple[str, ...] = ("train", "test"),
-              max_episode_s: float | None = None) -> Any:
+              max_episode_s: float | None = None, finished_ttl_s: float | None = None) -> Any:
     """The MedAgentGym env server: ``sandbox.server.create_app`` over ``Env`` sessions sharing one pool.
 
     Args:
@@ -239,6 +239,8 @@ def build_app(tasks_root: str | Path, *, backend: str = "bwrap", workers: int = 
         splits: Splits clients may reset on (e.g. ``("train",)`` keeps the test split's graders unreachable).
         max_episode_s: An episode is closed this long after its ``/reset`` even if its client keeps stepping;
             ``None`` = the episode's wall budget (``config.episode_wall_s``) plus two minutes for grading.
+        finished_ttl_s: A session whose episode ended (any protocol: HTTP, OpenEnv WebSocket or MCP) is closed this
+            long after it ended, its row and worker freed; ``None`` = ``min(idle_timeout_s, 60)``.
 
     Returns:
         The FastAPI app; its pool (if it started one) closes with the app's lifespan. ``app.state.
@@ -285,6 +287,7 @@ def build_app(tasks_root: str | Path, *, backend: str = "bwrap", workers: int = 
                      # more than half the server, nor more than the workers
                      max_sessions_per_client=max_sessions_per_client or min(n_workers, max(1, capacity // 2)),
                      title="MedAgentGym environment server", on_shutdown=pool.close if own_pool else None,
-                     max_episode_s=max_episode_s or (config or EnvConfig()).episode_wall_s + 120.0)
+                     max_episode_s=max_episode_s or (config or EnvConfig()).episode_wall_s + 120.0,
+                     finished_ttl_s=finished_ttl_s)
     app.state.served_env_factory = factory  # another protocol on the same app serves the same sessions
     return app

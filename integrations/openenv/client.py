@@ -11,14 +11,20 @@
 
 ``step`` takes a :class:`MedAction`, a dict of its fields, or a string (the model's raw reply). Observations are
 :class:`MedObservation`; ``state()`` is OpenEnv's ``State`` with the episode's summary as extra fields.
+
+The server closes a session whose episode ended a while ago (its finished clock, a minute by default) with close code
+:data:`EXPIRED_CLOSE_CODE`: the next ``reset`` reconnects transparently (a trainer may pause between episodes for an
+optimizer step), and a ``step`` raises one line saying to reset.
 """
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 from typing import Any, Literal
 
 from pydantic import Field
+from websockets.exceptions import ConnectionClosed
 
 from openenv.core.client_types import StepResult
 from openenv.core.containers.runtime import LocalDockerProvider
@@ -27,6 +33,8 @@ from openenv.core.env_server.types import Action, Observation, State
 
 #: The longest model reply one step may carry (the server's ``env_client.server_app.MAX_ACTION_CHARS``).
 MAX_ACTION_CHARS = 100_000
+#: The close code of a session the server closed on its finished clock (``medagentgym.adapters.openenv``'s).
+EXPIRED_CLOSE_CODE = 4001
 
 
 # The wire types, declared here with pydantic and openenv-core only: the client never imports medagentgym (its
@@ -56,7 +64,7 @@ class MedObservation(Observation):
     turns_left: int = Field(0, description="Turns left before truncation.")
     info: dict[str, Any] = Field(default_factory=dict, description="Step info (the verdict is public only).")
 
-__all__ = ["JAIL_DOCKER_OPTIONS", "JailDockerProvider", "MedAction", "MedAgentGymEnv", "MedObservation",
+__all__ = ["EXPIRED_CLOSE_CODE", "JAIL_DOCKER_OPTIONS", "JailDockerProvider", "MedAction", "MedAgentGymEnv", "MedObservation",
            "MedagentgymEnv"]
 
 #: What the env-server container needs so its sandbox can build bubblewrap jails inside it (user, mount and pid
@@ -96,6 +104,34 @@ class JailDockerProvider(LocalDockerProvider):
 class MedagentgymEnv(EnvClient[MedAction, MedObservation, State]):
     """A WebSocket session with a MedAgentGym env server: one episode at a time (see the module docstring)."""
 
+    async def reset(self, **kwargs: Any) -> StepResult[MedObservation]:
+        """Start an episode (see the module docstring); after the server expired this session, on a new one."""
+        try:
+            return await super().reset(**kwargs)
+        except ConnectionClosed as exc:
+            if _expiry(exc) is None:
+                raise
+        await self._drop()  # the server closed our finished session: open a new one
+        return await super().reset(**kwargs)
+
+    async def step(self, action: MedAction | dict[str, Any] | str, **kwargs: Any) -> StepResult[MedObservation]:
+        """Play one turn; on a session the server expired, a one-line ``RuntimeError`` saying to reset."""
+        try:
+            return await super().step(action, **kwargs)
+        except ConnectionClosed as exc:
+            reason = _expiry(exc)
+            if reason is None:
+                raise
+        await self._drop()
+        raise RuntimeError(f"{reason or 'session expired'} (close code {EXPIRED_CLOSE_CODE}); call reset() to start "
+                           f"a new episode on a new session")
+
+    async def _drop(self) -> None:
+        ws, self._ws = self._ws, None
+        if ws is not None:
+            with contextlib.suppress(Exception):  # closed by the server already
+                await ws.close()
+
     def _step_payload(self, action: MedAction | dict[str, Any] | str) -> dict[str, Any]:
         if isinstance(action, str):
             return {"text": action}
@@ -126,6 +162,12 @@ class MedagentgymEnv(EnvClient[MedAction, MedObservation, State]):
         client = cls(base_url=base_url.replace("://", f"://medagentgym:{token}@", 1), provider=provider)
         await client.connect()
         return client
+
+
+def _expiry(exc: ConnectionClosed) -> str | None:
+    """The server's reason when it closed the connection on its finished clock, else None."""
+    frame = exc.rcvd
+    return (frame.reason or "session expired") if frame is not None and frame.code == EXPIRED_CLOSE_CODE else None
 
 
 MedAgentGymEnv = MedagentgymEnv

@@ -13,6 +13,11 @@ limits, gold hiding) plus openenv-core's ``HTTPEnvServer`` routes, so every Open
   ``episode_id`` that is a session id, is MedAgentGym's own session protocol (``env_client.http_client.HTTPEnv``).
 - Every session (HTTP, WebSocket, MCP ``openenv/session/create``) is a row of the env server's one session table:
   counted against its client's cap and the capacity, and usable or closable by id only by its client.
+  A session whose episode ended (or that never started one) is closed on the server's finished clock
+  (``finished_ttl_s``, as an HTTP session): a WebSocket with close code :data:`EXPIRED_CLOSE_CODE` and the reason in
+  words, an MCP session id with a JSON-RPC error saying so on its next call; its row and sandbox worker are freed.
+  MedAgentGym's own OpenEnv client (``integrations/openenv``) reconnects on the next ``reset`` after such a close,
+  so a trainer that pauses longer than the clock between episodes goes on; its ``step`` then is a one-line error.
 - MCP tools: the family actions (``request_info``, ``code_execution``, ``terminal``, ``debugging``,
   ``submit_answer``), each playing one typed action in the session's episode; reachable through ``mcp`` messages,
   ``POST /mcp`` and openenv-core's ``MCPToolClient`` (its ``call_tool`` steps carry the reward and ``done``).
@@ -37,12 +42,15 @@ hidden; an internal error reaches the client as its class name only.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import contextvars
 import inspect
 import logging
 import random
 import threading
 import types
-from collections.abc import Callable
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -52,6 +60,7 @@ from pydantic import Field, ValidationError
 
 from env_client.actions import tool_schema
 from env_client.episode import Observation as EpisodeObservation
+from env_client.errors import ResetNeeded
 from env_client.server_app import (
     CLIENT_ERRORS,
     MAX_ACTION_CHARS,
@@ -85,8 +94,12 @@ try:
 except ImportError as exc:  # the optional extra is missing: say how to get it
     raise ImportError("medagentgym.adapters.openenv needs openenv-core: pip install 'medagentgym[openenv]'") from exc
 
-__all__ = ["MedAction", "MedEnvironment", "MedObservation", "build_openenv_app"]
+__all__ = ["EXPIRED_CLOSE_CODE", "MedAction", "MedEnvironment", "MedObservation", "build_openenv_app"]
 log = logging.getLogger("medagentgym.adapters.openenv")
+
+#: The WebSocket close code of a session the server closed on its finished clock (its episode ended
+#: ``finished_ttl_s`` ago); ``integrations/openenv``'s client knows it (a private-use code, RFC 6455 section 7.4.2).
+EXPIRED_CLOSE_CODE = 4001
 
 
 class MedAction(Action):
@@ -157,6 +170,29 @@ class MedEnvironment(MCPEnvironment):
         self._lock = threading.Lock()
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="medagentgym-openenv")
         self._closed = False
+        self._row: Any = None  # its row in the env server's session table (sandbox.server._Session), once created
+        self._expired: str | None = None  # why the server closed this session (its finished clock), once it did
+
+    @property
+    def idle(self) -> bool:
+        """No episode runs (none yet, or it ended): the server's finished clock runs (``_Sessions.reap``)."""
+        return self.served.idle
+
+    def expire(self, reason: str) -> None:
+        """The server closed this session: every later call is refused with ``reason`` (one line)."""
+        self._expired = reason
+
+    @contextlib.contextmanager
+    def _session_call(self) -> Iterator[None]:
+        """One call of the session's client: under its row's lock (the server's reaper skips a session mid-call),
+        refused once expired; a call that returns is activity (and may finish or start the episode's clock)."""
+        row = self._row
+        with row.lock if row is not None else contextlib.nullcontext():
+            if self._expired is not None:
+                raise ResetNeeded(self._expired)
+            yield
+            if row is not None:
+                row.note_activity()
 
     def _guard(self, fn: Any) -> Any:
         try:
@@ -188,7 +224,7 @@ class MedEnvironment(MCPEnvironment):
         request = ResetRequest(task_id=task_id, family=family or parts[0],
                                split=split or (parts[1] if len(parts) == 3 else self.split), seed=seed,
                                options=options)
-        with self._lock:
+        with self._session_call(), self._lock:
             observation, info = self._guard(lambda: self.served.reset(request))
             self._episode_id, self._last = episode_id or info.get("episode_id"), None
         return MedObservation(**observation.model_dump(), info=info, done=False, reward=None)
@@ -238,7 +274,7 @@ class MedEnvironment(MCPEnvironment):
             raise TypeError(f"unsupported action {type(action).__name__}; send text, typed or an MCP tool call")
         try:
             request = StepAction(text=action.text, typed=action.typed, n_tokens=action.n_tokens)
-            with self._lock:
+            with self._session_call(), self._lock:
                 result = self._guard(lambda: self.served.step(request))
         except (ValidationError, ValueError) as exc:  # malformed: say what was wrong, keep the episode going
             return self._error(exc)
@@ -259,7 +295,7 @@ class MedEnvironment(MCPEnvironment):
     def _act(self, action: dict[str, Any]) -> str:
         """One MCP tool call: the typed action in this session's episode; returns the observation text."""
         try:
-            with self._lock:
+            with self._session_call(), self._lock:
                 if self.served.env.done:
                     return EPISODE_OVER if self.served.state().get("task_id") else "No episode yet: reset first."
                 self._last = result = self._guard(lambda: self.served.step(StepAction(typed=action)))
@@ -326,6 +362,8 @@ def build_openenv_app(tasks_root: str | Path, *, families: list[str] | None = No
     # _openenv_http below, on the session endpoints (an episode spans many requests)
     server.register_routes(app, mode="production")
     _openenv_http(app, make_served().instances, names, split)
+    _expired_mcp_ids(app, server)
+    app.add_middleware(_SocketCloser)  # outermost: each WebSocket connection's close, for the finished clock
     return app
 
 
@@ -359,14 +397,109 @@ class _OwnedSessions(dict):
         return value
 
 
+#: The close of the WebSocket connection being served (set by :class:`_SocketCloser`), for the session openenv-core
+#: makes for it; None on plain HTTP.
+_SOCKET: contextvars.ContextVar[_Closer | None] = contextvars.ContextVar("openenv_socket", default=None)
+
+
+class _Closer:
+    """Closes one WebSocket connection from outside its handler (the finished clock's expiry), once."""
+
+    def __init__(self, send: Any) -> None:
+        self.send, self.claimed, self.closed = send, False, False
+
+    async def close(self, code: int, reason: str) -> None:
+        if not self.closed:
+            self.closed = True
+            with contextlib.suppress(Exception):  # the peer may have gone already: closed either way
+                await self.send({"type": "websocket.close", "code": code, "reason": reason[:120]})
+
+
+class _SocketCloser:
+    """ASGI middleware: each WebSocket connection's :class:`_Closer` in :data:`_SOCKET` for the code it runs; a
+    close it sent is the connection's last message (the handler's own close afterwards is dropped)."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "websocket":
+            await self.app(scope, receive, send)
+            return
+        closer = _Closer(send)
+
+        async def guarded(message: dict[str, Any]) -> None:
+            if not closer.closed:
+                if message["type"] == "websocket.close":
+                    closer.closed = True
+                await send(message)
+
+        token = _SOCKET.set(closer)
+        try:
+            await self.app(scope, receive, guarded)
+        finally:
+            _SOCKET.reset(token)
+
+
+class _Row:
+    """What an OpenEnv session's row in the env server's table holds: the env server's reaper sees its episode's
+    ``idle`` and, on the finished clock (or the idle or lifetime bounds), closes it through openenv-core (the socket
+    with :data:`EXPIRED_CLOSE_CODE`, the session, its executor and MCP stack)."""
+
+    def __init__(self, server: _OwnedEnvServer, session_id: str, env: MedEnvironment,
+                 loop: asyncio.AbstractEventLoop) -> None:
+        self.server, self.session_id, self.env, self.loop = server, session_id, env, loop
+
+    @property
+    def idle(self) -> bool:
+        return self.env.idle
+
+    def close(self) -> None:
+        """Called by the env server's reaper thread (or at shutdown, on the loop): refuse further calls, then close
+        the session on its event loop."""
+        rows = self.server.rows
+        why = (f"its episode ended (or none started) over {rows.finished_ttl_s:g} s ago" if self.env.idle else
+               f"its episode passed the idle ({rows.idle_timeout_s:g} s) or lifetime bound")
+        self.env.expire(f"the server closed this session: {why}; start a new session and reset")
+        try:
+            on_loop = asyncio.get_running_loop() is self.loop
+        except RuntimeError:
+            on_loop = False
+        if on_loop or not self.loop.is_running():  # shutdown: the sessions go with the server
+            self.env.close()
+            return
+        asyncio.run_coroutine_threadsafe(self.server.expire(self.session_id, why), self.loop)
+
+
 class _OwnedEnvServer(HTTPEnvServer):
     """openenv-core's server whose sessions (WebSocket, MCP ``openenv/session/create``) are reserved in the env
-    server's table: each counts against its client's cap and the server's capacity like an HTTP session, and only
-    its client can use or close it by id."""
+    server's table: each counts against its client's cap and the server's capacity like an HTTP session, expires on
+    its finished clock like one, and only its client can use or close it by id."""
 
     def __init__(self, rows: Any, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._sessions = _OwnedSessions(rows)
+        self.rows = rows
+        self._closers: dict[str, _Closer] = {}  # WebSocket sessions: session_id -> its connection's close
+        #: Recently expired session ids and their clients (bounded), so an MCP call by id says why it is gone.
+        self.expired: OrderedDict[str, tuple[str, str]] = OrderedDict()  # session_id -> (client, why)
+
+    async def expire(self, session_id: str, why: str) -> None:
+        """Close a session the env server's reaper expired (``why``, in words): its socket (with
+        :data:`EXPIRED_CLOSE_CODE` and the reason) and the session itself."""
+        owned = self._sessions.owner.get(session_id)
+        if owned is not None:
+            self.expired[session_id] = (owned[0], why)
+            while len(self.expired) > 4096:
+                self.expired.popitem(last=False)
+        closer = self._closers.pop(session_id, None)
+        await self._destroy_session(session_id)
+        if closer is not None:
+            await closer.close(EXPIRED_CLOSE_CODE, f"session expired: {why}; reconnect and reset")
+
+    async def _destroy_session(self, session_id: str) -> None:
+        self._closers.pop(session_id, None)
+        await super()._destroy_session(session_id)
 
     async def _create_session(self) -> tuple[str, Any]:
         from fastapi import HTTPException as Refused
@@ -385,7 +518,41 @@ class _OwnedEnvServer(HTTPEnvServer):
             table.rows.discard(row)
             raise
         table.owner[session_id] = (owner, row)
+        session = table.rows.peek(row)
+        if session is not None and isinstance(env, MedEnvironment):  # the env server's reaper now sees its clock
+            env._row = session
+            session.env = _Row(self, session_id, env, asyncio.get_running_loop())
+            session.note_activity()  # no episode yet: the finished clock runs until a reset
+        closer = _SOCKET.get()
+        if closer is not None and not closer.claimed:  # the connection's own session (not one made over its MCP)
+            closer.claimed = True
+            self._closers[session_id] = closer
         return session_id, env
+
+
+def _expired_mcp_ids(app: Any, server: _OwnedEnvServer) -> None:
+    """``POST /mcp`` naming a session the finished clock closed answers a JSON-RPC error saying so (not "Unknown
+    session_id"), to that session's client only."""
+    from sandbox._server_guard import client_id
+
+    route = _route(app, "/mcp", "POST")
+    inner = route.endpoint
+    app.router.routes.remove(route)
+
+    @app.post("/mcp", summary="MCP JSON-RPC (tools/list, tools/call; openenv/session/create and close)")
+    async def mcp(request: Request) -> dict[str, Any]:
+        try:
+            body = await request.json()
+        except ValueError:
+            body = None
+        params = body.get("params") if isinstance(body, dict) else None
+        sid = params.get("session_id") if isinstance(params, dict) else None
+        gone = server.expired.get(sid) if isinstance(sid, str) else None
+        if gone is not None and gone[0] == client_id(request.scope):
+            return {"jsonrpc": "2.0", "id": body.get("id"), "error": {
+                "code": -32600, "message": f"session {sid:.80} expired: {gone[1]}; create a new one with "
+                                           f"openenv/session/create"}}
+        return await inner(request)
 
 
 def _route(app: Any, path: str, method: str) -> Any:

@@ -101,8 +101,9 @@ def test_token_and_per_client_session_cap_apply_to_websockets(server):
 
 
 def test_an_abandoned_websocket_session_is_reaped_and_frees_its_worker(toy_root, make_test_pool):
-    """One sandbox worker: a silent WebSocket session is closed by OpenEnv's reaper (started by our lifespan), so a
-    new session gets the worker; the abandoned client's next step is an error, not a hang."""
+    """One sandbox worker: a silent WebSocket session is closed by the env server's reaper (idle timeout; openenv-core's
+    own reaper, started by our lifespan, is a second bound), so a new session gets the worker; the abandoned client's
+    next step is an error (the socket closed with code 4001 and the reason), not a hang."""
     import time
 
     pool = make_test_pool(1, max_workers=1)
@@ -110,7 +111,7 @@ def test_an_abandoned_websocket_session_is_reaped_and_frees_its_worker(toy_root,
         app = build_openenv_app(toy_root, pool=pool, families=["toy_sql"], idle_timeout_s=2.0, worker_wait_s=0.3)
         with background_server(app) as url, GenericEnvClient(base_url=url).sync() as abandoned:
             abandoned.reset(seed=0)  # holds the only worker, then goes silent
-            deadline = time.monotonic() + 300  # reaper period max(2 / 4, 5) s, plus a loaded machine (a hang guard)
+            deadline = time.monotonic() + 300  # reaper period 0.5 s, plus a loaded machine (a hang guard)
             while True:  # a new session per try: OpenEnv counts only successful calls as activity
                 try:  # refused at the handshake while the abandoned session holds the client's one session
                     fresh_client = GenericEnvClient(base_url=url).sync().__enter__()
@@ -128,8 +129,11 @@ def test_an_abandoned_websocket_session_is_reaped_and_frees_its_worker(toy_root,
                         continue
                     assert fresh.step({"text": SQL}).observation["info"]["status"] == "ok"
                     break
-            with pytest.raises(RuntimeError, match="episode is over"):
+            from websockets.exceptions import ConnectionClosed
+
+            with pytest.raises(ConnectionClosed) as closed:
                 abandoned.step({"text": SQL})
+            assert closed.value.rcvd.code == 4001 and "idle (2 s)" in closed.value.rcvd.reason
     finally:
         pool.close()
 
@@ -397,3 +401,113 @@ def _mixed_protocols_at_cap(url: str) -> None:
             _mcp(url, BOB, "openenv/session/close", session_id=theirs["result"]["session_id"])
         finally:
             http.post("/close", json={"episode_id": own.json()["episode_id"]}, headers=alice)
+
+
+# ------------------------------------------------------------------------------ the finished clock (issue 31)
+
+TTL = 0.5  # finished_ttl_s of these servers: tiny, so the clock passes without a long sleep
+
+
+def _wait_until(check, what: str, guard_s: float = 120.0):
+    """Poll ``check()`` until it is truthy; ``guard_s`` only stops a hang (the clock is TTL, 240x shorter)."""
+    import time
+
+    deadline = time.monotonic() + guard_s
+    while not (got := check()):
+        assert time.monotonic() < deadline, f"{what} never happened"
+        time.sleep(0.05)
+    return got
+
+
+def _light_client():
+    """``integrations/openenv/client.py`` (the ``medagentgym_env.client`` module of the OpenEnv package), loaded from
+    the source tree: it imports only openenv-core and pydantic."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "integrations" / "openenv" / "client.py"
+    spec = importlib.util.spec_from_file_location("medagentgym_env_client_under_test", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # pydantic resolves the models' annotations through it
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture
+def one_slot(toy_root, make_test_pool):
+    """A server with one session slot (capacity 1) and a finished clock of TTL seconds."""
+    pool = make_test_pool(1)
+    app = build_openenv_app(toy_root, pool=pool, tokens=[ALICE, BOB], families=["toy_sql"], capacity=1,
+                            finished_ttl_s=TTL)
+    try:
+        with background_server(app) as url:
+            yield url, app.state.env_sessions
+    finally:
+        pool.close()
+
+
+def test_a_finished_websocket_session_kept_open_frees_its_slot_on_the_finished_clock(one_slot, oracle_answer):
+    """Attack: alice finishes her episode and keeps her WebSocket open; it held the server's only slot until
+    openenv-core's 600 s idle reaper, so bob got 403 (capacity). Now it closes TTL after the episode ended, with close
+    code 4001 and the reason in words, and bob gets the slot."""
+    from websockets.exceptions import ConnectionClosed
+    from websockets.sync.client import connect
+
+    url, rows = one_slot
+    ws_url = url.replace("http://", "ws://") + "/ws"
+    with connect(ws_url, additional_headers={"Authorization": f"Bearer {ALICE}"}) as alice:
+        alice.send(json.dumps({"type": "reset", "data": {"task_id": "toy_sql/test/0001"}}))
+        assert json.loads(alice.recv(timeout=120))["type"] == "observation"
+        alice.send(json.dumps({"type": "step", "data": _submit(oracle_answer("toy_sql/test/0001"))}))
+        assert json.loads(alice.recv(timeout=120))["data"]["done"]
+        with pytest.raises(ConnectionClosed) as closed:  # she sends nothing more; the server closes
+            alice.recv(timeout=120)
+    assert closed.value.rcvd.code == 4001 and "episode ended" in closed.value.rcvd.reason, closed.value.rcvd
+    _wait_until(lambda: len(rows) == 0, "the expired session's row being freed")
+    with connect(ws_url, additional_headers={"Authorization": f"Bearer {BOB}"}) as bob:  # no 403: the slot is free
+        bob.send(json.dumps({"type": "reset", "data": {"task_id": "toy_sql/test/0002"}}))
+        assert json.loads(bob.recv(timeout=120))["type"] == "observation"
+
+
+def test_an_mcp_session_kept_open_frees_its_slot_and_its_next_call_says_it_expired(one_slot):
+    """Attack: alice creates an MCP session (openenv/session/create) and holds it; bob's create was refused until
+    the 600 s idle reaper. Now it expires on the finished clock (no episode runs in it); alice's next call by its id
+    is a JSON-RPC error saying so, and bob's create succeeds."""
+    url, rows = one_slot
+    sid = _mcp(url, ALICE, "openenv/session/create")["result"]["session_id"]
+    refused = _mcp(url, BOB, "openenv/session/create")
+    assert "error" in refused and "capacity" in refused["error"]["message"], refused  # the slot is alice's
+    _wait_until(lambda: len(rows) == 0, "the idle MCP session expiring")
+    later = _mcp(url, ALICE, "tools/call", session_id=sid, name="terminal", arguments={"cmd": "ls"})
+    assert "error" in later and "expired" in later["error"]["message"], later
+    assert "openenv/session/create" in later["error"]["message"]
+    other = _mcp(url, BOB, "tools/call", session_id=sid, name="terminal", arguments={"cmd": "ls"})
+    assert "Unknown session_id" in other["error"]["message"]  # bob learns nothing about alice's session
+    theirs = _mcp(url, BOB, "openenv/session/create")
+    assert "result" in theirs, theirs
+    _mcp(url, BOB, "openenv/session/close", session_id=theirs["result"]["session_id"])
+
+
+def test_our_client_pausing_past_the_finished_clock_resets_on_a_new_session(one_slot, oracle_answer):
+    """A trainer pauses longer than the finished clock between episodes (an optimizer step): the server closes its
+    finished session; the OpenEnv client's next reset reconnects and plays on; a step on the expired session is one
+    line saying to reset."""
+    url, rows = one_slot
+    client = _light_client()
+    authed = url.replace("http://", f"http://trainer:{ALICE}@")
+    with client.MedagentgymEnv(base_url=authed).sync() as env:
+        env.reset(task_id="toy_sql/test/0001")
+        assert env.step({"typed": {"action": "submit_answer",
+                                   "answer": oracle_answer("toy_sql/test/0001")}}).reward == 1.0
+        _wait_until(lambda: len(rows) == 0, "the finished session expiring")  # the pause
+        again = env.reset(task_id="toy_sql/test/0002")  # transparently on a new session
+        assert again.observation.info["task_id"] == "toy_sql/test/0002"
+        assert env.step({"typed": {"action": "submit_answer",
+                                   "answer": oracle_answer("toy_sql/test/0002")}}).reward == 1.0
+        _wait_until(lambda: len(rows) == 0, "the second session expiring")
+        with pytest.raises(RuntimeError) as stale:
+            env.step({"text": SQL})
+        line = str(stale.value)
+        assert "\n" not in line and "4001" in line and "call reset()" in line and "episode ended" in line, line
+        assert env.reset(task_id="toy_sql/test/0003").observation.info["task_id"] == "toy_sql/test/0003"
