@@ -325,3 +325,28 @@ def test_retries_are_bounded_and_an_answer_ends_a_timeout_streak():
         assert policy.timeouts_in_a_row == 0 and policy.act([{"role": "user", "content": "next"}]).text == "OK"
     finally:
         slow.close()
+
+
+def test_concurrent_async_requests_count_toward_one_hang():
+    """The async backend's many requests in flight on one hung endpoint: each is sent once, their timeouts count
+    together (2 declare the hang), and a request after that fails at once without being sent."""
+    import asyncio
+
+    hung = _ScriptedChatServer(["hang"])
+    try:
+        policy = OpenAIPolicy(MODEL, hung.url, max_retries=2, timeout_s=1, backoff_s=0.01)
+
+        async def many():
+            return await asyncio.gather(*(policy.aact([{"role": "user", "content": f"q{i}"}], seed=i)
+                                          for i in range(4)), return_exceptions=True)
+
+        outs = asyncio.run(many())
+        assert all(isinstance(o, PolicyError) and o.timed_out for o in outs), outs
+        assert any(o.hung for o in outs) and policy.timeouts_in_a_row >= 2
+        sent = len(hung.bodies)
+        assert sent - hung.checks == 4 and hung.checks <= 1 and len(set(hung.bodies)) == sent  # none sent twice
+        with pytest.raises(PolicyError, match="stopped answering"):
+            asyncio.run(policy.aact([{"role": "user", "content": "later"}]))
+        assert len(hung.bodies) == sent
+    finally:
+        hung.close()
