@@ -387,10 +387,12 @@ class OpenAIPolicy:
     the endpoint hung: that request, and every later one without sending it, fails with ``PolicyError.hung`` and a
     line naming the endpoint, the timeout and what to do; ``env_client.rollout`` stops the run on it.
 
-    How long a hang costs (defaults: ``--timeout 60``, evaluate/rollout ``--concurrency 4``, collect 8): the
-    requests in flight when the endpoint hangs time out within ``timeout_s``; at concurrency 1 the one request does,
-    then the liveness check within 15 s: a hang ends the run within ``timeout_s + 15`` s (75 s at the defaults,
-    about ``timeout_s`` when two or more requests are in flight), plus the episodes already in flight finishing.
+    How long a hang costs (defaults: ``--timeout 60``, evaluate/rollout ``--concurrency 4``, collect 8; computed, not
+    measured at these values): the first request in flight when the endpoint hangs times out within ``timeout_s``,
+    then a second one or the liveness check (15 s) declares the hang: within ``timeout_s + 15`` s, 75 s at the
+    defaults, at any concurrency. At concurrency 1 the run ends then. At higher concurrency the run ends once the
+    requests already sent before the declaration have timed out (none is sent after it): about ``timeout_s`` (60 s)
+    when every episode was waiting on the model as it hung, at most ``2 x timeout_s + 15`` s (135 s).
 
     Args:
         model: Model name the endpoint serves.
