@@ -318,3 +318,33 @@ def _three_resets(app, inst) -> None:
         finally:
             for env in envs:
                 env.close()
+
+
+def test_httpenv_pausing_past_the_finished_clock_resets_on_a_new_session(vault, served):
+    """Issue 31: a trainer pauses longer than the server's finished clock between episodes; the server closes the
+    finished session (its row freed), HTTPEnv's next reset opens a new one, and a step on the expired session is one
+    line (ServerLost, a ResetNeeded)."""
+    from env_client.http_client import ServerLost
+
+    _, pool = served
+    app = build_app(vault, pool=pool, tokens=TOKENS, max_sessions_per_client=1, finished_ttl_s=0.5)
+    rows = app.state.env_sessions
+    insts = tasks.make("toy_sql", root=vault).instances("test")[:2]
+
+    def expired() -> None:
+        deadline = time.monotonic() + 120  # a hang guard: the clock is 0.5 s
+        while len(rows):
+            assert time.monotonic() < deadline, "the finished session never expired"
+            time.sleep(0.05)
+
+    with background_server(app) as url, HTTPEnv(url, token=TOKENS[0]) as env:
+        env.reset(insts[0])
+        assert env.step({"action": "submit_answer", "answer": "0"}).terminated
+        first = env.episode_id
+        expired()  # the pause
+        env.reset(insts[1])  # transparently on a new session
+        assert env.episode_id != first and env.step({"action": "submit_answer", "answer": "0"}).terminated
+        expired()
+        with pytest.raises(ServerLost) as lost:
+            env.step({"action": "submit_answer", "answer": "0"})
+        assert "\n" not in str(lost.value) and "no longer knows episode" in str(lost.value)
