@@ -103,9 +103,12 @@ def test_idle_workers_beyond_the_floor_stop_and_their_slots_are_reused():
 
 def test_async_sessions_grow_the_pool_too():
     async def main(pool) -> list[str]:
+        together = asyncio.Barrier(3)  # all three are open at once: an event, not a sleep (a loaded host is slow)
+
         async def episode(k: int) -> str:
             async with await pool.asession() as s:
-                await asyncio.sleep(0.2)  # all three are open at once
+                async with asyncio.timeout(600):  # a hang guard only: a pool that never grows fails here
+                    await together.wait()
                 return (await s.arun_python(f"print({k})")).stdout
 
         return await asyncio.gather(*(episode(k) for k in range(3)))
