@@ -113,11 +113,12 @@ def test_the_wheel_holds_every_module_and_data_file_of_the_packages(wheel):
     assert not missing, f"not in the wheel (add them to pyproject.toml's package-data): {missing}"
 
 
-@pytest.fixture(scope="module")
-def pip_user(wheel, tmp_path_factory) -> dict[str, str]:
+@pytest.fixture
+def pip_user(wheel, tmp_path) -> dict[str, str]:
     """The environment of a user who ran ``pip install medagentgym``: a fresh venv holding the wheel, finding the
-    dependencies through plain path lines; checked to import every package from that venv alone."""
-    venv = tmp_path_factory.mktemp("pip") / "venv"
+    dependencies through plain path lines; checked to import every package from that venv alone. One per test:
+    add_a_family.md installs a family package into it, which ``--families all`` of README would then include."""
+    venv = tmp_path / "venv"
     subprocess.run([sys._base_executable, "-m", "venv", str(venv)], check=True, timeout=600)
     py = venv / "bin" / "python"
     purelib = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
