@@ -50,7 +50,8 @@ from env_client.trajectory import Trajectory, TrajectoryStore
 from rewards.oracle import infra_failure
 
 __all__ = ["EnvSpec", "RolloutError", "RolloutResult", "RolloutSummary", "WorkItem", "describe_difference",
-           "describe_run", "episode_seed", "family_names", "join_ray_cluster", "plan", "rollout", "run_episode", "run_key", "summarize"]
+           "describe_run", "episode_seed", "family_names", "join_ray_cluster", "plan", "rollout", "run_episode", "run_key", "settings_path",
+           "summarize"]
 
 Backend = Literal["thread", "async", "joblib", "ray"]
 BACKENDS = ("thread", "async", "joblib", "ray")
@@ -601,6 +602,12 @@ def describe_difference(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     return words + rest
 
 
+def settings_path(store: str | Path) -> Path:
+    """Where a store's run settings are recorded: ``<store>.run.json`` beside it (see :func:`rollout`)."""
+    store = Path(store)
+    return store.with_name(store.name + ".run.json")
+
+
 def _check_run(store: TrajectoryStore, run_info: dict[str, Any]) -> str:
     """Refuse to resume a store written under other settings; record the settings of a new store.
 
@@ -611,7 +618,7 @@ def _check_run(store: TrajectoryStore, run_info: dict[str, Any]) -> str:
         RolloutError: The store holds episodes of other settings (the message names what differs).
     """
     key = run_key(run_info)
-    side = store.path.with_name(store.path.name + ".run.json")
+    side = settings_path(store.path)
     keys = {t.header.run_key for t in store.read()}
     if keys:
         try:

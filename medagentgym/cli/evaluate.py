@@ -125,6 +125,17 @@ def question_change(out: Path, question: dict[str, Any]) -> str | None:
         meta = json.loads((out / "report.json").read_text(encoding="utf-8"))["meta"]
     except (OSError, ValueError, KeyError, TypeError):
         return None
+    return question_difference(meta, question)
+
+
+def question_difference(meta: dict[str, Any], question: dict[str, Any]) -> str | None:
+    """How ``question`` differs from the one recorded in ``meta`` (a report's meta, or the settings a rollout
+    store records beside it), flag by flag in words (``--limit: 10 -> 2``); keys ``meta`` lacks are not compared.
+
+    Example:
+        >>> question_difference({"limit": 10, "k": 1}, {"limit": 2, "k": 1})
+        '--limit: 10 -> 2'
+    """
     words = []
     for key, flag in QUESTION:
         if key not in meta:

@@ -6,15 +6,20 @@
 Appends one JSON line per finished episode to ``--out`` (an ``env_client.TrajectoryStore``) and prints a
 summary table (success rate overall and per family/category, turns, tokens, throughput). Rerunning with the
 same ``--out`` resumes: finished ``(task, sample)`` pairs are skipped, nothing is lost or duplicated, even after
-a kill -9; a rerun under other settings (policy, weights, sampling, caps, format, seed, family data) is refused
-with one line naming the difference. ``--json`` ends stdout with the summary as one JSON object. Policy grammar:
-``--help``.
+a kill -9 (a torn last line is cut off and that episode played again). A rerun that asks another question
+(``--families``, ``--split``, ``--limit``, ``-k``, ``--seed``: as ``medagentgym eval`` words it) or runs under
+other settings (policy, weights, sampling, caps, format, family data) is refused with one line naming the
+difference, and the file is left as it was; ``--overwrite`` replaces it instead (the new episodes go to a hidden
+file beside it, ``.<name>.overwrite``, which replaces ``--out`` when the run ends; an interrupted
+``--overwrite`` run resumes from it when rerun). ``--json`` ends stdout with the summary as one JSON object.
+Policy grammar: ``--help``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import traceback
 from pathlib import Path
@@ -23,7 +28,8 @@ from env_client.argtypes import nonneg_int, positive_int
 from medagentgym import tasks
 from env_client.errors import EnvClientError
 from env_client.policies import add_policy_arguments, failures_in_a_row, make_policy, policy_kwargs, probe
-from env_client.rollout import BACKENDS, EnvSpec, RolloutSummary, describe_run, rollout
+from env_client.rollout import (BACKENDS, EnvSpec, RolloutError, RolloutSummary, describe_run, rollout, run_key,
+                                settings_path)
 from env_client.trajectory import TrajectoryStore
 from sandbox.errors import SandboxError
 from medagentgym.tasks.base import TaskError
@@ -39,6 +45,49 @@ def select_instances(root: Path, families: str, split: str, limit: int | None) -
     for name in names:
         out.extend(tasks.make(name, root=root).instances(split)[:limit])
     return out
+
+
+def refuse_another_question(out: Path, question: dict) -> None:
+    """Refuse to add to ``out`` episodes of another question than the one its stored episodes answer (the words of
+    ``medagentgym eval``'s refusal); nothing is written. Other settings are checked by :func:`rollout` itself.
+
+    Raises:
+        RolloutError: One line naming each changed flag (``--limit: 10 -> 2``) and what to do.
+    """
+    from medagentgym.cli.evaluate import question_difference
+
+    if not out.exists() or not any(True for _ in TrajectoryStore(out).read()):
+        return
+    try:
+        recorded = json.loads(settings_path(out).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return  # no settings recorded: rollout() refuses it, saying so
+    changed = question_difference(recorded, question) if isinstance(recorded, dict) else None
+    if changed:
+        raise RolloutError(f"{out} holds the episodes of another question ({changed}); pass another --out, or "
+                           f"--overwrite to replace it")
+
+
+def overwrite_store(out: Path, settings: dict) -> Path:
+    """The hidden store an ``--overwrite`` run writes (``.<name>.overwrite`` beside ``out``): kept when it holds
+    episodes of these very ``settings`` (an interrupted ``--overwrite`` run resumes), emptied otherwise."""
+    tmp = out.with_name(f".{out.name}.overwrite")
+    try:
+        same = run_key(json.loads(settings_path(tmp).read_text(encoding="utf-8"))) == run_key(settings)
+    except (OSError, ValueError):
+        same = False
+    if not same:
+        for path in (tmp, settings_path(tmp)):
+            path.unlink(missing_ok=True)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp.touch()
+    return tmp
+
+
+def replace_store(tmp: Path, out: Path) -> None:
+    """Put the finished ``--overwrite`` store in place of ``out`` (each file by one rename: the episodes first)."""
+    os.replace(tmp, out)
+    os.replace(settings_path(tmp), settings_path(out))
 
 
 def print_summary(summary: RolloutSummary, out: Path | None) -> None:
@@ -84,6 +133,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--format", choices=["tool_call", "json"], default="tool_call",
                    help="action wire format of prompts and scripted policies; default tool_call")
     p.add_argument("--out", type=Path, default=None, help="JSONL trajectory store; rerun with it to resume")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace --out (when the run ends) instead of resuming it; needed to change its question")
     p.add_argument("--seed", type=nonneg_int, default=0, help="base seed of per-sample seeds; default 0")
     p.add_argument("--on-error", choices=["raise", "skip"], default="raise",
                    help="stop at a failed episode (default) or skip it and go on")
@@ -92,6 +143,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--debug", action="store_true", help="show tracebacks on errors")
     add_policy_arguments(p)
     args = p.parse_args(argv)
+    if args.overwrite and args.out is None:
+        p.error("--overwrite replaces the file of --out; pass --out FILE")
+    store = args.out
     try:
         config = {"format": args.format, **({"max_turns": args.max_turns} if args.max_turns else {})}
         spec = EnvSpec(tasks_root=str(args.tasks_root), backend=args.sandbox,
@@ -103,15 +157,26 @@ def main(argv: list[str] | None = None) -> int:
         if str(args.policy).startswith("openai:"):  # a down or mute endpoint fails here, once, before any episode
             probe(policy if not isinstance(policy, str) else make_policy(args.policy, **kwargs))
         instances = select_instances(args.tasks_root, args.families, args.split, args.limit)
+        names = sorted({i.family for i in instances})
         run_info = describe_run(args.policy, policy, kwargs, config=config, fmt=args.format, split=args.split,
-                                tasks_root=args.tasks_root, families={i.family for i in instances})
+                                tasks_root=args.tasks_root, families=names)
+        run_info.update(limit=args.limit, k=args.k)  # the question: with families, split and seed (added by rollout)
+        if args.out is not None and args.overwrite:
+            store = overwrite_store(args.out, {**run_info, "seed": args.seed})
+        elif args.out is not None:
+            refuse_another_question(args.out, {"families": names, "split": args.split, "limit": args.limit,
+                                               "k": args.k, "seed": args.seed})
         result = rollout(instances, policy, spec, k=args.k, seed=args.seed, concurrency=args.concurrency,
-                         backend=args.backend, store=args.out, policy_name=args.policy, on_error=args.on_error,
+                         backend=args.backend, store=store, policy_name=args.policy, on_error=args.on_error,
                          progress=not args.no_progress, run_info=run_info,
                          max_consecutive_failures=failures_in_a_row(args))
+        if store != args.out:
+            replace_store(store, args.out)
     except KeyboardInterrupt:
-        saved = len(TrajectoryStore(args.out)) if args.out and args.out.exists() else 0
-        where = f"saved in {args.out}; rerun the same command to resume" if args.out else "kept (no --out given)"
+        saved = len(TrajectoryStore(store)) if store and store.exists() else 0
+        again = "rerun the same command to resume" + (f" (kept apart from {args.out} until it ends)"
+                                                      if store != args.out else "")
+        where = f"saved in {store}; {again}" if store else "kept (no --out given)"
         print(f"\ninterrupted: {saved} episode(s) {where}", file=sys.stderr)
         return 130
     except (EnvClientError, TaskError, SandboxError, OSError, ValueError) as exc:

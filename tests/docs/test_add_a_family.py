@@ -80,6 +80,12 @@ def test_add_a_family_commands_run_verbatim(tmp_path, repo_copy):
         ran.append(f"{time.monotonic() - started:6.1f} s  {command}")
         outputs.append(done.stdout)
     print("\n".join(ran))
+    check_outputs(clone, outputs)
+
+
+def check_outputs(clone: Path, outputs: list[str]) -> None:
+    """What each step should have left in ``clone``, given the commands' stdout in order (also used by
+    tests/docs/test_pip_install.py, which runs the page from a pip install)."""
     assert outputs[1].strip() == "True"  # registered by the entry point alone
     assert json.loads((clone / "artifacts" / "tasks" / "bmi" / "manifest.json").read_text())["version"] == 1
     contract = json.loads(outputs[3].strip().splitlines()[-1])

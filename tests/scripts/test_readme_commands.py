@@ -77,9 +77,16 @@ def _free(port: int) -> bool:
         return sock.connect_ex(("127.0.0.1", port)) != 0
 
 
-def _serve(command: str, cwd: Path, port: int) -> None:
+def free_port() -> int:
+    """A port nobody listens on now (a shared machine: someone else may hold the README's)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _serve(command: str, cwd: Path, port: int, env: dict[str, str] | None = None) -> None:
     """Start a server command, wait for /health, stop it with SIGINT; fail with its output if it never answers."""
-    proc = subprocess.Popen(shlex.split(command), cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    proc = subprocess.Popen(shlex.split(command), cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, start_new_session=True)
     try:
         deadline = time.monotonic() + 180
@@ -121,10 +128,7 @@ def test_readme_commands_run_verbatim_from_a_fresh_copy(tmp_path, repo_copy):
         if port:
             wanted = int(port.group(1))
             if not _free(wanted):  # a shared machine: someone else holds the README's port
-                free = socket.socket()
-                free.bind(("127.0.0.1", 0))
-                wanted = free.getsockname()[1]
-                free.close()
+                wanted = free_port()
                 command = command.replace(port.group(0), f"--port {wanted}")
             _serve(command, clone, wanted)
         else:
