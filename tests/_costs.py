@@ -88,6 +88,7 @@ class _Recorder:
     def __init__(self, folder: Path) -> None:
         folder.mkdir(parents=True, exist_ok=True)
         self.path = folder / f"{os.environ.get('PYTEST_XDIST_WORKER', 'main')}-{os.getpid()}.jsonl"
+        self.outcome = "passed"
 
     def write(self, record: dict) -> None:
         with self.path.open("a", encoding="utf-8") as out:
@@ -98,12 +99,23 @@ class _Recorder:
         # the process's CPU so far: interpreter start, conftest imports and collection
         self.write({"event": "collected", "cpu": round(_cpu(), 3), "t": time.time(), "n": len(session.items)})
 
+    def pytest_runtest_logreport(self, report) -> None:
+        if report.failed:
+            self.outcome = "failed" if report.when == "call" else "error"
+        elif report.skipped and self.outcome == "passed":
+            self.outcome = "skipped"
+
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_protocol(self, item, nextitem):
-        cpu, start = _cpu(), time.time()
+        cpu, start, self.outcome = _cpu(), time.time(), "passed"
         yield
         self.write({"nodeid": item.nodeid, "scope": scope_of(item.nodeid), "cpu": round(_cpu() - cpu, 3),
-                    "start": start, "end": time.time()})
+                    "start": start, "end": time.time(), "outcome": self.outcome})
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        # the process's whole CPU, its waited-for children's included (session fixtures are torn down by now)
+        self.write({"event": "finished", "cpu": round(_cpu(), 3), "t": time.time()})
 
 
 @pytest.hookimpl(trylast=True)
@@ -117,11 +129,14 @@ def summarize(folder: Path) -> tuple[str, dict[str, float]]:
     """A report of the records in ``folder`` and the scope -> CPU seconds they give."""
     workers: dict[str, list[dict]] = {}
     collected: dict[str, dict] = {}
+    finished: dict[str, dict] = {}
     for path in sorted(folder.glob("*.jsonl")):
         for line in path.read_text(encoding="utf-8").splitlines():
             record = json.loads(line)
             if record.get("event") == "collected":
                 collected[path.stem] = record
+            elif record.get("event") == "finished":
+                finished[path.stem] = record
             else:
                 workers.setdefault(path.stem, []).append(record)
     if not workers:
@@ -135,8 +150,11 @@ def summarize(folder: Path) -> tuple[str, dict[str, float]]:
         busy = sum(r["end"] - r["start"] for r in records)
         last = max(r["end"] for r in records)
         col = collected.get(name, {})
+        whole = f", {finished[name]['cpu']:.0f} s CPU in all" if name in finished else ""
+        bad = [r["nodeid"] for r in records if r.get("outcome") in ("failed", "error")]
         lines.append(f"  {name}: {len(records)} tests, {cpu:.0f} s CPU in tests, {busy:.0f} s wall in tests, "
-                     f"idle for the last {end - last:.0f} s; start-up + collection {col.get('cpu', 0):.1f} s CPU")
+                     f"idle for the last {end - last:.0f} s; start-up + collection {col.get('cpu', 0):.1f} s CPU"
+                     f"{whole}{f'; failed or errored: {len(bad)}' if bad else ''}")
     scopes: dict[str, float] = {}
     for records in workers.values():
         for r in records:

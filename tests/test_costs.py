@@ -46,19 +46,22 @@ def test_xdist_dispatches_the_costliest_module_first_and_records_each_tests_cpu(
     (suite / "test_many.py").write_text("".join(f"def test_{i}():\n    pass\n" for i in range(6)))
     (suite / "test_long_a.py").write_text("def test_a():\n    sum(range(10**6))\n")
     (suite / "test_long_b.py").write_text("def test_b():\n    sum(range(10**6))\n")
+    (suite / "test_broken.py").write_text("def test_fails():\n    assert False\n")
     (tmp_path / "costs.json").write_text(json.dumps({"scopes": {
-        "test_long_a.py": 90.0, "test_long_b.py": 80.0, "test_many.py": 1.0}}))
+        "test_long_a.py": 90.0, "test_long_b.py": 80.0, "test_many.py": 1.0, "test_broken.py": 0.5}}))
     records = tmp_path / "records"
     run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2",
                           "--dist", "loadscope", "-o", "addopts=", "."], cwd=suite,
                          env={**os.environ, _costs.ENV: str(records)}, capture_output=True, text=True, timeout=600)
-    assert run.returncode == 0, run.stdout + run.stderr
+    assert run.returncode == 1 and "1 failed, 8 passed" in run.stdout, run.stdout + run.stderr
     rows = [json.loads(line) for f in records.glob("gw*.jsonl") for line in f.read_text().splitlines()]
     tests = [r for r in rows if "nodeid" in r]
-    assert len(tests) == 8 and all(r["cpu"] >= 0 and r["end"] >= r["start"] for r in tests)
-    assert sum(r.get("event") == "collected" for r in rows) == 2
+    assert len(tests) == 9 and all(r["cpu"] >= 0 and r["end"] >= r["start"] for r in tests)
+    assert {r["nodeid"] for r in tests if r["outcome"] != "passed"} == {"test_broken.py::test_fails"}
+    assert sum(r.get("event") == "collected" for r in rows) == 2 and sum(r.get("event") == "finished" for r in rows) == 2
     first = {scope: min(r["start"] for r in tests if r["scope"] == scope) for scope in {r["scope"] for r in tests}}
     many = first["test_many.py"]
     assert first["test_long_a.py"] < many and first["test_long_b.py"] < many, first
     report, scopes = _costs.summarize(records)
-    assert "2 worker(s)" in report and set(scopes) == {"test_many.py", "test_long_a.py", "test_long_b.py"}
+    assert "2 worker(s)" in report and "failed or errored: 1" in report
+    assert set(scopes) == {"test_many.py", "test_long_a.py", "test_long_b.py", "test_broken.py"}
