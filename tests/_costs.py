@@ -15,7 +15,8 @@ append one JSON line per test to ``DIR/<worker>.jsonl``: its node id and scope, 
 its waited-for children from the start of its setup to the end of its teardown (module fixtures count in the first
 and last test of their module), and its wall start and end. Then::
 
-    python tests/_costs.py DIR            # per worker: busy CPU, busy wall, the idle tail; the costliest scopes
+    python tests/_costs.py DIR            # per worker: busy CPU, busy wall, the idle tail; the costliest scopes;
+                                          # both orders simulated on these costs
     python tests/_costs.py DIR --write    # and (re)write tests/costs.json from these measurements
 
 CPU seconds are comparable between a loaded and a quiet run; on a quiet 2-core machine a worker's wall time is
@@ -165,6 +166,57 @@ def summarize(folder: Path) -> tuple[str, dict[str, float]]:
     return "\n".join(lines), {s: round(c, 1) for s, c in top}
 
 
+def simulate(units: list[tuple[str, list[float]]], workers: int = 2) -> list[float]:
+    """Each worker's busy seconds when ``--dist loadscope`` hands out ``units`` ((scope, its tests' costs) in queue
+    order) as pytest-xdist 3.8 does: one unit per worker to start, and another whenever a worker has at most two
+    tests left (so a unit can wait behind the last two tests of the one before it)."""
+    queue = list(units)
+    todo: list[list[float]] = [[] for _ in range(workers)]
+    clock = [0.0] * workers
+
+    def top_up(w: int) -> None:
+        while queue and len(todo[w]) <= 2:
+            todo[w].extend(queue.pop(0)[1])
+            if not todo[w]:
+                continue
+            break
+
+    for w in range(workers):
+        if queue:
+            todo[w].extend(queue.pop(0)[1])
+    for w in range(workers):
+        top_up(w)
+    while any(todo):
+        w = min((w for w in range(workers) if todo[w]), key=lambda w: clock[w] + todo[w][0])
+        clock[w] += todo[w].pop(0)
+        top_up(w)
+    return clock
+
+
+def _units(folder: Path) -> dict[str, list[float]]:
+    units: dict[str, list[float]] = {}
+    for path in sorted(folder.glob("*.jsonl")):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            record = json.loads(line)
+            if "nodeid" in record:
+                units.setdefault(record["scope"], []).append(record["cpu"])
+    return units
+
+
+def compare_orders(folder: Path, workers: int = 2) -> str:
+    """Simulated per-worker CPU of the measured tests under xdist's by-count order and under the cost order."""
+    units = _units(folder)
+    costs = {s: sum(c) for s, c in units.items()}
+    by_count = sorted(units.items(), key=lambda kv: -len(kv[1]))
+    by_cost = sorted(units.items(), key=lambda kv: -costs[kv[0]])
+    lines = []
+    for name, order in (("xdist's order (most tests first)", by_count), ("cost order (tests/costs.json)", by_cost)):
+        clock = simulate(order, workers)
+        lines.append(f"{name}: workers busy {', '.join(f'{c:.0f}' for c in clock)} s CPU; the last ends at "
+                     f"{max(clock):.0f} s (ideal {sum(costs.values()) / workers:.0f} s)")
+    return "\n".join(lines)
+
+
 def main(argv: list[str]) -> int:
     if not argv or argv[0].startswith("-"):
         print("usage: python tests/_costs.py DIR [--write]  (DIR: the MEDAGENTGYM_TEST_COSTS folder of a run)",
@@ -172,6 +224,7 @@ def main(argv: list[str]) -> int:
         return 2
     report, scopes = summarize(Path(argv[0]))
     print(report)
+    print(compare_orders(Path(argv[0])))
     if "--write" in argv[1:]:
         tmp = TABLE.with_suffix(".tmp")
         tmp.write_text(json.dumps({"about": "CPU seconds per xdist loadscope scope (setup + calls + teardown), "
