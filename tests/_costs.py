@@ -17,7 +17,7 @@ and last test of their module), and its wall start and end. Then::
 
     python tests/_costs.py DIR            # per worker: busy CPU, busy wall, the idle tail; the costliest scopes;
                                           # both orders simulated on these costs
-    python tests/_costs.py DIR --write    # and (re)write tests/costs.json from these measurements
+    python tests/_costs.py DIR --write    # and merge these measurements into tests/costs.json
 
 CPU seconds are comparable between a loaded and a quiet run; on a quiet 2-core machine a worker's wall time is
 about its CPU time plus its tests' waits, so the larger worker's busy CPU is the estimate of the quiet wall time.
@@ -226,13 +226,25 @@ def main(argv: list[str]) -> int:
     print(report)
     print(compare_orders(Path(argv[0])))
     if "--write" in argv[1:]:
-        tmp = TABLE.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"about": "CPU seconds per xdist loadscope scope (setup + calls + teardown), "
-                                            "written by `python tests/_costs.py DIR --write`; tests/_costs.py",
-                                   "scopes": dict(sorted(scopes.items()))}, indent=1) + "\n", encoding="utf-8")
-        os.replace(tmp, TABLE)
-        print(f"wrote {TABLE} ({len(scopes)} scopes)")
+        merged = write_table(scopes)
+        print(f"wrote {TABLE}: {len(scopes)} scopes measured, {len(merged) - len(scopes)} kept from before")
     return 0
+
+
+def write_table(measured: dict[str, float], path: Path | None = None) -> dict[str, float]:
+    """Merge ``measured`` into the table (a partial run updates what it ran; scopes whose file is gone are
+    dropped) and write it atomically. Returns the merged table."""
+    path = path or TABLE
+    root = path.resolve().parent.parent
+    merged = {s: c for s, c in load_table(path).items() if (root / s.split("::")[0]).is_file()}
+    merged.update(measured)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"about": "CPU seconds per xdist loadscope scope (setup + calls + teardown), merged "
+                                        "by `python tests/_costs.py DIR --write` from MEDAGENTGYM_TEST_COSTS runs; "
+                                        "see tests/_costs.py and docs/benchmarks.md (Test suite)",
+                               "scopes": dict(sorted(merged.items()))}, indent=1) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+    return merged
 
 
 if __name__ == "__main__":

@@ -65,3 +65,14 @@ def test_xdist_dispatches_the_costliest_module_first_and_records_each_tests_cpu(
     report, scopes = _costs.summarize(records)
     assert "2 worker(s)" in report and "failed or errored: 1" in report
     assert set(scopes) == {"test_many.py", "test_long_a.py", "test_long_b.py", "test_broken.py"}
+
+
+def test_a_partial_run_updates_the_table_and_a_deleted_module_leaves_it(tmp_path):
+    (tmp_path / "tests").mkdir()
+    for name in ("test_a.py", "test_b.py"):
+        (tmp_path / "tests" / name).write_text("")
+    table = tmp_path / "tests" / "costs.json"
+    table.write_text(json.dumps({"scopes": {"tests/test_a.py": 5.0, "tests/test_b.py::K": 7.0,
+                                            "tests/test_gone.py": 9.0}}))
+    merged = _costs.write_table({"tests/test_a.py": 6.5}, table)
+    assert merged == {"tests/test_a.py": 6.5, "tests/test_b.py::K": 7.0} == _costs.load_table(table)
