@@ -241,7 +241,8 @@ def write_table(measured: dict[str, float], path: Path | None = None) -> dict[st
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps({"about": "CPU seconds per xdist loadscope scope (setup + calls + teardown), merged "
                                         "by `python tests/_costs.py DIR --write` from MEDAGENTGYM_TEST_COSTS runs; "
-                                        "see tests/_costs.py and docs/benchmarks.md (Test suite)",
+                                        "scopes no such run has measured yet are estimates from --durations wall "
+                                        "times (docs/benchmarks.md, Test suite). Only the order matters.",
                                "scopes": dict(sorted(merged.items()))}, indent=1) + "\n", encoding="utf-8")
     os.replace(tmp, path)
     return merged
