@@ -78,17 +78,28 @@ def pytest_configure(config: pytest.Config) -> None:
         config.option.loadscopereorder = False
 
 
+def _worker(config: pytest.Config) -> str | None:
+    """This process's xdist worker id (``gw0``...), None outside a worker (its config, not the environment: a
+    pytest that a test starts inherits PYTEST_XDIST_WORKER)."""
+    workerinput = getattr(config, "workerinput", None)
+    return workerinput.get("workerid") if workerinput else None
+
+
+def _controller(config: pytest.Config) -> bool:
+    return _worker(config) is None and getattr(config.option, "dist", "no") != "no"
+
+
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list) -> None:
-    if not os.environ.get("PYTEST_XDIST_WORKER"):
+    if _worker(config) is None:
         return
     order = order_scopes([item.nodeid for item in items], load_table())
     items[:] = [items[i] for i in order]
 
 
 class _Recorder:
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, name: str) -> None:
         folder.mkdir(parents=True, exist_ok=True)
-        self.path = folder / f"{os.environ.get('PYTEST_XDIST_WORKER', 'main')}-{os.getpid()}.jsonl"
+        self.path = folder / f"{name}-{os.getpid()}.jsonl"
         self.outcome = "passed"
 
     def write(self, record: dict) -> None:
@@ -122,8 +133,9 @@ class _Recorder:
 @pytest.hookimpl(trylast=True)
 def pytest_sessionstart(session: pytest.Session) -> None:
     folder = os.environ.get(ENV)
-    if folder and not session.config.pluginmanager.has_plugin("medagentgym-costs"):
-        session.config.pluginmanager.register(_Recorder(Path(folder)), "medagentgym-costs")
+    config = session.config
+    if folder and not _controller(config) and not config.pluginmanager.has_plugin("medagentgym-costs"):
+        config.pluginmanager.register(_Recorder(Path(folder), _worker(config) or "main"), "medagentgym-costs")
 
 
 def summarize(folder: Path) -> tuple[str, dict[str, float]]:
