@@ -2,6 +2,8 @@
 # scripts/test_loaded.sh N CMD...: run CMD (the test suite) beside N busy-loop processes at normal priority, then
 # kill them (trap: also on Ctrl-C or failure). Prints the load average before, during and after, and the wall and
 # CPU time of CMD's process tree. Exit status: CMD's. `make test-loaded` runs it with the suite (issue #29).
+# With MEDAGENTGYM_TEST_COSTS=DIR (tests/_costs.py), also the per-worker CPU, idle tail and costliest modules (CMD's first word is the
+# suite's python).
 set -u
 n=$1; shift
 burners=()
@@ -21,4 +23,5 @@ else
 fi
 status=$?
 echo "test-loaded: exit $status, wall $(( $(date +%s) - start )) s, load at end: $(cut -d' ' -f1-3 /proc/loadavg)"
+if [ -n "${MEDAGENTGYM_TEST_COSTS:-}" ]; then "$1" tests/_costs.py "$MEDAGENTGYM_TEST_COSTS"; fi
 exit $status

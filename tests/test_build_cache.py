@@ -62,3 +62,44 @@ def test_off_builds_into_the_root_and_keeps_no_cache(monkeypatch, tmp_path):
     assert cache.cache_dir() is None
     root = tasks_root(["toy_sql"], tmp_path / "root", jobs=1)
     assert (root / "toy_sql" / "manifest.json").is_file()
+
+
+def test_a_cached_model_is_built_once_and_each_session_gets_its_own_copy(monkeypatch, tmp_path):
+    monkeypatch.setenv("MEDAGENTGYM_TEST_CACHE", str(tmp_path / "cache"))
+    builds = []
+
+    def build(out):
+        builds.append(out)
+        out.mkdir(parents=True)
+        (out / "weights.bin").write_bytes(b"w" * 10)
+
+    first = cache.cached_copy("model-k1", build, tmp_path / "a")
+    second = cache.cached_copy("model-k1", build, tmp_path / "b")
+    assert len(builds) == 1 and (second / "weights.bin").read_bytes() == b"w" * 10
+    (first / "weights.bin").write_bytes(b"spoiled")  # a test that writes into its copy
+    assert (cache.cached_copy("model-k1", build, tmp_path / "c") / "weights.bin").read_bytes() == b"w" * 10
+    assert not [p for p in (tmp_path / "cache").iterdir() if p.name.startswith(".build-")]  # scratch removed
+    cache.cached_copy("model-k2", build, tmp_path / "d")  # another key builds
+    assert len(builds) == 2
+
+
+def test_a_failed_model_build_leaves_no_entry(monkeypatch, tmp_path):
+    monkeypatch.setenv("MEDAGENTGYM_TEST_CACHE", str(tmp_path / "cache"))
+
+    def half(out):
+        out.mkdir(parents=True)
+        (out / "part").write_text("x")
+        raise RuntimeError("killed halfway")
+
+    with pytest.raises(RuntimeError, match="halfway"):
+        cache.cached_copy("model-k", half, tmp_path / "a")
+    assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == ["model-k.lock"]
+
+
+def test_the_model_keys_follow_their_builders_source():
+    tiny = {p.relative_to(REPO_ROOT).as_posix() for p in source_files("medcopilot.tiny")}
+    assert {"medcopilot/tiny.py", "medcopilot/modeling.py"} <= tiny
+    assert "medcopilot/real_model.py" in {p.relative_to(REPO_ROOT).as_posix()
+                                          for p in source_files("medcopilot.real_model")}
+    assert cache.module_key("m", "medcopilot.tiny") != cache.module_key("m", "medcopilot.real_model")
+    assert cache.module_key("m", "medcopilot.tiny") != cache.module_key("m", "medcopilot.tiny", ("torch",))

@@ -103,12 +103,17 @@ def test_idle_workers_beyond_the_floor_stop_and_their_slots_are_reused():
 
 def test_async_sessions_grow_the_pool_too():
     async def main(pool) -> list[str]:
-        together = asyncio.Barrier(3)  # all three are open at once: an event, not a sleep (a loaded host is slow)
+        opened: list[int] = []
+        all_open = asyncio.Event()
 
         async def episode(k: int) -> str:
             async with await pool.asession() as s:
-                async with asyncio.timeout(600):  # a hang guard only: a pool that never grows fails here
-                    await together.wait()
+                # all three are open at once: each waits for the others' sessions (an event, not a delay: a 0.2 s
+                # sleep let the first close before a loaded host had started the second's worker, peak 1)
+                opened.append(k)
+                if len(opened) == 3:
+                    all_open.set()
+                await asyncio.wait_for(all_open.wait(), 600)  # a hang guard: the pool never grew
                 return (await s.arun_python(f"print({k})")).stdout
 
         return await asyncio.gather(*(episode(k) for k in range(3)))
