@@ -55,13 +55,15 @@ chromium:
 demo: venv
 	$(VENV)/bin/medagentgym demo
 
-# Two pytest-xdist workers (issue #29): the sandbox's jail uids are leased host-wide (sandbox/_uids.py), so two
+# pytest-xdist workers (issue #29): the sandbox's jail uids are leased host-wide (sandbox/_uids.py), so two
 # workers' pools never share one, and family builds come from one on-disk cache (tests/_build_cache.py).
 # --dist loadscope sends a module's tests to one worker, so a module fixture (a family contract check, a trained
 # tiny model) is set up once, not once per worker. The costliest modules are dispatched first (tests/_costs.py orders
 # them by tests/costs.json, CPU seconds per module; new modules by their size), so both workers stay busy to the end.
 # MEDAGENTGYM_TEST_COSTS=DIR records each test's CPU (`python tests/_costs.py DIR`). TEST_WORKERS=0: one process.
-TEST_WORKERS ?= 2
+# Three workers on two cores: the quiet run with two used only 134 % of the cores (tests wait on sub-process start,
+# servers and sandboxes, not on the CPU; tests/_costs.py's per-test CPU shows it), so a third fills those waits.
+TEST_WORKERS ?= 3
 TEST_XDIST := -n $(TEST_WORKERS) --dist loadscope
 test: venv chromium
 	$(PY) -m pytest -q $(TEST_XDIST)
