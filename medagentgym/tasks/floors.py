@@ -362,6 +362,19 @@ def matched_template_floor(family: Any, train: list[Any], test: list[Any], train
     rng = random.Random(seed)
     totals = [0.0] * draws
     full = 0.0
+    memo: dict[tuple[int, str], float] = {}  # (train instance, constant) -> score: draws share their instances
+
+    def learn(sample: list[Any], ctx: Any) -> str:
+        got = {}
+        for c in _candidates(sample):
+            total = 0.0
+            for inst in sample:
+                if (id(inst), c) not in memo:
+                    memo[(id(inst), c)] = _grade_constants(family, [inst], [c], ctx)[0][c]
+                total += memo[(id(inst), c)]
+            got[c] = total
+        return max(got, key=lambda c: (got[c], -list(got).index(c)))
+
     with tempfile.TemporaryDirectory() as ws:
         ctx = _floor_context(family, Path(ws))
         for template in sorted(by_test):
@@ -375,12 +388,9 @@ def matched_template_floor(family: Any, train: list[Any], test: list[Any], train
 
             if not fit:
                 continue
-            totals_fit, _ = _grade_constants(family, fit, _candidates(fit), ctx)
-            full += applied(max(totals_fit, key=lambda c: (totals_fit[c], -list(totals_fit).index(c))))
+            full += applied(learn(fit, ctx))
             for d in range(draws):
-                sample = rng.sample(fit, min(rng.choice(sizes), len(fit)))
-                got, _ = _grade_constants(family, sample, _candidates(sample), ctx)
-                totals[d] += applied(max(got, key=lambda c: (got[c], -list(got).index(c))))
+                totals[d] += applied(learn(rng.sample(fit, min(rng.choice(sizes), len(fit))), ctx))
     shares = [t / len(test) for t in totals]
     return {**out, "floor": round(statistics.fmean(shares), 6),
             "sd": round(statistics.stdev(shares), 6) if draws > 1 else 0.0, "full": round(full / len(test), 6)}
