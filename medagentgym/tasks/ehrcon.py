@@ -9,9 +9,10 @@ Description:
     "d/w", "cont to monitor") are RENDERED from those rows by ``medagentgym.tasks.ehr_synth.notes``. An entity is
     written by its database label or, 95 % of the time when it has one, by clinical shorthand or a brand name
     (``Hct`` for hematocrit, ``BUN``, ``HR``, ``SBP``, ``Lasix``, ``HTN``; an acronym label as the acronym, ``RDW``),
-    and notes mention entities that have such a form 5 times as often as others (faithful and falsified alike),
-    so about 85 % of the mentions are abbreviations or brand names (the public notes: 82 %); the question names the entity as the note writes it (EHRCon's
-    "Medical entity" is the note's surface string), so the agent maps it to the database. Some stated entities are
+    and notes mention entities that have such a form 4 times as often as others (faithful and falsified alike),
+    so 84.8 % of the default build's mentions are abbreviations or brand names (the public notes: 82 %); the
+    question names the entity as the note writes it (EHRCon's "Medical entity" is the note's surface string), so
+    the agent maps it to the database (``notes.resolve``). Some stated entities are
     falsified on purpose and the kind is recorded: ``value``, ``unit``, ``time``, ``dose`` or ``absent`` (the
     note asserts an entity the admission has no row of). A false statement is written like a true one: its
     number, unit, dose and entity are those of some database row (``notes.surface_association`` measures that no
@@ -60,7 +61,7 @@ Version history:
        CAD, PRBC transfusion; 90 % of entities that have one); rows stored in a seeded random order.
     5: entity names at the public abbreviation share (issue 34): short forms for 200 more labels (fluid labs,
        brand names, procedure acronyms), acronym labels written as acronyms (``RDW``, ``MCHC``), 95 % of the
-       mentions of an entity with a short form use it, and such entities are mentioned 5 times as often
+       mentions of an entity with a short form use it, and such entities are mentioned 4 times as often
        (``notes.MENTION_WEIGHT``, drawn before the label, for faithful and absent entities alike).
 """
 

@@ -38,7 +38,7 @@ from typing import Any
 
 __all__ = ["BINARY_SLACK", "FLOOR_BOUND", "FLOOR_CANDIDATES", "FLOOR_CONSTANTS", "NULL_DRAWS", "NULL_Z",
            "answer_tokens", "constant_floor", "constant_predictor", "matched_template_floor", "no_information_floor",
-           "nothing_found", "null_metric", "public_template_floor", "public_template_key", "question_template",
+           "nothing_found", "null_metric", "public_floor_record", "public_template_floor", "public_template_key", "question_template",
            "slot_template", "template_floor"]
 
 
@@ -412,6 +412,16 @@ def public_template_key(record: dict[str, Any]) -> str:
 def _public_answer(answer: Any) -> tuple[str, ...]:
     values = answer if isinstance(answer, (list, tuple)) else [answer]
     return tuple(sorted(str(v).strip().lower() for v in values))
+
+
+def public_floor_record(name: str) -> dict[str, Any] | None:
+    """The public files' per-template floor and train records per template stored for family ``name``
+    (``medagentgym/tasks/data/<name>/public_floor.json``, written by ``scripts/public_template_floors.py``), or
+    None when the family has none."""
+    import json
+
+    path = Path(__file__).resolve().parent / "data" / name / "public_floor.json"
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
 
 
 def public_template_floor(train: list[dict[str, Any]], test: list[dict[str, Any]], *,

@@ -15,7 +15,14 @@ import sqlite3
 import pytest
 
 from medagentgym import tasks
-from medagentgym.tasks.ehr_synth.notes import ALIAS_OF, SHORTHAND, Vocab, abbreviated, resolve, surface_association
+from medagentgym.tasks.ehr_synth.notes import (
+    ALIAS_OF,
+    SHORTHAND,
+    Vocab,
+    abbreviated,
+    resolve,
+    surface_association,
+)
 
 
 def _statements(root, size, seed):

@@ -431,7 +431,7 @@ def _absent(rng: random.Random, table: str, present: set[str], vocab: Vocab, whe
 #: How much more often a note mentions an entity that has a short form (:data:`SHORTHAND`) than one that has none
 #: (faithful and absent entities alike, before the label is drawn): real notes name the common labs, vitals and
 #: drugs (BP, Hct, Tmax, Lasix) far more often than a pleural fluid's amylase.
-MENTION_WEIGHT = 5.0
+MENTION_WEIGHT = 4.0
 
 
 def mention_weight(entity: str) -> float:
