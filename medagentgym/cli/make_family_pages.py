@@ -187,15 +187,17 @@ def floor_section(name: str, family: Any, floors: dict[str, Any], default: dict[
     matched = (row or {}).get("template_matched") if current else None
     public = public_floor_record(name)
     if public and matched:
+        sizes = public["train_per_template"]
         lines += ["", (f"**Like for like** (`scripts/public_template_floors.py`, `floors.matched_template_floor`): "
-                       f"the public figure is one constant per EHRSQL `q_tag` (time windows as unfilled slots) "
-                       f"learned on {sum(public['train_per_template']) / len(public['train_per_template']):.1f} "
-                       f"train records per template on average: {public['floor_clean']:.1%} without wall-clock "
-                       f"golds ({public['floor_published']:.1%} as published). This build measured the same way "
-                       f"(the same grain, {matched['templates']} templates; each template's constant learned on "
-                       f"a train sample of a public template's size, {matched['draws']} draws): "
-                       f"**{matched['floor']:.1%}** (sd {matched['sd']:.1%} over draws); learned on all its train "
-                       f"instances at that grain: {matched['full']:.1%}.")]
+                       f"the public figure is one constant per public template (EHRSQL's `q_tag`, time windows as "
+                       f"unfilled slots; TREQS: the gold SQL with its values blanked) learned on "
+                       f"{sum(sizes) / len(sizes):.1f} train records per template on average: "
+                       f"{100 * public['floor_clean']:.1f} % without wall-clock golds "
+                       f"({100 * public['floor_published']:.1f} % as published). This build measured the same way "
+                       f"({matched['templates']} templates, time-window variants merged; each template's constant "
+                       f"learned on a train sample of a public template's size, {matched['draws']} draws): "
+                       f"**{100 * matched['floor']:.1f} %** (sd {100 * matched['sd']:.1f} points over draws); "
+                       f"learned on all its train instances: {100 * matched['full']:.1f} %.")]
     return lines + [""]
 
 
