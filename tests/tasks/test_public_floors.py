@@ -102,10 +102,31 @@ def test_stored_public_figures_hold_counts_only(family, published, clean):
                         "train_per_template", "source"}
 
 
-def test_tiny_mimic_iii_matched_floor_runs_on_a_real_build(tmp_path):
+def _matched(name, seed, tmp_path, draws=10):
     from _build_cache import tasks_root
 
-    fam = tasks.make("mimic_iii", root=tasks_root(["mimic_iii"], tmp_path))
-    sizes = json.loads((DATA / "mimic_iii" / "public_floor.json").read_text(encoding="utf-8"))["train_per_template"]
-    got = matched_template_floor(fam, fam.instances("train"), fam.instances("test"), sizes, draws=3)
-    assert 0.0 <= got["floor"] <= got["full"] + 0.05 and got["templates"] < len({i.category for i in fam.instances("test")})
+    fam = tasks.make(name, root=tasks_root([name], tmp_path / f"{name}-{seed}", seed=seed))
+    public = json.loads((DATA / name / "public_floor.json").read_text(encoding="utf-8"))
+    got = matched_template_floor(fam, fam.instances("train"), fam.instances("test"), public["train_per_template"],
+                                 draws=draws, seed=seed)
+    return got, public["floor_clean"]
+
+
+def test_tiny_mimic_iii_floor_like_for_like_is_near_the_public_one(tmp_path):
+    """Issue 34's acceptance, on the tiny build: measured like the public files, the per-template floor is within
+    3 points of the public 14.0 %, plus two sd of a tiny test split (~190 instances at ~17 %: 2.7 points). Tiny
+    seed 0 gave 17.6 %, the mid build (default hospital, 30 per category) 16.7 %."""
+    got, public = _matched("mimic_iii", 0, tmp_path)
+    assert got["templates"] < got["instances"] and 0.0 < got["floor"]
+    assert got["floor"] <= public + 0.03 + 2 * (got["floor"] * (1 - got["floor"]) / got["instances"]) ** 0.5, got
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["mimic_iii", "eicu", "treqs"])
+def test_floors_like_for_like_over_three_tiny_seeds(tmp_path, name):
+    """The mean over tiny seeds 0-2 within 3 points of the public clean figure plus two sd of that mean."""
+    rows = [_matched(name, seed, tmp_path) for seed in range(3)]
+    public = rows[0][1]
+    mean = sum(r[0]["floor"] for r in rows) / 3
+    n = sum(r[0]["instances"] for r in rows)
+    assert mean <= public + 0.03 + 2 * (mean * (1 - mean) / n) ** 0.5, (name, [r[0] for r in rows])
