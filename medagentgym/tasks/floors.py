@@ -241,6 +241,14 @@ def nothing_found(instance: Any) -> bool:
     return isinstance(answer, (int, float)) and not isinstance(answer, bool) and answer == 0
 
 
+def _by_template(family: Any, items: list[Any], key: Callable[[Any, Any], str]) -> dict[str, list[Any]]:
+    """``items`` grouped by ``key(family, item)`` (their question template)."""
+    out: dict[str, list[Any]] = defaultdict(list)
+    for inst in items:
+        out[key(family, inst)].append(inst)
+    return out
+
+
 def question_template(family: Any, instance: Any) -> str:
     """The question template ``instance`` was written from: ``family.question_template(instance)`` when the
     family defines it (its categories would say more than the question does), else the instance's category."""
@@ -280,12 +288,7 @@ def template_floor(family: Any, train: list[Any], test: list[Any]) -> dict[str, 
                            "method": "graded", "top": [], "over": [], "nothing_found": 0.0}
     if not test:
         return {**out, "exceeds": False}
-    by_train: dict[str, list[Any]] = defaultdict(list)
-    by_test: dict[str, list[Any]] = defaultdict(list)
-    for inst in train:
-        by_train[question_template(family, inst)].append(inst)
-    for inst in test:
-        by_test[question_template(family, inst)].append(inst)
+    by_train, by_test = _by_template(family, train, question_template), _by_template(family, test, question_template)
     rows = []
     with tempfile.TemporaryDirectory() as ws:
         ctx = _floor_context(family, Path(ws))
@@ -348,12 +351,7 @@ def matched_template_floor(family: Any, train: list[Any], test: list[Any], train
     import random
     import statistics
 
-    by_train: dict[str, list[Any]] = defaultdict(list)
-    by_test: dict[str, list[Any]] = defaultdict(list)
-    for inst in train:
-        by_train[key(family, inst)].append(inst)
-    for inst in test:
-        by_test[key(family, inst)].append(inst)
+    by_train, by_test = _by_template(family, train, key), _by_template(family, test, key)
     out: dict[str, Any] = {"floor": 0.0, "sd": 0.0, "draws": draws, "templates": len(by_test),
                            "instances": len(test), "full": 0.0}
     sizes = [int(k) for k in train_sizes if int(k) > 0]
