@@ -7,9 +7,12 @@ Description:
     admissions scoped by ``hadm_id``), and the notes (``clinical_notes.csv``, NOTEEVENTS columns: discharge
     summaries, nursing and physician notes, in the shorthand such notes use: "Hct 31.2 % @ 08:00", "s/p",
     "d/w", "cont to monitor") are RENDERED from those rows by ``medagentgym.tasks.ehr_synth.notes``. An entity is
-    written by its database label or, 90 % of the time when it has one, by clinical shorthand or a brand name
-    (``Hct`` for hematocrit, ``BUN``, ``HR``, ``SBP``, ``Lasix``, ``HTN``); the question names the entity as the note writes it (EHRCon's
-    "Medical entity" is the note's surface string), so the agent maps it to the database. Some stated entities are
+    written by its database label or, 95 % of the time when it has one, by clinical shorthand or a brand name
+    (``Hct`` for hematocrit, ``BUN``, ``HR``, ``SBP``, ``Lasix``, ``HTN``; an acronym label as the acronym, ``RDW``),
+    and notes mention entities that have such a form 4 times as often as others (faithful and falsified alike),
+    so 84.8 % of the default build's mentions are abbreviations or brand names (the public notes: 82 %); the
+    question names the entity as the note writes it (EHRCon's "Medical entity" is the note's surface string), so
+    the agent maps it to the database (``notes.resolve``). Some stated entities are
     falsified on purpose and the kind is recorded: ``value``, ``unit``, ``time``, ``dose`` or ``absent`` (the
     note asserts an entity the admission has no row of). A false statement is written like a true one: its
     number, unit, dose and entity are those of some database row (``notes.surface_association`` measures that no
@@ -56,6 +59,10 @@ Version history:
        vs 21 %); absent labs and vitals are stated at a time of the admission's own rows (was the admission
        time); abbreviations and brand names for more labs, drugs, diagnoses and procedures (Lasix, Percocet, HTN,
        CAD, PRBC transfusion; 90 % of entities that have one); rows stored in a seeded random order.
+    5: entity names at the public abbreviation share (issue 34): short forms for 200 more labels (fluid labs,
+       brand names, procedure acronyms), acronym labels written as acronyms (``RDW``, ``MCHC``), 95 % of the
+       mentions of an entity with a short form use it, and such entities are mentioned 4 times as often
+       (``notes.MENTION_WEIGHT``, drawn before the label, for faithful and absent entities alike).
 """
 
 from __future__ import annotations
@@ -146,7 +153,7 @@ class EHRCon:
     """The ehrcon family (see the module docstring for the spec card)."""
 
     name = "ehrcon"
-    version = 4
+    version = 5
     actions = ACTIONS
     #: Built at the public label balance, "always consistent" earns the 70 % base rate (plus rounding).
     floor_bound = 1 - INCONSISTENT_SHARE + 0.01

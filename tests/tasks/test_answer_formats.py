@@ -173,5 +173,6 @@ def test_no_token_earns_more_than_the_bound_on_the_default_mimic_iii_build(tmp_p
     floor = constant_floor(fam, items)
     for token in answer_tokens():
         earned = sum(fam.grade(i, token).correct for i in items) / len(items)
-        assert earned <= FLOOR_BOUND and earned <= floor["floor"] + 1e-9, (token, earned, floor)
+        # the floor is rounded to 6 decimals: a token that IS the floor's constant earns up to 5e-7 more
+        assert earned <= FLOOR_BOUND and earned <= floor["floor"] + 1e-6, (token, earned, floor)
     assert not floor["exceeds"], floor

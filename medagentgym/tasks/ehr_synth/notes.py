@@ -53,7 +53,7 @@ SHORTHAND: dict[str, tuple[str, ...]] = {
     "alanine aminotransferase (alt)": ("ALT",), "asparate aminotransferase (ast)": ("AST",),
     "bilirubin, total": ("T bili", "tbili"), "alkaline phosphatase": ("alk phos",), "troponin t": ("TropT", "trop"),
     "creatine kinase (ck)": ("CK",), "red blood cells": ("RBC",), "calculated total co2": ("TCO2",),
-    "base excess": ("BE",), "oxygen saturation": ("O2 sat",), "red cell distribution width": ("RDW",),
+    "base excess": ("BE",), "oxygen saturation": ("O2 sat",), "red cell distribution width": ("RDW-CV",),
     "heart rate": ("HR",), "sao2": ("SaO2", "sats"), "respiratory rate": ("RR",), "arterial bp [systolic]": ("SBP",),
     "arterial bp [diastolic]": ("DBP",), "arterial bp mean": ("MAP",), "temperature c (calc)": ("temp",),
     "admit wt": ("wt",), "admit ht": ("ht",),
@@ -101,7 +101,7 @@ SHORTHAND.update({
     "enoxaparin sodium": ("Lovenox",), "clopidogrel bisulfate": ("Plavix",), "gabapentin": ("Neurontin",),
     "levothyroxine sodium": ("Synthroid",), "quetiapine fumarate": ("Seroquel",), "cefazolin": ("Ancef",),
     "sodium bicarbonate": ("NaHCO3",), "phenylephrine": ("neo", "Neo-Synephrine"), "dopamine": ("dopa",),
-    "d5w": ("dextrose 5%",), "ns": ("normal saline",), "sodium chloride 0.9%": ("NS",),
+    "d5w": ("D5W",), "ns": ("normal saline",), "sodium chloride 0.9%": ("NS",),
     # diagnoses and procedures: the abbreviations notes use for the database's short titles
     "acute kidney failure nos": ("AKI", "ARF"), "septicemia nos": ("septicemia",), "hypertension nos": ("HTN",),
     "chf nos": ("CHF",), "esophageal reflux": ("GERD",), "crnry athrscl natve vssl": ("CAD",),
@@ -171,10 +171,82 @@ SHORTHAND.update({
     "cardiopulm resuscita nos": ("CPR",), "alcohol detoxification": ("EtOH detox",), "temporary colostomy": ("colostomy",),
     "endosc retro cholangiopa": ("ERCP",), "platelet transfusion": ("plt transfusion",),
     "oth cardiac mon output": ("CO monitoring",),
+    # labels that are themselves abbreviations or brand names, written as notes write them (the public notes' most
+    # named entities include RDW, MCHC, MCH, MCV: EHRCon counts them as abbreviations)
+    "rdw": ("RDW",), "mch": ("MCH",), "mchc": ("MCHC",), "mcv": ("MCV",), "c4": ("C4",), "d10w": ("D10W",),
+    "d15w": ("D15W",), "d5ns": ("D5NS",), "lr": ("LR",), "avapro": ("Avapro",), "sonata": ("Sonata",),
+    "soma": ("Soma",), "mirapex": ("Mirapex",), "zyrtec": ("Zyrtec",), "emtriva": ("Emtriva",), "creon 12": ("Creon",),
+    # labs on other fluids: the fluid, then the lab's short form
+    "hematocrit, pleural": ("pleural Hct",), "wbc, csf": ("CSF WBC",), "glucose, csf": ("CSF gluc",),
+    "total protein, body fluid": ("BF TP",), "potassium, urine": ("urine K",), "chloride, whole blood": ("Cl (whole blood)",),
+    "wbc, joint fluid": ("synovial WBC",), "amylase, body fluid": ("BF amylase",), "albumin, body fluid": ("BF alb",),
+    "albumin/creatinine, urine": ("UACR",), "rbc, pleural": ("pleural RBC",), "lactate dehydrogenase, csf": ("CSF LDH",),
+    "hematocrit, other fluid": ("fluid Hct",), "glucose, body fluid": ("BF gluc",), "ld, body fluid": ("BF LDH",),
+    "total protein, urine": ("urine TP",), "phosphate, urine": ("urine phos",), "bilirubin, total, pleural": ("pleural T bili",),
+    "rbc, csf": ("CSF RBC",), "total protein, csf": ("CSF TP",), "creatinine, pleural": ("pleural Cr",),
+    "hematocrit, ascites": ("ascitic Hct",), "bilirubin, total, body fluid": ("BF T bili",),
+    # more labs
+    "bilirubin, indirect": ("I bili",), "granulocyte count": ("gran ct",), "homocysteine": ("Hcy",),
+    "absolute lymphocyte count": ("ALC",), "alveolar-arterial gradient": ("A-a gradient",), "atypical lymphocytes": ("atyps",),
+    "metamyelocytes": ("metas",), "absolute cd4 count": ("CD4 ct",), "protein/creatinine ratio": ("UPCR",),
+    "fibrin degradation products": ("FDP",), "ethanol": ("EtOH level",), "immunoglobulin a": ("IgA",),
+    "rheumatoid factor": ("RF",), "ck-mb index": ("MB index",), "heparin, lmw": ("anti-Xa",), "phenytoin": ("Dilantin level",),
+    "gentamicin": ("gent level",), "theophylline": ("theo level",), "reticulocyte count, manual": ("manual retic",),
+    "promyelocytes": ("promyelos",), "cd4/cd8 ratio": ("CD4:CD8",), "cd3 cells, percent": ("CD3%",),
+    "absolute cd3 count": ("CD3 ct",), "cholesterol, total": ("total chol",), "24 hr creatinine": ("24h UCr",),
+    # more drugs: brand names and prescribers' short forms
+    "vasopressin": ("vaso",), "phenytoin (suspension)": ("Dilantin susp",), "oxymetazoline": ("Afrin",),
+    "diltiazem extended-release": ("Cardizem CD",), "loperamide": ("Imodium",), "cimetidine": ("Tagamet",),
+    "rituximab": ("Rituxan",), "zidovudine": ("AZT",), "baclofen": ("Lioresal",), "ranitidine": ("Zantac",),
+    "ketorolac": ("Toradol",), "caspofungin": ("Cancidas",), "tramadol": ("Ultram",), "nitroglycerin": ("NTG",),
+    "basiliximab": ("Simulect",), "indomethacin": ("Indocin",), "nitroprusside sodium": ("Nipride",),
+    "glipizide": ("Glucotrol",), "voriconazole": ("Vfend",), "dexamethasone": ("Decadron",), "ziprasidone": ("Geodon",),
+    "tiotropium bromide": ("Spiriva",), "hydrochlorothiazide": ("HCTZ",), "amoxicillin-clavulanic acid": ("Augmentin",),
+    "acetylcysteine 20%": ("Mucomyst",), "chlorothiazide": ("Diuril",), "bupropion": ("Wellbutrin",),
+    "metoclopramide": ("Reglan",), "valsartan": ("Diovan",), "buspirone": ("BuSpar",), "tacrolimus": ("Prograf", "FK506"),
+    "paroxetine hcl": ("Paxil",), "benztropine mesylate": ("Cogentin",), "diphenhydramine hcl": ("Benadryl",),
+    "enalaprilat": ("Vasotec IV",), "cefpodoxime proxetil": ("Vantin",), "ferrous sulfate": ("FeSO4",),
+    "magnesium oxide": ("MgO", "mag ox"), "calcium carbonate": ("Tums",), "ascorbic acid": ("vit C",),
+    "vitamin d": ("vit D",), "nicotine patch": ("NicoDerm",), "methimazole": ("Tapazole",),
+    "dornase alfa *nf*": ("Pulmozyme",), "posaconazole suspension": ("Noxafil",), "ipratropium bromide mdi": ("Atrovent MDI",),
+    "emtricitabine-tenofovir": ("Truvada",), "indinavir sulfate": ("Crixivan",), "rosiglitazone maleate": ("Avandia",),
+    "atovaquone suspension": ("Mepron",), "theophylline sr": ("Theo-24",), "topiramate": ("Topamax",),
+    "fluticasone-salmeterol diskus (100/50)": ("Advair",), "influenza virus vaccine": ("flu shot",),
+    "metformin (glucophage)": ("Glucophage",), "oxycodone sr (oxycontin)": ("OxyContin",),
+    "hydrocortisone na succ.": ("Solu-Cortef",), "alteplase (catheter clearance)": ("Cathflo",),
+    "phenytoin infatab": ("Dilantin Infatab",), "phenytoin sodium": ("Dilantin",), "thiamine": ("vit B1",),
+    "hydromorphone": ("HM",), "amlodipine besylate": ("amlo",), "sodium citrate 4%": ("citrate lock",),
+    "isosorbide dinitrate sa": ("ISDN SA",), "neo*iv*morphine sulfate": ("neo MSO4",), "clobetasol propionate 0.05% ointment": ("Temovate",),
+    "d5w (excel bag)": ("D5W bag",), "neo*desitin creamy": ("Desitin",), "oxycodone-acetaminophen elixir": ("Roxicet",),
+    "triamcinolone acetonide 0.025% cream": ("TAC cream",), "albumin 25% (12.5g / 50ml)": ("25% albumin",),
+    "albumin 5% (25g / 500ml)": ("5% albumin",), "heparin sodium (preservative free)": ("PF heparin",),
+    "potassium chl 40 meq / 1000 ml d5w": ("KCl in D5W",), "ns epidural bag (0.9% nacl)": ("epidural NS",),
+    "heparin flush picc (100 units/ml)": ("PICC flush",), "heparin flush hickman (100 units/ml)": ("Hickman flush",),
+    "ibuprofen suspension": ("Motrin susp",), "*nf* nicardipine hcl iv": ("Cardene IV",),
+    # more diagnoses and procedures
+    "c.a.t. scan of abdomen": ("abd CT",), "colonoscopy": ("c-scope",), "percu endosc gastrostomy": ("PEG",),
+    "percu endosc jejunostomy": ("PEJ",), "exploratory laparotomy": ("ex lap",), "laparoscopic cholecystec": ("lap chole",),
+    "peritoneal dialysis": ("PD",), "d & c nec": ("D&C",), "flexible sigmoidoscopy": ("flex sig",),
+    "adm inhal nitric oxide": ("iNO",), "inser temp pacemaker sys": ("temp pacer",), "ami anterior wall, init": ("anterior STEMI",),
+    "dmii wo cmp uncntrld": ("uncontrolled DM2",), "hx tia/stroke w/o resid": ("h/o TIA",), "gastrointest hemorr nos": ("GIB",),
+    "bacterial pneumonia nos": ("bacterial PNA",), "staph pneumonia nec": ("staph PNA",), "pyelonephritis nos": ("pyelo",),
+    "status cardiac pacemaker": ("s/p PPM",), "depend-supplement oxygen": ("home O2",), "crbl art ocl nos w infrc": ("ischemic CVA",),
+    "hx of gi malignancy nec": ("h/o GI cancer",), "oth transureth prostatec": ("TURP",), "other permanent tracheos": ("perm trach",),
+    "int insert dual-cham dev": ("dual-chamber PPM",), "clo endosc bx bile duct": ("ERCP bx",),
+    "inject ca chemother nec": ("chemo",), "adv eff insulin/antidiab": ("hypoglycemia (insulin)",),
+    "opn/oth rep aort vlv-tis": ("tissue AVR",), "sm-to-sm bowel anastom": ("SB anastomosis",),
+    "vena cav angiocardiogram": ("venacavogram",), "fall on stair/step nec": ("fall down stairs",),
+    "oth cerv fusion ant/ant": ("ACDF",), "drsl/dslmb fus post/post": ("posterior lumbar fusion",),
+    "excise lg intestine les": ("colon lesion excision",), "percutan liver aspirat": ("perc liver aspiration",),
+    "endosc destruc bronc les": ("bronch ablation",), "pancreat sphincteroplas": ("pancreatic sphincteroplasty",),
+    "pulsation balloon implan": ("IABP",), "revise sm bowel anastom": ("SB anastomosis revision",),
+    "rt heart angiocardiogram": ("R heart angio",), "small bowel incision nec": ("enterotomy",),
+    "skin & subq dx proc nec": ("skin dx proc",), "intermed coronary synd": ("unstable angina",),
+    "periph t cell lym abdom": ("PTCL (abd)",), "dis phosphorus metabol": ("phos disorder",),
 })
 #: Share of mentions written in shorthand when the label has one (the public EHRCon notes name 82 % of their
 #: entities by abbreviations or brand names: BP, Hct, Tmax, Percocet).
-SHORTHAND_SHARE = 0.9
+SHORTHAND_SHARE = 0.95
 
 
 @dataclass
@@ -340,9 +412,9 @@ def _absent(rng: random.Random, table: str, present: set[str], vocab: Vocab, whe
     drawn as often as database rows name it, its value, unit, dose and route those of one of its rows."""
     pool = vocab.entity_rows[table]
     entity = None
-    for _ in range(30):
+    for _ in range(100):
         pick = rng.choice(pool) if pool else None
-        if pick is not None and pick not in present:
+        if pick is not None and pick not in present and rng.random() * MENTION_WEIGHT < mention_weight(pick):
             entity = pick
             break
     if entity is None:
@@ -356,6 +428,17 @@ def _absent(rng: random.Random, table: str, present: set[str], vocab: Vocab, whe
     return {"entity": entity, "value": value, "unit": unit, "time": when[:16]}
 
 
+#: How much more often a note mentions an entity that has a short form (:data:`SHORTHAND`) than one that has none
+#: (faithful and absent entities alike, before the label is drawn): real notes name the common labs, vitals and
+#: drugs (BP, Hct, Tmax, Lasix) far more often than a pleural fluid's amylase.
+MENTION_WEIGHT = 4.0
+
+
+def mention_weight(entity: str) -> float:
+    """The relative chance that a note mentions ``entity``: :data:`MENTION_WEIGHT` when it has a short form, else 1."""
+    return MENTION_WEIGHT if SHORTHAND.get(entity) else 1.0
+
+
 #: Chance that a mention is falsified when drawn (the build then balances each table to the public share).
 FALSIFY = 0.4
 
@@ -364,7 +447,9 @@ def _surface(entity: str, rng: random.Random, taken: set[str], labels: frozenset
     """How a note writes ``entity``: its shorthand about :data:`SHORTHAND_SHARE` of the time, never a form another
     entity of the admission already uses, nor another entity's database label (``labels``; compared
     case-insensitively), so that the name in the question means one entity only."""
-    forms = [f for f in SHORTHAND.get(entity, ()) if f.lower() not in taken and f.lower() not in labels]
+    own = entity.lower()
+    forms = [f for f in SHORTHAND.get(entity, ())
+             if f.lower() == own or (f.lower() not in taken and f.lower() not in labels)]
     if forms and rng.random() < SHORTHAND_SHARE:
         return rng.choice(forms)
     return entity
@@ -380,8 +465,9 @@ def admission_mentions(con: sqlite3.Connection, hadm: int, admit: str, rng: rand
     for table, n in PER_TABLE.items():
         rows = _event_rows(con, table, hadm)
         present = {r[0] for r in rows}
-        names = sorted(present - used)
-        rng.shuffle(names)
+        # notes mention what clinicians write about (the common labs, vitals and drugs, which have short forms)
+        # more often: weighted sampling without replacement, the same weights as absent entities are drawn with
+        names = sorted(sorted(present - used), key=lambda e: -rng.random() ** (1.0 / mention_weight(e)))
         for name in names[:n]:
             kind = "none" if rng.random() >= FALSIFY else rng.choice(KINDS[table][1:])
             if kind == "absent":
@@ -490,6 +576,27 @@ def _rounding(text: str) -> str:
     if value != int(value):
         return "fraction"
     return "x10" if value % 10 == 0 else "x5" if value % 5 == 0 else "integer"
+
+
+#: A short form -> the database label it names (each form names one label: tests/tasks/test_ehrcon_surface.py).
+ALIAS_OF: dict[str, str] = {form.lower(): entity for entity, forms in SHORTHAND.items() for form in forms}
+
+
+def resolve(surface: str, labels: frozenset[str] | set[str]) -> str | None:
+    """The database label a note's entity name stands for: the label itself, however capitalised (``RDW`` for
+    ``rdw``), else the label whose short form it is (``Hct`` -> ``hematocrit``), else None. ``labels``: the
+    database's labels, lower-cased (:attr:`Vocab.labels`); a label wins over a short form spelled alike."""
+    low = surface.strip().lower()
+    if low in labels:
+        return low
+    entity = ALIAS_OF.get(low)
+    return entity if entity is not None and entity in labels else None
+
+
+def abbreviated(entity: str, surface: str) -> bool:
+    """Whether a note names ``entity`` by an abbreviation or brand name: any form other than the database's own
+    (lower-case) label, including a label that is itself an acronym written as one (``RDW``, ``MCHC``)."""
+    return surface != entity
 
 
 def surface_features(table: str, claim: dict[str, Any], surface: str) -> dict[str, str]:
