@@ -1,7 +1,8 @@
 """Token-level trajectories for RL on local models: exact ids, sampling logprobs and an environment mask.
 
 Token-in/token-out: the running id sequence is never re-tokenized. The prompt is the chat template's render of
-the episode's first messages (with the tool schemas and the generation prompt), tokenized once. Each turn the
+the episode's first messages (with the tool schemas and the generation prompt; a template that drops ``tools``
+gets them in the system message instead, :func:`fit_tools`), tokenized once. Each turn the
 model's completion ids are appended as generated, ending with ``<|im_end|>``; then the ids of the rendered
 observation turn are appended, tokenized on their own. For the Qwen2.5 template that turn is
 ``"\\n<|im_start|>user\\n<tool_response>\\n…\\n</tool_response><|im_end|>\\n<|im_start|>assistant\\n"`` for tool
