@@ -53,9 +53,9 @@ OOD = {"ehrcon": (("lab.",), 4, 96, 512)}
 #: ``eval_per_family`` bounds the toy families' evaluation instances (:data:`TOY`: all 16 held-out toy_lookup
 #: records of a tiny build, so SFT against zero-shot is decidable there), ``eval_per_real_family`` the others'.
 #: Quick is sized from per-stage CPU seconds measured on the loaded 2-core machine (docs/benchmarks.md, "Real
-#: model"): ~5,000 CPU s extrapolated, the 45 minutes of a quiet 2-core machine.
-QUICK = {"train_per_family": 8, "eval_per_family": 16, "eval_per_real_family": 6, "reps": 1, "sft_steps": 30,
-         "sft_batch": 4, "sft_lr": 5e-5, "rl_steps": 4, "rl_group": 4, "rl_lr": 1e-5, "seeds": [0, 1, 2], "ppo": True}
+#: model"): ~4,500 CPU s extrapolated, within the 5,400 of 45 minutes of a quiet 2-core machine.
+QUICK = {"train_per_family": 8, "eval_per_family": 16, "eval_per_real_family": 4, "reps": 1, "sft_steps": 30,
+         "sft_batch": 4, "sft_lr": 5e-5, "rl_steps": 2, "rl_group": 4, "rl_lr": 1e-5, "seeds": [0, 1, 2], "ppo": True}
 FULL = {"train_per_family": 32, "eval_per_family": 16, "eval_per_real_family": 24, "reps": 4, "sft_steps": 200,
         "sft_batch": 8, "sft_lr": 5e-5, "rl_steps": 30, "rl_group": 8, "rl_lr": 1e-5, "seeds": [0, 1, 2, 3, 4],
         "ppo": True}
