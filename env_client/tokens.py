@@ -17,8 +17,8 @@ Shapes (per episode, what TRL's GRPO ``rollout_func`` consumes once collated by 
 - ``env_mask``: ``list[int]``, length C, 1 for model tokens (trained), 0 for environment tokens (context only).
 - ``logprobs``: ``list[float]``, length C, the sampling log-probability of each model token, 0.0 for env tokens.
 
-Agreement with a fresh render. ``apply_chat_template(to_chat_messages(trajectory), tools=...)`` tokenized in one
-go starts with exactly ``prompt_ids + completion_ids`` when the model's ids are the canonical tokenization of
+Agreement with a fresh render. ``apply_chat_template(*fit_tools(tok, to_chat_messages(trajectory), tools))``
+tokenized in one go starts with exactly ``prompt_ids + completion_ids`` when the model's ids are the canonical tokenization of
 their own text, and has one more token: the ``"\\n"`` the template writes after the final ``<|im_end|>``, which
 was never generated (tests/env_client/test_tokens.py checks both). Other documented differences:
 
