@@ -12,6 +12,11 @@ model once, by one of two routes:
   schemas, one line per action with its purpose, e.g. ``- code_execution(lang?: python|sql, code: str): Run
   Python, or read-only SQL on the task database.`` (:func:`inline_tools` puts it into an existing system
   message; ``system_prompt(..., inline=True)`` builds it directly).
+- ``tool_call`` format with a local model whose chat template drops ``tools`` (SmolLM2's ChatML template renders
+  the same text with or without them): ``env_client.tokens.render_prompt`` detects that
+  (``template_renders_tools``) and renders :func:`inline_tools`' form instead, so the model is told each action's
+  parameters and the ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` syntax the parser reads;
+  ``medcopilot.data.fit_rows`` does the same to SFT/DPO rows, so training sees what rollouts show.
 
 A third, ``compact`` prompt (``EnvConfig(prompt="compact")``, :func:`compact_system_prompt`) is for tiny models
 that learn the reply format from demonstrations (the CPU learning checks, ``medcopilot.learning``): one system line

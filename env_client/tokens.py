@@ -1,7 +1,8 @@
 """Token-level trajectories for RL on local models: exact ids, sampling logprobs and an environment mask.
 
 Token-in/token-out: the running id sequence is never re-tokenized. The prompt is the chat template's render of
-the episode's first messages (with the tool schemas and the generation prompt), tokenized once. Each turn the
+the episode's first messages (with the tool schemas and the generation prompt; a template that drops ``tools``
+gets them in the system message instead, :func:`fit_tools`), tokenized once. Each turn the
 model's completion ids are appended as generated, ending with ``<|im_end|>``; then the ids of the rendered
 observation turn are appended, tokenized on their own. For the Qwen2.5 template that turn is
 ``"\\n<|im_start|>user\\n<tool_response>\\n…\\n</tool_response><|im_end|>\\n<|im_start|>assistant\\n"`` for tool
@@ -16,8 +17,8 @@ Shapes (per episode, what TRL's GRPO ``rollout_func`` consumes once collated by 
 - ``env_mask``: ``list[int]``, length C, 1 for model tokens (trained), 0 for environment tokens (context only).
 - ``logprobs``: ``list[float]``, length C, the sampling log-probability of each model token, 0.0 for env tokens.
 
-Agreement with a fresh render. ``apply_chat_template(to_chat_messages(trajectory), tools=...)`` tokenized in one
-go starts with exactly ``prompt_ids + completion_ids`` when the model's ids are the canonical tokenization of
+Agreement with a fresh render. ``apply_chat_template(*fit_tools(tok, to_chat_messages(trajectory), tools))``
+tokenized in one go starts with exactly ``prompt_ids + completion_ids`` when the model's ids are the canonical tokenization of
 their own text, and has one more token: the ``"\\n"`` the template writes after the final ``<|im_end|>``, which
 was never generated (tests/env_client/test_tokens.py checks both). Other documented differences:
 
@@ -45,8 +46,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["TokenEpisode", "collate", "generate", "generate_batch", "observation_ids", "render_prompt",
-           "token_rollout"]
+__all__ = ["TokenEpisode", "collate", "fit_tools", "generate", "generate_batch", "observation_ids", "render_prompt",
+           "template_renders_tools", "token_rollout"]
 
 #: ``generate_fn(prompt_and_history_ids, seed) -> (new_ids, logprobs)``.
 GenerateFn = Callable[[list[int], "int | None"], "tuple[list[int], list[float]]"]
@@ -58,18 +59,61 @@ def _encode(tokenizer: Any, text: str) -> list[int]:
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
+_TOOL_PROBE_CHAT = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]
+_TOOL_PROBE = [{"type": "function", "function": {"name": "probe_tool", "description": "d",
+                                                 "parameters": {"type": "object", "properties": {}}}}]
+_RENDERS_TOOLS: dict[str, bool] = {}  # chat template text -> whether it renders a tool list
+
+
+def template_renders_tools(tokenizer: Any) -> bool:
+    """Whether the tokenizer's chat template shows a ``tools`` list to the model.
+
+    Renders a fixed two-message chat with and without a one-tool list: identical text means the template drops
+    ``tools`` (SmolLM2's ChatML template does; Qwen2.5's renders a ``<tools>`` block). A template that raises on
+    ``tools`` counts as not rendering them. The answer is cached per template text.
+    """
+    template = tokenizer.chat_template
+    key = template if isinstance(template, str) else repr(template)
+    if key not in _RENDERS_TOOLS:
+        plain = tokenizer.apply_chat_template(_TOOL_PROBE_CHAT, add_generation_prompt=True, tokenize=False)
+        try:
+            with_tools = tokenizer.apply_chat_template(_TOOL_PROBE_CHAT, tools=_TOOL_PROBE, add_generation_prompt=True,
+                                                       tokenize=False)
+        except Exception:  # noqa: BLE001 - a template that cannot take tools does not show them
+            with_tools = plain
+        _RENDERS_TOOLS[key] = with_tools != plain
+    return _RENDERS_TOOLS[key]
+
+
+def fit_tools(tokenizer: Any, messages: list[dict],
+              tools: list[dict] | None) -> tuple[list[dict], list[dict] | None]:
+    """``(messages, tools)`` as the tokenizer's template should get them: unchanged when it renders ``tools``;
+    otherwise the schemas' compact text form goes into the system message (``env_client.prompts.inline_tools``:
+    one ``- name(param: type, optional?: type): purpose`` line per action and the reply syntax
+    ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``, which ``env_client.parsing`` accepts) and
+    ``tools`` becomes None, so a model whose template ignores ``tools`` is still told every action's parameters.
+    """
+    if not tools or template_renders_tools(tokenizer):
+        return messages, tools or None
+    from env_client.prompts import inline_tools
+
+    return inline_tools(messages, tools), None
+
+
 def render_prompt(tokenizer: Any, messages: list[dict], tools: list[dict] | None = None) -> list[int]:
     """Ids of the chat template's render of ``messages`` plus the generation prompt.
 
     Args:
         tokenizer: A HF tokenizer with a chat template.
         messages: OpenAI-style chat messages.
-        tools: JSON tool schemas, rendered into the system turn by templates that support them.
+        tools: JSON tool schemas: rendered by the template when it supports them, else put into the system
+            message in their compact text form (:func:`fit_tools`).
 
     Returns:
         The prompt ids, length P.
     """
-    text = tokenizer.apply_chat_template(messages, tools=tools or None, add_generation_prompt=True, tokenize=False)
+    messages, tools = fit_tools(tokenizer, messages, tools)
+    text = tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=False)
     return _encode(tokenizer, text)
 
 

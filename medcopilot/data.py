@@ -196,6 +196,28 @@ def to_dataset(rows: list[dict[str, Any]], *, what: str) -> Any:
     return Dataset.from_list(rows)
 
 
+def fit_rows(rows: list[dict[str, Any]], tokenizer: Any) -> list[dict[str, Any]]:
+    """SFT or DPO rows as ``tokenizer``'s chat template should see them (``env_client.tokens.fit_tools``).
+
+    A template that renders ``tools`` gets the rows unchanged. One that drops them (SmolLM2's) would train on
+    conversations whose model never saw the action schemas, unlike the episodes the rollouts render: each row's
+    ``tools`` then move into its system message (``messages`` for SFT, ``prompt`` for DPO) in the same compact
+    text form a rollout prompt gets, and the column is dropped.
+    """
+    from env_client.tokens import fit_tools, template_renders_tools
+
+    if not any(row.get("tools") for row in rows) or template_renders_tools(tokenizer):
+        return rows
+    out = []
+    for row in rows:
+        row = dict(row)
+        tools = json.loads(row.pop("tools")) if row.get("tools") else None
+        key = "messages" if "messages" in row else "prompt"
+        row[key], _ = fit_tools(tokenizer, row[key], tools)
+        out.append(row)
+    return out
+
+
 def _tools_column(tools: list[dict[str, Any]] | None) -> dict[str, str]:
     """Tool schemas as one JSON string (TRL parses it back): Arrow cannot unify differing nested schemas."""
     return {"tools": json.dumps(tools)} if tools else {}
@@ -219,5 +241,5 @@ def _trim_to_last_assistant(messages: list[Message]) -> list[Message]:
     return [dict(m) for m in messages[: last + 1]]
 
 
-__all__ = ["Episode", "divergence", "dpo_pairs", "episode_from_trajectory", "load_episodes", "sft_rows",
+__all__ = ["Episode", "divergence", "dpo_pairs", "episode_from_trajectory", "fit_rows", "load_episodes", "sft_rows",
            "to_dataset"]

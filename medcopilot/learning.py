@@ -248,8 +248,9 @@ class Playground:
         ``toy_lookup``'s test records are)."""
         return _index(self.family, split, self.prompt)
 
-    def rollout(self, *, seed: int, concurrency: int = 16, index: Any = None) -> Any:
-        """An :class:`~medcopilot.rollout_func.EnvRolloutFunc` over this family (``index`` defaults to ours)."""
+    def rollout(self, *, seed: int, concurrency: int = 16, index: Any = None, batching: str = "continuous") -> Any:
+        """An :class:`~medcopilot.rollout_func.EnvRolloutFunc` over this family (``index`` defaults to ours;
+        ``batching``: see :class:`~medcopilot.rollout_func.TurnBatcher`)."""
         from env_client import Env
         from medcopilot.rollout_func import EnvRolloutFunc
 
@@ -257,7 +258,7 @@ class Playground:
         return EnvRolloutFunc(make_env=lambda: Env(self.pool, tasks_root=self.root, config=config),
                               index=index or self.index, tokenizer=self.tokenizer, max_new_tokens=self.max_new_tokens,
                               max_completion_tokens=self.max_completion_tokens, concurrency=concurrency, seed=seed,
-                              flush_s=30.0)
+                              flush_s=30.0, batching=batching)
 
     def close(self) -> None:
         """Stop the sandbox pool."""

@@ -7,10 +7,14 @@ project's own pieces:
    restricted to that category (:class:`Arena`). The in-distribution families are trained on (their ``train``
    split) and evaluated on their ``test`` split (instances never trained on); the held-out family is never
    trained on (``ehrcon`` is in the project's ``ood`` suite).
-2. **Zero-shot**: :func:`medcopilot.learning.evaluate` (fixed sampling seeds, so two policies are scored on the
-   same draws) on each family's evaluation prompts, temperature 1, the ``compact`` prompt (its system line names
-   each action's parameters: SmolLM2's chat template ignores ``tools``, so the ``tool_call`` format's schemas
-   would never reach it).
+2. **Zero-shot**: :func:`medcopilot.learning.evaluate` on each family's evaluation prompts, greedy (one episode
+   per prompt, so n is the number of held-out instances; ``eval_temperature`` > 0 samples ``reps`` episodes per
+   prompt on fixed seeds instead), the ``compact`` prompt (its system line names each action's parameters).
+   Evaluation is the pipeline's main cost, so it is made cheap (:func:`generation_speed` measures it):
+   episodes advance in lock-step (every turn of all live episodes is one left-padded ``model.generate`` call with
+   the KV cache, ``TurnBatcher(batching="lockstep")``), under ``torch.inference_mode``, with a tight per-turn
+   token cap per family, and with the intra-op thread count of :func:`torch_threads` (on a loaded 2-core machine
+   two threads spin-wait for each other: one thread decoded ~10x more tokens per CPU second there).
 3. **Trajectories**: the families' reference solutions played through the environment at token level
    (:func:`medcopilot.learning.oracle_episodes`: the sandbox runs the code, observations are masked out of the
    loss): the paper's trajectory sampling with the oracle as teacher.
@@ -33,7 +37,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["FULL", "ID", "OOD", "QUICK", "Arena", "open_arena", "run_pipeline", "table_rows"]
+__all__ = ["FULL", "ID", "OOD", "QUICK", "SPEED", "TOY", "Arena", "generation_speed", "open_arena", "run_pipeline",
+           "table_rows", "torch_threads"]
 
 #: Family -> (category prefixes kept, or None for all; turn budget; tokens per assistant turn; tokens per
 #: episode). The real families keep their shortest, most formulaic templates: TREQS's counting questions,
@@ -45,10 +50,23 @@ ID = {"toy_lookup": (None, 3, 48, 192), "toy_sql": (None, 3, 64, 256),
 OOD = {"ehrcon": (("lab.",), 4, 96, 512)}
 #: Settings of the two modes (per family: training and evaluation instances, episodes per evaluation prompt;
 #: SFT steps and batch; RL steps, group, seeds).
-QUICK = {"train_per_family": 8, "eval_per_family": 8, "reps": 2, "sft_steps": 30, "sft_batch": 4, "sft_lr": 5e-5,
-         "rl_steps": 4, "rl_group": 4, "rl_lr": 1e-5, "seeds": [0, 1, 2], "ppo": True}
-FULL = {"train_per_family": 32, "eval_per_family": 24, "reps": 4, "sft_steps": 200, "sft_batch": 8, "sft_lr": 5e-5,
-        "rl_steps": 30, "rl_group": 8, "rl_lr": 1e-5, "seeds": [0, 1, 2, 3, 4], "ppo": True}
+#: ``eval_per_family`` bounds the toy families' evaluation instances (:data:`TOY`: all 16 held-out toy_lookup
+#: records of a tiny build, so SFT against zero-shot is decidable there), ``eval_per_real_family`` the others'.
+#: Quick is sized from per-stage CPU seconds measured on the loaded 2-core machine (docs/benchmarks.md, "Real
+#: model"): ~4,500 CPU s extrapolated, within the 5,400 of 45 minutes of a quiet 2-core machine.
+QUICK = {"train_per_family": 8, "eval_per_family": 16, "eval_per_real_family": 4, "reps": 1, "sft_steps": 30,
+         "sft_batch": 4, "sft_lr": 5e-5, "rl_steps": 2, "rl_group": 4, "rl_lr": 1e-5, "seeds": [0, 1, 2], "ppo": True}
+FULL = {"train_per_family": 32, "eval_per_family": 16, "eval_per_real_family": 24, "reps": 4, "sft_steps": 200,
+        "sft_batch": 8, "sft_lr": 5e-5, "rl_steps": 30, "rl_group": 8, "rl_lr": 1e-5, "seeds": [0, 1, 2, 3, 4],
+        "ppo": True}
+#: The toy families (their evaluation size is ``eval_per_family``).
+TOY = ("toy_lookup", "toy_sql")
+#: Evaluation and speed settings shared by both modes (``--set`` overrides them too): greedy evaluation (``reps``
+#: is then 1), episodes per lock-step batch, torch's intra-op threads (``auto``: :func:`torch_threads`), and the
+#: tokens per row of the before/after generation probe (0: no probe).
+SPEED = {"eval_temperature": 0.0, "eval_concurrency": 16, "threads": "auto", "probe_tokens": 16}
+QUICK.update(SPEED)
+FULL.update(SPEED)
 
 
 @dataclass
@@ -108,12 +126,75 @@ def _mounts(root: Path, names: list[str]) -> dict[str, Path]:
     return out
 
 
-def _score(arena: Arena, model: Any, reps: int, seed: int) -> tuple[int, int]:
-    """(successes, episodes) of ``model`` on the arena's evaluation prompts, on the fixed seeds of ``seed``."""
+def torch_threads(setting: int | str = "auto") -> int:
+    """Set and return torch's intra-op thread count: ``setting`` when it is a number; ``auto``: the cores this
+    process may use minus the 1-minute load average (rounded), at least 1.
+
+    On a quiet 2-core machine that is 2. On a loaded one it is 1: there the two threads of every matrix product
+    wait for each other while the scheduler runs other work, and spin while they wait (measured on this
+    project's 2-core machine at load ~15, SmolLM2-135M decoding 8 rows: 4.8 tokens per CPU second with 2 threads,
+    47 with 1).
+    """
+    import torch
+
+    if setting == "auto":
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        n = max(1, min(cores, round(cores - os.getloadavg()[0])))
+    else:
+        n = int(setting)
+        if n < 1:
+            raise ValueError(f"threads={setting!r}: use a positive number or 'auto'")
+    torch.set_num_threads(n)
+    return n
+
+
+def generation_speed(model: Any, tokenizer: Any, contexts: list[list[int]], *, tokens: int, threads: int,
+                     before_threads: int) -> dict[str, Any]:
+    """Decoding speed of the old evaluation setting and the new one on the same contexts, in this process.
+
+    Before: sampling at temperature 1 under ``torch.no_grad`` with ``before_threads`` (torch's default) intra-op
+    threads. After: greedy under ``torch.inference_mode`` with ``threads``. Both decode all ``contexts`` in one
+    left-padded ``generate`` call of ``tokens`` new tokens per row (KV cache on); the throughput counts the
+    positions decoded (rows x steps, what the model computes), per CPU second of this process and per wall
+    second. Returns ``{"before": {...}, "after": {...}, "ratio_cpu": after/before, "ratio_wall": ...}``.
+    """
+    import torch
+
+    from env_client.tokens import generate_batch
+
+    def run(temperature: float, n_threads: int, mode: Any) -> dict[str, float]:
+        torch.set_num_threads(n_threads)
+        cpu0, wall0 = time.process_time(), time.monotonic()
+        with mode():
+            new, _ = generate_batch(model, tokenizer, contexts, seeds=list(range(len(contexts))),
+                                    max_new_tokens=tokens, temperature=temperature)
+        cpu, wall = time.process_time() - cpu0, time.monotonic() - wall0
+        positions = len(contexts) * max(len(ids) for ids in new)
+        return {"threads": n_threads, "positions": positions, "cpu_s": round(cpu, 2), "wall_s": round(wall, 2),
+                "per_cpu_s": round(positions / max(cpu, 1e-9), 2), "per_wall_s": round(positions / max(wall, 1e-9), 2)}
+
+    before = run(1.0, before_threads, torch.no_grad)
+    after = run(0.0, threads, torch.inference_mode)
+    torch.set_num_threads(threads)
+    return {"before": before, "after": after, "rows": len(contexts),
+            "ratio_cpu": round(after["per_cpu_s"] / before["per_cpu_s"], 2),
+            "ratio_wall": round(after["per_wall_s"] / before["per_wall_s"], 2)}
+
+
+def _score(arena: Arena, model: Any, settings: dict[str, Any], seed: int) -> tuple[int, int]:
+    """(successes, episodes) of ``model`` on the arena's evaluation prompts: greedy, or sampled on the fixed seeds
+    of ``seed`` when ``settings["eval_temperature"]`` > 0 (``reps`` episodes per prompt); lock-step batches."""
+    import torch
+
     from medcopilot.learning import evaluate
 
-    rollout = arena.play.rollout(seed=seed, index=arena.eval_index)
-    score = evaluate(rollout, model, arena.eval_prompts, reps=reps)
+    temperature = float(settings["eval_temperature"])
+    reps = settings["reps"] if temperature > 0 else 1
+    prompts = arena.eval_prompts
+    rollout = arena.play.rollout(seed=seed, index=arena.eval_index, batching="lockstep",
+                                 concurrency=min(settings["eval_concurrency"], len(prompts) * reps))
+    with torch.inference_mode():
+        score = evaluate(rollout, model, prompts, reps=reps, temperature=temperature)
     return round(score.success * score.episodes), score.episodes
 
 
@@ -131,6 +212,7 @@ def run_pipeline(model_dir: str | os.PathLike, workdir: str | os.PathLike, setti
 
     import sandbox as sandbox_pkg
     from env_client import Env, EnvConfig
+    from env_client.tokens import render_prompt
     from medcopilot.learning import (
         PROMPT,
         oracle_episodes,
@@ -150,6 +232,9 @@ def run_pipeline(model_dir: str | os.PathLike, workdir: str | os.PathLike, setti
         cost[name] = round(cost.get(name, 0.0) + cpu() - started, 1)
         log(f"[real] {name}: {cost[name]:.0f} s CPU so far")
 
+    default_threads = torch.get_num_threads()
+    threads = torch_threads(settings.get("threads", "auto"))
+    log(f"[real] torch threads {threads} (default {default_threads}, load {os.getloadavg()[0]:.1f})")
     tok = AutoTokenizer.from_pretrained(model_dir)
     base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
     names = [*families, *held_out]
@@ -160,16 +245,30 @@ def run_pipeline(model_dir: str | os.PathLike, workdir: str | os.PathLike, setti
         if not (root / name / "manifest.json").is_file():
             tasks.make(name, root=root).build(root, size="tiny", seed=0)
     backend = "bwrap" if sandbox == "auto" else sandbox
-    pool = sandbox_pkg.make_pool(backend, workers=8, allow_unisolated=backend == "local", mounts=_mounts(root, names))
+    workers = max(8, int(settings["eval_concurrency"]))
+    pool = sandbox_pkg.make_pool(backend, workers=workers, allow_unisolated=backend == "local",
+                                 mounts=_mounts(root, names))
+    speed: dict[str, Any] = {}
     try:
+        real_eval = settings.get("eval_per_real_family", settings["eval_per_family"])
         arenas = {name: open_arena(name, spec, root, tok, pool, train_limit=settings["train_per_family"],
-                                   eval_limit=settings["eval_per_family"])
+                                   eval_limit=settings["eval_per_family"] if name in TOY else real_eval)
                   for name, spec in {**families, **held_out}.items()}
         stage("setup", t0)
-        reps = settings["reps"]
+        if settings.get("probe_tokens"):
+            t0 = cpu()
+            # each family's first evaluation prompt, as rendered for the model, 8 rows in all
+            contexts = ([render_prompt(tok, arena.eval_prompts[0]) for arena in arenas.values()] * 8)[:8]
+            speed = generation_speed(base, tok, contexts, tokens=int(settings["probe_tokens"]), threads=threads,
+                                     before_threads=default_threads)
+            log(f"[real] generation speed, {speed['rows']} rows: before {speed['before']['per_cpu_s']} positions "
+                f"per CPU s ({speed['before']['threads']} threads, sampled, no_grad), after "
+                f"{speed['after']['per_cpu_s']} ({threads} threads, greedy, inference_mode): "
+                f"x{speed['ratio_cpu']} per CPU s, x{speed['ratio_wall']} per wall s")
+            stage("speed probe", t0)
 
         def score_all(model: Any, seed: int) -> dict[str, list[int]]:
-            return {name: list(_score(arena, model, reps, seed)) for name, arena in arenas.items()}
+            return {name: list(_score(arena, model, settings, seed)) for name, arena in arenas.items()}
 
         t0 = cpu()
         scores = {"zero-shot": score_all(base, 0)}
@@ -205,7 +304,8 @@ def run_pipeline(model_dir: str | os.PathLike, workdir: str | os.PathLike, setti
                 t0 = cpu()
                 policy = copy.deepcopy(sft)
                 rollout = EnvRolloutFunc(make_env=make_env, index=index, tokenizer=tok, max_new_tokens=limits[2],
-                                         max_completion_tokens=limits[3], concurrency=8, seed=seed, flush_s=30.0)
+                                         max_completion_tokens=limits[3], concurrency=workers, seed=seed,
+                                         flush_s=30.0, batching="lockstep")
                 out = workdir / f"{method}_{seed}"
                 if method == "grpo":
                     trainer = train_grpo(policy, tok, rollout, rows, steps=settings["rl_steps"], lr=settings["rl_lr"],
@@ -223,7 +323,7 @@ def run_pipeline(model_dir: str | os.PathLike, workdir: str | os.PathLike, setti
                 stage(f"{method} eval", t0)
     finally:
         pool.close()
-    return {"scores": scores, "rl": rl, "cost": cost, "settings": settings,
+    return {"scores": scores, "rl": rl, "cost": cost, "settings": settings, "speed": speed, "threads": threads,
             "families": {"id": {k: v[0] for k, v in families.items()}, "held_out": {k: v[0] for k, v in held_out.items()}}}
 
 

@@ -7,7 +7,8 @@
 Runs :func:`medcopilot.real_pipeline.run_pipeline` (the families, stages and settings are documented there) and
 writes ``table.md`` (per family and method: success, n, 95 % Wilson interval, difference to zero-shot; RL per
 seed and pooled), ``result.json`` and ``table.png``. ``--json`` ends stdout with one JSON object: ``rows``,
-``cost`` (CPU seconds per stage), ``settings``, ``cpu_s``, ``wall_s``. The run folder is replaced on each run.
+``cost`` (CPU seconds per stage), ``settings``, ``speed`` (the before/after generation probe,
+``medcopilot.real_pipeline.generation_speed``), ``threads``, ``cpu_s``, ``wall_s``. The run folder is replaced on each run.
 """
 
 from __future__ import annotations
@@ -105,8 +106,14 @@ def main(argv: list[str] | None = None) -> int:
     (out / "table.md").write_text(markdown(rows), encoding="utf-8")
     plot(rows, out / "table.png")
     print(markdown(rows), flush=True)
+    if result["speed"]:
+        speed = result["speed"]
+        print(f"generation speed ({speed['rows']} rows): before {speed['before']['per_cpu_s']} / after "
+              f"{speed['after']['per_cpu_s']} positions per CPU s: x{speed['ratio_cpu']} (x{speed['ratio_wall']} per "
+              f"wall s)", flush=True)
     if args.json:
-        print(json.dumps({k: result[k] for k in ("rows", "cost", "settings", "cpu_s", "wall_s")}, default=str))
+        print(json.dumps({k: result[k] for k in ("rows", "cost", "settings", "speed", "threads", "cpu_s", "wall_s")},
+                         default=str))
     return 0
 
 

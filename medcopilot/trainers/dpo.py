@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from medcopilot.config import RecipeConfig
-from medcopilot.data import dpo_pairs, to_dataset
+from medcopilot.data import dpo_pairs, fit_rows, to_dataset
 from medcopilot.mixture import mixed_rows
 from medcopilot.modeling import load_model, load_tokenizer, lora_config, resume_checkpoint, trainable_parameter_count
 from medcopilot.trainers._common import episodes_for, finish_run
@@ -45,9 +45,11 @@ def build_trainer(cfg: RecipeConfig) -> tuple[Any, int]:
     # Data first (fail fast on a bad store): shared history + one divergent assistant turn per pair.
     rows = mixed_rows(cfg.tasks, episodes_for(cfg), lambda eps: dpo_pairs(eps, max_pairs_per_task=MAX_PAIRS_PER_TASK),
                       seed=int(cfg.trainer.get("seed", 0)), tag="dpo")
-    dataset = to_dataset(rows, what="dpo").remove_columns(["task_id"])
-    # Model (an SFT adapter folder is merged into its base here).
+    to_dataset(rows, what="dpo")  # an empty store fails here, before any loading
+    # Model (an SFT adapter folder is merged into its base here); a template that drops `tools` gets the
+    # schemas in the system message.
     tokenizer = load_tokenizer(cfg.model.name_or_path)
+    dataset = to_dataset(fit_rows(rows, tokenizer), what="dpo").remove_columns(["task_id"])
     model = load_model(cfg.model)
     # Trainer: with LoRA the reference is the adapter-free model; without, TRL keeps a frozen copy.
     trainer = DPOTrainer(

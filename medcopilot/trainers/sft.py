@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 from medcopilot.config import RecipeConfig, RecipeError
-from medcopilot.data import sft_rows, to_dataset
+from medcopilot.data import fit_rows, sft_rows, to_dataset
 from medcopilot.mixture import mixed_rows
 from medcopilot.modeling import load_model, load_tokenizer, lora_config, resume_checkpoint, trainable_parameter_count
 from medcopilot.trainers._common import episodes_for, finish_run
@@ -48,9 +48,10 @@ def build_trainer(cfg: RecipeConfig, *, model: Any = None, tokenizer: Any = None
     # Successful episodes only; every row ends on an assistant turn.
     if rows is None:
         rows = mixed_rows(cfg.tasks, episodes_for(cfg), sft_rows, seed=int(cfg.trainer.get("seed", 0)), tag="sft")
-    dataset = to_dataset(rows, what="sft")
-    # Model.
+    to_dataset(rows, what="sft")  # an empty store fails here, before any loading
+    # Model (its tokenizer first: a template that drops `tools` gets the schemas in the system message).
     tokenizer = tokenizer if tokenizer is not None else load_tokenizer(cfg.model.name_or_path)
+    dataset = to_dataset(fit_rows(rows, tokenizer), what="sft")
     model = model if model is not None else load_model(cfg.model)
     # Trainer: the recipe's trainer keys win, except that only assistant tokens are ever trained.
     if cfg.trainer.get("assistant_only_loss") is False:

@@ -15,6 +15,9 @@ import pytest
 from test_gpu_path import (  # the adapter whose every delta is `rel` of its weight's norm
     _adapter,
     _effect,
+    _move_adapters,
+    _share,
+    _vllm_generation,
 )
 
 
@@ -55,3 +58,32 @@ def test_an_export_of_a_bf16_run_keeps_a_small_update(real_model_dir, base_weigh
     assert effects[0] > 0.9 and median == pytest.approx(1.0, abs=0.02), (
         f"the export kept {median:.2f} of a {rel:g} update (min {effects[0]:.2f}, dtype "
         f"{json.loads((out / 'config.json').read_text()).get('dtype')})")
+
+
+@pytest.mark.parametrize("rel", [1e-4, 1e-3])
+def test_the_samplers_weights_keep_a_small_update_of_the_real_bf16_model(real_model_dir, rel):
+    """The weight sync to vLLM (``medcopilot.vllm_sync``, TRL's ``sync_weights`` walking our parameters) on the
+    real bf16-stored SmolLM2 with LoRA on all its linear layers: the weights the sampler receives carry the whole
+    update, over 3 seeds (rounding the fp32 merge to nearest bf16 would keep ~0.07 of a 1e-4 and ~0.55 of a 1e-3
+    update, as the check below measures on the same weights)."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from medcopilot.vllm_sync import install_exact_sync
+
+    base_model = AutoModelForCausalLM.from_pretrained(real_model_dir, dtype=torch.bfloat16)
+    assert base_model.dtype == torch.bfloat16
+    model = get_peft_model(base_model, LoraConfig(r=8, lora_alpha=16, lora_dropout=0.0, target_modules="all-linear"))
+    base = {n.replace(".base_layer", ""): p.detach().clone()
+            for n, p in model.get_base_model().state_dict().items() if "lora_" not in n}
+    shares, nearest = [], []
+    for seed in range(3):
+        deltas = _move_adapters(model, rel, seed)
+        assert len(deltas) == 210  # 30 layers x (q, k, v, o, gate, up, down)
+        vg = install_exact_sync(_vllm_generation(model), seed=seed)
+        vg.sync_weights()  # what vLLM would receive
+        shares.append(_share(vg.llm.weights, base, deltas))
+        nearest.append(_share({n: (base[n].float() + d).to(torch.bfloat16) for n, d in deltas.items()}, base, deltas))
+    assert max(nearest) < (0.15 if rel < 5e-4 else 0.75), nearest  # the loss this test exists to catch
+    assert all(0.95 < s < 1.05 for s in shares), (rel, shares, nearest)
