@@ -54,13 +54,9 @@ from typing import Any
 
 from medagentgym.tasks.base import (
     Instance,
-    Size,
     Split,
-    TaskError,
     run_then_submit,
     write_bytes_atomic,
-    write_instances,
-    write_manifest,
 )
 from medagentgym.tasks.toy_lookup import _TESTS, RECORDS, ToyLookup, _code
 
@@ -100,55 +96,27 @@ class ToyChoice(ToyLookup):
     #: Values are uniform on 1..9: a constant answer is right for ~1 record in 9 (on 128 test records up to ~17 %).
     #: Not a benchmark family, so its constant-answer bound is 25 %, as toy_lookup's.
     floor_bound = 0.25
+    sizes = _SIZES
+    rng_name = "toy_choice"  # toy_retry: the same records (its subclass renames tables)
 
     @property
     def categories(self) -> list[str]:
         """The cued tables, in a fixed order."""
         return sorted(TABLES)
 
-    def counts(self, size: Size = "default") -> dict[str, int]:
-        """Instance counts for ``size`` without building."""
-        return {"categories": len(TABLES), "instances": sum(_SIZES[size].values())}
-
-    def build(self, out_dir: Path | str, *, size: Size = "tiny", seed: int = 0) -> dict[str, Any]:
-        """Write ``<out_dir>/toy_choice/``: one database per record, train/test instances and a manifest.
-
-        Args:
-            out_dir: The tasks root.
-            size: ``"tiny"`` or ``"default"``.
-            seed: Seeds the tests, values and the order of the cued tables; the same seed gives byte-identical files.
-
-        Returns:
-            The manifest (counts per split and category, seed, size, version, sha256 per file).
-
-        Raises:
-            TaskError: An unknown size.
-        """
-        if size not in _SIZES:
-            raise TaskError(f"size {size!r} is not one of {sorted(_SIZES)}")
-        family_dir = Path(out_dir) / self.name
-        (family_dir / RECORDS).mkdir(parents=True, exist_ok=True)
-        rng = random.Random(f"toy_choice:{seed}")  # toy_retry: the same records (its subclass renames tables)
-        splits: dict[str, list[Instance]] = {}
-        first = {"train": 0, "test": _SIZES[size]["train"]}
-        for split in ("train", "test"):
-            n = _SIZES[size][split]
-            cues = [TABLES[i % len(TABLES)] for i in range(n)]
-            rng.shuffle(cues)  # balanced over the split, in no pattern
-            items = []
-            for index, cue in enumerate(cues):
-                test = rng.choice(sorted(_TESTS))
-                readings = dict(zip(TABLES, rng.sample(range(_LOW, _HIGH + 1), len(TABLES))))
-                code = _code(first[split] + index)
-                self._write(family_dir / RECORDS / f"{code}.db", test, readings, index)
-                items.append(self._instance(split, index, code, test, cue, readings))
-            splits[split] = items
-            write_instances(family_dir, split, items)
-        return write_manifest(
-            family_dir, family=self.name, version=self.version, size=size, seed=seed,
-            counts={split: len(items) for split, items in splits.items()},
-            categories={t: sum(i.category == t for items in splits.values() for i in items) for t in sorted(TABLES)},
-        )
+    def _records(self, family_dir: Path, split: Split, n: int, first: int, rng: random.Random) -> list[Instance]:
+        """Write the ``n`` records of ``split``: cued tables balanced over the split in a shuffled order, three
+        different values per record (``build``, a fixed seed, is toy_lookup's and gives byte-identical files)."""
+        cues = [TABLES[i % len(TABLES)] for i in range(n)]
+        rng.shuffle(cues)  # balanced over the split, in no pattern
+        items = []
+        for index, cue in enumerate(cues):
+            test = rng.choice(sorted(_TESTS))
+            readings = dict(zip(TABLES, rng.sample(range(_LOW, _HIGH + 1), len(TABLES))))
+            code = _code(first + index)
+            self._write(family_dir / RECORDS / f"{code}.db", test, readings, index)
+            items.append(self._instance(split, index, code, test, cue, readings))
+        return items
 
     def _write(self, path: Path, test: str, readings: dict[str, int], index: int) -> None:
         """The record's database (``index``: its place in the split)."""
