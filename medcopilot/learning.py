@@ -797,21 +797,33 @@ def decoy_observations(root: str | os.PathLike, out: str | os.PathLike, *, split
     Returns:
         ``out``.
     """
+
+    def wrong_value(con: Any, inst: Any, rng: Any) -> None:
+        con.execute("UPDATE reading SET value = ?", (rng.choice([v for v in range(1, 10) if v != inst.answer]),))
+
+    return _control_copy(OBSERVATION, root, out, split, f"decoy:{seed}", wrong_value)
+
+
+def _control_copy(family: str, root: str | os.PathLike, out: str | os.PathLike, split: str, rng_name: str,
+                  rewrite: Callable[[Any, Any, Any], None]) -> Path:
+    """Copy ``family``'s built folder from the tasks root ``root`` to ``out`` (replacing it), then call
+    ``rewrite(connection, instance, rng)`` on each ``split`` record's database (committed after; ``rng`` a
+    ``random.Random`` named ``rng_name``, shared by the records in order). Returns ``out``."""
     import random
     import shutil
     import sqlite3
 
     from medagentgym import tasks
 
-    src, dst = Path(root) / OBSERVATION, Path(out) / OBSERVATION
+    src, dst = Path(root) / family, Path(out) / family
     if dst.exists():
         shutil.rmtree(dst)
     shutil.copytree(src, dst)
-    rng = random.Random(f"decoy:{seed}")
-    for inst in tasks.make(OBSERVATION, root=out).instances(split):
+    rng = random.Random(rng_name)
+    for inst in tasks.make(family, root=out).instances(split):
         con = sqlite3.connect(dst / inst.metadata["sql_database"])
         try:
-            con.execute("UPDATE reading SET value = ?", (rng.choice([v for v in range(1, 10) if v != inst.answer]),))
+            rewrite(con, inst, rng)
             con.commit()
         finally:
             con.close()
@@ -837,29 +849,16 @@ def swapped_cue(root: str | os.PathLike, out: str | os.PathLike, *, split: str =
     Returns:
         ``out``.
     """
-    import random
-    import shutil
-    import sqlite3
-
-    from medagentgym import tasks
     from medagentgym.tasks.toy_choice import TABLES
 
-    src, dst = Path(root) / CHOICE, Path(out) / CHOICE
-    if dst.exists():
-        shutil.rmtree(dst)
-    shutil.copytree(src, dst)
-    rng = random.Random(f"swapped-cue:{seed}")
-    for inst in tasks.make(CHOICE, root=out).instances(split):
+    def swap(con: Any, inst: Any, rng: Any) -> None:
         readings, cue = inst.metadata["readings"], inst.metadata["table"]
         other = rng.choice([t for t in TABLES if t != cue])
-        con = sqlite3.connect(dst / inst.metadata["sql_database"])
-        try:  # table names come from TABLES, never from the records
-            con.execute(f"UPDATE {cue} SET value = ?", (readings[other],))
-            con.execute(f"UPDATE {other} SET value = ?", (readings[cue],))
-            con.commit()
-        finally:
-            con.close()
-    return Path(out)
+        # table names come from TABLES, never from the records
+        con.execute(f"UPDATE {cue} SET value = ?", (readings[other],))
+        con.execute(f"UPDATE {other} SET value = ?", (readings[cue],))
+
+    return _control_copy(CHOICE, root, out, split, f"swapped-cue:{seed}", swap)
 
 
 def copy_check(model: Any, tokenizer: Any, workdir: str | os.PathLike, settings: dict[str, Any], *, seed: int,

@@ -2,9 +2,10 @@
 
 Description:
     A ``toy_lookup`` variant for learning checks of *query choice*. Each instance has its own SQLite database with
-    three one-row tables, ``morning``, ``noon`` and ``evening`` (each ``test, value, unit``): three synthetic
+    three one-row tables, ``admission``, ``discharge`` and ``recent`` (each ``test, value, unit``): three synthetic
     readings of one lab test, three different values from 1 to 9. The question names the reading in words ("the
-    noon reading"), the context lists the three tables, and the answer is the cued table's value. Querying another
+    discharge reading"), the context says there is one table per reading named like it, and the answer is the cued
+    table's value. Querying another
     table returns a valid reading of the same record, but the wrong value; no digit appears in a question. So
     success needs two decisions: read the table the question names (the cue, a word of the prompt), then submit
     the value the observation shows. ``medcopilot.learning`` warm-starts a model on demonstrations that query a
@@ -17,10 +18,10 @@ Description:
     training ones), as in ``toy_lookup``.
 
 Example instance:
-    question: "Record kxb: what value did the potassium monitor record in the noon reading? Submit it."
-    context:  "SQLite database: /data/records/kxb.db (tables morning, noon, evening: test, value, unit), read-only..."
-    answer:   4            answer_type: "integer"        category: "noon" (the cued table)
-    solution: "SELECT value FROM noon"
+    question: "Record kxb: what value did the potassium monitor record in the discharge reading? Submit it."
+    context:  "SQLite database: /data/records/kxb.db (one table per reading, named like it: test, value, unit), ..."
+    answer:   4            answer_type: "integer"        category: "discharge" (the cued table)
+    solution: "SELECT value FROM discharge"
 
 Allowed actions:
     code_execution (sql against the instance's database read-only, or python), submit_answer.
@@ -41,7 +42,13 @@ Arguments:
     table's value (for demonstrations and the swapped-cue control; never shown to the agent).
 
 Version history:
-    1: first version.
+    1: first version (tables ``morning``, ``noon``, ``evening``, listed in the context).
+    2: tables ``admission``, ``discharge``, ``recent``, not listed in the context (issue 30's diagnosis): with the
+       tiny model's tokenizer each new name is one token with its leading space (" admission"), the same in the
+       question and in the SQL, and appears nowhere else in the prompt, so the cue is one visible token. The old
+       names split into several tokens whose first (the token that decides the table) was " m" (also in every
+       question's " monitor"), " n", and a bare " " (14 times in every prompt), and the context listed all three.
+       Values and cue order are unchanged.
 """
 
 from __future__ import annotations
@@ -54,18 +61,14 @@ from typing import Any
 
 from medagentgym.tasks.base import (
     Instance,
-    Size,
     Split,
-    TaskError,
     run_then_submit,
     write_bytes_atomic,
-    write_instances,
-    write_manifest,
 )
 from medagentgym.tasks.toy_lookup import _TESTS, RECORDS, ToyLookup, _code
 
 #: The three tables of every record, in the order the context lists them.
-TABLES = ("morning", "noon", "evening")
+TABLES = ("admission", "discharge", "recent")
 _SIZES: dict[str, dict[str, int]] = {"tiny": {"train": 96, "test": 128}, "default": {"train": 384, "test": 384}}
 _LOW, _HIGH = 1, 9
 
@@ -95,60 +98,32 @@ class ToyChoice(ToyLookup):
     grading (integer exact: the cued table's value and nothing else) are toy_lookup's."""
 
     name = "toy_choice"
-    version = 1
+    version = 2
     actions = frozenset({"code_execution", "submit_answer"})
     #: Values are uniform on 1..9: a constant answer is right for ~1 record in 9 (on 128 test records up to ~17 %).
     #: Not a benchmark family, so its constant-answer bound is 25 %, as toy_lookup's.
     floor_bound = 0.25
+    sizes = _SIZES
+    rng_name = "toy_choice"  # toy_retry: the same records (its subclass renames tables)
 
     @property
     def categories(self) -> list[str]:
         """The cued tables, in a fixed order."""
         return sorted(TABLES)
 
-    def counts(self, size: Size = "default") -> dict[str, int]:
-        """Instance counts for ``size`` without building."""
-        return {"categories": len(TABLES), "instances": sum(_SIZES[size].values())}
-
-    def build(self, out_dir: Path | str, *, size: Size = "tiny", seed: int = 0) -> dict[str, Any]:
-        """Write ``<out_dir>/toy_choice/``: one database per record, train/test instances and a manifest.
-
-        Args:
-            out_dir: The tasks root.
-            size: ``"tiny"`` or ``"default"``.
-            seed: Seeds the tests, values and the order of the cued tables; the same seed gives byte-identical files.
-
-        Returns:
-            The manifest (counts per split and category, seed, size, version, sha256 per file).
-
-        Raises:
-            TaskError: An unknown size.
-        """
-        if size not in _SIZES:
-            raise TaskError(f"size {size!r} is not one of {sorted(_SIZES)}")
-        family_dir = Path(out_dir) / self.name
-        (family_dir / RECORDS).mkdir(parents=True, exist_ok=True)
-        rng = random.Random(f"toy_choice:{seed}")  # toy_retry: the same records (its subclass renames tables)
-        splits: dict[str, list[Instance]] = {}
-        first = {"train": 0, "test": _SIZES[size]["train"]}
-        for split in ("train", "test"):
-            n = _SIZES[size][split]
-            cues = [TABLES[i % len(TABLES)] for i in range(n)]
-            rng.shuffle(cues)  # balanced over the split, in no pattern
-            items = []
-            for index, cue in enumerate(cues):
-                test = rng.choice(sorted(_TESTS))
-                readings = dict(zip(TABLES, rng.sample(range(_LOW, _HIGH + 1), len(TABLES))))
-                code = _code(first[split] + index)
-                self._write(family_dir / RECORDS / f"{code}.db", test, readings, index)
-                items.append(self._instance(split, index, code, test, cue, readings))
-            splits[split] = items
-            write_instances(family_dir, split, items)
-        return write_manifest(
-            family_dir, family=self.name, version=self.version, size=size, seed=seed,
-            counts={split: len(items) for split, items in splits.items()},
-            categories={t: sum(i.category == t for items in splits.values() for i in items) for t in sorted(TABLES)},
-        )
+    def _records(self, family_dir: Path, split: Split, n: int, first: int, rng: random.Random) -> list[Instance]:
+        """Write the ``n`` records of ``split``: cued tables balanced over the split in a shuffled order, three
+        different values per record (``build``, a fixed seed, is toy_lookup's and gives byte-identical files)."""
+        cues = [TABLES[i % len(TABLES)] for i in range(n)]
+        rng.shuffle(cues)  # balanced over the split, in no pattern
+        items = []
+        for index, cue in enumerate(cues):
+            test = rng.choice(sorted(_TESTS))
+            readings = dict(zip(TABLES, rng.sample(range(_LOW, _HIGH + 1), len(TABLES))))
+            code = _code(first + index)
+            self._write(family_dir / RECORDS / f"{code}.db", test, readings, index)
+            items.append(self._instance(split, index, code, test, cue, readings))
+        return items
 
     def _write(self, path: Path, test: str, readings: dict[str, int], index: int) -> None:
         """The record's database (``index``: its place in the split)."""
@@ -160,7 +135,8 @@ class ToyChoice(ToyLookup):
         return Instance(
             id=f"{self.name}/{split}/{index:04d}", family=self.name, category=cue, split=split,
             question=f"Record {code}: what value did the {test} monitor record in the {cue} reading? Submit it.",
-            context=(f"SQLite database: /data/{database} (tables {', '.join(TABLES)}: test, value, unit), read-only. "
+            context=(f"SQLite database: /data/{database} (one table per reading, named like it: test, value, unit), "
+                     "read-only. "
                      "Run SQL with code_execution (lang 'sql'), then submit only the value."),
             answer=readings[cue], answer_type="integer", solution=query(cue), solution_lang="sql",
             data={RECORDS: RECORDS},

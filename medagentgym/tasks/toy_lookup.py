@@ -101,6 +101,10 @@ class ToyLookup:
     #: answer is right for ~1 record in 9, and on the 16 test records of a tiny build up to ~20 %. Not a
     #: benchmark family (in no suite), so its constant-answer bound is 25 %, not medagentgym.tasks.floors.FLOOR_BOUND.
     floor_bound = 0.25
+    #: Records per split and size (subclasses declare theirs).
+    sizes: dict[str, dict[str, int]] = _SIZES
+    #: Names the build's random generator (``"<rng_name>:<seed>"``).
+    rng_name = "toy_lookup"
 
     def __init__(self, root: Path | str) -> None:
         """Bind to the built directory ``root`` (``<tasks_root>/toy_lookup``)."""
@@ -113,7 +117,7 @@ class ToyLookup:
 
     def counts(self, size: Size = "default") -> dict[str, int]:
         """Instance counts for ``size`` without building."""
-        return {"categories": len(_TESTS), "instances": sum(_SIZES[size].values())}
+        return {"categories": len(self.categories), "instances": sum(self.sizes[size].values())}
 
     def build(self, out_dir: Path | str, *, size: Size = "tiny", seed: int = 0) -> dict[str, Any]:
         """Write ``<out_dir>/toy_lookup/``: one database per record, train/test instances and a manifest.
@@ -129,27 +133,32 @@ class ToyLookup:
         Raises:
             TaskError: An unknown size.
         """
-        if size not in _SIZES:
-            raise TaskError(f"size {size!r} is not one of {sorted(_SIZES)}")
+        if size not in self.sizes:
+            raise TaskError(f"size {size!r} is not one of {sorted(self.sizes)}")
         family_dir = Path(out_dir) / self.name
         (family_dir / RECORDS).mkdir(parents=True, exist_ok=True)
-        rng = random.Random(f"toy_lookup:{seed}")
+        rng = random.Random(f"{self.rng_name}:{seed}")
         splits: dict[str, list[Instance]] = {}
-        first = {"train": 0, "test": _SIZES[size]["train"]}  # test codes continue after the training ones
+        first = {"train": 0, "test": self.sizes[size]["train"]}  # test codes continue after the training ones
         for split in ("train", "test"):
-            items = []
-            for index in range(_SIZES[size][split]):
-                test, value = rng.choice(sorted(_TESTS)), rng.randint(_LOW, _HIGH)
-                code = _code(first[split] + index)
-                _write_record(family_dir / RECORDS / f"{code}.db", test, value)
-                items.append(self._instance(split, index, code, test, value))
+            items = self._records(family_dir, split, self.sizes[size][split], first[split], rng)
             splits[split] = items
             write_instances(family_dir, split, items)
         return write_manifest(
             family_dir, family=self.name, version=self.version, size=size, seed=seed,
             counts={split: len(items) for split, items in splits.items()},
-            categories={t: sum(i.category == t for items in splits.values() for i in items) for t in sorted(_TESTS)},
+            categories={c: sum(i.category == c for items in splits.values() for i in items) for c in self.categories},
         )
+
+    def _records(self, family_dir: Path, split: Split, n: int, first: int, rng: random.Random) -> list[Instance]:
+        """Write the ``n`` records of ``split`` (codes from ``first`` on) and return their instances."""
+        items = []
+        for index in range(n):
+            test, value = rng.choice(sorted(_TESTS)), rng.randint(_LOW, _HIGH)
+            code = _code(first + index)
+            _write_record(family_dir / RECORDS / f"{code}.db", test, value)
+            items.append(self._instance(split, index, code, test, value))
+        return items
 
     def _instance(self, split: Split, index: int, code: str, test: str, value: int) -> Instance:
         database = f"{RECORDS}/{code}.db"

@@ -2,9 +2,10 @@
 
 Description:
     The error-recovery rung of the learning checks. Each record is a ``toy_choice`` record (three readings of one
-    lab test in tables ``morning``, ``noon`` and ``evening``; the question names one in words; the context lists
-    those three names), but on every second record of each split (``metadata["renamed"]``) the database's tables
-    are ``morning_v2``, ``noon_v2`` and ``evening_v2``. A query of a listed name then fails, and the sandbox's
+    lab test in tables ``admission``, ``discharge`` and ``recent``; the question names one in words; the context
+    says the tables are named like the readings), but on every second record of each split (``metadata["renamed"]``)
+    the database's tables are ``admission_v2``, ``discharge_v2`` and ``recent_v2``. A query of a reading's name then
+    fails, and the sandbox's
     grounded SQL error says so and lists the tables the database really has ("no such table", the tables, the
     closest name; ``sandbox.grounding``). Recovering means retrying with the renamed cued table, ``<cue>_v2``; another
     listed name returns a valid but wrong value. ``medcopilot.learning`` demonstrates a retry with a listed name drawn
@@ -12,10 +13,10 @@ Description:
     the share of episodes whose second query reads ``<cue>_v2`` (chance 1/3).
 
 Example instance:
-    question: "Record aab: what value did the glucose monitor record in the noon reading? Submit it."
-    context:  "SQLite database: /data/records/aab.db (tables morning, noon, evening: test, value, unit), read-only..."
-    answer:   4            answer_type: "integer"        category: "noon" (the cued table)
-    solution: "SELECT value FROM noon_v2" (on a renamed record; "SELECT value FROM noon" on the others)
+    question: "Record aab: what value did the glucose monitor record in the recent reading? Submit it."
+    context:  "SQLite database: /data/records/aab.db (one table per reading, named like it: test, value, unit), ..."
+    answer:   4            answer_type: "integer"        category: "recent" (the cued table)
+    solution: "SELECT value FROM recent_v2" (on a renamed record; "SELECT value FROM recent" on the others)
 
 Allowed actions:
     code_execution (sql against the instance's database read-only, or python), submit_answer.
@@ -36,6 +37,7 @@ Arguments:
 
 Version history:
     1: first version.
+    2: toy_choice version 2's tables and context (``admission``, ``discharge``, ``recent``).
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ from typing import Any
 from medagentgym.tasks.base import Instance, Split, run_then_submit
 from medagentgym.tasks.toy_choice import TABLES, ToyChoice, query, write_readings
 
-#: How a renamed record's tables are named: ``noon`` -> ``noon_v2`` (the context still says ``noon``).
+#: How a renamed record's tables are named: ``recent`` -> ``recent_v2`` (the question still says ``recent``).
 RENAMED = "{}_v2"
 
 
@@ -54,7 +56,7 @@ class ToyRetry(ToyChoice):
     """The toy_retry family (see the module docstring for the spec card)."""
 
     name = "toy_retry"
-    version = 1
+    version = 2
 
     @staticmethod
     def renamed(index: int) -> bool:
