@@ -61,6 +61,11 @@ What this sandbox does NOT protect against:
 
 from __future__ import annotations
 
+if not __name__.startswith("medagentgym."):  # the deprecated top-level name: an alias (medagentgym/_compat.py)
+    import medagentgym._compat
+
+    medagentgym._compat.redirect(__name__)
+
 import difflib
 import logging
 import os
