@@ -105,7 +105,7 @@ def __getattr__(name: str) -> Any:
         from . import pool
 
         return getattr(pool, name)
-    raise AttributeError(f"module 'sandbox' has no attribute {name!r}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def make_pool(backend: str = "bwrap", *, workers: int | None = None, limits: Limits = Limits(),
