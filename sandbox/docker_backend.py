@@ -64,8 +64,6 @@ import subprocess
 import uuid
 from pathlib import Path
 
-import sandbox
-
 from . import _uids
 from ._caps import CAP_KILL, CAP_SETGID, CAP_SETPCAP, CAP_SETUID
 from ._jail import (

@@ -288,3 +288,14 @@ def test_the_script_refuses_a_list_it_cannot_rewrite_safely():
     rewriter = move.Rewriter(move.package_names(ROOT))
     with pytest.raises(SystemExit, match="split the statement"):
         rewriter.python("import os, sandbox\n")
+
+
+def test_the_script_leaves_import_statements_after_comments_alone():
+    """A file binding ``sandbox`` only by ``import sandbox.x`` has its uses moved, not its other imports twice."""
+    move = _load_move()
+    rewriter = move.Rewriter(move.package_names(ROOT))
+    source = ("def f():\n    # the runner\n    from sandbox._runner import REQ_FD\n    import sandbox._runner\n"
+              "    return sandbox._runner.REQ_FD, REQ_FD\n")
+    assert rewriter.python(source) == (
+        "def f():\n    # the runner\n    from medagentgym.sandbox._runner import REQ_FD\n"
+        "    import medagentgym.sandbox._runner\n    return medagentgym.sandbox._runner.REQ_FD, REQ_FD\n")

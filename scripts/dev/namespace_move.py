@@ -195,6 +195,8 @@ def _in_import(tokens: list, n: int) -> bool:
     while k > 0 and tokens[k - 1].type not in (tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT, tokenize.ENCODING) \
             and not (tokens[k - 1].type == tokenize.OP and tokens[k - 1].string == ";"):
         k -= 1
+    while k < n and tokens[k].type in (tokenize.NL, tokenize.COMMENT):  # comment lines before the statement
+        k += 1
     return tokens[k].type == tokenize.NAME and tokens[k].string in ("import", "from")
 
 
@@ -210,7 +212,7 @@ def _apply(source: str, edits: list) -> str:
         return offsets[rc[0] - 1] + rc[1]
 
     out, last = [], 0
-    for start, end, text in sorted(edits, key=lambda e: (pos(e[0]), pos(e[1]))):
+    for start, end, text in sorted(set(edits), key=lambda e: (pos(e[0]), pos(e[1]), e[2])):
         a, b = pos(start), pos(end)
         if a < last:
             continue
