@@ -2,6 +2,7 @@
 
     python scripts/dev/namespace_move.py            # rewrite in place, print the files changed
     python scripts/dev/namespace_move.py --check    # change nothing; exit 1 and list the files it would change
+    python scripts/dev/namespace_move.py --bare     # also list strings that are exactly an old name, to review
 
 ``sandbox``, ``rewards``, ``env_client`` and ``medcopilot`` are imported as ``medagentgym.sandbox`` ... (the folders
 stay where they are: ``medagentgym/<name>`` are symlinks to them; the old names are deprecated aliases, see
@@ -84,6 +85,9 @@ class Rewriter:
     """The text rules (module docstring), built once from the tree's package contents."""
 
     def __init__(self, names: dict[str, set[str]]):
+        #: ``(line, string)`` of the string literals of the last :meth:`python` call that are exactly an old name and
+        #: were left alone (a config key, a backend, a logger, a folder, or a module name only a person can tell)
+        self.bare: list[tuple[int, str]] = []
         dotted = "|".join(f"{re.escape(old)}\\.(?:{'|'.join(sorted(map(re.escape, n)))})\\b"
                           for old, n in sorted(names.items()) if n)
         alt = "|".join(OLD)
@@ -119,6 +123,7 @@ class Rewriter:
         tokens = list(tokenize.generate_tokens(io.StringIO(source).readline))
         edits: list[tuple[tuple[int, int], tuple[int, int], str]] = []  # (start, end, replacement)
         bound_plain = set()  # old names the file binds itself (import sandbox [as sandbox])
+        self.bare = []
         dotted_only = set()  # old names imported as `import sandbox.x` with no `as`
         i = 0
         while i < len(tokens):
@@ -174,6 +179,8 @@ class Rewriter:
                 edits.append((tok.start, tok.end, f"{tok.string[0]}{NEW}.{tok.string[1:]}"))  # "env_client:Env"
                 i += 1
                 continue
+            if tok.type == tokenize.STRING and tok.string[1:-1] in OLD and tok.string[0] == tok.string[-1]:
+                self.bare.append((tok.start[0], tok.string))
             if tok.type in (tokenize.STRING, tokenize.COMMENT) or tok.type == getattr(tokenize, "FSTRING_MIDDLE", -1):
                 new = self.text(tok.string)
                 if new != tok.string:
@@ -243,6 +250,8 @@ def rewrite(path: Path, rewriter: Rewriter) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--check", action="store_true", help="change nothing; exit 1 if a file would change")
+    parser.add_argument("--bare", action="store_true",
+                        help="also list the string literals that are exactly an old name (left alone: review them)")
     parser.add_argument("--root", type=Path, default=ROOT, help="the repository to rewrite (default: this one)")
     args = parser.parse_args(argv)
     rewriter = Rewriter(package_names(args.root))
@@ -250,6 +259,11 @@ def main(argv: list[str] | None = None) -> int:
     for path in tracked_files(args.root):
         old = path.read_text(encoding="utf-8")
         new = rewrite(path, rewriter)
+        if args.bare and path.suffix == ".py":
+            rel = path.relative_to(args.root).as_posix()
+            for line, literal in rewriter.bare:
+                print(f"{rel}:{line}: {literal} left as is (a module name? then write 'medagentgym.{literal[1:-1]}')",
+                      file=sys.stderr)
         if new != old:
             changed.append(path.relative_to(args.root).as_posix())
             if not args.check:
