@@ -78,8 +78,8 @@ def test_an_old_submodule_imported_while_the_package_loads_is_still_one_module(t
 
 
 def test_objects_pickle_across_both_names():
-    from medagentgym.sandbox.api import ErrorKind, ExecResult, Limits
     from medagentgym.rewards.spec import RewardSpec
+    from medagentgym.sandbox.api import ErrorKind, ExecResult, Limits
 
     limits = Limits(cpu_s=3.0)
     assert type(limits).__module__ == "medagentgym.sandbox.api"
@@ -89,11 +89,11 @@ def test_objects_pickle_across_both_names():
     assert b"medagentgym.sandbox.api" not in old and b"sandbox.api" in old
     loaded = pickle.loads(old)
     assert type(loaded) is Limits and loaded == limits
-    import sandbox.api  # noqa: F401  (the old name, as a user's code still writes it)
+    import sandbox.api  # the old name, as a user's code still writes it
 
     result = sandbox.api.ExecResult(lang="python", source="print(1)", stdout="1\n", stderr="", exit_code=0,
                                     signal=None, timed_out=False, truncated=False, stdout_bytes=2, stderr_bytes=0,
-                                    duration_s=0.1, error_kind=list(ErrorKind)[0])
+                                    duration_s=0.1, error_kind=ErrorKind.OK)
     assert isinstance(result, ExecResult) and pickle.loads(pickle.dumps(result)) == result
     spec = RewardSpec.from_weights({"correctness": 1.0})
     assert type(pickle.loads(pickle.dumps(spec))) is RewardSpec
