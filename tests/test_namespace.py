@@ -228,6 +228,7 @@ import medagentgym.sandbox.api
 LAZY = {"Env": "env_client:Env", "rollout": "env_client.rollout:rollout"}
 BOOT = f"import sys; sys.path.insert(0, {os.sep!r}); from sandbox.worker import main; main()"
 CHECK = "import sys, rewards; print(rewards.__file__)"
+PROBE = "import sys, medcopilot, env_client, sandbox as box, rewards, medagentgym.cli as c"
 CONFIG = {"sandbox": "bwrap", "rewards": ["correctness"]}
 
 
@@ -254,6 +255,7 @@ import medagentgym.sandbox.api
 LAZY = {"Env": "medagentgym.env_client:Env", "rollout": "medagentgym.env_client.rollout:rollout"}
 BOOT = f"import sys; sys.path.insert(0, {os.sep!r}); from medagentgym.sandbox.worker import main; main()"
 CHECK = "import sys, medagentgym.rewards as rewards; print(rewards.__file__)"
+PROBE = "import sys, medagentgym.medcopilot as medcopilot, medagentgym.env_client as env_client, medagentgym.sandbox as box, medagentgym.rewards as rewards, medagentgym.cli as c"
 CONFIG = {"sandbox": "bwrap", "rewards": ["correctness"]}
 
 

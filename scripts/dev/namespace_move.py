@@ -102,7 +102,12 @@ class Rewriter:
     def text(self, s: str) -> str:
         s = self.dotted.sub(lambda m: f"{NEW}.{m.group(1)}.", s)
         s = self.call.sub(lambda m: f"{m.group(1)}{m.group(2)}{NEW}.{m.group(3)}{m.group(2)}", s)
-        return self.text_import.sub(self._text_import, s)
+        for _ in range(64):  # one old name of a list per pass (`import sys, medcopilot, sandbox`), till none is left
+            moved = self.text_import.sub(self._text_import, s)
+            if moved == s:
+                break
+            s = moved
+        return s
 
     @staticmethod
     def _text_import(m: re.Match) -> str:
