@@ -8,6 +8,11 @@ Example:
     ...     result = env.step(model_reply, n_tokens=57)
 """
 
+if not __name__.startswith("medagentgym."):  # the deprecated top-level name: an alias (medagentgym/_compat.py)
+    import medagentgym._compat
+
+    medagentgym._compat.redirect(__name__)
+
 from env_client.actions import Action, parse_call, tool_schemas
 from env_client.episode import Env, EnvConfig, Observation, StepResult
 from env_client.errors import EnvClientError, InvalidAction, ResetNeeded

@@ -8,6 +8,11 @@ Example:
     >>> cfg = load_recipe("sft_tiny", overrides=["trainer.max_steps=2"])
 """
 
+if not __name__.startswith("medagentgym."):  # the deprecated top-level name: an alias (medagentgym/_compat.py)
+    import medagentgym._compat
+
+    medagentgym._compat.redirect(__name__)
+
 from medcopilot.config import RecipeConfig, RecipeError, load_recipe
 
 __all__ = ["RecipeConfig", "RecipeError", "build_tiny_model", "load_recipe"]

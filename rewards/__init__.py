@@ -3,6 +3,11 @@
 Imports neither ``env_client`` nor ``medcopilot``; trajectories are duck-typed (``.steps``, ``.final``).
 """
 
+if not __name__.startswith("medagentgym."):  # the deprecated top-level name: an alias (medagentgym/_compat.py)
+    import medagentgym._compat
+
+    medagentgym._compat.redirect(__name__)
+
 from rewards.errors import RewardError
 from rewards.oracle import correctness, infra_failure, oracle_reward
 from rewards.shaping import (

@@ -61,6 +61,11 @@ What this sandbox does NOT protect against:
 
 from __future__ import annotations
 
+if not __name__.startswith("medagentgym."):  # the deprecated top-level name: an alias (medagentgym/_compat.py)
+    import medagentgym._compat
+
+    medagentgym._compat.redirect(__name__)
+
 import difflib
 import logging
 import os
@@ -100,7 +105,7 @@ def __getattr__(name: str) -> Any:
         from . import pool
 
         return getattr(pool, name)
-    raise AttributeError(f"module 'sandbox' has no attribute {name!r}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def make_pool(backend: str = "bwrap", *, workers: int | None = None, limits: Limits = Limits(),

@@ -85,8 +85,21 @@ class Slot:
 
 
 def package_parent() -> Path:
-    """The directory that contains the ``sandbox`` package (put on the jail's PYTHONPATH)."""
-    return Path(sandbox.__file__).resolve().parent.parent
+    """The directory that contains the ``medagentgym`` package, whose ``medagentgym.sandbox`` the worker imports
+    (put on the worker's ``sys.path``): the clone's root, or the site-packages of an installed wheel."""
+    import medagentgym
+
+    return Path(medagentgym.__file__).resolve().parent.parent
+
+
+def package_files() -> dict[str, Path]:
+    """What the jail binds at ``JAIL_LIB`` (and the Docker backend copies): ``{path below the lib dir: host path}``.
+    Only ``medagentgym/__init__.py`` (it imports nothing) and the ``medagentgym.sandbox`` folder, never the rest
+    of the package (task families, graders); ``resolve()`` reads through a clone's ``medagentgym/sandbox`` symlink."""
+    import medagentgym
+
+    return {"medagentgym/__init__.py": Path(medagentgym.__file__).resolve(),
+            "medagentgym/sandbox": Path(sandbox.__file__).resolve().parent}
 
 
 def jail_env(extra_path: str) -> dict[str, str]:
@@ -114,10 +127,10 @@ def worker_command(python: str, lib_dir: str) -> list[str]:
 
     ``-I`` keeps the current directory, the script's directory, ``PYTHON*`` variables and the user site off
     ``sys.path``, so no file the jailed code writes can be imported by the privileged server, its zygotes or
-    a runner before it drops privileges; the ``sandbox`` package's parent is put on the path explicitly.
+    a runner before it drops privileges; the ``medagentgym`` package's parent is put on the path explicitly.
     ``-B``: no bytecode writes (the runtime is read-only anyway).
     """
-    boot = f"import sys; sys.path.insert(0, {lib_dir!r}); from sandbox.worker import main; main()"
+    boot = f"import sys; sys.path.insert(0, {lib_dir!r}); from medagentgym.sandbox.worker import main; main()"
     return [python, "-I", "-B", "-c", boot]
 
 
@@ -204,7 +217,8 @@ class BwrapLauncher:
                 args += ["--ro-bind", str(path), JAIL_VENV]
             elif not str(path).startswith("/usr/"):
                 args += ["--ro-bind", str(path), str(path)]
-        args += ["--ro-bind", str(Path(sandbox.__file__).resolve().parent), f"{JAIL_LIB}/sandbox"]
+        for below, host in package_files().items():
+            args += ["--ro-bind", str(host), f"{JAIL_LIB}/{below}"]
         return args
 
     def argv(self, slot: Slot, preload: str) -> list[str]:

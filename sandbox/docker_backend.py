@@ -64,8 +64,6 @@ import subprocess
 import uuid
 from pathlib import Path
 
-import sandbox
-
 from . import _uids
 from ._caps import CAP_KILL, CAP_SETGID, CAP_SETPCAP, CAP_SETUID
 from ._jail import (
@@ -75,6 +73,7 @@ from ._jail import (
     Slot,
     ipc_limits,
     jail_env,
+    package_files,
     passwd_text,
     worker_command,
 )
@@ -86,8 +85,8 @@ __all__ = ["DEFAULT_IMAGE", "DockerLauncher", "make_launcher"]
 DEFAULT_IMAGE = "medagentgym-sandbox:latest"
 #: The label ``sandbox/Dockerfile`` sets; bumped when what the launcher expects of the image changes.
 IMAGE_ABI_LABEL = "org.medagentgym.sandbox.abi"
-IMAGE_ABI = "4"  # 4: the worker takes --alt-uid (sessions alternate runner uids)
-IMAGE_PACKAGE_PARENT = "/opt/medagentgym"  # where the Dockerfile copies the sandbox package
+IMAGE_ABI = "5"  # 4: the worker takes --alt-uid (sessions alternate runner uids); 5: medagentgym.sandbox (#33)
+IMAGE_PACKAGE_PARENT = "/opt/medagentgym"  # the Dockerfile copies the package to <this>/medagentgym/sandbox
 _CAP_NAMES = {CAP_KILL: "KILL", CAP_SETGID: "SETGID", CAP_SETUID: "SETUID", CAP_SETPCAP: "SETPCAP"}
 #: The container's only capabilities: the worker server's permitted set (it narrows itself and its children).
 SERVER_CAPS = tuple(_CAP_NAMES[cap] for cap in sorted(SERVER_PERMITTED))
@@ -182,14 +181,18 @@ class DockerLauncher:
             os.chmod(tmp, 0o644)
             os.replace(tmp, path)
         if self.mount_package:  # a fresh copy each start: the code of this checkout, never a stale one
-            package = _slot_file(slot, "lib") / "sandbox"
-            shutil.rmtree(package.parent, ignore_errors=True)
-            shutil.copytree(Path(sandbox.__file__).resolve().parent, package,
-                            ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-            for root, dirs, files in os.walk(package.parent):
+            lib = _slot_file(slot, "lib")
+            shutil.rmtree(lib, ignore_errors=True)
+            for below, host in package_files().items():  # medagentgym/__init__.py and medagentgym/sandbox
+                if host.is_dir():
+                    shutil.copytree(host, lib / below, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+                else:
+                    (lib / below).parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copyfile(host, lib / below)
+            for root, dirs, files in os.walk(lib):
                 for entry in (*dirs, *files):
                     os.chmod(os.path.join(root, entry), 0o755 if entry in dirs else 0o644)
-            os.chmod(package.parent, 0o755)
+            os.chmod(lib, 0o755)
         name = self.container_name(slot)
         if name in self._started:
             self._remove([name])
@@ -225,7 +228,7 @@ class DockerLauncher:
         for name_, host in sorted(slot.mounts.items()):
             args += ["--mount", _bind(Path(host), f"{JAIL_DATA}/{name_}", readonly=True)]
         if self.mount_package:
-            args += ["--mount", _bind(_slot_file(slot, "lib") / "sandbox", f"{IMAGE_PACKAGE_PARENT}/sandbox",
+            args += ["--mount", _bind(_slot_file(slot, "lib") / "medagentgym", f"{IMAGE_PACKAGE_PARENT}/medagentgym",
                                       readonly=True)]
         for key, value in self.container_env().items():
             args += ["--env", f"{key}={value}"]
@@ -300,7 +303,7 @@ def container_command(python: str = "python", lib_dir: str = IMAGE_PACKAGE_PAREN
 
     Args:
         python: The image's interpreter.
-        lib_dir: The folder holding the image's ``sandbox`` package.
+        lib_dir: The folder holding the image's ``medagentgym/sandbox`` package.
 
     Returns:
         The argv to put after the image name, before the worker's own options.
@@ -310,7 +313,7 @@ def container_command(python: str = "python", lib_dir: str = IMAGE_PACKAGE_PAREN
         ['python', '-I', '-B', '-c']
     """
     worker = worker_command(python, lib_dir)
-    boot = (f"import os, sys; sys.path.insert(0, {lib_dir!r}); from sandbox.worker import seccomp_filter; "
+    boot = (f"import os, sys; sys.path.insert(0, {lib_dir!r}); from medagentgym.sandbox.worker import seccomp_filter; "
             f"seccomp_filter().load(); os.execv(sys.executable, [sys.executable, *{worker[1:]!r}, "
             f"'--seccomp-preloaded', *sys.argv[1:]])")
     return [python, "-I", "-B", "-c", boot]

@@ -29,7 +29,8 @@ from typing import Any
 
 from medagentgym.tasks.base import write_bytes_atomic
 
-PACKAGES = ("sandbox", "medagentgym.tasks", "env_client", "rewards", "medcopilot", "medagentgym.adapters")
+PACKAGES = ("medagentgym.sandbox", "medagentgym.tasks", "medagentgym.env_client", "medagentgym.rewards",
+            "medagentgym.medcopilot", "medagentgym.adapters")
 SECTION = re.compile(r"^(Args|Arguments|Attributes|Returns|Yields|Raises|Example|Examples|Note|Notes|Warning)"
                      r":\s*$")
 ITEM = re.compile(r"^(\S.*?):(\s+.*|)$")

@@ -43,7 +43,7 @@ def test_help_and_the_environment_commands_never_import_the_training_stack():
     code = ("import sys; from medagentgym.cli import main\n"
             f"for c in {ENVIRONMENT!r}:\n"
             "    try:\n        main([c, '--help'])\n    except SystemExit:\n        pass\n"
-            "print(sorted(m for m in ('torch', 'transformers', 'trl', 'medcopilot') if m in sys.modules))")
+            "print(sorted(m for m in ('torch', 'transformers', 'trl', 'medagentgym.medcopilot') if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=1200, check=True)
     assert done.stdout.strip().splitlines()[-1] == "[]"
 
@@ -81,7 +81,8 @@ def test_the_command_and_python_m_read_nothing_from_the_working_directory(shadow
     for args in ([str(CLI), "info", "--json"], [sys.executable, "-m", "medagentgym", "info", "--json"]):
         where = _where(args, shadowed)
         assert all(str(shadowed) not in path for path in where.values()), where
-        assert where["sandbox"] == str(ROOT / "sandbox" / "__init__.py") or "site-packages" in where["sandbox"]
+        sandbox_init = where["medagentgym.sandbox"]
+        assert sandbox_init == str(ROOT / "medagentgym" / "sandbox" / "__init__.py") or "site-packages" in sandbox_init
 
 
 def test_a_data_folder_named_like_a_package_does_not_shadow_it(shadowed):

@@ -264,7 +264,7 @@ def test_pip_install_gives_the_medagentgym_command_without_torch_beside_adapterh
     helped = run(cli, "--help").stdout
     assert "usage: medagentgym <command>" in helped and "eval" in helped and "train" in helped
     api = run(py, "-P", "-c", "import sys, medagentgym as m; m.make; m.EnvSpec; m.evaluate; m.rollout; "
-                              "print(sorted(x for x in ('torch', 'transformers', 'medcopilot') if x in sys.modules))")
+                              "print(sorted(x for x in ('torch', 'transformers', 'medagentgym.medcopilot') if x in sys.modules))")
     assert api.stdout.strip() == "[]"
     where = json.loads(run(cli, "info", "--json").stdout)["packages"]
     assert all(str(venv) in path and str(work) not in path for path in where.values()), where

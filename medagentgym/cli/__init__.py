@@ -65,7 +65,7 @@ def info(argv: list[str]) -> int:
     import medagentgym
 
     where = {}
-    for name in ("medagentgym", "medagentgym.tasks", "env_client", "sandbox", "rewards"):
+    for name in ("medagentgym", "medagentgym.tasks", "medagentgym.env_client", "medagentgym.sandbox", "medagentgym.rewards"):
         module = importlib.import_module(name)
         where[name] = getattr(module, "__file__", None) or str(list(getattr(module, "__path__", [])))
     if "--json" in argv:

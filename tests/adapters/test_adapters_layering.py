@@ -9,8 +9,9 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-INNER = ["medagentgym.tasks", "sandbox", "env_client", "env_client.server_app", "env_client.http_client", "rewards",
-         "medcopilot.config", "medcopilot.sweep"]
+INNER = ["medagentgym.tasks", "medagentgym.sandbox", "medagentgym.env_client", "medagentgym.env_client.server_app",
+         "medagentgym.env_client.http_client", "medagentgym.rewards", "medagentgym.medcopilot.config",
+         "medagentgym.medcopilot.sweep"]
 OPTIONAL = ("openenv", "gymnasium", "skyrl_gym", "verifiers", "trl", "torch")
 
 

@@ -14,7 +14,8 @@ import pkgutil
 
 import pytest
 
-PACKAGES = ("sandbox", "medagentgym.tasks", "env_client", "rewards", "medcopilot", "medagentgym.adapters")
+PACKAGES = ("medagentgym.sandbox", "medagentgym.tasks", "medagentgym.env_client", "medagentgym.rewards",
+            "medagentgym.medcopilot", "medagentgym.adapters")
 
 
 def _public(package: str) -> tuple[dict[str, object], list[str]]:

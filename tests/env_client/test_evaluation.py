@@ -172,7 +172,7 @@ def test_importing_evaluation_loads_no_plotting_or_training_stack():
     import sys
 
     code = ("import sys, env_client.evaluation; print([m for m in ('matplotlib', 'torch', 'transformers', 'trl', "
-            "'medcopilot') if m in sys.modules])")
+            "'medagentgym.medcopilot') if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 

@@ -157,7 +157,7 @@ def test_bundled_recipes_are_package_data_found_by_name_from_any_folder(tmp_path
 
     package = Path(medcopilot.__file__).resolve().parent
     assert RECIPES_DIR.is_relative_to(package) and SWEEPS_DIR == RECIPES_DIR / "sweeps"
-    globs = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["medcopilot"]
+    globs = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["medagentgym.medcopilot"]
     shipped = {path for pattern in globs for path in package.glob(pattern)}
     assert shipped == set(RECIPES_DIR.rglob("*.yaml")) and len(shipped) > len(ALL_RECIPES) >= 10
     assert {p.parent.name for p in shipped} == {"recipes", "accelerate", "sweeps"}

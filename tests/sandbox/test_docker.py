@@ -100,9 +100,11 @@ def test_mounts_writable_dirs_data_read_only(slot: Slot):
         assert f"type=bind,source={slot.root}/etc-{name},target=/etc/{name},readonly" in mounts
     data = next(m for m in mounts if m.endswith("target=/data/mimic_iii,readonly"))
     assert f"source={slot.mounts['mimic_iii']}" in data
-    assert f"type=bind,source={slot.root}/lib/sandbox,target=/opt/medagentgym/sandbox,readonly" in mounts
+    assert f"type=bind,source={slot.root}/lib/medagentgym,target=/opt/medagentgym/medagentgym,readonly" in mounts
     package = Path(sandbox.__file__).resolve().parent
-    copied = sorted(p.name for p in (slot.root / "lib" / "sandbox").glob("*.py"))
+    assert (slot.root / "lib" / "medagentgym" / "__init__.py").is_file()  # the package's parent, nothing else of it
+    assert sorted(p.name for p in (slot.root / "lib" / "medagentgym").iterdir()) == ["__init__.py", "sandbox"]
+    copied = sorted(p.name for p in (slot.root / "lib" / "medagentgym" / "sandbox").glob("*.py"))
     assert copied == sorted(p.name for p in package.glob("*.py")) and "worker.py" in copied
     assert not any("docker.sock" in m or str(package) in m for m in mounts)
     unbound = DockerLauncher(mount_package=False)
