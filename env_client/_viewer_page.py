@@ -1,4 +1,4 @@
-"""The HTML, CSS and JavaScript of ``medagentgym view`` (:mod:`env_client.viewer` fills in the title and data).
+"""The HTML, CSS and JavaScript of ``medagentgym view`` (:mod:`medagentgym.env_client.viewer` fills in the title and data).
 
 Every element showing run data is built with ``textContent``; nothing from the run reaches ``innerHTML``. The
 Content-Security-Policy forbids loading anything (scripts, styles, images, fonts, connections) from elsewhere.

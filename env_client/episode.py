@@ -6,7 +6,7 @@ format), enforces the family's permitted actions, runs the action in the episode
 ``StepResult(observation, reward, terminated, truncated, info)``:
 
 * ``reward`` is 0.0 until ``submit_answer``; then the family's oracle grades the one submission and the reward
-  is ``rewards.oracle_reward(verdict)``. Intermediate outputs are never graded. A grader that raises is judged
+  is ``medagentgym.rewards.oracle_reward(verdict)``. Intermediate outputs are never graded. A grader that raises is judged
   by :func:`grade_submission`: an infrastructure failure (``InfraError``, ``GraderError``, ``SandboxError``) is
   ``infra=True`` (reward None); any other exception is a wrong answer (reward 0.0), since a policy can cause it.
 * Every step is total: an action whose handling raises ends the episode. An infrastructure error
@@ -43,7 +43,7 @@ from typing import Any, Literal, NamedTuple
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from medagentgym import tasks
-from env_client.actions import (
+from medagentgym.env_client.actions import (
     ACTION_MODELS,
     CodeExecution,
     Debugging,
@@ -52,14 +52,14 @@ from env_client.actions import (
     Terminal,
     parse_action,
 )
-from env_client.errors import InvalidAction, ResetNeeded
-from env_client.parsing import ParseResult, parse_model_text
-from env_client.prompts import episode_tools, initial_messages
-from env_client.request_info import Catalogue, InfoError
-from env_client.trajectory import FinalRecord, StepRecord, Trajectory, TrajectoryHeader, dump_json
-from rewards.oracle import oracle_reward
-from sandbox import Limits, SandboxError
-from sandbox.grounding import ground
+from medagentgym.env_client.errors import InvalidAction, ResetNeeded
+from medagentgym.env_client.parsing import ParseResult, parse_model_text
+from medagentgym.env_client.prompts import episode_tools, initial_messages
+from medagentgym.env_client.request_info import Catalogue, InfoError
+from medagentgym.env_client.trajectory import FinalRecord, StepRecord, Trajectory, TrajectoryHeader, dump_json
+from medagentgym.rewards.oracle import oracle_reward
+from medagentgym.sandbox import Limits, SandboxError
+from medagentgym.sandbox.grounding import ground
 from medagentgym.tasks.base import GradeContext, GraderError, InfraError, Instance, Verdict
 from medagentgym.tasks.registry import max_turns as family_max_turns
 
@@ -250,7 +250,7 @@ class Env:
     """A reusable episode runner over a sandbox pool.
 
     Args:
-        pool: A started ``sandbox.Pool``; one session is borrowed per episode.
+        pool: A started ``medagentgym.sandbox.Pool``; one session is borrowed per episode.
         tasks_root: The tasks root the families were built under.
         config: Episode rules.
     """

@@ -54,10 +54,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from env_client.errors import EnvClientError
+from medagentgym.env_client.errors import EnvClientError
 from medagentgym.tasks import SUITES
 from medagentgym.tasks._files import FileFormatError, load_json
-from rewards.oracle import infra_failure
+from medagentgym.rewards.oracle import infra_failure
 from medagentgym.tasks.floors import FLOOR_BOUND, constant_floor
 
 __all__ = ["ERROR_CLASSES", "FLOOR_BOUND", "ID_FAMILIES", "OOD_FAMILIES", "EvalError", "EvalReport", "best_at_k",
@@ -350,7 +350,7 @@ def evaluate(trajectories: Iterable[Any], *, policy: str | None = None,
     """Compute every metric over finished trajectories and the episodes that failed to run.
 
     Args:
-        trajectories: ``env_client.Trajectory`` objects (k samples per task; k may differ per task).
+        trajectories: ``medagentgym.env_client.Trajectory`` objects (k samples per task; k may differ per task).
         policy: Name recorded in the report (default: the first trajectory's ``header.policy``).
         scores: ``(task_id, sample_idx) -> score`` of a scorer (e.g. the learned verifier) for Best@K; every
             finished episode must have one. None: Best@K is reported as N/A.

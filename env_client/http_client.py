@@ -1,4 +1,4 @@
-"""``HTTPEnv``: the local ``Env`` interface over the environment server (``env_client.server_app``).
+"""``HTTPEnv``: the local ``Env`` interface over the environment server (``medagentgym.env_client.server_app``).
 
 Same methods, same return types: ``reset(task, *, seed, options) -> (Observation, info)``,
 ``step(model_text, *, n_tokens, n_prompt_tokens) -> StepResult``, ``close()`` (idempotent), ``trajectory``, ``state()``.
@@ -15,7 +15,7 @@ a server per episode round-robin among the healthy ones (``GET /health``, re-che
 retry a ``/reset`` that fails (unreachable, full, no free worker) on the next server with a short back-off, and
 mark an unreachable server unhealthy until its next check. An episode lives on the server it started on: when
 that server dies or forgets the episode mid-way, the step raises :class:`ServerLost` and the server is marked
-unhealthy; the rollout engine (``env_client.rollout``) and GRPO's rollout (``medcopilot.rollout_func``) then play
+unhealthy; the rollout engine (``medagentgym.env_client.rollout``) and GRPO's rollout (``medagentgym.medcopilot.rollout_func``) then play
 the whole episode again, with the same seed, on another server (:func:`retry_lost`). Episodes are recorded by the
 client once they finish, so a lost one is never recorded twice and never lost.
 
@@ -40,9 +40,9 @@ from typing import Any, TypeVar
 import httpx
 from pydantic import BaseModel
 
-from env_client.episode import Observation, StepResult
-from env_client.errors import EnvClientError, InvalidAction, ResetNeeded
-from env_client.trajectory import Trajectory
+from medagentgym.env_client.episode import Observation, StepResult
+from medagentgym.env_client.errors import EnvClientError, InvalidAction, ResetNeeded
+from medagentgym.env_client.trajectory import Trajectory
 
 __all__ = ["EPISODE_ATTEMPTS", "TOKEN_ENV", "BalancedEnv", "EnvServers", "HTTPEnv", "ServerBusy", "ServerError",
            "ServerLost", "retry_lost"]
@@ -90,7 +90,7 @@ def retry_lost(play: Callable[[], T], *, attempts: int = EPISODE_ATTEMPTS, what:
 
 
 class HTTPEnv:
-    """A remote episode runner with the interface of :class:`env_client.Env`.
+    """A remote episode runner with the interface of :class:`medagentgym.env_client.Env`.
 
     Args:
         base_url: Server root, e.g. ``http://127.0.0.1:8000``.

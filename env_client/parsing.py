@@ -28,7 +28,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from env_client.actions import parse_call
+from medagentgym.env_client.actions import parse_call
 
 __all__ = ["FORMAT_EXAMPLES", "Format", "ParseResult", "parse_model_text"]
 

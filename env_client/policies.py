@@ -35,9 +35,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from env_client.argtypes import nonneg_float, nonneg_int, positive_float, positive_int, probability
-from env_client.errors import EnvClientError
-from env_client.prompts import inline_tools
+from medagentgym.env_client.argtypes import nonneg_float, nonneg_int, positive_float, positive_int, probability
+from medagentgym.env_client.errors import EnvClientError
+from medagentgym.env_client.prompts import inline_tools
 
 ActionFormat = Literal["tool_call", "json"]
 
@@ -80,7 +80,7 @@ class PolicyError(EnvClientError, RuntimeError):
             failure, and a rerun does not retry it.
         unreachable: The endpoint could not be reached or did not answer in time (connection refused, timeout).
         timed_out: The endpoint accepted the request but did not answer within the timeout (never retried):
-            a run stops after a few of these in a row (``env_client.rollout``), not after many failed episodes.
+            a run stops after a few of these in a row (``medagentgym.env_client.rollout``), not after many failed episodes.
         hung: The endpoint is declared hung (:data:`HUNG_AFTER_TIMEOUTS` request timeouts in a row, across every
             episode using the policy): the run stops at once with this error's one line.
     """
@@ -167,7 +167,7 @@ class OraclePolicy:
 
     def act(self, messages: list[dict], *, tools: list[dict] | None = None, seed: int | None = None) -> PolicyOutput:
         """Refuses: the oracle needs its task; use ``bind(policy, instance)`` (``for_episode``) first."""
-        raise PolicyError("OraclePolicy needs its task: call env_client.policies.bind(policy, instance) first")
+        raise PolicyError("OraclePolicy needs its task: call medagentgym.env_client.policies.bind(policy, instance) first")
 
 
 class _Replay:
@@ -345,7 +345,7 @@ def endpoint_hint(status: int | None) -> str:
 _PROBE_TIMEOUT_S = 15.0
 
 #: Request timeouts in a row, across every episode using one :class:`OpenAIPolicy` (and the liveness check after
-#: the first), that declare its endpoint hung: the run stops (``env_client.rollout``) with one line. At the
+#: the first), that declare its endpoint hung: the run stops (``medagentgym.env_client.rollout``) with one line. At the
 #: defaults (``--timeout 60``) a hang is declared within ``60 + 15`` s at any concurrency (see OpenAIPolicy).
 HUNG_AFTER_TIMEOUTS = 2
 
@@ -385,7 +385,7 @@ class OpenAIPolicy:
     (threads or coroutines), until a request is answered; after the first of a streak one 1-token chat checks that
     the endpoint is alive (within ``min(timeout_s, 15)`` s). :data:`HUNG_AFTER_TIMEOUTS` timeouts in a row declare
     the endpoint hung: that request, and every later one without sending it, fails with ``PolicyError.hung`` and a
-    line naming the endpoint, the timeout and what to do; ``env_client.rollout`` stops the run on it.
+    line naming the endpoint, the timeout and what to do; ``medagentgym.env_client.rollout`` stops the run on it.
 
     How long a hang costs (defaults: ``--timeout 60``, evaluate/rollout ``--concurrency 4``, collect 8; computed, not
     measured at these values): the first request in flight when the endpoint hangs times out within ``timeout_s``,
@@ -407,7 +407,7 @@ class OpenAIPolicy:
         native_tools: Send ``tools=`` (function calling) and the history as ``tool_calls`` / ``role: "tool"``
             messages; the endpoint's tool calls come back as ``<tool_call>`` text, so the env parses one
             format. Off: the endpoint never sees ``tools``, so their compact form is put into the system message
-            (``env_client.prompts.inline_tools``) and tool results are user turns.
+            (``medagentgym.env_client.prompts.inline_tools``) and tool results are user turns.
         extra_body: Extra JSON fields for every request (e.g. ``{"top_k": 20}`` for vLLM, ``{"reasoning_effort":
             "low"}``).
         backoff_s: First retry's wait in seconds (doubling, capped at 16x, plus up to ``backoff_s`` of jitter).
@@ -430,7 +430,7 @@ class OpenAIPolicy:
     _client: Any = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
-        import openai  # runtime dependency, imported here so `import env_client` stays light
+        import openai  # runtime dependency, imported here so `from medagentgym import env_client` stays light
 
         if self.max_retries < 0 or not self.timeout_s > 0 or self.backoff_s < 0:
             raise PolicyError(f"max_retries={self.max_retries} must be >= 0, timeout_s={self.timeout_s} > 0 and "
@@ -709,7 +709,7 @@ class HFPolicy:
 
     def act(self, messages: list[dict], *, tools: list[dict] | None = None, seed: int | None = None) -> PolicyOutput:
         """Render the chat with the model's template and sample one reply (ids and log-probs kept)."""
-        from env_client.tokens import generate, render_prompt
+        from medagentgym.env_client.tokens import generate, render_prompt
 
         prompt = render_prompt(self.tokenizer, messages, tools)
         with self._lock:

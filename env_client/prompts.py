@@ -1,7 +1,7 @@
 """The initial chat messages of an episode: the system text (instruction, permitted actions, format, rules) and
 the first user message (the question and its context).
 
-Action schemas have one source, the pydantic models in :mod:`env_client.actions` (``tool_schema``), and reach the
+Action schemas have one source, the pydantic models in :mod:`medagentgym.env_client.actions` (``tool_schema``), and reach the
 model once, by one of two routes:
 
 - ``tool_call`` format: the chat template's tool block (the episode's ``tools``, :func:`episode_tools`) carries
@@ -13,13 +13,13 @@ model once, by one of two routes:
   Python, or read-only SQL on the task database.`` (:func:`inline_tools` puts it into an existing system
   message; ``system_prompt(..., inline=True)`` builds it directly).
 - ``tool_call`` format with a local model whose chat template drops ``tools`` (SmolLM2's ChatML template renders
-  the same text with or without them): ``env_client.tokens.render_prompt`` detects that
+  the same text with or without them): ``medagentgym.env_client.tokens.render_prompt`` detects that
   (``template_renders_tools``) and renders :func:`inline_tools`' form instead, so the model is told each action's
   parameters and the ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` syntax the parser reads;
-  ``medcopilot.data.fit_rows`` does the same to SFT/DPO rows, so training sees what rollouts show.
+  ``medagentgym.medcopilot.data.fit_rows`` does the same to SFT/DPO rows, so training sees what rollouts show.
 
 A third, ``compact`` prompt (``EnvConfig(prompt="compact")``, :func:`compact_system_prompt`) is for tiny models
-that learn the reply format from demonstrations (the CPU learning checks, ``medcopilot.learning``): one system line
+that learn the reply format from demonstrations (the CPU learning checks, ``medagentgym.medcopilot.learning``): one system line
 with the action signatures and the reply format, no tool block. The Qwen2.5 tool block and rules are ~650 tokens
 of the tiny model's tokenizer; every attention row of a 140k-parameter model spread over them learns far slower
 (docs/benchmarks.md, "Learning").
@@ -37,8 +37,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from env_client.actions import ACTION_MODELS, tool_schemas
-from env_client.parsing import Format
+from medagentgym.env_client.actions import ACTION_MODELS, tool_schemas
+from medagentgym.env_client.parsing import Format
 
 __all__ = ["PROMPTS", "action_signature", "compact_system_prompt", "episode_tools", "initial_messages", "inline_tools",
            "system_prompt", "user_prompt"]

@@ -10,7 +10,7 @@ Backends:
 - ``thread`` (default): a thread pool; each worker thread owns one ``Env`` (reused across tasks), all sharing
   one sandbox pool of ``concurrency`` workers. Right for API policies and the sandbox (both release the GIL).
 - ``async``: one asyncio event loop; ``concurrency`` worker coroutines, each owning one ``Env`` whose
-  blocking calls run on a thread pool. Policies with ``aact`` (e.g. :class:`~env_client.policies.OpenAIPolicy`)
+  blocking calls run on a thread pool. Policies with ``aact`` (e.g. :class:`~medagentgym.env_client.policies.OpenAIPolicy`)
   are awaited directly, so hundreds of API requests can be in flight without a thread each.
 - ``joblib``: loky worker processes; each process builds its own sandbox pool, ``Env`` and policy once and
   reuses them. Needs a picklable :class:`EnvSpec` and a policy spec string (or a picklable policy).
@@ -18,7 +18,7 @@ Backends:
   the Ray cluster that exists (``RAY_ADDRESS``, or a head started by ``ray start --head``: ``ray.init(address=
   "auto")``), so sandboxes run on the cluster's CPU nodes; without one it starts a private local Ray.
 
-Resumable: finished episodes are appended to a :class:`~env_client.trajectory.TrajectoryStore` by the parent
+Resumable: finished episodes are appended to a :class:`~medagentgym.env_client.trajectory.TrajectoryStore` by the parent
 process only (one writer, one ``write`` per line), so a rerun with the same store skips every finished
 ``(task_id, sample_idx)`` and a kill -9 at any moment loses at most the episodes in flight, never a stored one,
 and never duplicates one. A torn final line left by a kill is cut before resuming.
@@ -44,10 +44,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from env_client.errors import EnvClientError
-from env_client.policies import Policy, PolicyError, bind, make_policy
-from env_client.trajectory import Trajectory, TrajectoryStore
-from rewards.oracle import infra_failure
+from medagentgym.env_client.errors import EnvClientError
+from medagentgym.env_client.policies import Policy, PolicyError, bind, make_policy
+from medagentgym.env_client.trajectory import Trajectory, TrajectoryStore
+from medagentgym.rewards.oracle import infra_failure
 
 __all__ = ["EnvSpec", "RolloutError", "RolloutResult", "RolloutSummary", "WorkItem", "describe_difference",
            "describe_run", "episode_seed", "family_names", "join_ray_cluster", "plan", "rollout", "run_episode", "run_key", "settings_path",
@@ -134,14 +134,14 @@ class EnvSpec:
 
     def make_pool(self, workers: int) -> Any:
         """Start a sandbox pool with ``sandbox_workers`` (or ``workers``) workers."""
-        from sandbox import make_pool
+        from medagentgym.sandbox import make_pool
 
         return make_pool(self.backend, workers=self.sandbox_workers or workers,
                          allow_unisolated=self.allow_unisolated)
 
     def make_env(self, pool: Any) -> Any:
         """An ``Env`` over ``pool``."""
-        from env_client.episode import Env, EnvConfig
+        from medagentgym.env_client.episode import Env, EnvConfig
 
         return Env(pool, tasks_root=self.tasks_root, config=EnvConfig(**(self.config or {})))
 
@@ -171,7 +171,7 @@ def run_episode(env: Any, policy: Policy, item: WorkItem, *, policy_name: str | 
         truncated (``reason: context_length``) with its turns and usage so far: the model's limit, not an
         infrastructure failure, so it is stored and a rerun does not retry it.
     """
-    from env_client.http_client import retry_lost
+    from medagentgym.env_client.http_client import retry_lost
 
     return retry_lost(lambda: _play(env, policy, item, policy_name),
                       what=f"episode {item.instance.id}#{item.sample_idx}")
@@ -334,7 +334,7 @@ async def _arun_episode(env: Any, policy: Policy, item: WorkItem, policy_name: s
                         call: Callable[..., Any]) -> Trajectory:
     """:func:`run_episode` on an event loop: env calls go through ``call`` (a thread pool), ``aact`` is awaited; an
     episode whose server was lost is played again (as in :func:`run_episode`)."""
-    from env_client.http_client import EPISODE_ATTEMPTS, ServerLost
+    from medagentgym.env_client.http_client import EPISODE_ATTEMPTS, ServerLost
 
     for attempt in range(1, EPISODE_ATTEMPTS + 1):
         try:
@@ -542,8 +542,8 @@ def describe_run(policy_spec: str, policy: Any, policy_kwargs: dict[str, Any], *
     family's version and data (``manifest.json`` digest): everything besides the task and seed that changes an
     episode. See :func:`rollout`."""
     from medagentgym import tasks
-    from env_client.episode import EnvConfig
-    from env_client.policies import describe_policy
+    from medagentgym.env_client.episode import EnvConfig
+    from medagentgym.env_client.policies import describe_policy
 
     facts = {}
     for name in sorted(set(families)):
@@ -646,7 +646,7 @@ def rollout(instances: Iterable[Any], policy: Policy | str, env: EnvSpec | Calla
 
     Args:
         instances: Task instances (unique ids).
-        policy: A policy object, or a spec for :func:`~env_client.policies.make_policy` (``"oracle"`` gets
+        policy: A policy object, or a spec for :func:`~medagentgym.env_client.policies.make_policy` (``"oracle"`` gets
             the families from ``env``).
         env: An :class:`EnvSpec`, or (thread and async backends) a zero-argument factory of env objects
             (e.g. ``lambda: HTTPEnv(url)``).

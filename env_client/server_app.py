@@ -1,6 +1,6 @@
-"""Serve MedAgentGym episodes over HTTP: the glue between ``env_client.Env`` and ``sandbox.server``.
+"""Serve MedAgentGym episodes over HTTP: the glue between ``medagentgym.env_client.Env`` and ``medagentgym.sandbox.server``.
 
-``sandbox.server.create_app`` is generic; this module hands it a factory that builds one :class:`Env` per
+``medagentgym.sandbox.server.create_app`` is generic; this module hands it a factory that builds one :class:`Env` per
 session (sharing one sandbox pool) plus the wire models: ``/reset`` takes a task reference (family, split,
 task id) and a seed, ``/step`` takes the model's raw text (the server parses it, so parse errors are the same
 locally and over HTTP), ``/state`` and ``/close`` return the trajectory so far.
@@ -13,7 +13,7 @@ soon as its episode ends; waiting for a free worker is bounded (``worker_wait_s`
 ``/step`` keeps a session alive (an idle one is closed after ``idle_timeout_s``, any episode ``max_episode_s`` after
 its reset, a finished one a minute after it ended); one client holds at most half the capacity and never more
 sessions than there are sandbox workers, finished and OpenEnv ones included; and the bearer token and body-size
-limits of ``sandbox.server`` apply.
+limits of ``medagentgym.sandbox.server`` apply.
 
 Example:
     >>> app = build_app(tasks_root="artifacts/tasks", backend="bwrap", capacity=64)
@@ -33,10 +33,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from env_client.actions import Action
-from env_client.episode import Env, EnvConfig, Observation, StepResult
-from env_client.errors import EnvClientError, ResetNeeded
-from sandbox.errors import SandboxBusy
+from medagentgym.env_client.actions import Action
+from medagentgym.env_client.episode import Env, EnvConfig, Observation, StepResult
+from medagentgym.env_client.errors import EnvClientError, ResetNeeded
+from medagentgym.sandbox.errors import SandboxBusy
 from medagentgym.tasks.base import Instance, TaskError, UnknownTask
 
 __all__ = ["CLIENT_ERRORS", "MAX_ACTION_CHARS", "ResetRequest", "ServedEnv", "ServerBusy", "StepAction",
@@ -58,7 +58,7 @@ def background_server(app: Any, *, host: str = "127.0.0.1", startup_timeout_s: f
         app: The ASGI app.
         host: Interface to bind (loopback by default).
         startup_timeout_s: How long to wait for the server to accept connections.
-        limits: ``sandbox._conn_limits.ConnLimits`` (header deadline, per-address and total connection caps);
+        limits: ``medagentgym.sandbox._conn_limits.ConnLimits`` (header deadline, per-address and total connection caps);
             None = its defaults.
 
     Yields:
@@ -69,7 +69,7 @@ def background_server(app: Any, *, host: str = "127.0.0.1", startup_timeout_s: f
     """
     import uvicorn
 
-    from sandbox._conn_limits import server_config
+    from medagentgym.sandbox._conn_limits import server_config
 
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -215,14 +215,14 @@ def build_app(tasks_root: str | Path, *, backend: str = "bwrap", workers: int = 
               max_body_bytes: int = 1 << 20, max_sessions_per_client: int | None = None,
               worker_wait_s: float | None = 30.0, splits: tuple[str, ...] = ("train", "test"),
               max_episode_s: float | None = None, finished_ttl_s: float | None = None) -> Any:
-    """The MedAgentGym env server: ``sandbox.server.create_app`` over ``Env`` sessions sharing one pool.
+    """The MedAgentGym env server: ``medagentgym.sandbox.server.create_app`` over ``Env`` sessions sharing one pool.
 
     Args:
         tasks_root: Built tasks root (``medagentgym build --out``).
         backend: Sandbox backend for the pool the app starts (ignored when ``pool`` is given).
         workers: Warm sandbox workers (the pool's floor).
         max_workers: The pool's cap: it grows to the open episodes up to this many workers (None: from memory,
-            see ``sandbox.make_pool``). Each open episode holds one worker.
+            see ``medagentgym.sandbox.make_pool``). Each open episode holds one worker.
         allow_unisolated: Required for ``backend="local"``.
         config: Episode rules for every session.
         capacity: Open sessions allowed (503 past it).
@@ -250,8 +250,8 @@ def build_app(tasks_root: str | Path, *, backend: str = "bwrap", workers: int = 
         >>> app = build_app("artifacts/tasks", tokens=["s3cret-token"], worker_wait_s=10)
     """
     from medagentgym import tasks
-    from sandbox import make_pool
-    from sandbox.server import create_app
+    from medagentgym.sandbox import make_pool
+    from medagentgym.sandbox.server import create_app
 
     bad = set(splits) - {"train", "test"}
     if bad or not splits:

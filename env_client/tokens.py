@@ -88,14 +88,14 @@ def template_renders_tools(tokenizer: Any) -> bool:
 def fit_tools(tokenizer: Any, messages: list[dict],
               tools: list[dict] | None) -> tuple[list[dict], list[dict] | None]:
     """``(messages, tools)`` as the tokenizer's template should get them: unchanged when it renders ``tools``;
-    otherwise the schemas' compact text form goes into the system message (``env_client.prompts.inline_tools``:
+    otherwise the schemas' compact text form goes into the system message (``medagentgym.env_client.prompts.inline_tools``:
     one ``- name(param: type, optional?: type): purpose`` line per action and the reply syntax
-    ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``, which ``env_client.parsing`` accepts) and
+    ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``, which ``medagentgym.env_client.parsing`` accepts) and
     ``tools`` becomes None, so a model whose template ignores ``tools`` is still told every action's parameters.
     """
     if not tools or template_renders_tools(tokenizer):
         return messages, tools or None
-    from env_client.prompts import inline_tools
+    from medagentgym.env_client.prompts import inline_tools
 
     return inline_tools(messages, tools), None
 
@@ -338,7 +338,7 @@ def token_rollout(env: Any, instance: Any, *, tokenizer: Any, model: Any = None,
     """Drive one episode of ``env`` with a local model at token level.
 
     Args:
-        env: An ``env_client.Env`` (or ``HTTPEnv``).
+        env: An ``medagentgym.env_client.Env`` (or ``HTTPEnv``).
         instance: The task instance to reset on.
         tokenizer: HF tokenizer with the model's chat template; ``eos_token`` must be the end-of-turn token.
         model: HF causal LM; used when ``generate_fn`` is not given.

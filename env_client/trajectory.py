@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from env_client.errors import StoreError
+from medagentgym.env_client.errors import StoreError
 
 __all__ = ["FinalRecord", "StepRecord", "Trajectory", "TrajectoryHeader", "TrajectoryStore", "to_chat_messages"]
 

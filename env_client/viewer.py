@@ -160,7 +160,7 @@ def _escape(text: str) -> str:
 
 def render_page(data: dict[str, Any], *, title: str) -> str:
     """The HTML page (string) for :func:`load_episodes`'s data."""
-    from env_client._viewer_page import PAGE
+    from medagentgym.env_client._viewer_page import PAGE
 
     return (PAGE.replace("__TITLE__", _escape(title))
             .replace("__DATA__", _script_json(data)))

@@ -1,7 +1,7 @@
 """SFT and DPO data at scale, as the paper made it: K trajectories per training task from any policy.
 
 :func:`collect` rolls a policy (an OpenAI-compatible teacher, a local checkpoint, the oracle: any
-``env_client.policies.make_policy`` spec) out ``k`` times over every task instance, in parallel, into one
+``medagentgym.env_client.policies.make_policy`` spec) out ``k`` times over every task instance, in parallel, into one
 resumable trajectory store, then splits it into the two stores the trainers read (``rollout.store``):
 
 ``<out>/trajectories.jsonl``  every episode (the resumable store; ``.run.json`` beside it refuses stale resumes)
@@ -27,9 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from env_client.rollout import EnvSpec, RolloutSummary, rollout
-from env_client.trajectory import Trajectory, to_chat_messages
-from medcopilot.data import dpo_pairs, episode_from_trajectory, sft_rows
+from medagentgym.env_client.rollout import EnvSpec, RolloutSummary, rollout
+from medagentgym.env_client.trajectory import Trajectory, to_chat_messages
+from medagentgym.medcopilot.data import dpo_pairs, episode_from_trajectory, sft_rows
 
 __all__ = ["CollectResult", "collect", "family_summary", "split_stores"]
 
@@ -53,7 +53,7 @@ def collect(instances: Iterable[Any], policy: Any, env: EnvSpec | Any, *, k: int
 
     Args:
         instances: Training task instances (unique ids).
-        policy: A policy object or spec (see ``env_client.rollout.rollout``).
+        policy: A policy object or spec (see ``medagentgym.env_client.rollout.rollout``).
         env: An ``EnvSpec`` or a factory of env objects (e.g. ``EnvServers.env`` for remote env servers).
         k: Samples per task.
         out: Output folder (created).
@@ -61,7 +61,7 @@ def collect(instances: Iterable[Any], policy: Any, env: EnvSpec | Any, *, k: int
         seed: Base seed of the per-sample seeds.
         backend: Rollout backend (``thread``, ``async``, ``joblib``, ``ray``).
         policy_name: Recorded in each trajectory header.
-        run_info: Settings fingerprinted into the store (``env_client.rollout.describe_run``); a resume under
+        run_info: Settings fingerprinted into the store (``medagentgym.env_client.rollout.describe_run``); a resume under
             other settings is refused.
         on_error: ``skip`` (default: a failed episode is retried by the next run) or ``raise``.
         progress: Show a progress bar.

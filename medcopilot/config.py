@@ -41,7 +41,7 @@ Method = Literal["sft", "dpo", "grpo", "ppo", "verifier"]
 #: Config class per method: a TRL class name, or ``module:Class`` (the verifier's ``TrainingArguments``
 #: subclass); ``ppo`` is trained in house and takes its ``trainer`` keys as they are.
 TRL_CONFIG_CLASSES = {"sft": "SFTConfig", "dpo": "DPOConfig", "grpo": "GRPOConfig",
-                      "verifier": "medcopilot.trainers.verifier:VerifierConfig"}
+                      "verifier": "medagentgym.medcopilot.trainers.verifier:VerifierConfig"}
 
 
 class _Loader(yaml.SafeLoader):
@@ -100,7 +100,7 @@ class ModelConfig:
 
 @dataclass
 class MixtureConfig:
-    """Each family's share of the training rows (:mod:`medcopilot.mixture`); without one, TRL's uniform sampling
+    """Each family's share of the training rows (:mod:`medagentgym.medcopilot.mixture`); without one, TRL's uniform sampling
     over rows gives each family its share of the rows."""
 
     # Relative weight per family (every family of tasks.families, each > 0); shares are weight / sum.
@@ -155,10 +155,10 @@ class EnvConfig:
     allow_unisolated: bool = False
     workers: int = 2  # warm sandbox workers shared by concurrent episodes (in process; per server when remote)
     # Most sandbox workers: the pool grows past `workers` to the episodes in flight, up to this; null = half the
-    # host's memory at sandbox.pool.WORKER_MB per worker (or $MEDAGENTGYM_SANDBOX_MAX_WORKERS).
+    # host's memory at medagentgym.sandbox.pool.WORKER_MB per worker (or $MEDAGENTGYM_SANDBOX_MAX_WORKERS).
     max_workers: int | None = None
     # Env servers (medagentgym serve) that run the episodes instead of this process: one URL or a list,
-    # used round-robin with health checks and retry (env_client.http_client.EnvServers); null = in process.
+    # used round-robin with health checks and retry (medagentgym.env_client.http_client.EnvServers); null = in process.
     # A server started with --token needs MEDAGENTGYM_ENV_TOKEN set to the same token.
     url: str | list[str] | None = None
 
@@ -197,7 +197,7 @@ class EnvConfig:
 class RolloutConfig:
     """How trajectories are produced (GRPO/PPO online; SFT/DPO offline, into ``store``)."""
 
-    # Policy spec for env_client.policies.make_policy: "oracle", "hf:PATH", "openai:MODEL", "constant:0", ...
+    # Policy spec for medagentgym.env_client.policies.make_policy: "oracle", "hf:PATH", "openai:MODEL", "constant:0", ...
     # SFT/DPO store generation may join several with "+" (e.g. "oracle+constant:0": successes and failures).
     policy: str = "oracle"
     k: int = 1  # episodes per task instance (GRPO: the group size is trainer.num_generations)
@@ -230,7 +230,7 @@ class RewardConfig:
     verifier: str | None = None
 
     def __post_init__(self) -> None:
-        from rewards import REWARD_FUNCS
+        from medagentgym.rewards import REWARD_FUNCS
 
         for name in self.weights:
             if name not in REWARD_FUNCS:
@@ -264,7 +264,7 @@ class RecipeConfig:
         'runs/sft'
     """
 
-    method: Method = "sft"  # trainer module to run: medcopilot.trainers.<method>
+    method: Method = "sft"  # trainer module to run: medagentgym.medcopilot.trainers.<method>
     model: ModelConfig = field(default_factory=ModelConfig)
     tasks: TasksConfig = field(default_factory=TasksConfig)
     env: EnvConfig = field(default_factory=EnvConfig)
@@ -322,7 +322,7 @@ class RecipeConfig:
 
         Returns:
             A ``trl.SFTConfig`` / ``DPOConfig`` / ``GRPOConfig``, or the verifier's ``VerifierConfig`` (a
-            ``transformers.TrainingArguments`` subclass, :mod:`medcopilot.trainers.verifier`).
+            ``transformers.TrainingArguments`` subclass, :mod:`medagentgym.medcopilot.trainers.verifier`).
 
         Raises:
             RecipeError: On a key TRL's config does not have (naming the nearest one) or a value TRL rejects.
@@ -363,7 +363,7 @@ def check_recipe(cfg: RecipeConfig, *, base_model: str | None = None, notes: lis
     Family names must be registered or declared by a ``family.yaml`` under ``tasks.root``; reward terms were
     checked when the recipe was built; the ``trainer`` section is built into its config object (TRL's config
     class, the verifier's ``VerifierConfig``, or PPO's ``PPOArgs`` with its cross-section checks), each value
-    checked against the type its field declares; then :func:`medcopilot.recipe_checks.check_runnable` refuses
+    checked against the type its field declares; then :func:`medagentgym.medcopilot.recipe_checks.check_runnable` refuses
     what cannot run as configured (an attention kernel no extra installs, a vLLM stage without a full model to
     start from, memory settings that cannot hold one sequence or do not fit the GPU).
 
@@ -383,7 +383,7 @@ def check_recipe(cfg: RecipeConfig, *, base_model: str | None = None, notes: lis
         >>> check_recipe(load_recipe("ppo_tiny", ["trainer.max_steps=2"])).max_steps
         2
     """
-    from medcopilot.recipe_checks import check_runnable
+    from medagentgym.medcopilot.recipe_checks import check_runnable
     from medagentgym.tasks.base import UnknownTask
     from medagentgym.tasks.registry import spec
 
@@ -394,7 +394,7 @@ def check_recipe(cfg: RecipeConfig, *, base_model: str | None = None, notes: lis
             raise RecipeError(f"tasks.families[{i}]={name!r}: {exc} (families are registered in medagentgym/tasks/registry.py "
                               f"or declared by {cfg.tasks.root}/<name>/family.yaml)") from None
     if cfg.method == "ppo":
-        from medcopilot.trainers.ppo import ppo_args
+        from medagentgym.medcopilot.trainers.ppo import ppo_args
 
         args = ppo_args(cfg)
     else:

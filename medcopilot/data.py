@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from medcopilot.config import RecipeError
+from medagentgym.medcopilot.config import RecipeError
 
 Message = dict[str, Any]
 
@@ -58,7 +58,7 @@ class Episode:
 
 
 def load_episodes(path: str | os.PathLike, *, families: Iterable[str] | None = None) -> list[Episode]:
-    """Read a trajectory store (``env_client.trajectory``) into :class:`Episode` records.
+    """Read a trajectory store (``medagentgym.env_client.trajectory``) into :class:`Episode` records.
 
     Args:
         path: The store's JSONL file.
@@ -70,7 +70,7 @@ def load_episodes(path: str | os.PathLike, *, families: Iterable[str] | None = N
     Raises:
         RecipeError: If the store does not exist.
     """
-    from env_client.trajectory import TrajectoryStore, to_chat_messages
+    from medagentgym.env_client.trajectory import TrajectoryStore, to_chat_messages
 
     if not Path(path).is_file():
         raise RecipeError(f"trajectory store {str(path)!r} does not exist; set rollout.store to a JSONL written by "
@@ -85,7 +85,7 @@ def load_episodes(path: str | os.PathLike, *, families: Iterable[str] | None = N
 
 
 def episode_from_trajectory(traj: Any, messages: list[Message]) -> Episode:
-    """Adapt one ``env_client.trajectory.Trajectory`` (and its chat messages) to an :class:`Episode`.
+    """Adapt one ``medagentgym.env_client.trajectory.Trajectory`` (and its chat messages) to an :class:`Episode`.
 
     Success means the final verdict says ``correct``; an episode without a verdict (truncated, or a grader
     error) is a failure for pairing purposes but never a success.
@@ -197,14 +197,14 @@ def to_dataset(rows: list[dict[str, Any]], *, what: str) -> Any:
 
 
 def fit_rows(rows: list[dict[str, Any]], tokenizer: Any) -> list[dict[str, Any]]:
-    """SFT or DPO rows as ``tokenizer``'s chat template should see them (``env_client.tokens.fit_tools``).
+    """SFT or DPO rows as ``tokenizer``'s chat template should see them (``medagentgym.env_client.tokens.fit_tools``).
 
     A template that renders ``tools`` gets the rows unchanged. One that drops them (SmolLM2's) would train on
     conversations whose model never saw the action schemas, unlike the episodes the rollouts render: each row's
     ``tools`` then move into its system message (``messages`` for SFT, ``prompt`` for DPO) in the same compact
     text form a rollout prompt gets, and the column is dropped.
     """
-    from env_client.tokens import fit_tools, template_renders_tools
+    from medagentgym.env_client.tokens import fit_tools, template_renders_tools
 
     if not any(row.get("tools") for row in rows) or template_renders_tools(tokenizer):
         return rows

@@ -36,8 +36,8 @@ from typing import Any
 
 import yaml
 
-from medcopilot.config import ModelConfig
-from medcopilot.modeling import adapter_base, load_model, load_tokenizer, save_pretrained_atomic
+from medagentgym.medcopilot.config import ModelConfig
+from medagentgym.medcopilot.modeling import adapter_base, load_model, load_tokenizer, save_pretrained_atomic
 
 __all__ = ["ExportError", "export_dtype", "export_model", "hub_model_id", "model_card", "push_folder"]
 
@@ -304,7 +304,7 @@ def _check_publishable(card: Any, base_model: str) -> None:
 
 def trainer_library(method: str) -> str:
     """Who implements a recipe method's trainer, as the model card names it: ``"TRL"`` for SFT, DPO and GRPO
-    (TRL's trainers), ``"in-house PPO"`` for PPO (``medcopilot.ppo``: TRL removed its PPOTrainer),
+    (TRL's trainers), ``"in-house PPO"`` for PPO (``medagentgym.medcopilot.ppo``: TRL removed its PPOTrainer),
     ``"transformers Trainer"`` for the verifier.
 
     Example:
@@ -319,7 +319,7 @@ def _load_reports(paths: Iterable[str | os.PathLike]) -> list[dict[str, Any]]:
     paths = list(paths)
     if not paths:
         return []
-    from env_client.evaluation import EvalError, load_reports
+    from medagentgym.env_client.evaluation import EvalError, load_reports
 
     try:
         return load_reports(paths)

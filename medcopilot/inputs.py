@@ -28,7 +28,7 @@ from typing import Any
 
 __all__ = ["InputReport", "check_inputs", "size_refusal"]
 
-#: Methods that train on ``rollout.store`` (``medcopilot.trainers._common.episodes_for``).
+#: Methods that train on ``rollout.store`` (``medagentgym.medcopilot.trainers._common.episodes_for``).
 STORE_METHODS = ("sft", "dpo", "verifier")
 
 
@@ -170,7 +170,7 @@ def _store(cfg: Any, report: InputReport, built: dict[str, int]) -> None:
 
 
 def _model(label: str, path: str | None, report: InputReport) -> None:
-    from env_client.policies import model_path_problem
+    from medagentgym.env_client.policies import model_path_problem
 
     if not path:
         return

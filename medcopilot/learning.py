@@ -15,8 +15,8 @@ The pieces the learning tests (``tests/medcopilot/test_*learning*.py``), ``scrip
 3. **Fixed evaluation** (:func:`evaluate`): ``reps`` sampled episodes per task with seeds that depend only on the
    run's seed and the episode's row, the same before and after training (common random numbers: the
    difference measures the policy, not the draw).
-4. **RL**: TRL's ``GRPOTrainer`` with :class:`~medcopilot.rollout_func.EnvRolloutFunc`, or the in-house
-   :class:`~medcopilot.trainers.ppo.PPOTrainer`, evaluated every ``eval_every`` steps for a reward curve.
+4. **RL**: TRL's ``GRPOTrainer`` with :class:`~medagentgym.medcopilot.rollout_func.EnvRolloutFunc`, or the in-house
+   :class:`~medagentgym.medcopilot.trainers.ppo.PPOTrainer`, evaluated every ``eval_every`` steps for a reward curve.
 
 Everything is seeded by the run's ``seed`` (warm-up batches, RL sampling, evaluation draws), so one seed gives
 one run; different seeds stand in for the floating-point paths of other CPUs.
@@ -100,7 +100,7 @@ HELD_OUT = (OBSERVATION, CHOICE, RETRY)
 CONTROLLED = (OBSERVATION, CHOICE)
 #: Family -> (what its choice accuracy measures, which SQL read of an episode it looks at).
 CHOICE_METRIC = {CHOICE: ("query choice", 0), RETRY: ("first retry", 1)}
-#: Prompt style of every learning run (``env_client.prompts``): one system line naming the actions instead of the
+#: Prompt style of every learning run (``medagentgym.env_client.prompts``): one system line naming the actions instead of the
 #: ~650-token tool block, which the tiny model learns from demonstrations anyway; a third of the tokens to train
 #: and sample on each step.
 PROMPT = "compact"
@@ -210,8 +210,8 @@ class Playground:
         """Load family ``name`` from the tasks root ``root`` (a :data:`DECLARED` one is declared there if missing,
         ``toy_lookup`` built at size tiny) and start a sandbox pool of ``workers``: ``bwrap`` (``auto`` is the same:
         it fails where bwrap cannot run rather than fall back), or ``local`` (unisolated, asked for by name).
-        Episodes open with the ``prompt`` style (``env_client.prompts.PROMPTS``; default :data:`PROMPT`)."""
-        import sandbox as sandbox_pkg
+        Episodes open with the ``prompt`` style (``medagentgym.env_client.prompts.PROMPTS``; default :data:`PROMPT`)."""
+        from medagentgym import sandbox as sandbox_pkg
         from medagentgym import tasks
 
         if name not in FAMILIES:
@@ -239,7 +239,7 @@ class Playground:
     @property
     def env_config(self) -> Any:
         """The episode rules: the family's turn budget and the prompt style."""
-        from env_client import EnvConfig
+        from medagentgym.env_client import EnvConfig
 
         return EnvConfig(max_turns=self.max_turns, prompt=self.prompt)
 
@@ -249,10 +249,10 @@ class Playground:
         return _index(self.family, split, self.prompt)
 
     def rollout(self, *, seed: int, concurrency: int = 16, index: Any = None, batching: str = "continuous") -> Any:
-        """An :class:`~medcopilot.rollout_func.EnvRolloutFunc` over this family (``index`` defaults to ours;
-        ``batching``: see :class:`~medcopilot.rollout_func.TurnBatcher`)."""
-        from env_client import Env
-        from medcopilot.rollout_func import EnvRolloutFunc
+        """An :class:`~medagentgym.medcopilot.rollout_func.EnvRolloutFunc` over this family (``index`` defaults to ours;
+        ``batching``: see :class:`~medagentgym.medcopilot.rollout_func.TurnBatcher`)."""
+        from medagentgym.env_client import Env
+        from medagentgym.medcopilot.rollout_func import EnvRolloutFunc
 
         config = self.env_config
         return EnvRolloutFunc(make_env=lambda: Env(self.pool, tasks_root=self.root, config=config),
@@ -267,8 +267,8 @@ class Playground:
 
 def _index(family: Any, split: str, prompt: str) -> Any:
     """The prompt index (dataset rows) of ``family``'s ``split`` instances, rendered in the ``prompt`` style."""
-    from env_client.prompts import initial_messages
-    from medcopilot.rollout_func import PromptIndex
+    from medagentgym.env_client.prompts import initial_messages
+    from medagentgym.medcopilot.rollout_func import PromptIndex
 
     return PromptIndex.from_instances(family.instances(split),
                                       render=lambda inst: initial_messages(inst, family.actions, prompt=prompt))
@@ -295,7 +295,7 @@ def oracle_episodes(playground: Playground, instances: list[Any] | None = None, 
         seed: Seeds which episodes are wrong and their wrong answers.
 
     Returns:
-        :class:`env_client.tokens.TokenEpisode` per task and repetition (``env_mask`` 0 on observation tokens).
+        :class:`medagentgym.env_client.tokens.TokenEpisode` per task and repetition (``env_mask`` 0 on observation tokens).
 
     Raises:
         RuntimeError: If an episode's grade disagrees with the demonstration (a broken family or environment).
@@ -350,9 +350,9 @@ def _play_script(playground: Playground, inst: Any, steps: list[dict[str, Any]],
                  failing: int = 0) -> Any:
     """Play the actions ``steps`` on ``inst`` at token level; the episode must score ``expected`` and its steps run
     cleanly, except its first ``failing`` ones, which must fail (toy_retry's query of a renamed table)."""
-    from env_client import Env
-    from env_client.policies import render_action
-    from env_client.tokens import token_rollout
+    from medagentgym.env_client import Env
+    from medagentgym.env_client.policies import render_action
+    from medagentgym.env_client.tokens import token_rollout
 
     tok = playground.tokenizer
     script = iter(steps)
@@ -434,7 +434,7 @@ def warm_start(model: Any, episodes: list[Any], *, steps: int, batch: int, lr: f
 
     Args:
         model: A HF causal LM (trained in place).
-        episodes: :class:`env_client.tokens.TokenEpisode` (prompt ids, completion ids, env mask).
+        episodes: :class:`medagentgym.env_client.tokens.TokenEpisode` (prompt ids, completion ids, env mask).
         steps: Optimizer steps.
         batch: Episodes per step, drawn with replacement by a generator seeded with ``seed``.
         lr: AdamW learning rate.
@@ -647,7 +647,7 @@ def train_grpo(model: Any, tokenizer: Any, rollout: Any, rows: list[dict], *, st
     from transformers import PrinterCallback, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from medcopilot.rewards_adapter import EpisodeReward
+    from medagentgym.medcopilot.rewards_adapter import EpisodeReward
 
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     args = GRPOConfig(**{"output_dir": str(output_dir), "max_steps": steps, "per_device_train_batch_size": group,
@@ -679,12 +679,12 @@ def train_ppo(model: Any, tokenizer: Any, rollout: Any, prompts: list[Any], *, s
     as many updates as GRPO makes; four per step made the tiny model's policy blow up within 25 steps in the
     sweep), Monte-Carlo returns (``gamma = lam = 1``), k1 KL in the reward with a fixed coefficient (as the
     recipes: k1's policy gradient is the KL's), a 10x faster value head.
-    ``args`` override :class:`~medcopilot.ppo.PPOArgs` fields.
+    ``args`` override :class:`~medagentgym.medcopilot.ppo.PPOArgs` fields.
     """
     import copy
 
-    from medcopilot.ppo import PPOArgs
-    from medcopilot.trainers.ppo import PPOTrainer
+    from medagentgym.medcopilot.ppo import PPOArgs
+    from medagentgym.medcopilot.trainers.ppo import PPOTrainer
 
     settings = {"max_steps": steps, "rollout_batch_size": batch, "mini_batch_size": batch,
                 "micro_batch_size": batch // 2, "ppo_epochs": 1, "learning_rate": lr,
@@ -875,7 +875,7 @@ def copy_check(model: Any, tokenizer: Any, workdir: str | os.PathLike, settings:
         workdir: Scratch folder: ``tasks`` (the family, built there if missing) and ``decoy`` (the control's copy).
         settings: A :data:`WARM_DEFAULTS` entry, usually cut to its exact-demonstrator phases.
         seed: Seeds the warm-up, the sampling and the decoy values.
-        prompt: The prompt style (``env_client.prompts.PROMPTS``).
+        prompt: The prompt style (``medagentgym.env_client.prompts.PROMPTS``).
         reps: Episodes per held-out record in each evaluation.
 
     Returns:
@@ -910,7 +910,7 @@ def learning_run(method: str, family: str, model_dir: str | os.PathLike, workdir
     Args:
         method: ``grpo`` or ``ppo``.
         family: A key of :data:`FAMILIES`.
-        model_dir: The tiny model folder (``medcopilot.tiny.build_tiny_model``); it is not modified.
+        model_dir: The tiny model folder (``medagentgym.medcopilot.tiny.build_tiny_model``); it is not modified.
         workdir: Scratch folder (tasks root and trainer output).
         seed: Seeds the warm start, RL sampling and the fixed evaluation.
         steps: RL steps (default from :data:`GRPO_DEFAULTS` / :data:`PPO_DEFAULTS` and :data:`FAMILY_RL`).
@@ -1016,7 +1016,7 @@ def learning_run(method: str, family: str, model_dir: str | os.PathLike, workdir
         after = last.success
         curve.append(point(settings["steps"], last))
         if save_to is not None:
-            from medcopilot.modeling import save_pretrained_atomic
+            from medagentgym.medcopilot.modeling import save_pretrained_atomic
 
             save_pretrained_atomic(save_to, final, tok)
         say(f"after {settings['steps']} steps: success {after:.3f} (gain {after - before:+.3f})"

@@ -1,7 +1,7 @@
 """Per-episode statistics and the per-step environment metrics GRPO logs.
 
-The rollout hook (:mod:`medcopilot.rollout_func`) turns every finished episode into one :class:`EpisodeStats`;
-the reward adapter (:mod:`medcopilot.rewards_adapter`) aggregates a generation batch of them with
+The rollout hook (:mod:`medagentgym.medcopilot.rollout_func`) turns every finished episode into one :class:`EpisodeStats`;
+the reward adapter (:mod:`medagentgym.medcopilot.rewards_adapter`) aggregates a generation batch of them with
 :func:`batch_metrics` and hands each number to TRL's ``log_metric`` hook. TRL averages those values over the
 logging window and writes them into ``trainer.state.log_history`` next to its own ``reward`` and ``loss``.
 
@@ -187,7 +187,7 @@ def episode_outcome(trajectory: Any, *, model_tokens: int = 0, env_tokens: int =
     """The verdict and the :class:`EpisodeStats` of one finished ``env_client`` trajectory.
 
     Args:
-        trajectory: An ``env_client.trajectory.Trajectory`` whose ``final`` is set.
+        trajectory: An ``medagentgym.env_client.trajectory.Trajectory`` whose ``final`` is set.
         model_tokens: Model tokens of the episode (from the token-level rollout).
         env_tokens: Environment tokens spliced into its completion.
 

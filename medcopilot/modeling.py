@@ -20,7 +20,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from medcopilot.config import LoraSpec, ModelConfig, RecipeError
+from medagentgym.medcopilot.config import LoraSpec, ModelConfig, RecipeError
 
 ADAPTER_CONFIG = "adapter_config.json"
 

@@ -1,10 +1,10 @@
 """PPO for multi-turn episodes: the ``trainer`` section, the policy + value head module and the loss math.
 
 Pure tensor code with no rollout or file I/O, so every piece is unit-tested by hand
-(``tests/medcopilot/test_ppo.py``); :mod:`medcopilot.trainers.ppo` runs the loop.
+(``tests/medcopilot/test_ppo.py``); :mod:`medagentgym.medcopilot.trainers.ppo` runs the loop.
 
 Shapes. An episode's completion is C tokens after its prompt: model tokens and environment tokens
-(``env_mask`` 1 / 0, exactly as :mod:`env_client.tokens` built them). A batch pads completions on the right to
+(``env_mask`` 1 / 0, exactly as :mod:`medagentgym.env_client.tokens` built them). A batch pads completions on the right to
 ``(B, C)``; every per-token tensor below is ``(B, C)`` and ``mask`` is the assistant mask (1 = a token the model
 sampled and is trained on; 0 = environment token or padding).
 
@@ -42,7 +42,7 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
-from medcopilot.config import RecipeError, _build
+from medagentgym.medcopilot.config import RecipeError, _build
 
 __all__ = [
     "AdaptiveKLController",

@@ -1,6 +1,6 @@
 """PPO checkpoints: what ``checkpoint-<step>/`` holds, written atomically, and read back on resume.
 
-A checkpoint of :class:`medcopilot.trainers.ppo.PPOTrainer` holds:
+A checkpoint of :class:`medagentgym.medcopilot.trainers.ppo.PPOTrainer` holds:
 
 - the policy: ``adapter_model.safetensors`` + ``adapter_config.json`` under LoRA, else ``model*.safetensors`` +
   ``config.json``; the tokenizer files; ``value_head.safetensors``;
@@ -9,7 +9,7 @@ A checkpoint of :class:`medcopilot.trainers.ppo.PPOTrainer` holds:
 - ``trainer_state.json`` (:class:`TrainerState`: step, KL coefficient, log history), written last.
 
 The folder is filled under ``.checkpoint-<step>.tmp`` and renamed, so ``checkpoint-<step>`` exists only when
-complete (``medcopilot.modeling.last_checkpoint`` also requires its ``trainer_state.json``). Episode seeds and
+complete (``medagentgym.medcopilot.modeling.last_checkpoint`` also requires its ``trainer_state.json``). Episode seeds and
 the data order are functions of the step, so they need no state of their own.
 """
 
@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from medcopilot.config import RecipeError
+from medagentgym.medcopilot.config import RecipeError
 from medagentgym.tasks.base import write_bytes_atomic
 
 __all__ = ["TrainerState", "load_checkpoint", "load_policy_weights", "save_checkpoint", "write_json"]

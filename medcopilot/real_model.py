@@ -19,7 +19,7 @@ What the conversion fixes on the way (each checked by tests/medcopilot/test_real
 - the chat template gets ``{% generation %}`` markers around assistant turns (same rendered text): TRL's SFT with
   ``assistant_only_loss`` refuses the GGUF's template ("not training-compatible").
 - ``generation_config``: eos ``<|im_end|>``, pad ``<|endoftext|>``, and no sampling fields (the rollout's sampler
-  never inherits them anyway: ``env_client.tokens``).
+  never inherits them anyway: ``medagentgym.env_client.tokens``).
 - the GGUF's internal model name (``_name_or_path``) becomes the Hub id it was quantized from, its quantization
   config is dropped, and the tokenizer's ``model_max_length`` is the model's context (8,192), not the GGUF's 1e30.
 
@@ -38,7 +38,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from medcopilot.modeling import save_pretrained_atomic
+from medagentgym.medcopilot.modeling import save_pretrained_atomic
 
 __all__ = ["DEFAULT_DIR", "GGUF_NAME", "PACKAGE", "RealModelError", "convert", "gguf_path"]
 

@@ -7,7 +7,7 @@ project's own pieces:
    restricted to that category (:class:`Arena`). The in-distribution families are trained on (their ``train``
    split) and evaluated on their ``test`` split (instances never trained on); the held-out family is never
    trained on (``ehrcon`` is in the project's ``ood`` suite).
-2. **Zero-shot**: :func:`medcopilot.learning.evaluate` on each family's evaluation prompts, greedy (one episode
+2. **Zero-shot**: :func:`medagentgym.medcopilot.learning.evaluate` on each family's evaluation prompts, greedy (one episode
    per prompt, so n is the number of held-out instances; ``eval_temperature`` > 0 samples ``reps`` episodes per
    prompt on fixed seeds instead), the ``compact`` prompt (its system line names each action's parameters).
    Evaluation is the pipeline's main cost, so it is made cheap (:func:`generation_speed` measures it):
@@ -16,15 +16,15 @@ project's own pieces:
    token cap per family, and with the intra-op thread count of :func:`torch_threads` (on a loaded 2-core machine
    two threads spin-wait for each other: one thread decoded ~10x more tokens per CPU second there).
 3. **Trajectories**: the families' reference solutions played through the environment at token level
-   (:func:`medcopilot.learning.oracle_episodes`: the sandbox runs the code, observations are masked out of the
+   (:func:`medagentgym.medcopilot.learning.oracle_episodes`: the sandbox runs the code, observations are masked out of the
    loss): the paper's trajectory sampling with the oracle as teacher.
-4. **SFT**: :func:`medcopilot.learning.warm_start` (full fine-tuning, AdamW, loss on the model's tokens).
-5. **RL from the SFT checkpoint**: TRL's GRPO with :class:`~medcopilot.rollout_func.EnvRolloutFunc`
-   (:func:`medcopilot.learning.train_grpo`) and the in-house PPO (:func:`medcopilot.learning.train_ppo`), over
+4. **SFT**: :func:`medagentgym.medcopilot.learning.warm_start` (full fine-tuning, AdamW, loss on the model's tokens).
+5. **RL from the SFT checkpoint**: TRL's GRPO with :class:`~medagentgym.medcopilot.rollout_func.EnvRolloutFunc`
+   (:func:`medagentgym.medcopilot.learning.train_grpo`) and the in-house PPO (:func:`medagentgym.medcopilot.learning.train_ppo`), over
    several seeds, each scored again.
 
 The table (:func:`table_rows`): per family and method, success with its n, the 95 % Wilson interval
-(``env_client.evaluation.wilson_interval``) and the difference to zero-shot.
+(``medagentgym.env_client.evaluation.wilson_interval``) and the difference to zero-shot.
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ class Arena:
     """One family restricted to a category: its training and evaluation prompt indexes, as learning's Playground."""
 
     name: str
-    play: Any  # medcopilot.learning.Playground over the training instances
+    play: Any  # medagentgym.medcopilot.learning.Playground over the training instances
     eval_index: Any
     train_instances: list[Any]
 
@@ -94,10 +94,10 @@ def _instances(family: Any, split: str, category: tuple[str, ...] | None, limit:
 def open_arena(name: str, spec: tuple, root: Path, tokenizer: Any, pool: Any, *, train_limit: int,
                eval_limit: int) -> Arena:
     """Build family ``name`` under ``root`` if missing, and index its chosen category's instances."""
-    from env_client.prompts import initial_messages
+    from medagentgym.env_client.prompts import initial_messages
     from medagentgym import tasks
-    from medcopilot.learning import PROMPT, Playground
-    from medcopilot.rollout_func import PromptIndex
+    from medagentgym.medcopilot.learning import PROMPT, Playground
+    from medagentgym.medcopilot.rollout_func import PromptIndex
 
     category, turns, new_tokens, episode_tokens = spec
     family = tasks.make(name, root=root)
@@ -160,7 +160,7 @@ def generation_speed(model: Any, tokenizer: Any, contexts: list[list[int]], *, t
     """
     import torch
 
-    from env_client.tokens import generate_batch
+    from medagentgym.env_client.tokens import generate_batch
 
     def run(temperature: float, n_threads: int, mode: Any) -> dict[str, float]:
         torch.set_num_threads(n_threads)
@@ -186,7 +186,7 @@ def _score(arena: Arena, model: Any, settings: dict[str, Any], seed: int) -> tup
     of ``seed`` when ``settings["eval_temperature"]`` > 0 (``reps`` episodes per prompt); lock-step batches."""
     import torch
 
-    from medcopilot.learning import evaluate
+    from medagentgym.medcopilot.learning import evaluate
 
     temperature = float(settings["eval_temperature"])
     reps = settings["reps"] if temperature > 0 else 1
@@ -210,17 +210,17 @@ def run_pipeline(model_dir: str | os.PathLike, workdir: str | os.PathLike, setti
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    import sandbox as sandbox_pkg
-    from env_client import Env, EnvConfig
-    from env_client.tokens import render_prompt
-    from medcopilot.learning import (
+    from medagentgym import sandbox as sandbox_pkg
+    from medagentgym.env_client import Env, EnvConfig
+    from medagentgym.env_client.tokens import render_prompt
+    from medagentgym.medcopilot.learning import (
         PROMPT,
         oracle_episodes,
         train_grpo,
         train_ppo,
         warm_start,
     )
-    from medcopilot.rollout_func import EnvRolloutFunc, PromptIndex
+    from medagentgym.medcopilot.rollout_func import EnvRolloutFunc, PromptIndex
 
     families = dict(ID if families is None else families)
     held_out = dict(OOD if held_out is None else held_out)
@@ -328,7 +328,7 @@ def run_pipeline(model_dir: str | os.PathLike, workdir: str | os.PathLike, setti
 
 
 def _renderer(arenas: dict[str, Arena]) -> Callable[[Any], list[dict]]:
-    from env_client.prompts import initial_messages
+    from medagentgym.env_client.prompts import initial_messages
 
     def render(inst: Any) -> list[dict]:
         play = arenas[inst.family].play
@@ -339,7 +339,7 @@ def _renderer(arenas: dict[str, Arena]) -> Callable[[Any], list[dict]]:
 def table_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
     """Per family and method: success, n, 95 % Wilson interval, difference to zero-shot (RL: per seed, and the
     seeds pooled)."""
-    from env_client.evaluation import wilson_interval
+    from medagentgym.env_client.evaluation import wilson_interval
 
     zero = result["scores"]["zero-shot"]
     split = {name: "id" for name in result["families"]["id"]} | {n: "held-out" for n in result["families"]["held_out"]}

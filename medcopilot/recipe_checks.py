@@ -1,6 +1,6 @@
 """Checks that a recipe can run as configured, before any model is loaded (``train.py --dry-run``).
 
-:func:`medcopilot.config.check_recipe` calls :func:`check_runnable` after the trainer section has been built.
+:func:`medagentgym.medcopilot.config.check_recipe` calls :func:`check_runnable` after the trainer section has been built.
 It refuses, with one line each:
 
 - an attention kernel that no extra of this package installs (``sdpa`` and ``eager`` come with torch,
@@ -25,7 +25,7 @@ repeat it (see :func:`memory_plan`):
   checkpointed hidden states (``layers * hidden * 2`` bytes per token), one layer's recomputed activations
   (``(6 * hidden + 3 * intermediate) * 2`` bytes per token) and the logits of the scored tokens, which depend on
   how the trainer computes them (:data:`LOGITS_BYTES`): SFT/DPO materialise them (``vocab * 10`` bytes per token:
-  bf16 logits, their fp32 log-softmax and its gradient); our PPO loss (:func:`medcopilot.ppo.completion_logprobs`)
+  bf16 logits, their fp32 log-softmax and its gradient); our PPO loss (:func:`medagentgym.medcopilot.ppo.completion_logprobs`)
   peaks at ``vocab * 20`` bytes per token (measured: fp32 logits kept for backward, the log-sum-exp and gather
   gradients, the no-grad entropy); TRL's GRPO never materialises them (its fused LM head works in tiles of
   4,096 tokens x 32,768 vocabulary entries: ~4 such bf16 tiles plus ``hidden * 10`` bytes per token);
@@ -53,7 +53,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from medcopilot.config import RecipeConfig, RecipeError
+from medagentgym.medcopilot.config import RecipeConfig, RecipeError
 
 __all__ = ["ATTENTION_KERNELS", "LOGITS_BYTES", "ModelShape", "check_runnable", "gpu_gib", "logits_gib", "memory_plan",
            "model_shape", "recipe_memory_plan", "shape_from_config", "vllm_base_model", "wandb_mode"]
@@ -165,7 +165,7 @@ def vllm_base_model(name_or_path: str) -> str:
     for _ in range(8):
         config = Path(current) / "adapter_config.json"
         if not config.is_file():
-            # Adapters record local bases as absolute paths (medcopilot.modeling.load_model); others are Hub ids.
+            # Adapters record local bases as absolute paths (medagentgym.medcopilot.modeling.load_model); others are Hub ids.
             looks_local = current.startswith((".", "/", "~"))
             if current != name_or_path and looks_local and not (Path(current) / "config.json").is_file():
                 raise RecipeError(f"model.name_or_path={name_or_path!r} is an adapter whose base {current!r} is not "
@@ -276,7 +276,7 @@ def check_runnable(cfg: RecipeConfig, args: Any, *, base_model: str | None = Non
     Raises:
         RecipeError: One line naming the setting, the numbers and what to change.
     """
-    from medcopilot.mixture import describe_mixture
+    from medagentgym.medcopilot.mixture import describe_mixture
     from medagentgym.tasks import SUITES
 
     notes = [describe_mixture(cfg.tasks)]

@@ -1,6 +1,6 @@
 """The adapter from episode rewards to TRL's ``reward_funcs`` hook.
 
-The environment grades each episode while the rollout runs (:mod:`medcopilot.rollout_func`), and the rollout
+The environment grades each episode while the rollout runs (:mod:`medagentgym.medcopilot.rollout_func`), and the rollout
 hook scores it with every reward named in the recipe's ``reward.weights`` (functions of ``rewards``). It returns
 each component under the extra key ``reward_<name>``; TRL hands every extra key to every reward function as a
 keyword argument (one value per row), and one :class:`EpisodeReward` per component returns its column unchanged.
@@ -8,7 +8,7 @@ TRL then weights the components with ``GRPOConfig.reward_weights`` and logs each
 ``None`` (a failed grader) stays ``None``: TRL turns it into NaN and gives that row a zero advantage instead of
 scoring it as a wrong answer.
 
-The same call logs the batch's environment metrics (:func:`medcopilot.metrics.batch_metrics`) and the success
+The same call logs the batch's environment metrics (:func:`medagentgym.medcopilot.metrics.batch_metrics`) and the success
 rate of each family in the batch (``env/success_rate/<family>``, from the dataset's ``family`` column) through
 TRL's ``log_metric`` kwarg, so they land in ``trainer.state.log_history`` (and wandb, and stdout) at every
 logging step.
@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from medcopilot.metrics import EpisodeStats, batch_metrics
+from medagentgym.medcopilot.metrics import EpisodeStats, batch_metrics
 
 __all__ = ["EpisodeReward", "family_success"]
 

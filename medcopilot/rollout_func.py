@@ -11,7 +11,7 @@ What TRL 1.16 does with the hook (read from ``GRPOTrainer._generate``; the upstr
   other key reaches each reward function as a keyword argument: we pass ``reward_<name>`` per reward component
   (None for a failed grader) and ``episode_stats``; the dataset's ``instance_id`` column arrives there too.
 - It rescores ``prompt_ids + completion_ids`` with the training model, so the ids must be exactly what the model
-  saw: ``env_client.tokens.token_rollout`` builds them token-in/token-out, never re-tokenizing history.
+  saw: ``medagentgym.env_client.tokens.token_rollout`` builds them token-in/token-out, never re-tokenizing history.
 
 Episodes of one call run concurrently (one thread each, at most ``concurrency``), each advancing on its own:
 whenever the generator is free, the episodes waiting for a turn share the next batched call (:class:`TurnBatcher`,
@@ -41,10 +41,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from env_client.http_client import retry_lost
-from env_client.tokens import TokenEpisode, generate_batch, token_rollout
-from medcopilot.metrics import EpisodeStats, episode_outcome
-from rewards import combine
+from medagentgym.env_client.http_client import retry_lost
+from medagentgym.env_client.tokens import TokenEpisode, generate_batch, token_rollout
+from medagentgym.medcopilot.metrics import EpisodeStats, episode_outcome
+from medagentgym.rewards import combine
 
 __all__ = ["BatchGenerate", "EnvRolloutFunc", "InfraFailureLimit", "PromptIndex", "TurnBatcher",
            "check_generation_layout", "context_limit", "episode_seed", "hf_batch_generate", "prompt_key"]
@@ -122,7 +122,7 @@ class PromptIndex:
 def episode_seed(seed: int, rank: int, call: int, row: int) -> int:
     """The sampling seed of one episode: a hash of (base seed, process rank, round, row) into 62 bits.
 
-    Turns add their index to it (:func:`env_client.tokens.token_rollout`); hashing keeps episodes' streams apart
+    Turns add their index to it (:func:`medagentgym.env_client.tokens.token_rollout`); hashing keeps episodes' streams apart
     even then (row ``r``'s second turn never reuses row ``r + 1``'s first seed, as ``base + row`` would).
     """
     import numpy as np
@@ -168,7 +168,7 @@ def context_limit(trainer: Any) -> int | None:
 def hf_batch_generate(model: Any, tokenizer: Any, contexts: list[list[int]], *, seeds: list[int],
                       max_new_tokens: int, temperature: float = 1.0, top_p: float = 1.0,
                       top_k: int = 0) -> tuple[list[list[int]], list[list[float]]]:
-    """Sample one continuation per context with ``model.generate``: :func:`env_client.tokens.generate_batch`.
+    """Sample one continuation per context with ``model.generate``: :func:`medagentgym.env_client.tokens.generate_batch`.
 
     Row ``i`` depends only on the model, ``contexts[i]`` and ``seeds[i]`` (never on the batch it shares), the
     checkpoint's ``generation_config`` is not inherited, and only the sampled tokens' logprobs are kept.
@@ -334,21 +334,21 @@ class EnvRolloutFunc:
 
     Every episode is total: no exception of one episode reaches the trainer. The environment itself turns what
     the model's text or its jailed code makes the host raise into that episode's outcome (a wrong answer, see
-    ``env_client.episode``); anything that still escapes an episode (its env could not reset, an env server went
+    ``medagentgym.env_client.episode``); anything that still escapes an episode (its env could not reset, an env server went
     away, a reward term raised) is an infrastructure failure: the row gets reward None (no advantage in GRPO,
     dropped by PPO), the cause is logged, and ``episode_stats`` marks it (``env/infra_failure_rate``). Only a
     failure of generation itself (the model, the GPU) stops the call. When more than ``max_infra_share`` of the
     last ``infra_window`` episodes failed that way, :class:`InfraFailureLimit` stops the run with one line.
 
     Args:
-        make_env: Returns a fresh ``env_client.Env`` (one per concurrent episode; closed after it).
+        make_env: Returns a fresh ``medagentgym.env_client.Env`` (one per concurrent episode; closed after it).
         index: Maps each dataset prompt back to its task instance.
         tokenizer: The policy's tokenizer (chat template, eos ``<|im_end|>``).
         max_new_tokens: Per assistant turn (tokens).
         max_completion_tokens: Per episode after the prompt, model and env tokens (None: no cap beyond turns).
         concurrency: Episodes in flight at once.
         rewards: Reward components, name -> ``fn(*, verdict, trajectory, **kw) -> float | None`` (functions of
-            ``rewards``); each is returned as ``reward_<name>``. Default: ``{"correctness": rewards.correctness}``.
+            ``rewards``); each is returned as ``reward_<name>``. Default: ``{"correctness": medagentgym.rewards.correctness}``.
         seed: Base seed; each episode's seed derives from it, the process rank, the call count and the row (see
             :meth:`run`), and turn ``t`` of an episode samples with that seed plus ``t``.
         flush_s: See :class:`TurnBatcher`. Keep ``concurrency <= `` the sandbox pool's workers: an episode holds
@@ -358,15 +358,15 @@ class EnvRolloutFunc:
             call's generator busy time, wall time and idle share.
         policy_name: Recorded in each trajectory header.
         verifier: A learned-verifier scorer (``score(trajectories) -> list[float | None]``, e.g.
-            ``medcopilot.verifier.VerifierScorer`` or ``rewards.HTTPVerifier``). When given, every call scores its
+            ``medagentgym.medcopilot.verifier.VerifierScorer`` or ``medagentgym.rewards.HTTPVerifier``). When given, every call scores its
             finished episodes in one batch and passes each score to the reward functions as ``verifier_score``
             (None where the verifier failed: the ``verifier_score`` term is then missing, never 0).
         weights: Reward weights, name -> weight (``reward.weights``; default 1 per component). A row whose weighted
-            total is missing by ``rewards.combine``'s rules (a weighted term is None) gets None for *every*
+            total is missing by ``medagentgym.rewards.combine``'s rules (a weighted term is None) gets None for *every*
             component, so TRL counts it unscorable (advantage 0) instead of summing the other terms around the
             hole, which would score a failed grader like a wrong answer. PPO drops the same rows.
         max_context_tokens: The generator's context limit; an episode whose next turn could not fit ends as
-            truncated before the call (see :func:`env_client.tokens.token_rollout`). None: as TRL's hook, the
+            truncated before the call (see :func:`medagentgym.env_client.tokens.token_rollout`). None: as TRL's hook, the
             trainer's ``vllm_max_model_length`` with vLLM, else the model's ``max_position_embeddings``.
         max_infra_share: Largest share of infrastructure failures among the last ``infra_window`` episodes before
             the run stops (``rollout.max_infra_failure_share``).
@@ -380,7 +380,7 @@ class EnvRolloutFunc:
                  weights: dict[str, float] | None = None, batching: str = "continuous",
                  max_context_tokens: int | None = None, max_infra_share: float = 0.25,
                  infra_window: int = 256):
-        from rewards import correctness
+        from medagentgym.rewards import correctness
 
         if max_new_tokens < 1 or concurrency < 1:
             raise ValueError(f"max_new_tokens={max_new_tokens} and concurrency={concurrency} must both be >= 1")
@@ -562,7 +562,7 @@ class EnvRolloutFunc:
         """Play one episode into ``episodes[row]``; whatever escapes the env is recorded in ``failures[row]``.
 
         An episode whose env server died mid-way (``ServerLost``) is played again from its reset, same seed, on
-        another server (:func:`env_client.http_client.retry_lost`) before it counts as a failure."""
+        another server (:func:`medagentgym.env_client.http_client.retry_lost`) before it counts as a failure."""
 
         def play() -> TokenEpisode:
             env = self.make_env()
@@ -590,7 +590,7 @@ class EnvRolloutFunc:
 
     def _placeholder(self, prompt: Any) -> TokenEpisode:
         """A row for an episode that could not be played: the prompt, one masked end-of-turn token, reward None."""
-        from env_client.tokens import render_prompt
+        from medagentgym.env_client.tokens import render_prompt
 
         try:
             ids = render_prompt(self.tokenizer, prompt) if isinstance(prompt, list) else \

@@ -20,7 +20,7 @@ A sweep file holds exactly one of ``grid`` (with ``recipe``) or ``stages``:
 A stage starts from the previous stage unless it names another with ``from: <stage name>`` (an earlier one), so
 one file can branch: base -> SFT -> DPO, SFT -> PPO and SFT -> GRPO. With an ``evaluate`` section the base model
 and every stage are evaluated on the per-family test sets after training, and the paper's table (the 8
-in-distribution families plus the ood suite) is written as Markdown, JSON and PNG (:mod:`medcopilot.sweep_eval`).
+in-distribution families plus the ood suite) is written as Markdown, JSON and PNG (:mod:`medagentgym.medcopilot.sweep_eval`).
 
 Stage overrides are applied after the shared ones and after the chain link, so a stage may still set its own
 ``model.name_or_path``. In any override, ``{dir}`` is the run's (or stage's) own output dir and ``{prev}`` the
@@ -54,8 +54,8 @@ from typing import Any
 
 import yaml
 
-from medcopilot.config import RECIPES_DIR, RecipeError, check_recipe, load_recipe
-from medcopilot.inputs import check_inputs
+from medagentgym.medcopilot.config import RECIPES_DIR, RecipeError, check_recipe, load_recipe
+from medagentgym.medcopilot.inputs import check_inputs
 from medagentgym.tasks._files import FileFormatError, load_yaml
 
 SWEEPS_DIR = RECIPES_DIR / "sweeps"
@@ -95,7 +95,7 @@ class Sweep:
     output_root: str = ""
     overrides: list[str] = field(default_factory=list)
     stages: list[Stage] = field(default_factory=list)
-    evaluate: dict[str, Any] | None = None  # the chain's evaluation section (medcopilot.sweep_eval.EvalSpec)
+    evaluate: dict[str, Any] | None = None  # the chain's evaluation section (medagentgym.medcopilot.sweep_eval.EvalSpec)
 
 
 @dataclass
@@ -408,7 +408,7 @@ def _run(args: argparse.Namespace, launch: Launch | None, launch_eval: Any = Non
     sweep.output_root = args.output_root or sweep.output_root
     runs = plan_runs(sweep)
     if sweep.evaluate is not None:  # its evaluations' builds too, before anything trains
-        from medcopilot.sweep_eval import EvalSpec
+        from medagentgym.medcopilot.sweep_eval import EvalSpec
 
         EvalSpec.from_dict(sweep.evaluate).check_builds()
     root = Path(sweep.output_root)
@@ -440,7 +440,7 @@ def _run(args: argparse.Namespace, launch: Launch | None, launch_eval: Any = Non
             return 1
         wall_s[run.name] = round(time.monotonic() - started, 1)
     if sweep.evaluate is not None:
-        from medcopilot.sweep_eval import EvalSpec, evaluate_chain
+        from medagentgym.medcopilot.sweep_eval import EvalSpec, evaluate_chain
 
         spec = EvalSpec.from_dict(sweep.evaluate)
         if args.dry_run:

@@ -12,9 +12,9 @@ A chain sweep file may carry an ``evaluate`` section (``recipes/sweeps/paper_qwe
 
 After training, each stage's output is exported as a standalone merged model (``<stage>/merged``, LoRA chains
 merged: ``medagentgym export``; a LoRA stage exports float32 by default, which keeps the small updates a bf16
-export rounds away on a bf16-stored base, :func:`medcopilot.export.export_dtype`), each row is evaluated per suite into ``<output_root>/eval/<row>/<suite>/``
+export rounds away on a bf16-stored base, :func:`medagentgym.medcopilot.export.export_dtype`), each row is evaluated per suite into ``<output_root>/eval/<row>/<suite>/``
 (``medagentgym eval``; a report newer than its model is reused, so a rerun resumes), and
-``<output_root>/paper_table.{md,json,png}`` is written (:mod:`env_client.paper_table`). Exports and evaluations
+``<output_root>/paper_table.{md,json,png}`` is written (:mod:`medagentgym.env_client.paper_table`). Exports and evaluations
 run as separate processes, like the training stages, so each frees its memory (and its GPU) when it ends.
 
 Example:
@@ -33,7 +33,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from medcopilot.config import RecipeError
+from medagentgym.medcopilot.config import RecipeError
 
 __all__ = ["EvalSpec", "ScriptLaunch", "evaluate_chain", "subprocess_script"]
 
@@ -101,7 +101,7 @@ class EvalSpec:
         """
         from medagentgym import tasks
         from medagentgym.tasks.builds import SIZES, build_facts
-        from medcopilot.inputs import size_refusal
+        from medagentgym.medcopilot.inputs import size_refusal
 
         size = _flag(self.args, "--size")
         if size is None:
@@ -160,14 +160,14 @@ def evaluate_chain(spec: EvalSpec, runs: Sequence[Any], root: Path, *, launch_ev
 
     Args:
         spec: The evaluation section.
-        runs: The chain's stages (``medcopilot.sweep.Run``), all finished.
+        runs: The chain's stages (``medagentgym.medcopilot.sweep.Run``), all finished.
         root: The sweep's output root.
         launch_eval: Runs ``export_hf`` and ``evaluate`` (default: :func:`subprocess_script`).
 
     Returns:
         0, or the exit status of the first export or evaluation that failed.
     """
-    from env_client.paper_table import paper_table, write_paper_table
+    from medagentgym.env_client.paper_table import paper_table, write_paper_table
     from medagentgym.tasks._files import load_json
 
     launch = launch_eval or subprocess_script

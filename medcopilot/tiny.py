@@ -14,7 +14,7 @@ The chat template is TRL's bundled Qwen2.5 template, byte for byte: TRL recognis
 assistant-only loss and GRPO's tool parsing depend on it).
 
 Example:
-    >>> from medcopilot.tiny import build_tiny_model
+    >>> from medagentgym.medcopilot.tiny import build_tiny_model
     >>> path = build_tiny_model("artifacts/tiny-qwen2")
     >>> AutoModelForCausalLM.from_pretrained(path)  # doctest: +SKIP
 """
@@ -27,7 +27,7 @@ import os
 import random
 from pathlib import Path
 
-from medcopilot.modeling import save_pretrained_atomic
+from medagentgym.medcopilot.modeling import save_pretrained_atomic
 
 #: Qwen2's pre-tokenizer split regex, as ``transformers.Qwen2Tokenizer`` rebuilds it on load.
 QWEN2_SPLIT_REGEX = (

@@ -2,11 +2,11 @@
 
 A verifier is a Qwen2 sequence classifier (``AutoModelForSequenceClassification`` with one output: a score head on
 the causal LM's last non-pad token) trained with a binary cross-entropy loss to predict whether an episode's
-graded answer was correct (:mod:`medcopilot.trainers.verifier`). Its probability picks the best of K samples
+graded answer was correct (:mod:`medagentgym.medcopilot.trainers.verifier`). Its probability picks the best of K samples
 (Best@K, ``medagentgym score``) and can be a GRPO reward term (``reward.verifier``, term
 ``verifier_score``).
 
-* **Text**: the episode's chat (``env_client.trajectory.to_chat_messages``: question, the model's raw turns and
+* **Text**: the episode's chat (``medagentgym.env_client.trajectory.to_chat_messages``: question, the model's raw turns and
   the environment's observations, never the grader's answer to the submit) rendered with the tokenizer's chat
   template. System messages are dropped: they are the same for every episode of a family and would only use up
   length. An episode longer than ``max_length`` tokens keeps its head (the question, up to half the budget) and
@@ -32,7 +32,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from medcopilot.config import ModelConfig, RecipeError
+from medagentgym.medcopilot.config import ModelConfig, RecipeError
 
 __all__ = ["VERIFIER_CONFIG", "VerifierScorer", "auroc", "encode_messages", "encode_text", "episode_label",
            "load_verifier_model", "make_scorer", "score_rows", "split_by_task", "trajectory_messages", "verifier_messages",
@@ -53,8 +53,8 @@ def trajectory_messages(item: Any) -> list[Message]:
     """The chat of one finished episode, as the verifier reads it (system messages dropped).
 
     Args:
-        item: An ``env_client.trajectory.Trajectory``, its JSON record (a dict, as stored in a trajectory
-            JSONL), or a :class:`medcopilot.data.Episode`.
+        item: An ``medagentgym.env_client.trajectory.Trajectory``, its JSON record (a dict, as stored in a trajectory
+            JSONL), or a :class:`medagentgym.medcopilot.data.Episode`.
 
     Returns:
         ``[{"role", "content"}, ...]``: the question, then each assistant turn and the observation that
@@ -64,8 +64,8 @@ def trajectory_messages(item: Any) -> list[Message]:
         TypeError: ``item`` is none of those (the message names its type).
         ValueError: A dict that is not a trajectory record.
     """
-    from env_client.trajectory import Trajectory, to_chat_messages
-    from medcopilot.data import Episode
+    from medagentgym.env_client.trajectory import Trajectory, to_chat_messages
+    from medagentgym.medcopilot.data import Episode
 
     if isinstance(item, Episode):
         return verifier_messages(item.messages)
@@ -76,7 +76,7 @@ def trajectory_messages(item: Any) -> list[Message]:
             raise ValueError(f"not a trajectory record: {str(exc).splitlines()[0]}") from None
     if not isinstance(item, Trajectory):
         raise TypeError(f"cannot read a {type(item).__name__} as an episode; pass a Trajectory, its JSON record "
-                         f"(dict) or a medcopilot.data.Episode")
+                         f"(dict) or a medagentgym.medcopilot.data.Episode")
     return verifier_messages(to_chat_messages(item))
 
 
@@ -199,7 +199,7 @@ def load_verifier_model(spec: ModelConfig, tokenizer: Any) -> Any:
     """
     from transformers import AutoModelForSequenceClassification
 
-    from medcopilot.modeling import adapter_base, resolve_dtype
+    from medagentgym.medcopilot.modeling import adapter_base, resolve_dtype
 
     path = str(Path(spec.name_or_path).resolve()) if Path(spec.name_or_path).is_dir() else spec.name_or_path
     if adapter_base(path) is not None:
@@ -254,7 +254,7 @@ class VerifierScorer:
                  max_length: int | None = None, dtype: str = "auto") -> None:
         import torch
 
-        from medcopilot.modeling import adapter_base, load_tokenizer
+        from medagentgym.medcopilot.modeling import adapter_base, load_tokenizer
 
         folder = Path(path)
         config_file = folder / VERIFIER_CONFIG
@@ -323,7 +323,7 @@ def score_rows(scorer: Any, trajectories: Sequence[Any]) -> list[dict[str, Any]]
 
     Args:
         scorer: Anything with ``score(trajectories) -> list[float | None]`` (:func:`make_scorer`).
-        trajectories: ``env_client.trajectory.Trajectory`` objects, each episode once.
+        trajectories: ``medagentgym.env_client.trajectory.Trajectory`` objects, each episode once.
 
     Raises:
         ValueError: No episodes, an episode twice, or a score missing (names how many, the first, and the
@@ -356,12 +356,12 @@ def write_score_rows(rows: list[dict[str, Any]], path: Path | str) -> Path:
 
 
 def make_scorer(spec: str, *, batch_size: int | None = None, **kwargs: Any) -> Any:
-    """A scorer from a path or URL: ``http(s)://...`` gives a :class:`rewards.verifier.HTTPVerifier` (failed
+    """A scorer from a path or URL: ``http(s)://...`` gives a :class:`medagentgym.rewards.verifier.HTTPVerifier` (failed
     calls score None), anything else a local :class:`VerifierScorer` (``kwargs``, e.g. ``device``, go to it).
     ``batch_size`` is rows per forward pass (local) or per request (URL); None keeps each class's default."""
     batch = {} if batch_size is None else {"batch_size": batch_size}
     if spec.startswith(("http://", "https://")):
-        from rewards.verifier import HTTPVerifier
+        from medagentgym.rewards.verifier import HTTPVerifier
 
         return HTTPVerifier(spec, **batch)
     return VerifierScorer(spec, **batch, **kwargs)

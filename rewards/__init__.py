@@ -8,17 +8,17 @@ if not __name__.startswith("medagentgym."):  # the deprecated top-level name: an
 
     medagentgym._compat.redirect(__name__)
 
-from rewards.errors import RewardError
-from rewards.oracle import correctness, infra_failure, oracle_reward
-from rewards.shaping import (
+from medagentgym.rewards.errors import RewardError
+from medagentgym.rewards.oracle import correctness, infra_failure, oracle_reward
+from medagentgym.rewards.shaping import (
            format_penalty,
            length_cost,
            loop_penalty,
            turn_cost,
            verifier_score,
 )
-from rewards.spec import REWARD_FUNCS, RewardResult, RewardSpec, combine
-from rewards.verifier import HTTPVerifier, VerifierScorerProtocol
+from medagentgym.rewards.spec import REWARD_FUNCS, RewardResult, RewardSpec, combine
+from medagentgym.rewards.verifier import HTTPVerifier, VerifierScorerProtocol
 
 __all__ = ["REWARD_FUNCS", "HTTPVerifier", "RewardError", "RewardResult", "RewardSpec", "VerifierScorerProtocol",
            "combine", "correctness", "format_penalty", "infra_failure", "length_cost", "loop_penalty", "oracle_reward",

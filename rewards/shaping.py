@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from rewards.errors import RewardError
+from medagentgym.rewards.errors import RewardError
 
 __all__ = ["format_penalty", "length_cost", "loop_penalty", "turn_cost", "verifier_score"]
 

@@ -8,7 +8,7 @@ the weighted total and each component (unweighted) for logging.
   None from it never affects the total.
 - A weighted term that returns None (an infrastructure failure of grading, a failed verifier call, no token
   counts) is missing. A grading failure the submission caused is not missing: ``correctness`` is 0.0 for it
-  (see ``rewards.oracle`` for the two kinds of grading failure).
+  (see ``medagentgym.rewards.oracle`` for the two kinds of grading failure).
   With ``missing="none"`` (the default) the total is then None as well, so the caller must drop or retry the
   sample instead of training on a silently wrong number. With ``missing="skip"`` the missing term is left
   out of the sum and the total is the sum of the present weighted terms (None if all are missing).
@@ -28,9 +28,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from rewards.errors import RewardError
-from rewards.oracle import correctness
-from rewards.shaping import (
+from medagentgym.rewards.errors import RewardError
+from medagentgym.rewards.oracle import correctness
+from medagentgym.rewards.shaping import (
     format_penalty,
     length_cost,
     loop_penalty,

@@ -4,7 +4,7 @@ A scorer turns finished episodes into P(correct): ``scorer.score(items) -> list[
 item in input order. Two implementations are interchangeable wherever a scorer is taken (Best@K scoring, GRPO's
 ``verifier_score`` term):
 
-* ``medcopilot.verifier.VerifierScorer``: the trained model in this process (needs torch; never fails silently,
+* ``medagentgym.medcopilot.verifier.VerifierScorer``: the trained model in this process (needs torch; never fails silently,
   an error raises);
 * :class:`HTTPVerifier`: a client of the scoring service (``medagentgym serve-verifier``), httpx only. A call that
   fails (connection refused, timeout, an HTTP error, a malformed answer) yields ``None`` for each item of that
@@ -29,7 +29,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import httpx
 
-from rewards.errors import RewardError
+from medagentgym.rewards.errors import RewardError
 
 __all__ = ["HTTPVerifier", "VerifierScorerProtocol", "request_body"]
 

@@ -1,7 +1,7 @@
 """Isolated execution of untrusted, model-written code: warm workers, sessions, per-call limits.
 
 Example:
-    >>> from sandbox import make_pool
+    >>> from medagentgym.sandbox import make_pool
     >>> with make_pool(workers=2) as pool, pool.session() as s:
     ...     s.run_python("x = 6 * 7")
     ...     print(s.run_python("print(x)").stdout)
@@ -10,7 +10,7 @@ Example:
 Backends:
     ``bwrap`` (default): pre-forked workers inside bubblewrap. Layers (``pool.layers``): ``bwrap``;
     ``uid-drop`` (as root, every worker's code runs as its own unprivileged host uid, 100000+, leased
-    host-wide: see ``sandbox._uids``) or ``userns``
+    host-wide: see ``medagentgym.sandbox._uids``) or ``userns``
     (not root); ``pidns``, ``netns`` (no network at all, not even the host's loopback), ``ipcns``;
     ``ro-root`` (only /usr, /lib*, a few /etc files, the Python prefix, the venv and this package are
     bound, read-only); ``env-scrub`` (the caller's environment never reaches the jail); ``rlimits``
@@ -21,12 +21,12 @@ Backends:
     keyring, module loading, io_uring, POSIX message queues, exotic socket families denied; loaded by bwrap
     before the interpreter starts); ``no-new-privs``; ``caps`` (the server holds only CAP_KILL effective,
     its bounding set narrowed to KILL/SETUID/SETGID/SETPCAP; zygotes hold none effective; runners drop
-    every capability, the bounding set included, and their uid at fork: see ``sandbox._caps``);
+    every capability, the bounding set included, and their uid at fork: see ``medagentgym.sandbox._caps``);
     ``ipc-limits`` (System V shared memory, message queues and semaphores capped per jail and removed
     between sessions); ``ws-quota`` (workspace, /tmp and /dev/shm on a size-limited tmpfs).
     A session sees exactly the data mounts it asked for (plus the pool's own), bound from hard-linked
     copies in the pool's directory, so the jail's mountinfo never shows the tasks root.
-    ``docker``: the same worker inside a container (``sandbox.docker_backend``).
+    ``docker``: the same worker inside a container (``medagentgym.sandbox.docker_backend``).
     ``local``: the same worker as a plain process. NO isolation; refused unless ``allow_unisolated=True``.
 
 The channel from the code back to the host is untrusted: the runner that executes the code writes its
@@ -47,10 +47,10 @@ What this sandbox does NOT protect against:
     * Memory pressure on the host: the limit is RLIMIT_AS per process (plus the IPC caps), not a cgroup;
       many processes of a call can together use ``processes x memory_mb``. Disk use is capped only where
       ``ws-quota`` is active.
-    * CPU contention: limits bound a call's CPU time and its time not spent waiting for a CPU (``sandbox._clock``),
+    * CPU contention: limits bound a call's CPU time and its time not spent waiting for a CPU (``medagentgym.sandbox._clock``),
       not its share; a call may use a full core until its limits hit, and a starved one ends at the hard cap.
     * Files the jailed code writes to the workspace: they may be symlinks, FIFOs, hard links or huge; the
-      host must read them with care (``sandbox.hostio``, ``Session.workspace``).
+      host must read them with care (``medagentgym.sandbox.hostio``, ``Session.workspace``).
     * The status fields of a session's own calls (see above).
     * The ``local`` backend: none of the above layers except rlimits, env scrubbing and process-group
       kills; the code runs with the caller's rights.
@@ -100,7 +100,7 @@ log = logging.getLogger("sandbox")
 
 def __getattr__(name: str) -> Any:
     # The pool (and asyncio under it) is imported on first use, not with the package: the in-jail worker and
-    # its runners import ``sandbox._runner`` and must stay small, since every session forks one of them.
+    # its runners import ``medagentgym.sandbox._runner`` and must stay small, since every session forks one of them.
     if name in ("Pool", "Session"):
         from . import pool
 
@@ -125,7 +125,7 @@ def make_pool(backend: str = "bwrap", *, workers: int | None = None, limits: Lim
         backend: ``"bwrap"`` (default), ``"docker"`` or ``"local"`` (unisolated, development only).
         workers: Warm workers started now and kept when idle (the floor); default: the number of CPUs.
         max_workers: Most workers (concurrent sessions) the pool grows to. Default: ``$MEDAGENTGYM_SANDBOX_
-            MAX_WORKERS``, else half the host's (or cgroup's) memory at ``sandbox.pool.WORKER_MB`` MiB per
+            MAX_WORKERS``, else half the host's (or cgroup's) memory at ``medagentgym.sandbox.pool.WORKER_MB`` MiB per
             worker (``pool.max_workers``, ``pool.cap_source``). Raised to ``workers`` when lower.
         idle_s: Seconds a worker above the floor may stay idle before it is stopped.
         limits: Default per-call limits.

@@ -27,7 +27,7 @@ import secrets
 from pathlib import Path
 
 __all__ = ["SLOT_OVERHEAD_MB", "SlotCgroups", "jail_tree", "oom_first", "oom_first_layer"]
-log = logging.getLogger("sandbox.pool")
+log = logging.getLogger("medagentgym.sandbox.pool")
 
 #: Memory a slot's worker needs besides its session's code (server, zygotes, spares; the ml zygote with
 #: scikit-learn loaded is the largest, ~150 MiB): added to ``memory_mb`` for the slot's cgroup limit.

@@ -12,7 +12,7 @@ uvicorn's protocol objects instead, where a connection is accepted:
   guard's body deadline and the app's own limits apply).
 
 :func:`server_config` builds the ``uvicorn.Config`` with them (and uvicorn's own keep-alive, message and head-size
-limits); ``medagentgym serve`` and ``env_client.server_app.background_server`` use it.
+limits); ``medagentgym serve`` and ``medagentgym.env_client.server_app.background_server`` use it.
 
 Example:
     >>> config = server_config(app, host="127.0.0.1", port=8000, limits=ConnLimits(header_timeout_s=10))
@@ -32,7 +32,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 
 __all__ = ["ConnLimits", "server_config"]
-log = logging.getLogger("sandbox.server")
+log = logging.getLogger("medagentgym.sandbox.server")
 
 
 @dataclass

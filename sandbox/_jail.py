@@ -16,14 +16,14 @@ import sysconfig
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import sandbox
+from medagentgym import sandbox
 
 from .errors import SandboxUnavailable
 
 JAIL_WORKSPACE = "/workspace"
 JAIL_DATA = "/data"
 JAIL_TMP = "/tmp"
-JAIL_BRIDGE_DIR = "/run/bridge"  # same as sandbox.bridge.JAIL_BRIDGE_DIR
+JAIL_BRIDGE_DIR = "/run/bridge"  # same as medagentgym.sandbox.bridge.JAIL_BRIDGE_DIR
 #: Where the venv and this package appear in the jail. Fixed paths, because their host paths may lie under a
 #: directory the jail replaces with a private one (a clone under /tmp has its venv at /tmp/<clone>/.venv).
 JAIL_VENV = "/opt/sandbox/venv"
@@ -47,7 +47,7 @@ def passwd_text(uid: int, alt_uid: int | None) -> str:
 class Slot:
     """Host-side resources of one worker: its directories and its unprivileged uids.
 
-    Sessions take turns between ``uid`` and ``alt_uid`` (see ``sandbox.worker.Server``); both share the group
+    Sessions take turns between ``uid`` and ``alt_uid`` (see ``medagentgym.sandbox.worker.Server``); both share the group
     ``uid``, which owns the slot's writable directories.
     """
 
@@ -80,7 +80,7 @@ class Slot:
 
     @property
     def bridge(self) -> Path:
-        """Host directory of the slot's bridge sockets (``/run/bridge`` in a bwrap jail; see sandbox.bridge)."""
+        """Host directory of the slot's bridge sockets (``/run/bridge`` in a bwrap jail; see medagentgym.sandbox.bridge)."""
         return self.root / "bridge"
 
 
@@ -177,7 +177,7 @@ class BwrapLauncher:
 
     As root, bwrap runs without a user namespace and grants the worker server only CAP_KILL, CAP_SETUID,
     CAP_SETGID and CAP_SETPCAP (every other capability dropped, the bounding set narrowed by the server at
-    start: ``sandbox._caps``); runners drop every capability and then the slot's unprivileged uid at fork,
+    start: ``medagentgym.sandbox._caps``); runners drop every capability and then the slot's unprivileged uid at fork,
     before any user code runs, so the code is really that uid on the host. The seccomp filter is loaded by
     bwrap before the interpreter starts; the server is the namespace's pid 1 (no bwrap reaper in the jail)
     and starts in ``/`` with an isolated ``sys.path``. Not as root, bwrap uses an unprivileged user namespace.

@@ -1,6 +1,6 @@
 """The runner: the jailed process that executes user code (in-jail side, stdlib only).
 
-A runner is forked by the worker server (``sandbox.worker``) with fd 0 = /dev/null, fd 1/2 = the output
+A runner is forked by the worker server (``medagentgym.sandbox.worker``) with fd 0 = /dev/null, fd 1/2 = the output
 pipes, fd 3 = requests, fd 4 = replies. It serves requests until fd 3 closes. In a persistent session the
 same runner serves every call, so ``run_python`` keeps its namespace like a notebook; otherwise it serves
 one call and exits.
@@ -34,9 +34,9 @@ def _safe_str(exc: BaseException) -> str:
 
 
 def _context(exc: BaseException, namespace: dict, conn: Any, query: str | None = None) -> dict | None:
-    """Ask ``sandbox.grounding.collect_context`` for context; never let it break execution."""
+    """Ask ``medagentgym.sandbox.grounding.collect_context`` for context; never let it break execution."""
     try:
-        from sandbox import grounding
+        from medagentgym.sandbox import grounding
         ctx = grounding.collect_context(exc, namespace, conn, query=query)
         json.dumps(ctx)
         return ctx

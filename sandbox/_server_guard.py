@@ -32,7 +32,7 @@ CLIENT_KEY = "env_server.client"
 #: The client id of the request (or WebSocket connection) being served, for code that sees no scope (another
 #: protocol's session table); None outside a request (a reaper, the lifespan).
 _CURRENT: contextvars.ContextVar[str | None] = contextvars.ContextVar("env_server_client", default=None)
-log = logging.getLogger("sandbox.server")
+log = logging.getLogger("medagentgym.sandbox.server")
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]

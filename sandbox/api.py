@@ -92,7 +92,7 @@ class ExecResult:
         duration_s: Wall-clock seconds of the call inside the worker.
         error_kind: Classification of the outcome.
         exception: For Python and SQL failures: ``{"type", "message", "lineno", "traceback", "context"}``;
-            ``lineno`` is a line of the user's code, ``context`` comes from ``sandbox.grounding``.
+            ``lineno`` is a line of the user's code, ``context`` comes from ``medagentgym.sandbox.grounding``.
     """
 
     lang: str

@@ -12,14 +12,14 @@ Each container runs with (``pool.layers`` names them):
   CAP_SETUID, CAP_SETGID and CAP_SETPCAP (``cap-drop``; the bounding set is those four), exactly what the bwrap
   backend grants: the server narrows itself to CAP_KILL effective and each runner drops every capability, its
   bounding set included, and then becomes one of the slot's two unprivileged uids at fork (``caps``,
-  ``sandbox._caps``): sessions alternate between them, and both are leased host-wide from ``sandbox._uids``
+  ``medagentgym.sandbox._caps``): sessions alternate between them, and both are leased host-wide from ``medagentgym.sandbox._uids``
   like the bwrap pool's (the same uids on the host: no user namespace). The code of a call therefore holds no
   capability, cannot signal, trace or read the memory of the server or the zygotes, and RLIMIT_NPROC stops a
   fork bomb within its own worker. (The alternative, everything as one uid 65534 without any capability,
   would let a call kill its server and write into the memory of the process that serves the next session.)
 * ``netns`` (``--network none``: a private loopback only), ``pidns`` (the server is PID 1 and kills every
   other process of the container after each call: ``pidns-kill``), ``ipcns`` (``--ipc private``) with
-  ``ipc-limits``: the bwrap jail's per-namespace limits (``sandbox._jail.ipc_limits``: SysV shared memory
+  ``ipc-limits``: the bwrap jail's per-namespace limits (``medagentgym.sandbox._jail.ipc_limits``: SysV shared memory
   capped at ``ipc_mb`` in total, a few small message queues and semaphore sets, no POSIX message queues), set
   as namespaced sysctls, plus ``kernel.shm_rmid_forced`` (a segment goes with its last user); the worker
   removes every SysV object between sessions (``--ipcns``);
@@ -34,7 +34,7 @@ Each container runs with (``pool.layers`` names them):
 * ``docker-seccomp`` (Docker's default profile) under the worker's own filter (``seccomp``), and
   ``no-new-privileges``; ``env-scrub``: the container's environment is built from scratch.
 
-The worker starts as the bwrap backend's isolated interpreter (``sandbox._jail.worker_command``: ``python -I``,
+The worker starts as the bwrap backend's isolated interpreter (``medagentgym.sandbox._jail.worker_command``: ``python -I``,
 no PYTHONPATH, no user site, no current directory on ``sys.path``, the package's folder put on it explicitly)
 from ``/`` (read-only), so nothing a call writes can be imported by it (``isolated-path``). Build the image
 first (``make test-docker`` does)::
@@ -49,7 +49,7 @@ differ from its worker's restarts that worker's container (about a second), sinc
 running container.
 
 Example:
-    >>> from sandbox import make_pool
+    >>> from medagentgym.sandbox import make_pool
     >>> with make_pool("docker", workers=2, memory_mb=4096) as pool, pool.session() as s:  # doctest: +SKIP
     ...     print(s.run_python("import os; print(os.getuid() >= 100_000)").stdout)
     True
@@ -158,9 +158,9 @@ class DockerLauncher:
         """Give the slot its two runner uids (once), hand it the slot's writable folders, write its /etc/passwd and
         package copy, and remove the slot's previous container. Called by the pool before each (re)start.
 
-        The uids are host-wide leases (``sandbox._uids``, the bwrap pool's): no other slot of any process on this
+        The uids are host-wide leases (``medagentgym.sandbox._uids``, the bwrap pool's): no other slot of any process on this
         host runs code as them until the pool that owns the slot closes (it gives back every uid of its slots) or
-        this process exits. Sessions alternate between the two (see ``sandbox.worker.Server``).
+        this process exits. Sessions alternate between the two (see ``medagentgym.sandbox.worker.Server``).
         """
         if slot.uid is None:
             slot.uid = _uids.lease()
@@ -373,7 +373,7 @@ def probe(docker: str = "docker", image: str = DEFAULT_IMAGE, timeout: float = 2
 
 def make_launcher(image: str = DEFAULT_IMAGE, *, docker: str = "docker", check: bool = True,
                   **options) -> DockerLauncher:
-    """Build the docker launcher for :func:`sandbox.make_pool`, after checking the engine and the image.
+    """Build the docker launcher for :func:`medagentgym.sandbox.make_pool`, after checking the engine and the image.
 
     Args:
         image: Local image to run (never pulled).

@@ -511,7 +511,7 @@ def ground(result: Any, source: str | None = None, *, wall_limit_s: float | None
     """Turn an ``ExecResult`` into one short message an agent can act on.
 
     Args:
-        result: The ``sandbox.ExecResult`` of a call (any object with its attributes works).
+        result: The ``medagentgym.sandbox.ExecResult`` of a call (any object with its attributes works).
         source: The code, query or command that ran; defaults to ``result.source``. Used to quote the
             offending line.
         wall_limit_s: The wall-clock limit the call ran under, quoted in timeout messages; when None the

@@ -2,7 +2,7 @@
 
 A :class:`Pool` owns ``workers`` slots. Each slot has a host directory (``workspace/`` and ``tmp/``, on a
 size-limited tmpfs when the host may mount one), an unprivileged uid, and one worker process started by a
-launcher (``sandbox._jail``). A :class:`Session` borrows one worker for an episode; closing it kills what
+launcher (``medagentgym.sandbox._jail``). A :class:`Session` borrows one worker for an episode; closing it kills what
 the session left running, wipes the slot's directories and returns the worker. Workers are started from one
 long-lived thread per slot (so slots start in parallel), because bubblewrap's ``--die-with-parent`` is tied
 to the starting thread.
@@ -414,7 +414,7 @@ def default_max_workers() -> tuple[int, str]:
 
 
 class Pool:
-    """A pool of warm sandbox workers that grows with demand. Build one with :func:`sandbox.make_pool`.
+    """A pool of warm sandbox workers that grows with demand. Build one with :func:`medagentgym.sandbox.make_pool`.
 
     Capacity follows demand: ``workers`` warm workers start with the pool and stay; a session open that finds none
     idle starts another (several start at once, at most :data:`_STARTS` at a time), up to ``max_workers``; a
@@ -701,7 +701,7 @@ class Pool:
                 self._slot_preload[slot.index] = preload
                 return slot
             uid = alt = None
-            if self._as_root:  # two uids: sessions alternate between them (sandbox.worker.Server)
+            if self._as_root:  # two uids: sessions alternate between them (medagentgym.sandbox.worker.Server)
                 uid, alt = _uids.lease(), _uids.lease()  # given back at close (_cleanup)
             slot = Slot(len(self._slots), self._base / f"w{len(self._slots)}", uid, alt_uid=alt)
             self._slots.append(slot)
@@ -1028,7 +1028,7 @@ class Pool:
             persistent: Keep one interpreter for the session, so variables survive between calls.
             limits: Default limits of the session's calls (and the ceiling of their rlimits).
             bridges: ``{port: host_unix_socket}``: jailed code reaches that host service at
-                ``127.0.0.1:<port>``, and nothing else (see ``sandbox.bridge``; bwrap and local backends).
+                ``127.0.0.1:<port>``, and nothing else (see ``medagentgym.sandbox.bridge``; bwrap and local backends).
 
         Returns:
             An open :class:`Session` (a context manager).
@@ -1250,7 +1250,7 @@ class Session:
             msg = {"op": "run", "lang": lang, "source": source, "limits": limits.to_dict(), **extra}
             start = time.monotonic()
             try:
-                # The worker ends a call by its own clock (sandbox._clock), at the latest at the hard cap.
+                # The worker ends a call by its own clock (medagentgym.sandbox._clock), at the latest at the hard cap.
                 reply = self._worker.request(msg, timeout=hard_wall_s(limits.wall_s) + _GRACE_S)
                 return ExecResult.from_dict(reply["result"])
             except (WorkerLost, WorkerRefused, KeyError, TypeError, ValueError, RecursionError) as exc:

@@ -1,7 +1,7 @@
 """A generic HTTP shell around any reset/step environment (FastAPI), in the style of OpenEnv.
 
 It knows nothing about episodes, tasks or prompts: the caller hands it a factory and the pydantic models of
-what crosses the wire. `env_client.server_app` is the glue that serves MedAgentGym episodes with it.
+what crosses the wire. `medagentgym.env_client.server_app` is the glue that serves MedAgentGym episodes with it.
 
 Endpoints (JSON; sessions are keyed by ``episode_id``):
 
@@ -54,10 +54,10 @@ from typing import Any
 from fastapi import FastAPI, HTTPException, Query, Request
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
-from sandbox._server_guard import Guard, check_tokens, client_id
+from medagentgym.sandbox._server_guard import Guard, check_tokens, client_id
 
 __all__ = ["create_app"]
-log = logging.getLogger("sandbox.server")
+log = logging.getLogger("medagentgym.sandbox.server")
 
 
 class _Session:

@@ -1,4 +1,4 @@
-"""In-jail worker server: ``python -m sandbox.worker [options]``, channel = its stdin/stdout.
+"""In-jail worker server: ``python -m medagentgym.sandbox.worker [options]``, channel = its stdin/stdout.
 
 The same script runs inside bubblewrap (``bwrap`` backend), as a plain process (``local`` backend) and inside a
 container (``docker`` backend). It depends on the standard library only (plus the modules it preloads).
@@ -11,7 +11,7 @@ of UTF-8 JSON (an object). Frames are strictly request/response, one request in 
   are done.
 * ``{"op": "open", "persistent": bool, "limits": {...}, "bridges": {port: socket}}`` starts a session:
   leftover processes are killed; the limits are the session's hard ceiling; each bridge makes the runner
-  listen on 127.0.0.1:<port> and forward to the Unix socket (``sandbox.bridge``). Reply ``{"ok": true}``.
+  listen on 127.0.0.1:<port> and forward to the Unix socket (``medagentgym.sandbox.bridge``). Reply ``{"ok": true}``.
 * ``{"op": "run", "lang": "python"|"sql"|"shell", "source": str, "database": str, "max_rows": int,
   "limits": {...}}``. Reply ``{"ok": true, "result": <ExecResult.to_dict()>}``.
 * ``{"op": "reset"}`` ends the session (runner and leftovers killed). ``{"op": "ping"}``. Both reply ``{"ok": true}``;
@@ -19,7 +19,7 @@ of UTF-8 JSON (an object). Frames are strictly request/response, one request in 
 * Any failure of the server itself: ``{"ok": false, "error": "one line"}``.
 
 Processes inside: the server (this module) preloads heavy modules once, loads the seccomp filter once, and
-forks a *runner* (``sandbox._runner``) per session (persistent) or per call. Before its preload it forks a
+forks a *runner* (``medagentgym.sandbox._runner``) per session (persistent) or per call. Before its preload it forks a
 *light zygote* (:class:`Zygote`: stdlib and sqlite3 only) that forks the runners of sessions whose first
 call is SQL or shell, several times cheaper to fork and tear down than a copy of the pandas-loaded server;
 sessions whose first Python call imports scikit-learn, SciPy, statsmodels or lifelines fork from an *ml zygote*
@@ -51,8 +51,8 @@ import sys
 import time
 from typing import Any
 
-from sandbox import _caps
-from sandbox._clock import CallClock
+from medagentgym.sandbox import _caps
+from medagentgym.sandbox._clock import CallClock
 
 _HDR = struct.Struct(">I")
 MAX_FRAME = 256 << 20
@@ -179,7 +179,7 @@ def _clean_reply(reply: dict) -> tuple[int | None, int | None, str, dict | None]
     The user's code can rewrite any module of the runner it runs in (what it reports as error context, say), so
     every field is rebuilt from scratch: ints in range, strings only where strings belong (anything else, however
     deeply nested, becomes its type's name, without ever being converted), and the context through
-    ``sandbox.grounding.clean_context`` (documented keys and shapes only).
+    ``medagentgym.sandbox.grounding.clean_context`` (documented keys and shapes only).
     """
     def small_int(value: Any) -> int | None:
         return value if isinstance(value, int) and not isinstance(value, bool) and -(1 << 31) <= value < 1 << 31 \
@@ -203,7 +203,7 @@ def _clean_reply(reply: dict) -> tuple[int | None, int | None, str, dict | None]
 
 def _clean_context(ctx: Any) -> dict | None:
     try:
-        from sandbox.grounding import clean_context
+        from medagentgym.sandbox.grounding import clean_context
     except Exception:  # the optional grounding module is unavailable: no context at all
         return None
     return clean_context(ctx)
@@ -265,7 +265,7 @@ def _proc_table(skip: set) -> list[tuple[int, int, int, str]]:
     return rows
 
 
-#: Capabilities of the worker server (see ``sandbox._caps``): it kills a call's leftovers, which run as another
+#: Capabilities of the worker server (see ``medagentgym.sandbox._caps``): it kills a call's leftovers, which run as another
 #: uid, and its children need SETUID/SETGID/SETPCAP to drop every privilege before they serve a session.
 SERVER_PERMITTED = frozenset({_caps.CAP_KILL, _caps.CAP_SETUID, _caps.CAP_SETGID, _caps.CAP_SETPCAP})
 SERVER_EFFECTIVE = frozenset({_caps.CAP_KILL})
@@ -382,13 +382,13 @@ def become_runner(args: argparse.Namespace, req_r: int, resp_w: int, out_w: int,
     """
     import resource
 
-    from sandbox._runner import REQ_FD, Runner
+    from medagentgym.sandbox._runner import REQ_FD, Runner
 
     uids = runner_uids(args)
     try:
         _caps.drop_to_uid(uids[turn % len(uids)], args.gid)
     except OSError as exc:
-        print(f"sandbox.worker: runner could not drop privileges: {exc}", file=sys.stderr)
+        print(f"medagentgym.sandbox.worker: runner could not drop privileges: {exc}", file=sys.stderr)
         os._exit(71)
     os.setpgid(0, 0)
     devnull = os.open("/dev/null", os.O_RDWR)
@@ -470,7 +470,7 @@ class Zygote:
             ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
             pid = os.fork()
         except OSError as exc:
-            print(f"sandbox.worker: {kind} zygote unavailable: {exc}", file=sys.stderr)
+            print(f"medagentgym.sandbox.worker: {kind} zygote unavailable: {exc}", file=sys.stderr)
             return None
         if pid == 0:
             try:  # keep stdio (stderr is the worker's log) and our socket; the server's channel and pipes go
@@ -490,14 +490,14 @@ class Zygote:
             import sqlite3  # noqa: F401  (what SQL sessions need, loaded once)
             import subprocess  # noqa: F401
 
-            import sandbox._runner
-            import sandbox.grounding  # noqa: F401
+            import medagentgym.sandbox._runner
+            import medagentgym.sandbox.grounding  # noqa: F401
         else:  # forked from the loaded server
             for name in ML_PRELOAD:
                 try:
                     __import__(name)
                 except Exception as exc:
-                    print(f"sandbox.worker: ml preload of {name} failed: {exc}", file=sys.stderr)
+                    print(f"medagentgym.sandbox.worker: ml preload of {name} failed: {exc}", file=sys.stderr)
         # Objects of the preloaded modules go to the permanent generation: the garbage collector of a forked
         # runner then never writes to their pages, so they stay shared instead of being copied on write.
         gc.freeze()
@@ -637,7 +637,7 @@ class Server:
         self.chan_in, self.chan_out = chan_in, chan_out
         self.persistent = True
         self.session_limits: dict = {}
-        self.bridges: dict[str, str] = {}  # in-jail port -> Unix socket path (sandbox.bridge)
+        self.bridges: dict[str, str] = {}  # in-jail port -> Unix socket path (medagentgym.sandbox.bridge)
         self.runner: dict | None = None
         #: Spare runners forked ahead of need: ``full`` from this process, the others from their zygote.
         self.spares: dict[str, dict | None] = {"full": None} if lean else {"full": None, "light": None}
@@ -870,7 +870,7 @@ class Server:
         return [pid for pid, _ppid, group, _state in _proc_table({os.getpid()}) if group == pgid]
 
     def run(self, req: dict) -> dict:
-        """Execute one call in the runner, draining its output, enforcing its time limits (``sandbox._clock``)."""
+        """Execute one call in the runner, draining its output, enforcing its time limits (``medagentgym.sandbox._clock``)."""
         limits = dict(self.session_limits)
         limits.update(req.get("limits") or {})
         wall = float(limits.get("wall_s", 30.0))
@@ -1040,7 +1040,7 @@ def _start_bridges(bridges: dict) -> list[str]:
     Returns:
         Notes for the session's next call's stderr (why a bridge is unavailable); empty when all listen.
     """
-    from sandbox.bridge import jail_forwarders
+    from medagentgym.sandbox.bridge import jail_forwarders
 
     try:
         _BRIDGES.extend(jail_forwarders(bridges))
@@ -1050,7 +1050,7 @@ def _start_bridges(bridges: dict) -> list[str]:
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m sandbox.worker", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m medagentgym.sandbox.worker", description=__doc__.split("\n")[0])
     p.add_argument("--uid", type=int, default=None, help="uid the runners drop to (needs CAP_SETUID)")
     p.add_argument("--gid", type=int, default=None, help="gid the runners drop to (default: --uid)")
     p.add_argument("--alt-uid", type=int, default=None,
@@ -1094,7 +1094,7 @@ def main(argv: list[str] | None = None) -> None:
     libc.prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER: orphans of a call come back to us to be reaped
     # A lean worker (its preload leaves out numpy and pandas: the pool's workers started on demand) is small
     # itself, so it keeps no zygote: every runner forks from the server and a session imports what it uses, which
-    # it frees when it ends (an idle lean worker holds ~15 MiB instead of ~80; see sandbox.pool.Pool).
+    # it frees when it ends (an idle lean worker holds ~15 MiB instead of ~80; see medagentgym.sandbox.pool.Pool).
     lean = is_lean(args.preload)
     light = None if lean else Zygote.start("light", args)  # before the preload: it stays small
     preloaded = []
@@ -1103,14 +1103,14 @@ def main(argv: list[str] | None = None) -> None:
             __import__(name)
             preloaded.append(name)
         except Exception as exc:
-            print(f"sandbox.worker: preload of {name} failed: {exc}", file=sys.stderr)
+            print(f"medagentgym.sandbox.worker: preload of {name} failed: {exc}", file=sys.stderr)
     import subprocess  # noqa: F401  (used by runners; imported once here)
 
-    import sandbox._runner  # noqa: F401
+    import medagentgym.sandbox._runner  # noqa: F401
     try:
-        import sandbox.grounding  # noqa: F401  (optional; runners use it when user code fails)
+        import medagentgym.sandbox.grounding  # noqa: F401  (optional; runners use it when user code fails)
     except Exception as exc:
-        print(f"sandbox.worker: sandbox.grounding unavailable: {exc}", file=sys.stderr)
+        print(f"medagentgym.sandbox.worker: medagentgym.sandbox.grounding unavailable: {exc}", file=sys.stderr)
     gc.freeze()  # see Zygote._serve
     caps = _caps.read_status()
     write_frame(chan_out, {"op": "ready", "pid": os.getpid(), "uid": os.getuid(), "runner_uid": args.uid, "alt_uid": args.alt_uid,

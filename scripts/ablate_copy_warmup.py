@@ -6,7 +6,7 @@ Each variant warms a fresh tiny model up on the exact demonstrator (run the quer
 ``--steps`` supervised steps, then scores sampled episodes on the held-out records (3 per record, 48 episodes) and
 the same model with every observed value made wrong (the control). Variants:
 
-- ``shipped``: what :func:`medcopilot.learning.warm_up` does: the compact prompt, weights at std 0.1, the first
+- ``shipped``: what :func:`medagentgym.medcopilot.learning.warm_up` does: the compact prompt, weights at std 0.1, the first
   ``WARM_DEFAULTS['toy_lookup']['last_turn']`` steps on each demonstration's last turn alone, then whole episodes;
 - ``init_0.02``: the same with the weights at ``Qwen2Config``'s default std 0.02;
 - ``no_last_turn``: every step on whole episodes;
@@ -38,8 +38,8 @@ def one(variant: str, seed: int, steps: int, work: Path) -> dict:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from medcopilot import tiny
-    from medcopilot.learning import OBSERVATION, PROMPT, WARM_DEFAULTS, copy_check
+    from medagentgym.medcopilot import tiny
+    from medagentgym.medcopilot.learning import OBSERVATION, PROMPT, WARM_DEFAULTS, copy_check
 
     model_dir = tiny.build_tiny_model(work / f"tiny-{variant}", seed=0,
                                       initializer_range=0.02 if variant == "init_0.02" else None)

@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from sandbox import Limits, SandboxUnavailable, make_pool
+from medagentgym.sandbox import Limits, SandboxUnavailable, make_pool
 
 SNIPPETS = {
     "print": ("python", "print(1)"),

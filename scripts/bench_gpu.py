@@ -11,7 +11,7 @@ measured. ``scripts/bench_gpu_device.sh`` is the device call around it (issue #3
 
 What runs, on a model with Qwen2.5-7B's or 14B's published shape and random weights (no Hub here):
 
-- **GRPO step**: :func:`medcopilot.trainers.grpo.build_trainer` (TRL's ``GRPOTrainer`` with our multi-turn rollout
+- **GRPO step**: :func:`medagentgym.medcopilot.trainers.grpo.build_trainer` (TRL's ``GRPOTrainer`` with our multi-turn rollout
   hook, the ``transformers`` generate backend: an **HF-generate step**, not the flagship recipe's vLLM-colocate one,
   since vLLM cannot be carried to the device; LoRA r32 on every linear layer, bf16 on a GPU, activation
   checkpointing) on the ``grpo_qwen*`` recipe with a few episodes of a generated EHR-SQL family (``mimic_iii``,
@@ -22,11 +22,11 @@ What runs, on a model with Qwen2.5-7B's or 14B's published shape and random weig
   generated and trained tokens per second, the generator's idle share, the sandbox's share of the step (the
   environment phase's wall time over the step's) and the sandbox seconds summed over episodes, and the GPU's peak
   memory per phase (rollout: generation with the sandbox waits; update: rescoring, loss, backward, optimizer).
-- **SFT step**: :func:`medcopilot.trainers.sft.build_trainer` on the ``sft_qwen*`` recipe, one optimizer step on
+- **SFT step**: :func:`medagentgym.medcopilot.trainers.sft.build_trainer` on the ``sft_qwen*`` recipe, one optimizer step on
   conversations as long as the recipe's ``trainer.max_length``.
 
 Both print the GPU's peak allocated and reserved memory next to ``train.py --dry-run``'s estimate for the same
-settings (:func:`medcopilot.recipe_checks.recipe_memory_plan`), and the same arithmetic at the lengths measured.
+settings (:func:`medagentgym.medcopilot.recipe_checks.recipe_memory_plan`), and the same arithmetic at the lengths measured.
 Weights are random, so the policy never answers right and rewards are 0: the output says so. The tokenizer is
 the tiny test tokenizer (ids it does not know decode to nothing), so episodes are shorter in text than a real
 model's would be; token counts are the model's.
@@ -61,7 +61,7 @@ SHAPES: dict[str, dict[str, Any]] = {
            "intermediate_size": 18944, "vocab_size": 152064, "recipe": "qwen7b"},
     "14b": {"num_hidden_layers": 48, "hidden_size": 5120, "num_attention_heads": 40, "num_key_value_heads": 8,
             "intermediate_size": 13824, "vocab_size": 152064, "recipe": "qwen14b"},
-    "tiny": {"recipe": "qwen7b"},  # medcopilot.tiny's shape, with the 7B recipes' settings (scaled down)
+    "tiny": {"recipe": "qwen7b"},  # medagentgym.medcopilot.tiny's shape, with the 7B recipes' settings (scaled down)
 }
 FAMILY = "mimic_iii"
 GIB = 1024 ** 3
@@ -131,7 +131,7 @@ def _version(name: str) -> str | None:
 
 def make_pool(choice: str, workers: int) -> tuple[Any, str]:
     """A sandbox pool and a line saying which backend runs and why."""
-    import sandbox
+    from medagentgym import sandbox
 
     if choice in ("auto", "bwrap"):
         try:
@@ -156,7 +156,7 @@ def random_model(shape: str, tokenizer: Any) -> tuple[Any, dict[str, Any]]:
     import torch
     from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
 
-    from medcopilot.tiny import TINY_ARCH
+    from medagentgym.medcopilot.tiny import TINY_ARCH
 
     if shape == "tiny":
         arch = dict(TINY_ARCH, vocab_size=len(tokenizer))
@@ -241,12 +241,12 @@ def free_memory() -> None:
 
 # ----------------------------------------------------------------------------------------------------------- GRPO
 def scripted_rollout_class(reference_turns: dict[tuple[int, ...], list[int]]) -> type:
-    """An :class:`~medcopilot.rollout_func.EnvRolloutFunc` whose episodes open with the task's reference SQL turn.
+    """An :class:`~medagentgym.medcopilot.rollout_func.EnvRolloutFunc` whose episodes open with the task's reference SQL turn.
 
     ``reference_turns`` maps an episode's prompt ids to the ids of its first turn; every other context goes to
     ``model.generate`` as usual, in one batch. Each call's wall time, generator time and output are kept.
     """
-    from medcopilot.rollout_func import EnvRolloutFunc
+    from medagentgym.medcopilot.rollout_func import EnvRolloutFunc
 
     class ScriptedFirstTurn(EnvRolloutFunc):
         calls_log: list[dict[str, Any]]
@@ -282,9 +282,9 @@ def scripted_rollout_class(reference_turns: dict[tuple[int, ...], list[int]]) ->
 
 def reference_turns(index: Any, family: Any, tokenizer: Any) -> dict[tuple[int, ...], list[int]]:
     """Prompt ids -> the ids of the reference solution's first action (the SQL), for every task of ``index``."""
-    from env_client import tool_schemas
-    from env_client.policies import render_action
-    from env_client.tokens import render_prompt
+    from medagentgym.env_client import tool_schemas
+    from medagentgym.env_client.policies import render_action
+    from medagentgym.env_client.tokens import render_prompt
 
     tools = tool_schemas(family.actions)
     out = {}
@@ -299,9 +299,9 @@ def reference_turns(index: Any, family: Any, tokenizer: Any) -> dict[tuple[int, 
 def grpo_step(opts: argparse.Namespace, tokenizer: Any, root: Path, family: Any, gpu_gib: float) -> dict[str, Any]:
     import torch
 
-    from medcopilot.config import load_recipe
-    from medcopilot.recipe_checks import memory_plan, recipe_memory_plan, shape_from_config
-    from medcopilot.trainers.grpo import build_index, build_trainer
+    from medagentgym.medcopilot.config import load_recipe
+    from medagentgym.medcopilot.recipe_checks import memory_plan, recipe_memory_plan, shape_from_config
+    from medagentgym.medcopilot.trainers.grpo import build_index, build_trainer
 
     cuda = torch.cuda.is_available()
     episodes = opts.tasks * opts.generations
@@ -402,10 +402,10 @@ def sft_rows(index: Any, tokenizer: Any, n: int, length: int) -> list[dict[str, 
 def sft_step(opts: argparse.Namespace, tokenizer: Any, root: Path, gpu_gib: float) -> dict[str, Any]:
     import torch
 
-    from medcopilot.config import load_recipe
-    from medcopilot.recipe_checks import memory_plan, recipe_memory_plan, shape_from_config
-    from medcopilot.trainers.grpo import build_index
-    from medcopilot.trainers.sft import build_trainer
+    from medagentgym.medcopilot.config import load_recipe
+    from medagentgym.medcopilot.recipe_checks import memory_plan, recipe_memory_plan, shape_from_config
+    from medagentgym.medcopilot.trainers.grpo import build_index
+    from medagentgym.medcopilot.trainers.sft import build_trainer
 
     cuda = torch.cuda.is_available()
     recipe = f"sft_{SHAPES[opts.shape]['recipe']}"
@@ -450,8 +450,8 @@ def run(opts: argparse.Namespace) -> dict[str, Any]:
     """Run the steps ``opts`` asks for; returns the result dict (the JSON line)."""
     import torch
 
-    from medcopilot.recipe_checks import gpu_gib
-    from medcopilot.tiny import build_tiny_tokenizer
+    from medagentgym.medcopilot.recipe_checks import gpu_gib
+    from medagentgym.medcopilot.tiny import build_tiny_tokenizer
 
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     os.environ.setdefault("WANDB_MODE", "disabled")
@@ -463,7 +463,7 @@ def run(opts: argparse.Namespace) -> dict[str, Any]:
     work = opts.work_dir or Path(tempfile.mkdtemp(prefix="bench_gpu."))
     root = work / "tasks"
     result: dict[str, Any] = {"bench": "bench_gpu", "shape": opts.shape, **device_info(), "rewards": REWARD_NOTE,
-                              "tokenizer": "medcopilot.tiny (ids it does not know decode to nothing)"}
+                              "tokenizer": "medagentgym.medcopilot.tiny (ids it does not know decode to nothing)"}
     try:
         tokenizer = build_tiny_tokenizer(seed=0)
         say(f"building {FAMILY} (tiny) under {root}")

@@ -5,14 +5,14 @@
         toy_retry]
         [--seeds 5] [--eval-every 10] [--out runs/bench_learning] [--jobs 2] [--json]
 
-Every run (:func:`medcopilot.learning.learning_run`) warm-starts the tiny random Qwen2 on the family's
+Every run (:func:`medagentgym.medcopilot.learning.learning_run`) warm-starts the tiny random Qwen2 on the family's
 demonstrations played through the environment, measures success on a fixed evaluation (sampling seeds fixed per
 run), trains with the method, and measures again (and every ``--eval-every`` steps, for the curves).
 ``say_number`` is one turn (submit the number the question shows); ``clinic_code`` is two turns (query a
 database, submit the code it holds, the same for every task); ``toy_lookup`` is two turns whose answer exists only
 in the observation (run SQL, submit the value it returned): its evaluation runs on held-out records, and its
 *control* scores the same policies on copies of those records whose stored value was made wrong
-(:func:`medcopilot.learning.decoy_observations`): a policy that submits what it reads scores 0 there, one that
+(:func:`medagentgym.medcopilot.learning.decoy_observations`): a policy that submits what it reads scores 0 there, one that
 guesses 1/9, so success on the real records above the control's needs the observation.
 
 Writes into ``--out``: ``<method>-<family>-seed<k>.json`` per run (a rerun skips runs already there, so an
@@ -33,7 +33,7 @@ and no seed's control is above chance after RL (1/9 at or above the low end of i
 ``toy_choice`` (issue 30) is the query-choice rung: three tables per record, the question names which; the
 demonstrations read a table at random. Its runs add query-choice accuracy before and after (chance 1/3), the
 paired record-level interval of its change and of success (128 held-out records), and the swapped-cue control
-(:func:`medcopilot.learning.swapped_cue`); ``choice_proof`` holds for a method when at least 4 of 5 seeds raise
+(:func:`medagentgym.medcopilot.learning.swapped_cue`); ``choice_proof`` holds for a method when at least 4 of 5 seeds raise
 query-choice accuracy by 0.2 or more with the interval above 0 and no seed's control interval is above 0.
 ``toy_retry`` is the error-recovery rung (first-retry accuracy on records whose tables were renamed).
 
@@ -65,7 +65,7 @@ for _key in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
     os.environ.setdefault(_key, "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from medcopilot.learning import CHOICE, FAMILIES, HELD_OUT, OBSERVATION, RunResult  # noqa: E402
+from medagentgym.medcopilot.learning import CHOICE, FAMILIES, HELD_OUT, OBSERVATION, RunResult  # noqa: E402
 
 #: Chance on toy_lookup: values are uniform on 1..9.
 CHANCE = 1 / 9
@@ -98,7 +98,7 @@ def collapsed(run: dict[str, Any]) -> bool:
 def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """Gains over seeds for a list of runs (one method, one family).
 
-    Runs with a paired record-level interval (the held-out families, :func:`medcopilot.learning.paired`) also count
+    Runs with a paired record-level interval (the held-out families, :func:`medagentgym.medcopilot.learning.paired`) also count
     ``seeds_interval_above_0`` (its low end above 0); toy_choice's add query-choice accuracy before and after and
     ``seeds_choice_proof`` (accuracy +0.2 or more with its paired interval above 0).
     """
@@ -126,7 +126,7 @@ def choice_improved(run: dict[str, Any]) -> bool:
 def control_summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """The control of one method's held-out runs: success with every observed value made wrong (toy_lookup), or
     with the cued table's value made wrong (toy_choice; ``flat``: no seed's paired interval above 0)."""
-    from medcopilot.learning import wilson
+    from medagentgym.medcopilot.learning import wilson
 
     n = [r["settings"]["eval_episodes"] for r in runs]
     after = [r["control_after"] for r in runs]
@@ -154,7 +154,7 @@ def proof(summary: dict[str, Any], control: dict[str, Any] | None) -> bool:
 
 def one_run(job: dict[str, Any]) -> dict[str, Any]:
     """Run one (method, family, seed) in this process; write and return its JSON."""
-    from medcopilot.learning import learning_run
+    from medagentgym.medcopilot.learning import learning_run
 
     path = Path(job.pop("path"))
     keyed = job.pop("keyed")
@@ -279,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
                    help=f"families (default: all; with --quick: {' '.join(QUICK_FAMILIES)})")
     p.add_argument("--seeds", type=int, default=None, help="seeds 0..N-1 per method and family; default 5")
     p.add_argument("--first-seed", type=int, default=0, help="first seed; default 0")
-    p.add_argument("--steps", type=int, default=None, help="RL steps (default: medcopilot.learning's per method)")
+    p.add_argument("--steps", type=int, default=None, help="RL steps (default: medagentgym.medcopilot.learning's per method)")
     p.add_argument("--lr", type=float, default=None, help="RL learning rate (default: per method)")
     p.add_argument("--group", type=int, default=None, help="episodes per task in a step (default: per method)")
     p.add_argument("--eval-every", type=int, default=None, help="evaluate every N steps for the curves; default 10")
@@ -305,7 +305,7 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     model_dir = args.model
     if model_dir is None and not args.summarize:
-        from medcopilot.tiny import build_tiny_model
+        from medagentgym.medcopilot.tiny import build_tiny_model
 
         model_dir = str(build_tiny_model(args.out / "tiny-qwen2", seed=0))
     jobs, runs = [], []

@@ -3,7 +3,7 @@ continuous batching, on the tiny model on CPU.
 
     python scripts/bench_overlap.py [--episodes 8] [--turns 3] [--exec-s 0.4] [--repeats 3] [--json]
 
-Runs ``medcopilot.rollout_func.EnvRolloutFunc.run`` (the GRPO rollout hook) over toy_sql episodes with both
+Runs ``medagentgym.medcopilot.rollout_func.EnvRolloutFunc.run`` (the GRPO rollout hook) over toy_sql episodes with both
 batching modes, alternating, ``--repeats`` times each, and prints per mode the median wall time of a rollout, the
 time spent inside generation calls, the generator's idle share (wall time with no generation call in flight: on
 a GPU, the GPU's idle time) and the number of calls; then the ratios continuous / lockstep.
@@ -28,8 +28,8 @@ from pathlib import Path
 
 def scripted_generator(model, tokenizer, *, max_new_tokens: int, exec_s: float):
     """A ``BatchGenerate`` that runs the real model on the batch, then answers each row with a sandbox call."""
-    from env_client.policies import render_action
-    from medcopilot.rollout_func import hf_batch_generate
+    from medagentgym.env_client.policies import render_action
+    from medagentgym.medcopilot.rollout_func import hf_batch_generate
 
     def gen(contexts, seeds):
         hf_batch_generate(model, tokenizer, contexts, seeds=seeds, max_new_tokens=max_new_tokens, temperature=1.0)
@@ -59,12 +59,12 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    import sandbox
+    from medagentgym import sandbox
     from medagentgym import tasks
-    from env_client import Env, EnvConfig
-    from env_client.prompts import initial_messages
-    from medcopilot.rollout_func import EnvRolloutFunc, PromptIndex
-    from medcopilot.tiny import build_tiny_model
+    from medagentgym.env_client import Env, EnvConfig
+    from medagentgym.env_client.prompts import initial_messages
+    from medagentgym.medcopilot.rollout_func import EnvRolloutFunc, PromptIndex
+    from medagentgym.medcopilot.tiny import build_tiny_model
 
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as tmp:

@@ -4,11 +4,11 @@
     .venv/bin/python scripts/bench_real.py --quick --json      # writes runs/bench_real/{table.md,result.json,table.png}
     .venv/bin/python scripts/bench_real.py --out runs/bench_real_full   # full mode
 
-Runs :func:`medcopilot.real_pipeline.run_pipeline` (the families, stages and settings are documented there) and
+Runs :func:`medagentgym.medcopilot.real_pipeline.run_pipeline` (the families, stages and settings are documented there) and
 writes ``table.md`` (per family and method: success, n, 95 % Wilson interval, difference to zero-shot; RL per
 seed and pooled), ``result.json`` and ``table.png``. ``--json`` ends stdout with one JSON object: ``rows``,
 ``cost`` (CPU seconds per stage), ``settings``, ``speed`` (the before/after generation probe,
-``medcopilot.real_pipeline.generation_speed``), ``threads``, ``cpu_s``, ``wall_s``. The run folder is replaced on each run.
+``medagentgym.medcopilot.real_pipeline.generation_speed``), ``threads``, ``cpu_s``, ``wall_s``. The run folder is replaced on each run.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-from medcopilot.real_pipeline import FULL, ID, OOD, QUICK, run_pipeline, table_rows
+from medagentgym.medcopilot.real_pipeline import FULL, ID, OOD, QUICK, run_pipeline, table_rows
 
 
 def markdown(rows: list[dict]) -> str:
@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="artifacts/smollm2-135m", help="the converted checkpoint (medagentgym real-model)")
     parser.add_argument("--out", default="runs/bench_real", help="run folder (replaced)")
-    parser.add_argument("--quick", action="store_true", help="the quick settings (medcopilot.real_pipeline.QUICK)")
+    parser.add_argument("--quick", action="store_true", help="the quick settings (medagentgym.medcopilot.real_pipeline.QUICK)")
     parser.add_argument("--families", default=",".join(ID), help=f"in-distribution families (default {','.join(ID)})")
     parser.add_argument("--held-out", default=",".join(OOD), help=f"held-out families (default {','.join(OOD)})")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",

@@ -11,7 +11,7 @@ time in user code / the rest of the steps' time), ``episodes``, ``backend`` and 
 ``--quick`` (under 30 s) caps instances per family. Targets on a quiet 2-core machine: overhead p50 <= 2 ms,
 >= 100 episodes/s.
 
-The JSON also says where an episode's time goes: ``stages`` (per stage of ``env_client.episode.STAGES``: count,
+The JSON also says where an episode's time goes: ``stages`` (per stage of ``medagentgym.env_client.episode.STAGES``: count,
 wall p50 / mean / p99 ms, the host thread's CPU, and wall ms per episode; thread and async backends, whose episodes
 run in this process), ``cpu_ms_per_episode`` (CPU of this process and of every sandbox process it started, during
 the episodes only, from a cpuacct cgroup of its own where the host allows one; ``cpu_scope`` says which) and
@@ -32,11 +32,11 @@ import traceback
 from pathlib import Path
 
 from medagentgym import tasks
-from env_client.episode import profile_stages
-from env_client.errors import EnvClientError
-from env_client.policies import make_policy
-from env_client.rollout import BACKENDS, EnvSpec, rollout
-from sandbox.errors import SandboxError
+from medagentgym.env_client.episode import profile_stages
+from medagentgym.env_client.errors import EnvClientError
+from medagentgym.env_client.policies import make_policy
+from medagentgym.env_client.rollout import BACKENDS, EnvSpec, rollout
+from medagentgym.sandbox.errors import SandboxError
 from medagentgym.tasks.base import TaskError
 
 

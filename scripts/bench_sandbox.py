@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from sandbox import Limits, make_pool
+from medagentgym.sandbox import Limits, make_pool
 
 TRIVIAL = "print(1)"
 PANDAS = (

@@ -54,15 +54,15 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from env_client.errors import EnvClientError
-from env_client.policies import PolicyOutput, bind, make_policy
-from env_client.rollout import EnvSpec
+from medagentgym.env_client.errors import EnvClientError
+from medagentgym.env_client.policies import PolicyOutput, bind, make_policy
+from medagentgym.env_client.rollout import EnvSpec
 from medagentgym import tasks
 from medagentgym.tasks.base import TaskError
-from sandbox import SandboxError, make_pool
-from sandbox._cgroup import jail_tree as _tree
-from sandbox._clock import process_cpu_s
-from sandbox.pool import default_max_workers, memory_limit_mb
+from medagentgym.sandbox import SandboxError, make_pool
+from medagentgym.sandbox._cgroup import jail_tree as _tree
+from medagentgym.sandbox._clock import process_cpu_s
+from medagentgym.sandbox.pool import default_max_workers, memory_limit_mb
 
 _ROLLUP_KEYS = ("Rss", "Pss", "Pss_Anon", "Private_Clean", "Private_Dirty")
 
@@ -402,7 +402,7 @@ def plot(result: dict[str, Any], path: Path) -> None:
 
 
 class ThinkingOracle:
-    """The oracle with ``think_s`` of idle time before each turn, as a policy for ``env_client.rollout``."""
+    """The oracle with ``think_s`` of idle time before each turn, as a policy for ``medagentgym.env_client.rollout``."""
 
     def __init__(self, oracle: Any, think_s: float) -> None:
         self.oracle, self.think_s = oracle, think_s
@@ -472,8 +472,8 @@ def run_servers(instances: list[Any], policy: Any, urls: list[str], concurrency:
 
     import httpx
 
-    from env_client.http_client import EnvServers
-    from env_client.rollout import rollout
+    from medagentgym.env_client.http_client import EnvServers
+    from medagentgym.env_client.rollout import rollout
 
     servers = EnvServers(urls, health_every_s=1.0, backoff_s=0.1)
     killed_at: list[float] = []
@@ -522,7 +522,7 @@ def run_ray(instances: list[Any], root: Path, tmp: Path, cpus_per_node: int) -> 
 
     import ray
 
-    from env_client.rollout import EnvSpec, rollout
+    from medagentgym.env_client.rollout import EnvSpec, rollout
 
     ray_bin = str(Path(sys.executable).with_name("ray"))
     port = _free_port()

@@ -163,8 +163,8 @@ def main(argv: list[str] | None = None) -> int:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from medagentgym.tasks.toy_choice import TABLES
-    from medcopilot import tiny
-    from medcopilot.learning import CHOICE, WARM_DEFAULTS, Playground, choice_episodes, warm_up
+    from medagentgym.medcopilot import tiny
+    from medagentgym.medcopilot.learning import CHOICE, WARM_DEFAULTS, Playground, choice_episodes, warm_up
 
     out: dict[str, Any] = {"seed": args.seed}
     cpu0 = time.process_time()

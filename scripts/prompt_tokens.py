@@ -3,14 +3,14 @@
     python scripts/prompt_tokens.py [--tasks ROOT] [--before-rev REV] [--tokenizer DIR] [--json]
 
 For every family (those registered, plus any declared in ``--tasks``), renders the episode's opening the way the
-trainers do: ``env_client.tokens.render_prompt`` of ``[system]`` with the episode's ``tools`` (the question is
-excluded: it is the task, not overhead), in both formats. "after" uses this checkout's ``env_client.prompts``
+trainers do: ``medagentgym.env_client.tokens.render_prompt`` of ``[system]`` with the episode's ``tools`` (the question is
+excluded: it is the task, not overhead), in both formats. "after" uses this checkout's ``medagentgym.env_client.prompts``
 (``system_prompt`` and ``episode_tools``, the functions ``Env.reset`` calls); "before" loads
 ``env_client/prompts.py`` and ``env_client/actions.py`` from git revision ``--before-rev`` (default: the last
 commit with the old prompt, which listed every parameter in the text and passed the tool block in both formats).
 
 The opening depends only on the family's permitted actions and the format, so no family needs to be built: the
-tokenizer is the repo's tiny Qwen2.5-format tokenizer (``medcopilot.tiny``: Qwen2's pre-tokenizer and TRL's
+tokenizer is the repo's tiny Qwen2.5-format tokenizer (``medagentgym.medcopilot.tiny``: Qwen2's pre-tokenizer and TRL's
 Qwen2.5 chat template, a small trained vocabulary, so counts run higher than the real Qwen2.5 vocabulary's; the
 ratios are what to compare), or a local Qwen2.5 tokenizer folder with ``--tokenizer``. Prints one row per family
 and format (tokens and characters, before / after / ratio) and the totals; ``--json`` ends stdout with one JSON
@@ -54,7 +54,7 @@ def _module(name: str, source: str) -> types.ModuleType:
 def before_renderer(rev: str) -> Any:
     """``(permitted, fmt) -> (system_text, tools)`` of the old prompt module at ``rev``, loaded without importing it."""
     actions = _module("_before_actions", _git_show(rev, "env_client/actions.py"))
-    prompts_src = _git_show(rev, "env_client/prompts.py").replace("from env_client.actions import",
+    prompts_src = _git_show(rev, "env_client/prompts.py").replace("from medagentgym.env_client.actions import",
                                                                  "from _before_actions import")
     prompts = _module("_before_prompts", prompts_src)
 
@@ -67,7 +67,7 @@ def before_renderer(rev: str) -> Any:
 
 def after_renderer(permitted: frozenset[str], fmt: str) -> tuple[str, list[dict]]:
     """This checkout's opening, through the functions ``Env.reset`` calls."""
-    from env_client.prompts import episode_tools, system_prompt
+    from medagentgym.env_client.prompts import episode_tools, system_prompt
 
     return system_prompt(permitted, fmt=fmt), episode_tools(permitted, fmt)
 
@@ -75,7 +75,7 @@ def after_renderer(permitted: frozenset[str], fmt: str) -> tuple[str, list[dict]
 def family_actions(root: Path) -> dict[str, frozenset[str]]:
     """Each family's permitted actions, as ``Env.reset`` intersects them with the known actions."""
     from medagentgym import tasks
-    from env_client.actions import ACTION_MODELS
+    from medagentgym.env_client.actions import ACTION_MODELS
 
     return {name: frozenset(tasks.make(name, root=root).actions) & frozenset(ACTION_MODELS)
             for name in tasks.names(root)}
@@ -83,7 +83,7 @@ def family_actions(root: Path) -> dict[str, frozenset[str]]:
 
 def measure(tokenizer: Any, renderers: dict[str, Any], actions: dict[str, frozenset[str]]) -> list[dict[str, Any]]:
     """One row per family and format: ``{family, format, <side>_tokens, <side>_chars, ratio}``."""
-    from env_client.tokens import render_prompt
+    from medagentgym.env_client.tokens import render_prompt
 
     rows = []
     for family, permitted in sorted(actions.items()):
@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
 
         tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
     else:
-        from medcopilot.tiny import build_tiny_tokenizer
+        from medagentgym.medcopilot.tiny import build_tiny_tokenizer
 
         tokenizer = build_tiny_tokenizer(seed=0)
     renderers = {"before": before_renderer(args.before_rev), "after": after_renderer}
@@ -135,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
                        "worst_family_ratio": worst}
         print(f"total {fmt}: {before} -> {after} tokens, ratio {after / before:.3f} (worst family {worst:.3f})")
     if args.json:
-        print(json.dumps({"tokenizer": args.tokenizer or "medcopilot.tiny", "before_rev": args.before_rev,
+        print(json.dumps({"tokenizer": args.tokenizer or "medagentgym.medcopilot.tiny", "before_rev": args.before_rev,
                           "rows": rows, "totals": totals}))
     return 0
 

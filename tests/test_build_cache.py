@@ -97,9 +97,9 @@ def test_a_failed_model_build_leaves_no_entry(monkeypatch, tmp_path):
 
 
 def test_the_model_keys_follow_their_builders_source():
-    tiny = {p.relative_to(REPO_ROOT).as_posix() for p in source_files("medcopilot.tiny")}
+    tiny = {p.relative_to(REPO_ROOT).as_posix() for p in source_files("medagentgym.medcopilot.tiny")}
     assert {"medcopilot/tiny.py", "medcopilot/modeling.py"} <= tiny
     assert "medcopilot/real_model.py" in {p.relative_to(REPO_ROOT).as_posix()
-                                          for p in source_files("medcopilot.real_model")}
-    assert cache.module_key("m", "medcopilot.tiny") != cache.module_key("m", "medcopilot.real_model")
-    assert cache.module_key("m", "medcopilot.tiny") != cache.module_key("m", "medcopilot.tiny", ("torch",))
+                                          for p in source_files("medagentgym.medcopilot.real_model")}
+    assert cache.module_key("m", "medagentgym.medcopilot.tiny") != cache.module_key("m", "medagentgym.medcopilot.real_model")
+    assert cache.module_key("m", "medagentgym.medcopilot.tiny") != cache.module_key("m", "medagentgym.medcopilot.tiny", ("torch",))

@@ -88,7 +88,7 @@ def test_the_command_and_python_m_read_nothing_from_the_working_directory(shadow
 def test_a_data_folder_named_like_a_package_does_not_shadow_it(shadowed):
     """``python -c``/pytest put the working directory first; a folder without ``__init__.py`` there must not
     become our ``rewards`` (setuptools' editable finder loses to it, a path entry or a real install does not)."""
-    code = "import json, rewards, sandbox.api; print(json.dumps([rewards.__file__, sandbox.api.__file__]))"
+    code = "import json, medagentgym.rewards as rewards, medagentgym.sandbox.api; print(json.dumps([rewards.__file__, medagentgym.sandbox.api.__file__]))"
     (shadowed / "sandbox" / "__init__.py").unlink()  # a data folder too, now
     done = subprocess.run([sys.executable, "-c", code], cwd=shadowed, capture_output=True, text=True, timeout=600,
                           check=False)

@@ -21,7 +21,7 @@ OLD_NAMES = {"sandbox": "medagentgym.sandbox", "rewards": "medagentgym.rewards",
 
 
 def canonical(module: str) -> str:
-    """``medagentgym.sandbox.pool`` for ``sandbox.pool`` (and itself for a new name)."""
+    """``medagentgym.sandbox.pool`` for ``medagentgym.sandbox.pool`` (and itself for a new name)."""
     top, dot, rest = module.partition(".")
     return OLD_NAMES[top] + dot + rest if top in OLD_NAMES else module
 
@@ -83,7 +83,7 @@ STATIC_RULES = {
     "medagentgym.tasks": ("torch", "transformers", "trl", "medagentgym.medcopilot", "medagentgym.cli",
                           "medagentgym.adapters"),
     "medagentgym.env_client": ("medagentgym.medcopilot", "medagentgym.cli", "medagentgym.adapters"),
-    # medcopilot.sweep_eval runs `medagentgym <command>` stages through medagentgym.cli inside a function (a sweep's
+    # medagentgym.medcopilot.sweep_eval runs `medagentgym <command>` stages through medagentgym.cli inside a function (a sweep's
     # evaluation stage): the CLI is not forbidden to it here
     "medagentgym.medcopilot": ("medagentgym.adapters",),
 }
@@ -131,10 +131,10 @@ def test_the_static_rule_sees_old_and_new_names(tmp_path, monkeypatch):
     fake = tmp_path / "medagentgym" / "sandbox"
     fake.mkdir(parents=True)
     monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
-    for line in ("import env_client.rollout", "from medcopilot import load_recipe",
+    for line in ("import medagentgym.env_client.rollout", "from medagentgym.medcopilot import load_recipe",
                  "from medagentgym.env_client import Env", "from medagentgym import medcopilot",
                  "import medagentgym.cli"):
         (fake / "bad.py").write_text(line + "\n")
         assert static_violations("medagentgym.sandbox", STATIC_RULES["medagentgym.sandbox"]), line
-    (fake / "bad.py").write_text("from . import pool\nimport medagentgym.sandbox.api\nimport sandbox.api\n")
+    (fake / "bad.py").write_text("from . import pool\nimport medagentgym.sandbox.api\nimport medagentgym.sandbox.api\n")
     assert not static_violations("medagentgym.sandbox", STATIC_RULES["medagentgym.sandbox"])

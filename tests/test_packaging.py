@@ -39,7 +39,7 @@ TRAINING_STACK = {"torch", "transformers", "trl", "peft", "accelerate", "dataset
                   "tokenizers", "huggingface-hub", "vllm", "ray", "deepspeed"}
 #: Optional imports of the environment packages: (package, module) -> the extra that provides the module.
 OPTIONAL = {
-    ("env_client", "torch"): "train",         # env_client.tokens: token-level trajectories built for the trainers
+    ("env_client", "torch"): "train",         # medagentgym.env_client.tokens: token-level trajectories built for the trainers
     ("env_client", "transformers"): "train",  # the hf:PATH policy
     ("env_client", "huggingface_hub"): "train",  # the hf:PATH policy: is a Hub id in the local cache?
     ("env_client", "vllm"): "gpu",            # the vllm:PATH policy
@@ -326,7 +326,7 @@ def test_installed_train_extra_runs_bundled_recipes_and_sweeps_by_name_from_any_
         assert done.returncode == 0, f"{args}: {done.returncode}\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
         return done.stdout
 
-    bundled = Path(run(py, "-P", "-c", "from medcopilot.config import RECIPES_DIR; print(RECIPES_DIR)").strip())
+    bundled = Path(run(py, "-P", "-c", "from medagentgym.medcopilot.config import RECIPES_DIR; print(RECIPES_DIR)").strip())
     assert bundled.is_relative_to(venv) and "site-packages" in str(bundled), bundled
     assert (bundled / "accelerate" / "zero2.yaml").is_file() and (bundled / "sweeps" / "paper_tiny.yaml").is_file()
     assert "dry run: recipe 'sft_tiny' is valid" in run(cli, "train", "recipe=sft_tiny", "--dry-run")

@@ -31,7 +31,7 @@ from openenv.core.containers.runtime import LocalDockerProvider
 from openenv.core.env_client import EnvClient
 from openenv.core.env_server.types import Action, Observation, State
 
-#: The longest model reply one step may carry (the server's ``env_client.server_app.MAX_ACTION_CHARS``).
+#: The longest model reply one step may carry (the server's ``medagentgym.env_client.server_app.MAX_ACTION_CHARS``).
 MAX_ACTION_CHARS = 100_000
 #: The close code of a session the server closed on its finished clock (``medagentgym.adapters.openenv``'s).
 EXPIRED_CLOSE_CODE = 4001
@@ -53,7 +53,7 @@ class MedAction(Action):
 
 
 class MedObservation(Observation):
-    """What the policy sees (the fields of ``env_client.Observation``) plus the step's ``info``."""
+    """What the policy sees (the fields of ``medagentgym.env_client.Observation``) plus the step's ``info``."""
 
     text: str = Field(description="Observation text (on reset: the first user message).")
     role: str = Field("user", description="Chat role to send `text` as.")

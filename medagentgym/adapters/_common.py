@@ -1,8 +1,8 @@
 """What every adapter needs: task lookup by id or seed, one sandbox pool per process, an episode runner.
 
 An adapter (gymnasium, SkyRL-gym, TRL's ``environment_factory``, verifiers) runs MedAgentGym episodes in its own
-process (an ``env_client.Env`` over a shared sandbox pool) or against a running env server
-(``env_client.http_client.HTTPEnv``, when ``url`` is given). Either way the episode is the same: the model text or
+process (an ``medagentgym.env_client.Env`` over a shared sandbox pool) or against a running env server
+(``medagentgym.env_client.http_client.HTTPEnv``, when ``url`` is given). Either way the episode is the same: the model text or
 typed action goes in, the oracle grades one submitted answer.
 """
 
@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
-from env_client.actions import tool_schema
+from medagentgym.env_client.actions import tool_schema
 from medagentgym import tasks
 from medagentgym.tasks.base import Instance, UnknownTask
 
@@ -43,7 +43,7 @@ def shared_pool(backend: str = "bwrap", workers: int | None = None, allow_unisol
     """This process's sandbox pool for ``backend``: made once, elastic, closed at exit.
 
     Adapter objects are created by the thousand (one per rollout) and each episode holds one worker from its reset
-    to its close, so the pool follows the episodes in flight: it is ``sandbox.make_pool``'s elastic pool, which
+    to its close, so the pool follows the episodes in flight: it is ``medagentgym.sandbox.make_pool``'s elastic pool, which
     starts a worker when a session finds none idle, up to its cap (``$MEDAGENTGYM_SANDBOX_MAX_WORKERS``, else half
     the memory), and stops workers idle beyond the floor. A library's own concurrency knob (TRL's generation batch,
     gymnasium's ``num_envs``, verifiers' ``--max-concurrent``, SkyRL's batch) therefore sizes it, with no flag here.
@@ -57,7 +57,7 @@ def shared_pool(backend: str = "bwrap", workers: int | None = None, allow_unisol
         >>> pool = shared_pool("bwrap")
         >>> pool.stats()["max_workers"]
     """
-    from sandbox import make_pool
+    from medagentgym.sandbox import make_pool
 
     key = (backend, bool(allow_unisolated))
     with _POOLS_LOCK:
@@ -80,13 +80,13 @@ def episode_runner(tasks_root: str | Path, *, url: str | None = None, token: str
         token: Bearer token of that server (default ``$MEDAGENTGYM_ENV_TOKEN``).
         backend, workers, allow_unisolated: The in-process sandbox pool (see :func:`shared_pool`): it grows with
             the episodes in flight; ``workers`` is its floor of warm workers.
-        config: ``env_client.EnvConfig`` fields (e.g. ``{"max_turns": 4}``), in-process only.
+        config: ``medagentgym.env_client.EnvConfig`` fields (e.g. ``{"max_turns": 4}``), in-process only.
     """
     if url:
-        from env_client.http_client import HTTPEnv
+        from medagentgym.env_client.http_client import HTTPEnv
 
         return HTTPEnv(url, token=token)
-    from env_client import Env, EnvConfig
+    from medagentgym.env_client import Env, EnvConfig
 
     return Env(shared_pool(backend, workers, allow_unisolated), tasks_root=tasks_root,
                config=EnvConfig(**(config or {})))
@@ -180,7 +180,7 @@ def submit_answer(self, answer: str) -> str:
 ACTION_TOOLS: dict[str, Callable[..., str]] = {f.__name__: f for f in (request_info, code_execution, terminal, debugging,
                                                                    submit_answer)}
 #: What each tool returns; the rest of its docstring, which TRL turns into the tool schema, is generated from the
-#: action's pydantic model (``env_client.actions.tool_schema``), the one source of the action descriptions.
+#: action's pydantic model (``medagentgym.env_client.actions.tool_schema``), the one source of the action descriptions.
 _RETURNS = {
     "request_info": "The requested description of the data.",
     "code_execution": "The status, the output and, on failure, a grounded error message.",

@@ -38,7 +38,7 @@ try:
 except ImportError as exc:  # the optional extra is missing: say how to get it
     raise ImportError("medagentgym.adapters.gym needs gymnasium: pip install 'medagentgym[gymnasium]'") from exc
 
-from env_client.server_app import MAX_ACTION_CHARS
+from medagentgym.env_client.server_app import MAX_ACTION_CHARS
 from medagentgym.adapters._common import TaskSource, episode_runner
 
 __all__ = ["ENV_ID", "MedAgentGymEnv", "TextSpace"]
@@ -147,7 +147,7 @@ class MedAgentGymEnv(gymnasium.Env[str, str]):
         workers: Floor of warm sandbox workers; this process's pool grows with the episodes in flight (one per
             env, so ``make_vec(num_envs=N)`` gets N) up to its cap (``$MEDAGENTGYM_SANDBOX_MAX_WORKERS``).
         allow_unisolated: Required for ``sandbox="local"``.
-        config: ``env_client.EnvConfig`` fields, e.g. ``{"max_turns": 6}``.
+        config: ``medagentgym.env_client.EnvConfig`` fields, e.g. ``{"max_turns": 6}``.
     """
 
     metadata = {"render_modes": []}  # noqa: RUF012 - gymnasium's class attribute

@@ -1,6 +1,6 @@
 """MedAgentGym over OpenEnv's protocols, served by ``openenv-core``'s own server code (``pip install '.[openenv]'``).
 
-:func:`build_openenv_app` is ``env_client.server_app.build_app`` (its session endpoints, token, size and session
+:func:`build_openenv_app` is ``medagentgym.env_client.server_app.build_app`` (its session endpoints, token, size and session
 limits, gold hiding) plus openenv-core's ``HTTPEnvServer`` routes, so every OpenEnv client works unchanged:
 
 - WebSocket sessions at ``/ws`` (``GenericEnvClient``, ``AutoEnv.from_env("medagentgym", base_url=...)``): one
@@ -10,7 +10,7 @@ limits, gold hiding) plus openenv-core's ``HTTPEnvServer`` routes, so every Open
   by the ``episode_id`` ``/reset`` returns, which ``/state`` reports and ``/step``/``/state`` accept; without it they
   play the client's only running episode, and answer 409 asking for it when there are several; answered as
   ``{"observation", "reward", "done"}``. A body with ``task_id``, ``family`` and ``split`` (``/reset``), or an
-  ``episode_id`` that is a session id, is MedAgentGym's own session protocol (``env_client.http_client.HTTPEnv``).
+  ``episode_id`` that is a session id, is MedAgentGym's own session protocol (``medagentgym.env_client.http_client.HTTPEnv``).
 - Every session (HTTP, WebSocket, MCP ``openenv/session/create``) is a row of the env server's one session table:
   counted against its client's cap and the capacity, and usable or closable by id only by its client.
   A session whose episode ended (or that never started one) is closed on the server's finished clock
@@ -58,10 +58,10 @@ from typing import Annotated, Any, Literal
 from fastapi import Body, HTTPException, Query, Request
 from pydantic import Field, ValidationError
 
-from env_client.actions import tool_schema
-from env_client.episode import Observation as EpisodeObservation
-from env_client.errors import ResetNeeded
-from env_client.server_app import (
+from medagentgym.env_client.actions import tool_schema
+from medagentgym.env_client.episode import Observation as EpisodeObservation
+from medagentgym.env_client.errors import ResetNeeded
+from medagentgym.env_client.server_app import (
     CLIENT_ERRORS,
     MAX_ACTION_CHARS,
     ResetRequest,
@@ -118,7 +118,7 @@ class MedAction(Action):
 
 
 class MedObservation(Observation):
-    """What the policy sees (the fields of ``env_client.Observation``) plus the step's ``info``."""
+    """What the policy sees (the fields of ``medagentgym.env_client.Observation``) plus the step's ``info``."""
 
     text: str = Field(description="Observation text (on reset: the first user message).")
     role: str = Field("user", description="Chat role to send `text` as.")
@@ -148,7 +148,7 @@ def _one_line(exc: BaseException) -> str:
 
 
 class MedEnvironment(MCPEnvironment):
-    """An OpenEnv ``Environment`` over one :class:`env_client.server_app.ServedEnv` session, with the family actions
+    """An OpenEnv ``Environment`` over one :class:`medagentgym.env_client.server_app.ServedEnv` session, with the family actions
     as its MCP tools.
 
     Args:
@@ -170,7 +170,7 @@ class MedEnvironment(MCPEnvironment):
         self._lock = threading.Lock()
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="medagentgym-openenv")
         self._closed = False
-        self._row: Any = None  # its row in the env server's session table (sandbox.server._Session), once created
+        self._row: Any = None  # its row in the env server's session table (medagentgym.sandbox.server._Session), once created
         self._expired: str | None = None  # why the server closed this session (its finished clock), once it did
 
     @property
@@ -338,7 +338,7 @@ def build_openenv_app(tasks_root: str | Path, *, families: list[str] | None = No
         capacity: Open sessions allowed, per protocol (WebSocket sessions count against OpenEnv's own cap).
         idle_timeout_s: Idle sessions are closed after this long (OpenEnv's reaper checks every
             ``max(idle_timeout_s / 4, 5)`` seconds).
-        **build_kwargs: ``env_client.server_app.build_app`` arguments (pool, tokens, hide_gold, limits, ...).
+        **build_kwargs: ``medagentgym.env_client.server_app.build_app`` arguments (pool, tokens, hide_gold, limits, ...).
 
     Returns:
         The FastAPI app (serve it with uvicorn; ``ws_max_size`` bounds a WebSocket message).
@@ -374,11 +374,11 @@ class _OwnedSessions(dict):
 
     def __init__(self, rows: Any) -> None:
         super().__init__()
-        self.rows = rows  # sandbox.server._Sessions: every protocol's sessions, counted per client
+        self.rows = rows  # medagentgym.sandbox.server._Sessions: every protocol's sessions, counted per client
         self.owner: dict[str, tuple[str, str]] = {}  # session_id -> (its client, its row in ``rows``)
 
     def _visible(self, key: Any) -> bool:
-        from sandbox._server_guard import current_client
+        from medagentgym.sandbox._server_guard import current_client
 
         who, owned = current_client(), self.owner.get(key)
         return who is None or owned is None or owned[0] == who
@@ -504,7 +504,7 @@ class _OwnedEnvServer(HTTPEnvServer):
     async def _create_session(self) -> tuple[str, Any]:
         from fastapi import HTTPException as Refused
 
-        from sandbox._server_guard import current_client
+        from medagentgym.sandbox._server_guard import current_client
 
         table: _OwnedSessions = self._sessions
         owner = current_client() or "addr:?"
@@ -533,7 +533,7 @@ class _OwnedEnvServer(HTTPEnvServer):
 def _expired_mcp_ids(app: Any, server: _OwnedEnvServer) -> None:
     """``POST /mcp`` naming a session the finished clock closed answers a JSON-RPC error saying so (not "Unknown
     session_id"), to that session's client only."""
-    from sandbox._server_guard import client_id
+    from medagentgym.sandbox._server_guard import client_id
 
     route = _route(app, "/mcp", "POST")
     inner = route.endpoint
@@ -575,7 +575,7 @@ def _openenv_http(app: Any, instances: Callable[[str, str], dict[str, Any]], fam
     one address, or one client's parallel episodes) they answer 409 and ask for the ``episode_id``, so no answer
     is ever graded on another episode's task.
     """
-    from sandbox._server_guard import client_id
+    from medagentgym.sandbox._server_guard import client_id
 
     ours = {path: _route(app, path, method) for path, method in (("/reset", "POST"), ("/step", "POST"),
                                                                    ("/state", "GET"))}

@@ -38,7 +38,7 @@ try:
 except ImportError as exc:  # the optional extra is missing: say how to get it
     raise ImportError("medagentgym.adapters.skyrl needs skyrl-gym: pip install 'medagentgym[skyrl]'") from exc
 
-from env_client.prompts import inline_tools, system_prompt, user_prompt
+from medagentgym.env_client.prompts import inline_tools, system_prompt, user_prompt
 from medagentgym.adapters._common import TaskSource, episode_runner
 
 __all__ = ["ENV_ID", "MedAgentGymTextEnv", "skyrl_dataset", "write_skyrl_dataset"]

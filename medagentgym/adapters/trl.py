@@ -20,7 +20,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from env_client.prompts import user_prompt
+from medagentgym.env_client.prompts import user_prompt
 from medagentgym import tasks
 from medagentgym.adapters._common import (
     ACTION_TOOLS,
@@ -79,7 +79,7 @@ def environment_factory(tasks_root: str | Path, family: str, *, actions: list[st
         sandbox, workers, allow_unisolated: The in-process sandbox pool, shared by every env object; it grows to
             the episodes in flight (TRL resets one env per rollout of its generation batch), ``workers`` is its
             floor of warm workers.
-        config: ``env_client.EnvConfig`` fields (e.g. ``{"max_turns": 6}``).
+        config: ``medagentgym.env_client.EnvConfig`` fields (e.g. ``{"max_turns": 6}``).
 
     Returns:
         A class (a zero-argument callable) named ``MedAgentGym_<family>``.

@@ -4,7 +4,7 @@ verifiers loads a taskset by id: this module is one (``vf-eval medagentgym-verif
 ``medagentgym_verifiers`` package that re-exports it), exporting the taskset (:class:`MedAgentGymTaskset`: one task
 per instance of the chosen families and split), its env (:class:`MedAgentGymEnv`) and its default harness
 (:class:`MedAgentGymHarness`). Like verifiers' own OpenEnv taskset, the env plays the user: each episode runs
-host-side (an ``env_client.Env`` over this process's sandbox pool, which grows to ``--max-concurrent`` episodes, or
+host-side (an ``medagentgym.env_client.Env`` over this process's sandbox pool, which grows to ``--max-concurrent`` episodes, or
 ``HTTPEnv`` with ``url``); the agent's reply is the model text that ``Env.step`` parses, the observation is the next
 user turn, and the oracle's reward for the one submitted answer is the task's ``medagentgym`` reward (a grader
 failure records no reward and stops the trace with ``grader_failed``, never a silent 0). The env server's token is
@@ -46,8 +46,8 @@ try:
 except ImportError as exc:  # the optional extra is missing: say how to get it
     raise ImportError("medagentgym.adapters.verifiers needs verifiers: pip install 'medagentgym[verifiers]'") from exc
 
-from env_client.prompts import system_prompt, user_prompt
-from env_client.server_app import public_verdict
+from medagentgym.env_client.prompts import system_prompt, user_prompt
+from medagentgym.env_client.server_app import public_verdict
 from medagentgym import tasks
 from medagentgym.adapters._common import TaskSource, episode_runner
 
@@ -130,7 +130,7 @@ def _runner(data: MedAgentGymData) -> Any:
 
 def _reward_of(data: MedAgentGymData, policy: Any) -> float | None:
     """The oracle's reward for one episode of the task played by ``policy`` (an ``env_client`` policy)."""
-    from env_client.rollout import WorkItem, run_episode
+    from medagentgym.env_client.rollout import WorkItem, run_episode
 
     trajectory = run_episode(_runner(data), policy, WorkItem(_source(data.tasks_root).get(data.task_id), 0, 0))
     return trajectory.final.reward
@@ -155,14 +155,14 @@ class MedAgentGymTask(vf.Task[MedAgentGymData]):
         if played is not None:
             reward = played["reward"]
         else:
-            from env_client.policies import ConstantPolicy
+            from medagentgym.env_client.policies import ConstantPolicy
 
             reward = await asyncio.to_thread(_reward_of, self.data, ConstantPolicy(""))
         return {} if reward is None else float(reward)
 
     async def validate(self, runtime: Any) -> bool | None:
         """``vf-validate``'s gold check: the family's reference solution, played through an episode, earns 1."""
-        from env_client.policies import OraclePolicy
+        from medagentgym.env_client.policies import OraclePolicy
 
         root = self.data.tasks_root
         reward = await asyncio.to_thread(_reward_of, self.data, OraclePolicy(lambda name: tasks.make(name, root=root)))

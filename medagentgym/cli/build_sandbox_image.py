@@ -23,14 +23,14 @@ import tempfile
 import time
 from pathlib import Path
 
-from sandbox import docker_image as di
-from sandbox.docker_backend import DEFAULT_IMAGE
+from medagentgym.sandbox import docker_image as di
+from medagentgym.sandbox.docker_backend import DEFAULT_IMAGE
 
 BASE_REPO = "medagentgym-sandbox-base"
 SANDBOX_DIR = Path(di.__file__).resolve().parent  # the sandbox package: holds the Dockerfile (package data)
 CHECK = ("import sys; sys.path.insert(0, '/opt/medagentgym'); import numpy, pandas, scipy.stats, "
          "sklearn.linear_model, statsmodels.api, lifelines, Bio, matplotlib.pyplot, pyseccomp, sqlite3, "
-         "sandbox.worker, sandbox.grounding; print(sys.version.split()[0], numpy.__version__, pandas.__version__)")
+         "medagentgym.sandbox.worker, medagentgym.sandbox.grounding; print(sys.version.split()[0], numpy.__version__, pandas.__version__)")
 
 
 def docker(*args: str, stdin=None, check: bool = True) -> subprocess.CompletedProcess:

@@ -27,7 +27,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from env_client.argtypes import nonneg_int, positive_int
+from medagentgym.env_client.argtypes import nonneg_int, positive_int
 from medagentgym.tasks.builds import DEFAULT_SIZE, SIZES
 from medagentgym import tasks
 from medagentgym.tasks.base import SupportsCounts, TaskError

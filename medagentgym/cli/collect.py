@@ -20,13 +20,13 @@ import sys
 import traceback
 from pathlib import Path
 
-from env_client.argtypes import nonneg_int, positive_int
+from medagentgym.env_client.argtypes import nonneg_int, positive_int
 from medagentgym import tasks
-from env_client.errors import EnvClientError
-from env_client.policies import add_policy_arguments, failures_in_a_row, make_policy, policy_kwargs, probe
-from env_client.rollout import BACKENDS, EnvSpec, describe_run
-from medcopilot.collect import collect
-from sandbox.errors import SandboxError
+from medagentgym.env_client.errors import EnvClientError
+from medagentgym.env_client.policies import add_policy_arguments, failures_in_a_row, make_policy, policy_kwargs, probe
+from medagentgym.env_client.rollout import BACKENDS, EnvSpec, describe_run
+from medagentgym.medcopilot.collect import collect
+from medagentgym.sandbox.errors import SandboxError
 from medagentgym.tasks.base import TaskError
 
 
@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
                             f"medagentgym build --families {','.join(families_for(args))}")
         env = spec
         if args.env_url:
-            from env_client.http_client import EnvServers
+            from medagentgym.env_client.http_client import EnvServers
 
             env = EnvServers(args.env_url).env
         run_info = describe_run(args.policy, policy, kwargs, config=config, fmt="tool_call", split=args.split,

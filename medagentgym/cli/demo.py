@@ -12,7 +12,7 @@
    value the query returned, then a noisy one that submits it only one time in four, so the model starts barely
    above chance (1/9) on records it has never seen.
 3. Success on a fixed evaluation of 96 sampled episodes on the held-out records (sampling seeds fixed).
-4. GRPO (TRL's ``GRPOTrainer`` with ``medcopilot.rollout_func.EnvRolloutFunc``): two-turn episodes in the
+4. GRPO (TRL's ``GRPOTrainer`` with ``medagentgym.medcopilot.rollout_func.EnvRolloutFunc``): two-turn episodes in the
    bubblewrap sandbox, exact token ids, environment tokens masked, the oracle grader's reward; ``--steps`` steps of
    16 episodes on the training records, the held-out evaluation every ``--eval-every`` steps.
 5. The control: the warm and the trained policy scored on copies of the held-out records whose stored value was
@@ -38,18 +38,18 @@ import sys
 import time
 from pathlib import Path
 
-from env_client.argtypes import nonneg_int, positive_int
+from medagentgym.env_client.argtypes import nonneg_int, positive_int
 
 FAMILY = "toy_lookup"
 CHANCE = 1 / 9
-#: GRPO steps (``medcopilot.learning.GRPO_DEFAULTS``): on toy_lookup the held-out gain builds up after step 20.
+#: GRPO steps (``medagentgym.medcopilot.learning.GRPO_DEFAULTS``): on toy_lookup the held-out gain builds up after step 20.
 STEPS = 60
 
 
 def build_inputs(tasks_root: Path, model_dir: Path) -> None:
     """Build toy_lookup, toy_sql (the tiny recipes use it) and the tiny model, unless already there."""
     from medagentgym import tasks
-    from medcopilot.tiny import build_tiny_model
+    from medagentgym.medcopilot.tiny import build_tiny_model
 
     for name in (FAMILY, "toy_sql"):
         if (tasks_root / name / "manifest.json").is_file():
@@ -81,7 +81,7 @@ def figure(run, group: int):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from medcopilot.learning import wilson
+    from medagentgym.medcopilot.learning import wilson
 
     n = run.settings["eval_episodes"]
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
@@ -132,7 +132,7 @@ def cpu_seconds() -> float:
 
 
 def wilson_of(share: float, n: int) -> tuple[float, float]:
-    from medcopilot.learning import wilson
+    from medagentgym.medcopilot.learning import wilson
 
     return wilson(share * n, n)
 
@@ -176,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     for key, value in {"WANDB_MODE": "offline", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
                        "OMP_NUM_THREADS": "1"}.items():
         os.environ.setdefault(key, value)
-    from medcopilot.learning import learning_run
+    from medagentgym.medcopilot.learning import learning_run
 
     started, cpu0 = time.monotonic(), cpu_seconds()
     out = Path(args.out)

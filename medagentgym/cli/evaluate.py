@@ -36,7 +36,7 @@ the trajectories; without either, Best@K is N/A. ``--json`` ends stdout with one
 
 Reward floors: beside each family's success the report gives the best score one constant answer earns over
 the WHOLE split (not the ``--limit`` subset) under the family's own grader, and its bound (10 %; 50 % for
-yes/no families): ``env_client.evaluation.constant_floor``; the JSON line has it as ``floor``.
+yes/no families): ``medagentgym.env_client.evaluation.constant_floor``; the JSON line has it as ``floor``.
 """
 
 from __future__ import annotations
@@ -53,10 +53,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from env_client.argtypes import nonneg_int, positive_int
+from medagentgym.env_client.argtypes import nonneg_int, positive_int
 from medagentgym import tasks
-from env_client.errors import EnvClientError
-from env_client.evaluation import (
+from medagentgym.env_client.errors import EnvClientError
+from medagentgym.env_client.evaluation import (
     ID_FAMILIES,
     OOD_FAMILIES,
     EvalError,
@@ -68,10 +68,10 @@ from env_client.evaluation import (
     task_set_hash,
     write_report,
 )
-from env_client.policies import add_policy_arguments, failures_in_a_row, make_policy, policy_kwargs, probe
-from env_client.rollout import EnvSpec, describe_run, family_names, rollout, run_key
-from env_client.trajectory import TrajectoryStore
-from sandbox.errors import SandboxError
+from medagentgym.env_client.policies import add_policy_arguments, failures_in_a_row, make_policy, policy_kwargs, probe
+from medagentgym.env_client.rollout import EnvSpec, describe_run, family_names, rollout, run_key
+from medagentgym.env_client.trajectory import TrajectoryStore
+from medagentgym.sandbox.errors import SandboxError
 from medagentgym.tasks.base import TaskError
 
 
@@ -173,7 +173,7 @@ def verifier_scores(spec: str, trajectories: list, path: Path) -> dict[tuple[str
     Raises:
         EvalError: The verifier could not be loaded or left some episode unscored (one line, how to fix it).
     """
-    from medcopilot.verifier import make_scorer, score_rows, write_score_rows
+    from medagentgym.medcopilot.verifier import make_scorer, score_rows, write_score_rows
 
     try:
         rows = score_rows(make_scorer(spec), trajectories)

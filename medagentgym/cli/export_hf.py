@@ -21,8 +21,8 @@ import sys
 import time
 from pathlib import Path
 
-from medcopilot.config import RecipeError
-from medcopilot.export import ExportError, export_model, push_folder
+from medagentgym.medcopilot.config import RecipeError
+from medagentgym.medcopilot.export import ExportError, export_model, push_folder
 
 
 def interrupted_line(out: str | None, push: str | None, since: float) -> str:

@@ -28,7 +28,7 @@ import time
 import traceback
 from pathlib import Path
 
-from env_client.argtypes import nonneg_int
+from medagentgym.env_client.argtypes import nonneg_int
 from medagentgym.tasks.base import TaskError
 from medagentgym.tasks.importers import IMPORTERS, check_import, import_files
 

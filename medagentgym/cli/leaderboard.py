@@ -18,7 +18,7 @@ import sys
 import traceback
 from pathlib import Path
 
-from env_client.evaluation import EvalError, leaderboard, load_reports
+from medagentgym.env_client.evaluation import EvalError, leaderboard, load_reports
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -11,7 +11,7 @@ Writes ``docs/families/<family>.md`` and ``docs/families/README.md``. A page giv
 and turn budget; what it tests, its grading and its episode end (from the module docstring's spec card); one real
 test instance of the tiny build, seed 0 (question, context excerpt, answer type, gold answer, the reference
 solution and the actions the oracle replays); the permitted actions (the family's ``actions``); the reward
-floors: the constant-answer floor (``env_client.evaluation.constant_floor`` over the whole test split; for
+floors: the constant-answer floor (``medagentgym.env_client.evaluation.constant_floor`` over the whole test split; for
 families graded on a predictions file, the best no-information predictor) and the per-template floor (one
 constant per question template learned on train, scored on test: ``medagentgym.tasks.floors.template_floor``),
 each at tiny size, computed here, and at default size, read from ``docs/families/floors.json``
@@ -34,7 +34,7 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
-from env_client.evaluation import constant_floor
+from medagentgym.env_client.evaluation import constant_floor
 from medagentgym import tasks
 from medagentgym.tasks.base import write_bytes_atomic
 from medagentgym.tasks.floors import (
@@ -161,7 +161,7 @@ def floor_section(name: str, family: Any, floors: dict[str, Any], default: dict[
             "one constant answer (a common gold answer, `0`, `1`, `[-1]`, yes/no, ...)")
     lines = ["## Reward floors", "",
              (f"**Constant floor**: what {what} earns over the whole test split under this grader "
-              "(`env_client.evaluation.constant_floor`; `medagentgym eval` reports it beside every success rate). A "
+              "(`medagentgym.env_client.evaluation.constant_floor`; `medagentgym eval` reports it beside every success rate). A "
               "policy that does not beat it has learned nothing."), "",
              "| size | test instances | floor | constant | bound | method |", "|---|---:|---:|---|---|---|",
              floor_row("tiny", floors[name], "seed 0"),

@@ -12,8 +12,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from env_client.argtypes import nonneg_int
-from medcopilot.tiny import build_tiny_model
+from medagentgym.env_client.argtypes import nonneg_int
+from medagentgym.medcopilot.tiny import build_tiny_model
 
 
 def main(argv: list[str] | None = None) -> int:

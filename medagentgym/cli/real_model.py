@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from medcopilot.real_model import DEFAULT_DIR, RealModelError, convert
+from medagentgym.medcopilot.real_model import DEFAULT_DIR, RealModelError, convert
 
 
 def main(argv: list[str] | None = None) -> int:

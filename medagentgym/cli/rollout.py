@@ -3,7 +3,7 @@
     medagentgym rollout --tasks-root artifacts/tasks --families toy_sql --split test --policy oracle \
         -k 4 --concurrency 8 --backend thread --out runs/rollouts/oracle.jsonl --seed 0
 
-Appends one JSON line per finished episode to ``--out`` (an ``env_client.TrajectoryStore``) and prints a
+Appends one JSON line per finished episode to ``--out`` (an ``medagentgym.env_client.TrajectoryStore``) and prints a
 summary table (success rate overall and per family/category, turns, tokens, throughput). Rerunning with the
 same ``--out`` resumes: finished ``(task, sample)`` pairs are skipped, nothing is lost or duplicated, even after
 a kill -9 (a torn last line is cut off and that episode played again). A rerun that asks another question
@@ -24,14 +24,14 @@ import sys
 import traceback
 from pathlib import Path
 
-from env_client.argtypes import nonneg_int, positive_int
+from medagentgym.env_client.argtypes import nonneg_int, positive_int
 from medagentgym import tasks
-from env_client.errors import EnvClientError
-from env_client.policies import add_policy_arguments, failures_in_a_row, make_policy, policy_kwargs, probe
-from env_client.rollout import (BACKENDS, EnvSpec, RolloutError, RolloutSummary, describe_run, rollout, run_key,
+from medagentgym.env_client.errors import EnvClientError
+from medagentgym.env_client.policies import add_policy_arguments, failures_in_a_row, make_policy, policy_kwargs, probe
+from medagentgym.env_client.rollout import (BACKENDS, EnvSpec, RolloutError, RolloutSummary, describe_run, rollout, run_key,
                                 settings_path)
-from env_client.trajectory import TrajectoryStore
-from sandbox.errors import SandboxError
+from medagentgym.env_client.trajectory import TrajectoryStore
+from medagentgym.sandbox.errors import SandboxError
 from medagentgym.tasks.base import TaskError
 
 

@@ -22,7 +22,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from env_client.argtypes import positive_int
+from medagentgym.env_client.argtypes import positive_int
 
 __all__ = ["main", "score_store"]
 
@@ -34,8 +34,8 @@ def score_store(scorer: Any, path: Path) -> list[dict[str, Any]]:
         ValueError: The store is missing or empty, holds an episode twice, or the scorer returned None for some
             episode (names how many and the first).
     """
-    from env_client.trajectory import TrajectoryStore
-    from medcopilot.verifier import score_rows
+    from medagentgym.env_client.trajectory import TrajectoryStore
+    from medagentgym.medcopilot.verifier import score_rows
 
     if not path.is_file():
         raise ValueError(f"trajectory store {path} does not exist; pass the trajectories.jsonl of a rollout")
@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     out = args.out or args.trajectories.with_name("scores.jsonl")
     try:
-        from medcopilot.verifier import make_scorer, write_score_rows
+        from medagentgym.medcopilot.verifier import make_scorer, write_score_rows
 
         scorer = make_scorer(args.verifier, batch_size=args.batch_size,
                              **({} if args.verifier.startswith(("http://", "https://")) else {"device": args.device}))

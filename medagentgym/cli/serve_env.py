@@ -5,7 +5,7 @@
 
 Starts a sandbox pool and the env server (``/health``, ``/schema``, ``/reset``, ``/step``, ``/state``,
 ``/close``; see ``sandbox/server.py``). Writes nothing; logs requests to stderr. Clients use
-``env_client.http_client.HTTPEnv(url)``, which has the local ``Env`` interface. With ``--openenv`` the same
+``medagentgym.env_client.http_client.HTTPEnv(url)``, which has the local ``Env`` interface. With ``--openenv`` the same
 server also speaks OpenEnv's protocol (WebSocket sessions at ``/ws``; ``medagentgym/adapters/openenv.py``), so
 ``openenv.GenericEnvClient(base_url=url)`` works as it is.
 
@@ -32,8 +32,8 @@ import sys
 import traceback
 from pathlib import Path
 
-from env_client.argtypes import port, positive_float, positive_int
-from env_client.http_client import TOKEN_ENV
+from medagentgym.env_client.argtypes import port, positive_float, positive_int
+from medagentgym.env_client.http_client import TOKEN_ENV
 
 
 def _loopback(host: str) -> bool:
@@ -110,9 +110,9 @@ def main(argv: list[str] | None = None) -> int:
                                     f"`medagentgym build --out {args.tasks_root}`")
         import uvicorn
 
-        from env_client.episode import EnvConfig
-        from env_client.server_app import build_app
-        from sandbox._conn_limits import ConnLimits, server_config
+        from medagentgym.env_client.episode import EnvConfig
+        from medagentgym.env_client.server_app import build_app
+        from medagentgym.sandbox._conn_limits import ConnLimits, server_config
 
         config = EnvConfig(**({"max_turns": args.max_turns} if args.max_turns else {}))
         splits = tuple(s.strip() for s in args.splits.split(",") if s.strip())

@@ -11,7 +11,7 @@ Endpoints:
   concurrent requests are served one at a time. A malformed item is a 422 whose ``detail`` names it.
 * ``GET /health`` answers ``{"status": "ok", "model", "max_length"}``.
 
-Clients: ``rewards.verifier.HTTPVerifier(url)`` (httpx only; a failed call scores None, never 0), e.g. as
+Clients: ``medagentgym.rewards.verifier.HTTPVerifier(url)`` (httpx only; a failed call scores None, never 0), e.g. as
 ``reward.verifier: http://host:8100`` in a GRPO recipe or ``--verifier`` of ``medagentgym score``.
 The server has no authentication: bind to loopback unless a trusted network needs it. Ctrl-C stops it with one
 line (exit 130); it writes nothing.
@@ -26,7 +26,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from env_client.argtypes import port, positive_int
+from medagentgym.env_client.argtypes import port, positive_int
 
 __all__ = ["ScoreRequest", "create_app", "main"]
 
@@ -44,7 +44,7 @@ class ScoreRequest(BaseModel):
 
 
 def create_app(scorer: Any, *, max_items: int = MAX_ITEMS) -> Any:
-    """The FastAPI app serving ``scorer`` (a ``medcopilot.verifier.VerifierScorer`` or any object with
+    """The FastAPI app serving ``scorer`` (a ``medagentgym.medcopilot.verifier.VerifierScorer`` or any object with
     ``score(items) -> list[float]`` and, optionally, ``path`` and ``max_length``).
 
     Args:
@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         import uvicorn
 
-        from medcopilot.verifier import VerifierScorer
+        from medagentgym.medcopilot.verifier import VerifierScorer
 
         scorer = VerifierScorer(args.model, device=args.device, batch_size=args.batch_size,
                                 max_length=args.max_length)

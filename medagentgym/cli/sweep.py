@@ -7,14 +7,14 @@
         --launcher "accelerate launch --config_file recipes/accelerate/single_gpu.yaml"
     medagentgym sweep pipeline_tiny --dry-run                       # a bundled sweep by name, from any folder
 
-The sweep file format, resuming and outputs are described in :mod:`medcopilot.sweep`.
+The sweep file format, resuming and outputs are described in :mod:`medagentgym.medcopilot.sweep`.
 """
 
 from __future__ import annotations
 
 import sys
 
-from medcopilot.sweep import (
+from medagentgym.medcopilot.sweep import (
     Run,
     Stage,
     Sweep,

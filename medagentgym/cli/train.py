@@ -6,12 +6,12 @@
     python train.py recipe=sft_tiny trainer.max_steps=2 output.dir=runs/try2
     python train.py recipe=grpo_qwen14b --dry-run      # print + validate the resolved recipe, load nothing
 
-Reads a bundled recipe by name (the package's ``medcopilot/recipes/``, ``medcopilot.config.RECIPES_DIR``; a clone
+Reads a bundled recipe by name (the package's ``medcopilot/recipes/``, ``medagentgym.medcopilot.config.RECIPES_DIR``; a clone
 links it as ``recipes/``) or a YAML file by path, applies the dotted overrides (values parsed as YAML), prints the
 resolved recipe, checks it without loading a model (family names, reward terms, every ``trainer`` value against the
 type its TRL / verifier / PPO config declares), prints and checks every input file it reads (task builds: size and
-family version; the trajectory store: rows per family; models: ``medcopilot.inputs``) -- what ``--dry-run``
-stops after --, saves it to ``<output.dir>/recipe.yaml``, and calls ``medcopilot.trainers.<method>.run(cfg)``. When
+family version; the trajectory store: rows per family; models: ``medagentgym.medcopilot.inputs``) -- what ``--dry-run``
+stops after --, saves it to ``<output.dir>/recipe.yaml``, and calls ``medagentgym.medcopilot.trainers.<method>.run(cfg)``. When
 ``output.push_to_hub`` is set, the final model is exported and uploaded afterwards. Errors are one line and a
 non-zero exit; ``--debug`` shows the traceback.
 """
@@ -32,7 +32,7 @@ def parse_argv(argv: list[str]) -> tuple[str, list[str], set[str]]:
     Raises:
         RecipeError: No ``recipe=``, an unknown flag, or an argument that is not ``key=value``.
     """
-    from medcopilot.config import RecipeError
+    from medagentgym.medcopilot.config import RecipeError
 
     recipe, overrides, flags = None, [], set()
     for arg in argv:
@@ -97,8 +97,8 @@ def check_inputs_or_refuse(cfg, *, dry_run: bool) -> None:
         RecipeError: A build of another size or family version, a store that does not cover the recipe, or (not
             on a dry run) a missing local model: one line.
     """
-    from medcopilot.config import RecipeError
-    from medcopilot.inputs import check_inputs
+    from medagentgym.medcopilot.config import RecipeError
+    from medagentgym.medcopilot.inputs import check_inputs
 
     report = check_inputs(cfg)
     if is_main_process():
@@ -109,7 +109,7 @@ def check_inputs_or_refuse(cfg, *, dry_run: bool) -> None:
 
 
 def _main(argv: list[str], state: dict) -> int:
-    from medcopilot.config import check_recipe, load_recipe
+    from medagentgym.medcopilot.config import check_recipe, load_recipe
 
     recipe, overrides, flags = parse_argv(argv)
     if flags & {"-h", "--help"}:
@@ -128,14 +128,14 @@ def _main(argv: list[str], state: dict) -> int:
               f"section checked by {owner}); nothing loaded or written", flush=True)
         return 0
 
-    from medcopilot.trainers import get_trainer
+    from medagentgym.medcopilot.trainers import get_trainer
 
     trainer = get_trainer(cfg.method)
     if is_main_process():
         cfg.save()
     summary = trainer.run(cfg) or {}
     if cfg.output.push_to_hub and is_main_process():
-        from medcopilot.export import export_model
+        from medagentgym.medcopilot.export import export_model
 
         export = export_model(cfg.output.dir, os.path.join(cfg.output.dir, "export"), push=cfg.output.push_to_hub)
         summary = {**summary, "pushed_to": cfg.output.push_to_hub, "export_dir": str(export)}

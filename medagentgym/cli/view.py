@@ -9,7 +9,7 @@ RUN_DIR is the ``--out`` of ``medagentgym eval`` or ``collect`` (its ``trajector
 turns and the grader's verdict, filters by family, outcome and verdict (and a text search), and opens an episode:
 its prompt, every action with its code, every observation and the verdict. It needs no server (open the file in
 a browser); the filters and the open episode are kept in the URL's fragment, so a link shows the same view.
-Model-written text is shown as text, never run (``env_client.viewer``). Large runs stay fast: the data is one
+Model-written text is shown as text, never run (``medagentgym.env_client.viewer``). Large runs stay fast: the data is one
 embedded JSON document and only the rows in view are drawn.
 """
 
@@ -19,8 +19,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from env_client.argtypes import port
-from env_client.viewer import write_page
+from medagentgym.env_client.argtypes import port
+from medagentgym.env_client.viewer import write_page
 
 __all__ = ["main"]
 

@@ -81,7 +81,7 @@ class GradeContext(BaseModel):
     model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
 
     workspace: Path | None = Field(None, description="Host path of the episode's workspace (files the agent wrote); "
-                                   "read them only with sandbox.hostio.read_workspace_file, never by name.")
+                                   "read them only with medagentgym.sandbox.hostio.read_workspace_file, never by name.")
     session: Any = Field(None, description="A sandbox session for hidden tests (run_python/run_sql/run_shell).")
     family_dir: Path | None = Field(None, description="The family's built directory (hidden labels live here).")
 

@@ -30,7 +30,7 @@ Allowed actions:
 
 Grading:
     Outside the sandbox, after the agent submits the text ``predictions.csv``: the file in the episode
-    workspace is read through ``sandbox.hostio`` (never by name: a symlink, FIFO, hard link, directory or a
+    workspace is read through ``medagentgym.sandbox.hostio`` (never by name: a symlink, FIFO, hard link, directory or a
     file over 20 MB is a wrong answer) and must be a CSV with columns ``id`` (or ``patient_id``) and
     ``prediction`` and exactly one row per test id (missing, duplicate, unknown or non-integral ids such as
     ``1e999`` score 0; the original scored only the ids the agent chose to predict). Metric: AUROC of the
@@ -57,7 +57,7 @@ Arguments:
 Version history:
     1: first version (15 tasks, hidden labels, full-coverage scoring, normalised partial credit).
     2: each instance mounts only its own cohort folder (a k-shot instance could read the full labels of its
-       training patients); predictions read through ``sandbox.hostio``; malformed ids are wrong answers.
+       training patients); predictions read through ``medagentgym.sandbox.hostio``; malformed ids are wrong answers.
     3: chance measured by permutation over every no-information predictor; instances kept only above its
        spread, partial credit and the pass threshold measured from mean + 3 sd (random predictions earned full
        reward on a few-shot hyperkalemia instance in 19.7 % of draws); hyperkalemia's potassium sd 0.8 -> 1.0
@@ -77,7 +77,7 @@ from typing import Any
 
 import numpy as np
 
-from sandbox.hostio import UnsafeWorkspaceFile, read_workspace_file
+from medagentgym.sandbox.hostio import UnsafeWorkspaceFile, read_workspace_file
 from medagentgym.tasks.base import (
     GradeContext,
     GraderError,
@@ -256,7 +256,7 @@ def _macro_f1(truth: np.ndarray, pred: np.ndarray) -> tuple[float, float]:
 
 
 def _read_predictions(workspace: Path, label_type: str) -> tuple[dict[int, float] | None, str]:
-    """Read and parse ``<workspace>/predictions.csv`` (through ``sandbox.hostio``); ``(None, why)`` when malformed."""
+    """Read and parse ``<workspace>/predictions.csv`` (through ``medagentgym.sandbox.hostio``); ``(None, why)`` when malformed."""
     try:
         data = read_workspace_file(workspace, PREDICTIONS, max_bytes=_MAX_FILE_BYTES)
     except UnsafeWorkspaceFile as exc:

@@ -29,7 +29,7 @@ Allowed actions:
 
 Grading:
     On submit (any non-empty text that is not a traceback), ``<workspace>/predictions.csv`` is read on the host
-    through ``sandbox.hostio`` (never by name: a symlink, FIFO, hard link, directory or a file over 20 MB is a
+    through ``medagentgym.sandbox.hostio`` (never by name: a symlink, FIFO, hard link, directory or a file over 20 MB is a
     wrong answer with the reason; header exactly ``id,prediction``). It must cover the test ids exactly: a
     missing, extra or duplicate id, or an unparsable prediction, scores 0 with the reason. Metric: AUROC of the
     predicted probabilities (stay tasks) or macro-F1 of the predicted classes (window tasks). Chance is measured
@@ -54,7 +54,7 @@ Arguments:
 Version history:
     1: first version (hidden labels, full id coverage, AUROC / macro-F1, reference logistic regression).
     2: leaks closed: one window per stay at fixed hours (sliding windows gave away the length of stay and the
-       next window's state), per-task-type mounts; predictions.csv read through ``sandbox.hostio``; larger
+       next window's state), per-task-type mounts; predictions.csv read through ``medagentgym.sandbox.hostio``; larger
        cohorts (600 / 1,500 stays) for the fewer windows.
     3: chance by permutation over every no-information predictor (random class-proportional predictions beat
        the best constant's macro-F1 on every window instance, so they always earned partial credit); threshold
@@ -77,7 +77,7 @@ import numpy as np
 import pandas as pd
 from sklearn.metrics import f1_score, roc_auc_score
 
-from sandbox.hostio import UnsafeWorkspaceFile, read_workspace_file
+from medagentgym.sandbox.hostio import UnsafeWorkspaceFile, read_workspace_file
 from medagentgym.tasks.base import (
     GradeContext,
     InfraError,
@@ -226,7 +226,7 @@ def parse_predictions(data: bytes) -> tuple[pd.Series | None, str]:
 
 
 def read_predictions(workspace: Path) -> tuple[pd.Series | None, str]:
-    """``<workspace>/predictions.csv`` read through ``sandbox.hostio`` (never by name), then parsed."""
+    """``<workspace>/predictions.csv`` read through ``medagentgym.sandbox.hostio`` (never by name), then parsed."""
     try:
         data = read_workspace_file(workspace, PREDICTIONS, max_bytes=MAX_PREDICTION_BYTES)
     except UnsafeWorkspaceFile as exc:

@@ -605,7 +605,7 @@ def reference_output_problems(pool: Any, family: Any, items: list[Any]) -> tuple
 
 
 def _check_pool() -> Any:
-    import sandbox
+    from medagentgym import sandbox
 
     return sandbox.make_pool("bwrap", workers=1)
 

@@ -8,7 +8,7 @@ Description:
     table's value. Querying another
     table returns a valid reading of the same record, but the wrong value; no digit appears in a question. So
     success needs two decisions: read the table the question names (the cue, a word of the prompt), then submit
-    the value the observation shows. ``medcopilot.learning`` warm-starts a model on demonstrations that query a
+    the value the observation shows. ``medagentgym.medcopilot.learning`` warm-starts a model on demonstrations that query a
     table drawn at random, independent of the cue, and submit what they read (consistent episodes: copying is
     taught, cue -> table never), and measures whether RL raises *query-choice accuracy* (the share of episodes
     whose SQL reads the cued table; chance 1/3), read from the trajectories.

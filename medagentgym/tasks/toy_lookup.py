@@ -5,7 +5,7 @@ Description:
     reading, a value from 1 to 9. The question names the record but not the value, and values are drawn
     independently per record, so the only way to the answer is to run the query and submit what it returned: the
     answer depends on the tool's *observation*. Every instance is solved by the same SQL, so the skill is exactly
-    "read the value out of the observation" (the learning checks of ``medcopilot.learning`` and
+    "read the value out of the observation" (the learning checks of ``medagentgym.medcopilot.learning`` and
     ``scripts/bench_learning.py``). Records of the test split are never seen in training, so success there cannot
     come from memorised answers; no digit appears in a question. Records are named alike in both splits (a code of
     three letters, test codes continuing after the training ones), so a held-out prompt differs from a training

@@ -7,8 +7,8 @@ Description:
     the database's tables are ``admission_v2``, ``discharge_v2`` and ``recent_v2``. A query of a reading's name then
     fails, and the sandbox's
     grounded SQL error says so and lists the tables the database really has ("no such table", the tables, the
-    closest name; ``sandbox.grounding``). Recovering means retrying with the renamed cued table, ``<cue>_v2``; another
-    listed name returns a valid but wrong value. ``medcopilot.learning`` demonstrates a retry with a listed name drawn
+    closest name; ``medagentgym.sandbox.grounding``). Recovering means retrying with the renamed cued table, ``<cue>_v2``; another
+    listed name returns a valid but wrong value. ``medagentgym.medcopilot.learning`` demonstrates a retry with a listed name drawn
     at random (retrying is taught, choosing right is not) and measures *first-retry accuracy*: on renamed records,
     the share of episodes whose second query reads ``<cue>_v2`` (chance 1/3).
 

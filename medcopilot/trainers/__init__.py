@@ -1,11 +1,11 @@
 """Trainers, one module per method: ``sft``, ``dpo``, ``grpo`` (TRL), ``ppo`` (in house) and ``verifier``.
 
-The contract ``train.py`` relies on, for every ``medcopilot.trainers.<method>``:
+The contract ``train.py`` relies on, for every ``medagentgym.medcopilot.trainers.<method>``:
 
 * ``run(cfg: RecipeConfig) -> dict``: trains, resuming from the newest ``checkpoint-*`` under ``cfg.output.dir``
   when there is one; saves the final model (or LoRA adapter) and tokenizer to ``cfg.output.dir``, plus
   ``trainer_state.json`` and ``train_results.json``; returns a JSON-able summary with at least ``output_dir``
-  and ``global_step`` (see :func:`medcopilot.trainers._common.finish_run`).
+  and ``global_step`` (see :func:`medagentgym.medcopilot.trainers._common.finish_run`).
 * ``train.py`` saves the resolved recipe to ``<output.dir>/recipe.yaml`` before calling ``run`` and pushes to the
   Hub after it when ``output.push_to_hub`` is set; ``run`` does neither.
 
@@ -18,10 +18,10 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
-from medcopilot.config import RecipeError
+from medagentgym.medcopilot.config import RecipeError
 
 #: Method name -> module path. Modules are imported on demand (they import torch and TRL).
-METHODS = {m: f"medcopilot.trainers.{m}" for m in ("sft", "dpo", "grpo", "ppo", "verifier")}
+METHODS = {m: f"medagentgym.medcopilot.trainers.{m}" for m in ("sft", "dpo", "grpo", "ppo", "verifier")}
 
 __all__ = ["METHODS", "get_trainer"]
 

@@ -8,8 +8,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from medcopilot.config import RecipeConfig, RecipeError
-from medcopilot.data import Episode, load_episodes
+from medagentgym.medcopilot.config import RecipeConfig, RecipeError
+from medagentgym.medcopilot.data import Episode, load_episodes
 from medagentgym.tasks.base import write_bytes_atomic
 
 
@@ -41,8 +41,8 @@ def ensure_store(cfg: RecipeConfig) -> Path:
     path = Path(cfg.rollout.store)
     if path.is_file():
         return path
-    from env_client.policies import make_policy
-    from env_client.rollout import EnvSpec, rollout
+    from medagentgym.env_client.policies import make_policy
+    from medagentgym.env_client.rollout import EnvSpec, rollout
 
     specs = [s.strip() for s in cfg.rollout.policy.split("+") if s.strip()]
     instances = task_instances(cfg)

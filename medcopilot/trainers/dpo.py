@@ -4,7 +4,7 @@ Reads top to bottom: data → model → trainer → train → save (data first, 
 
 * Data: for each task in the trajectory store ``rollout.store``, a successful and a failed episode are cut at the
   first message where they differ, which must be an assistant turn: the shared history is the ``prompt``, the
-  success's turn ``chosen`` and the failure's turn ``rejected`` (:func:`medcopilot.data.dpo_pairs`). DPO cannot
+  success's turn ``chosen`` and the failure's turn ``rejected`` (:func:`medagentgym.medcopilot.data.dpo_pairs`). DPO cannot
   mask tokens inside a completion, so a completion is exactly one assistant turn: no environment text is trained.
 * Model: ``model.name_or_path`` may be an SFT output folder; a LoRA adapter there is merged into its base first
   (SFT-warmed DPO), and the merged weights are also the reference model. ``model.lora`` adds fresh adapters; the
@@ -19,11 +19,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from medcopilot.config import RecipeConfig
-from medcopilot.data import dpo_pairs, fit_rows, to_dataset
-from medcopilot.mixture import mixed_rows
-from medcopilot.modeling import load_model, load_tokenizer, lora_config, resume_checkpoint, trainable_parameter_count
-from medcopilot.trainers._common import episodes_for, finish_run
+from medagentgym.medcopilot.config import RecipeConfig
+from medagentgym.medcopilot.data import dpo_pairs, fit_rows, to_dataset
+from medagentgym.medcopilot.mixture import mixed_rows
+from medagentgym.medcopilot.modeling import load_model, load_tokenizer, lora_config, resume_checkpoint, trainable_parameter_count
+from medagentgym.medcopilot.trainers._common import episodes_for, finish_run
 
 #: Pairs kept per task, so tasks with many samples do not dominate the preference data.
 MAX_PAIRS_PER_TASK = 4

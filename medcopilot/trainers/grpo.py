@@ -6,12 +6,12 @@ Reads top to bottom: model → env → trainer → train → save.
   LoRA adapters (``model.lora``).
 - **Env**: the task instances of ``tasks.families`` (split ``tasks.split``) become the dataset; each row's
   ``prompt`` is the episode's opening chat, so TRL logs what the model saw. A sandbox pool
-  (``env.sandbox``, ``env.workers``) runs the code; every episode gets its own ``env_client.Env``.
-- **Trainer**: ``rollout_func`` (:class:`medcopilot.rollout_func.EnvRolloutFunc`) plays one episode per row with
+  (``env.sandbox``, ``env.workers``) runs the code; every episode gets its own ``medagentgym.env_client.Env``.
+- **Trainer**: ``rollout_func`` (:class:`medagentgym.medcopilot.rollout_func.EnvRolloutFunc`) plays one episode per row with
   exact token ids and an environment mask; one reward function per ``reward.weights`` entry returns the
   component the rollout computed (``GRPOConfig.reward_weights`` weights them; ``verifier_score`` comes from the
   learned verifier named by ``reward.verifier``, a folder or a service URL); the ``env/*`` step metrics
-  (:mod:`medcopilot.metrics`) are logged through TRL's ``log_metric``.
+  (:mod:`medagentgym.medcopilot.metrics`) are logged through TRL's ``log_metric``.
 - **Sampling**: ``rollout.temperature`` is passed to TRL as ``temperature`` (TRL rescores with it);
   ``trainer.top_p=1`` and ``trainer.top_k=0`` (the defaults) keep the importance-sampling correction unbiased.
   ``rollout.max_new_tokens`` caps one assistant turn, ``trainer.max_completion_length`` a whole episode after
@@ -21,7 +21,7 @@ Reads top to bottom: model → env → trainer → train → save.
 - **Exact policy**: dropout is off during the update (``disable_dropout``, LoRA's included), vLLM's
   importance-sampling correction is per token (``token_truncate``), and with vLLM the LoRA weights reach the
   engine merged in fp32 into fresh tensors and rounded to bf16 without bias, so small updates reach the sampler
-  (:mod:`medcopilot.vllm_sync`): TRL's own sync merges into the bf16
+  (:mod:`medagentgym.medcopilot.vllm_sync`): TRL's own sync merges into the bf16
   base and back every step, which changes the frozen base. An episode whose next turn cannot fit the
   generator's context (``vllm_max_model_length``, else the model's ``max_position_embeddings``) ends as
   truncated before the call; a resumed run continues the sampling seeds where it stopped
@@ -30,11 +30,11 @@ Reads top to bottom: model → env → trainer → train → save.
   GPU; each episode samples from its own seeded stream, the rank included, see ``EnvRolloutFunc.run``); it is
   refused under ZeRO-3 or FSDP with several processes, where ranks making different numbers of ``generate``
   calls would hang. ``vllm`` uses TRL's vLLM engine (``trainer.vllm_mode: colocate`` or ``server``; GPU only).
-- **Missing rewards**: a row whose weighted total is missing (``rewards.combine``: a weighted term is None, e.g.
+- **Missing rewards**: a row whose weighted total is missing (``medagentgym.rewards.combine``: a weighted term is None, e.g.
   a failed grader) reaches TRL with every term None, so its advantage is 0, as PPO drops it.
 
 Example:
-    >>> from medcopilot.config import load_recipe
+    >>> from medagentgym.medcopilot.config import load_recipe
     >>> run(load_recipe("grpo_tiny", overrides=["trainer.max_steps=2"]))  # doctest: +SKIP
 """
 
@@ -45,10 +45,10 @@ import os
 import time
 from typing import Any
 
-from medcopilot.config import RecipeConfig, RecipeError
-from medcopilot.mixture import apply_mixture
-from medcopilot.rewards_adapter import EpisodeReward
-from medcopilot.rollout_func import EnvRolloutFunc, PromptIndex, check_generation_layout
+from medagentgym.medcopilot.config import RecipeConfig, RecipeError
+from medagentgym.medcopilot.mixture import apply_mixture
+from medagentgym.medcopilot.rewards_adapter import EpisodeReward
+from medagentgym.medcopilot.rollout_func import EnvRolloutFunc, PromptIndex, check_generation_layout
 
 __all__ = ["build_index", "build_trainer", "make_env_factory", "make_verifier", "reward_components", "run", "vllm_start",
            "vllm_started"]
@@ -62,7 +62,7 @@ def reward_components(weights: dict[str, float]) -> dict[str, Any]:
     Raises:
         RecipeError: A name that is not a reward term (naming the nearest one).
     """
-    import rewards
+    from medagentgym import rewards
 
     try:
         return dict(rewards.RewardSpec.from_weights(weights).funcs)
@@ -88,7 +88,7 @@ def make_verifier(cfg: RecipeConfig) -> Any:
         return None
     from accelerate import PartialState
 
-    from medcopilot.verifier import make_scorer
+    from medagentgym.medcopilot.verifier import make_scorer
 
     return make_scorer(cfg.reward.verifier, device=str(PartialState().device))  # each process on its own device
 
@@ -100,7 +100,7 @@ def build_index(cfg: RecipeConfig) -> PromptIndex:
         RecipeError: A family with no instances in ``tasks.split`` (tells how to build it).
     """
     from medagentgym import tasks
-    from env_client.prompts import initial_messages
+    from medagentgym.env_client.prompts import initial_messages
 
     instances: list[Any] = []
     actions: dict[str, Any] = {}
@@ -116,16 +116,16 @@ def build_index(cfg: RecipeConfig) -> PromptIndex:
 
 
 def make_env_factory(cfg: RecipeConfig, pool: Any) -> Any:
-    """A zero-argument callable returning a fresh env: an ``env_client.Env`` on the shared sandbox ``pool``, or,
+    """A zero-argument callable returning a fresh env: an ``medagentgym.env_client.Env`` on the shared sandbox ``pool``, or,
     with ``env.url``, an env whose episodes run on those servers (round-robin, health-checked; ``pool`` unused).
 
     Remote servers apply their own episode rules (``medagentgym serve --max-turns``), not ``env.max_turns``.
     """
     if cfg.env.urls:
-        from env_client.http_client import EnvServers
+        from medagentgym.env_client.http_client import EnvServers
 
         return EnvServers(cfg.env.urls).env
-    from env_client import Env, EnvConfig
+    from medagentgym.env_client import Env, EnvConfig
 
     env_config = EnvConfig() if cfg.env.max_turns is None else EnvConfig(max_turns=cfg.env.max_turns)
 
@@ -141,10 +141,10 @@ def vllm_start(model: Any, cfg: RecipeConfig) -> str | None:
     A chained stage starts from an earlier stage's adapter-only folder (merged into its base on load, so
     ``model.name_or_path`` names the folder); vLLM cannot load that. TRL starts its engine from
     ``model.name_or_path``, so it is set to the full model at the root of the chain for the trainer's construction
-    (:func:`medcopilot.recipe_checks.vllm_base_model`); TRL then pushes the merged weights into the engine before
+    (:func:`medagentgym.medcopilot.recipe_checks.vllm_base_model`); TRL then pushes the merged weights into the engine before
     the first generation, as it does every step.
     """
-    from medcopilot.recipe_checks import vllm_base_model
+    from medagentgym.medcopilot.recipe_checks import vllm_base_model
 
     own = getattr(model, "name_or_path", cfg.model.name_or_path)
     base = vllm_base_model(own)
@@ -160,10 +160,10 @@ def vllm_started(trainer: Any, model: Any, own: str | None) -> None:
     their real base (the folder).
 
     TRL's sync merges LoRA into the bf16 base in place and unmerges it every step, which changes the frozen base;
-    :func:`medcopilot.vllm_sync.install_exact_sync` computes the merged weights into fresh tensors instead.
+    :func:`medagentgym.medcopilot.vllm_sync.install_exact_sync` computes the merged weights into fresh tensors instead.
     """
     if getattr(trainer.args, "use_vllm", False):
-        from medcopilot.vllm_sync import install_exact_sync
+        from medagentgym.medcopilot.vllm_sync import install_exact_sync
 
         install_exact_sync(trainer.vllm_generation, seed=int(getattr(trainer.args, "seed", 0) or 0))
     if own is None:
@@ -206,7 +206,7 @@ def build_trainer(cfg: RecipeConfig, *, model: Any, tokenizer: Any, pool: Any, v
     from datasets import Dataset
     from trl import GRPOTrainer
 
-    from medcopilot.modeling import lora_config
+    from medagentgym.medcopilot.modeling import lora_config
 
     args = _trainer_args(cfg)
     index = build_index(cfg)
@@ -245,7 +245,7 @@ def run(cfg: RecipeConfig) -> dict[str, Any]:
         cfg: A validated recipe with ``method: grpo``.
 
     Returns:
-        The run summary of :func:`medcopilot.trainers._common.finish_run` plus ``reward_first`` /
+        The run summary of :func:`medagentgym.medcopilot.trainers._common.finish_run` plus ``reward_first`` /
         ``reward_last`` and ``success_first`` / ``success_last`` (first and last logged step) and
         ``sandbox_layers``. The per-step log (TRL's loss/reward keys and the ``env/*`` metrics) is in
         ``<output.dir>/trainer_state.json`` under ``log_history``.
@@ -253,9 +253,9 @@ def run(cfg: RecipeConfig) -> dict[str, Any]:
     Raises:
         RecipeError: Invalid sections (unknown reward, contradicting keys, missing tasks or model).
     """
-    import sandbox
-    from medcopilot.modeling import load_model, load_tokenizer, resume_checkpoint, trainable_parameter_count
-    from medcopilot.trainers._common import finish_run, rl_summary
+    from medagentgym import sandbox
+    from medagentgym.medcopilot.modeling import load_model, load_tokenizer, resume_checkpoint, trainable_parameter_count
+    from medagentgym.medcopilot.trainers._common import finish_run, rl_summary
 
     if cfg.method != "grpo":
         raise RecipeError(f"method={cfg.method!r} reached the GRPO trainer; set method: grpo")

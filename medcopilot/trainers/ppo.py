@@ -1,15 +1,15 @@
 """PPO on multi-turn environment episodes, in house (TRL 1.16 has no ``PPOTrainer``).
 
 Reads top to bottom: model → env → trainer → train → save. The math (GAE, clipped losses, KL control) and the
-``trainer`` section (:class:`medcopilot.ppo.PPOArgs`) live in :mod:`medcopilot.ppo`.
+``trainer`` section (:class:`medagentgym.medcopilot.ppo.PPOArgs`) live in :mod:`medagentgym.medcopilot.ppo`.
 
 - **Model**: ``model.name_or_path`` (as for GRPO), optional new LoRA adapters (``model.lora``), and a value head
-  on the policy's last hidden state (:class:`medcopilot.ppo.PolicyWithValue`). The reference model for the KL
+  on the policy's last hidden state (:class:`medagentgym.medcopilot.ppo.PolicyWithValue`). The reference model for the KL
   penalty is the same model with its adapters disabled under LoRA, a frozen copy without LoRA, and not loaded
   at all when ``trainer.kl_coef`` is 0 and no ``trainer.target_kl`` is set. Dropout is switched off.
 - **Env**: the rollout layer GRPO uses: the recipe's task instances indexed by their opening chat
-  (``grpo.build_index``), one ``env_client.Env`` per episode on a shared sandbox pool, and
-  :class:`medcopilot.rollout_func.EnvRolloutFunc` running ``trainer.rollout_batch_size`` episodes per step
+  (``grpo.build_index``), one ``medagentgym.env_client.Env`` per episode on a shared sandbox pool, and
+  :class:`medagentgym.medcopilot.rollout_func.EnvRolloutFunc` running ``trainer.rollout_batch_size`` episodes per step
   (``rollout.k`` per task) with exact token ids, sampling logprobs and the environment mask.
 - **Reward**: the weighted sum of the ``reward.weights`` components (``verifier_score`` from the learned
   verifier of ``reward.verifier``, as for GRPO). An episode whose trained component is None
@@ -22,7 +22,7 @@ Reads top to bottom: model → env → trainer → train → save. The math (GAE
   gradient clipping; then the KL controller and the learning-rate schedule step.
 - **Logged** (``log_history`` in ``trainer_state.json``, and wandb when ``trainer.report_to`` has it, averaged
   over ``trainer.logging_steps`` steps and over processes): ``reward``, ``rewards/<name>/mean``,
-  ``episodes_dropped``, the ``env/*`` metrics of :mod:`medcopilot.metrics` (``env/success_rate``, ...), ``kl``
+  ``episodes_dropped``, the ``env/*`` metrics of :mod:`medagentgym.medcopilot.metrics` (``env/success_rate``, ...), ``kl``
   (summed per episode) and ``kl_coef``, ``policy_loss``, ``value_loss``, ``loss``, ``clipfrac``,
   ``value_clipfrac``, ``approx_kl``, ``entropy``, ``grad_norm``, ``learning_rate``, ``values_mean``,
   ``returns_mean``, ``rollout_s`` and ``step_s``.
@@ -30,12 +30,12 @@ Reads top to bottom: model → env → trainer → train → save. The math (GAE
   ``value_head.safetensors``, optimizer, scheduler, RNG states, ``trainer_state.json`` with the step, the KL
   coefficient and ``log_history``), written to a temporary folder and renamed; a rerun resumes from the newest.
   At the end: model (or adapter), tokenizer, value head, ``trainer_state.json``, ``train_results.json`` and
-  ``run_summary.json`` (:func:`medcopilot.trainers._common.finish_run`, which :class:`PPOTrainer` serves).
+  ``run_summary.json`` (:func:`medagentgym.medcopilot.trainers._common.finish_run`, which :class:`PPOTrainer` serves).
 - **Processes**: ``accelerate launch`` (one GPU, or ``--multi_gpu`` DDP): every process rolls out its own
   episodes, whitens its own advantages and averages gradients with the others; DeepSpeed is not supported.
 
 Example:
-    >>> from medcopilot.config import load_recipe
+    >>> from medagentgym.medcopilot.config import load_recipe
     >>> run(load_recipe("ppo_tiny", overrides=["trainer.max_steps=2"]))  # doctest: +SKIP
 """
 
@@ -54,9 +54,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from medcopilot.config import RecipeConfig, RecipeError
-from medcopilot.metrics import EpisodeStats, batch_metrics
-from medcopilot.ppo import (
+from medagentgym.medcopilot.config import RecipeConfig, RecipeError
+from medagentgym.medcopilot.metrics import EpisodeStats, batch_metrics
+from medagentgym.medcopilot.ppo import (
     PolicyWithValue,
     PPOArgs,
     collate_rows,
@@ -71,14 +71,14 @@ from medcopilot.ppo import (
     token_rewards,
     value_loss,
 )
-from medcopilot.ppo_checkpoint import (
+from medagentgym.medcopilot.ppo_checkpoint import (
     VALUE_HEAD,
     TrainerState,
     load_checkpoint,
     save_checkpoint,
     write_json,
 )
-from rewards import combine
+from medagentgym.rewards import combine
 
 __all__ = ["PPOTrainer", "load_policy", "ppo_args", "run"]
 
@@ -121,9 +121,9 @@ class Batch:
 
 
 class PPOTrainer:
-    """The PPO loop over an :class:`~medcopilot.rollout_func.EnvRolloutFunc`; usable without a recipe.
+    """The PPO loop over an :class:`~medagentgym.medcopilot.rollout_func.EnvRolloutFunc`; usable without a recipe.
 
-    It also offers what :func:`medcopilot.trainers._common.finish_run` needs from a TRL trainer: ``state``,
+    It also offers what :func:`medagentgym.medcopilot.trainers._common.finish_run` needs from a TRL trainer: ``state``,
     ``save_model``, ``save_metrics``, ``save_state`` and ``is_world_process_zero``.
 
     Args:
@@ -427,7 +427,7 @@ class PPOTrainer:
             write_json(Path(output_dir or self.output_dir) / "trainer_state.json", vars(self.state))
 
     def save_checkpoint(self) -> Path:
-        """Write ``checkpoint-<step>`` atomically (see :mod:`medcopilot.ppo_checkpoint`); returns its folder."""
+        """Write ``checkpoint-<step>`` atomically (see :mod:`medagentgym.medcopilot.ppo_checkpoint`); returns its folder."""
         return save_checkpoint(self)
 
     def load_checkpoint(self, path: str | os.PathLike) -> None:
@@ -448,7 +448,7 @@ def load_policy(cfg: RecipeConfig, args: PPOArgs) -> tuple[Any, Any, Any]:
         ``(tokenizer, policy, ref_model)``; ``ref_model`` is a second copy only without LoRA and with a KL
         penalty (under LoRA the reference is the policy with its adapters disabled), else None.
     """
-    from medcopilot.modeling import load_model, load_tokenizer, lora_config
+    from medagentgym.medcopilot.modeling import load_model, load_tokenizer, lora_config
 
     tokenizer = load_tokenizer(cfg.model.name_or_path)
     model = load_model(cfg.model)
@@ -467,7 +467,7 @@ def run(cfg: RecipeConfig) -> dict[str, Any]:
         cfg: A validated recipe with ``method: ppo``.
 
     Returns:
-        The run summary of :func:`medcopilot.trainers._common.finish_run` plus ``reward_first`` /
+        The run summary of :func:`medagentgym.medcopilot.trainers._common.finish_run` plus ``reward_first`` /
         ``reward_last``, ``success_first`` / ``success_last`` (first and last logged step), ``sandbox_layers``
         and ``wall_s``. The per-step log is in ``<output.dir>/trainer_state.json`` under ``log_history``.
 
@@ -477,12 +477,12 @@ def run(cfg: RecipeConfig) -> dict[str, Any]:
     from accelerate import Accelerator
     from accelerate.utils import set_seed
 
-    import sandbox
-    from medcopilot.mixture import apply_mixture
-    from medcopilot.modeling import resume_checkpoint, trainable_parameter_count
-    from medcopilot.rollout_func import EnvRolloutFunc
-    from medcopilot.trainers._common import finish_run, rl_summary
-    from medcopilot.trainers.grpo import (
+    from medagentgym import sandbox
+    from medagentgym.medcopilot.mixture import apply_mixture
+    from medagentgym.medcopilot.modeling import resume_checkpoint, trainable_parameter_count
+    from medagentgym.medcopilot.rollout_func import EnvRolloutFunc
+    from medagentgym.medcopilot.trainers._common import finish_run, rl_summary
+    from medagentgym.medcopilot.trainers.grpo import (
         build_index,
         make_env_factory,
         make_verifier,

@@ -2,7 +2,7 @@
 
 Reads top to bottom: data → model → trainer → train → save (data first, so a bad store fails fast).
 
-* Data: the successful episodes in the trajectory store ``rollout.store`` (see :mod:`medcopilot.data`), as
+* Data: the successful episodes in the trajectory store ``rollout.store`` (see :mod:`medagentgym.medcopilot.data`), as
   conversations: system prompt, question, the model's raw turns and the environment's observations.
 * Loss: ``assistant_only_loss=True`` (fixed here, not a recipe choice): only assistant turns, each including its
   ``<|im_end|>``, are trained; observations and prompts are context. TRL does this by swapping the Qwen2.5 chat
@@ -20,11 +20,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from medcopilot.config import RecipeConfig, RecipeError
-from medcopilot.data import fit_rows, sft_rows, to_dataset
-from medcopilot.mixture import mixed_rows
-from medcopilot.modeling import load_model, load_tokenizer, lora_config, resume_checkpoint, trainable_parameter_count
-from medcopilot.trainers._common import episodes_for, finish_run
+from medagentgym.medcopilot.config import RecipeConfig, RecipeError
+from medagentgym.medcopilot.data import fit_rows, sft_rows, to_dataset
+from medagentgym.medcopilot.mixture import mixed_rows
+from medagentgym.medcopilot.modeling import load_model, load_tokenizer, lora_config, resume_checkpoint, trainable_parameter_count
+from medagentgym.medcopilot.trainers._common import episodes_for, finish_run
 
 __all__ = ["build_trainer", "run"]
 

@@ -3,7 +3,7 @@
 Reads top to bottom: data → split → model → trainer → train → held-out metrics → save.
 
 * **Data**: every episode of ``rollout.store`` (generated from ``rollout.policy`` when missing; use a mix such as
-  ``oracle+constant:0+shotgun`` so both outcomes occur), as the verifier's text (:mod:`medcopilot.verifier`:
+  ``oracle+constant:0+shotgun`` so both outcomes occur), as the verifier's text (:mod:`medagentgym.medcopilot.verifier`:
   the chat without system turns, head and tail kept within ``trainer.max_length``) and a label (1 = correct).
   A store with only successes or only failures is a one-line error.
 * **Split**: ``trainer.eval_fraction`` of the *task ids* is held out (no task has episodes on both sides), tasks
@@ -35,15 +35,15 @@ from typing import Any
 import torch
 from transformers import Trainer, TrainingArguments
 
-from medcopilot.config import RecipeConfig, RecipeError
-from medcopilot.modeling import (
+from medagentgym.medcopilot.config import RecipeConfig, RecipeError
+from medagentgym.medcopilot.modeling import (
     load_tokenizer,
     lora_config,
     resume_checkpoint,
     trainable_parameter_count,
 )
-from medcopilot.trainers._common import episodes_for, finish_run
-from medcopilot.verifier import (
+from medagentgym.medcopilot.trainers._common import episodes_for, finish_run
+from medagentgym.medcopilot.verifier import (
     auroc,
     encode_messages,
     load_verifier_model,
@@ -180,7 +180,7 @@ def run(cfg: RecipeConfig) -> dict[str, Any]:
     """Train the verifier as the recipe says and save it into ``cfg.output.dir``; see the trainers' contract.
 
     Returns:
-        The run summary of :func:`medcopilot.trainers._common.finish_run` plus ``heldout`` (``eval_auroc``,
+        The run summary of :func:`medagentgym.medcopilot.trainers._common.finish_run` plus ``heldout`` (``eval_auroc``,
         ``eval_accuracy``, ``eval_loss``, ...; empty without held-out tasks) and the data counts.
     """
     if cfg.method != "verifier":

@@ -9,7 +9,7 @@ import pytest
 
 pytest.importorskip("openenv", reason="openenv-core is not installed (pip install '.[openenv]')")
 
-from env_client.server_app import background_server
+from medagentgym.env_client.server_app import background_server
 
 TOKEN = "openenv-test-token-42"
 SQL = '<tool_call>{"name": "code_execution", "arguments": {"lang": "sql", "code": "SELECT COUNT(*) FROM patients"}}' \

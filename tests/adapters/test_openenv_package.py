@@ -20,7 +20,7 @@ import tomllib
 
 pytest.importorskip("openenv", reason="openenv-core is not installed (pip install '.[openenv]')")
 
-from env_client.server_app import background_server
+from medagentgym.env_client.server_app import background_server
 from medagentgym import tasks
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -259,7 +259,7 @@ print(json.dumps({"ours": ours, "action": MedAction.model_json_schema(), "obs": 
     assert out.returncode == 0, out.stderr[-2000:]
     found = json.loads(out.stdout.strip().splitlines()[-1])
     assert found["ours"] == [], f"the client imported {found['ours']}"
-    from env_client.server_app import MAX_ACTION_CHARS
+    from medagentgym.env_client.server_app import MAX_ACTION_CHARS
     from medagentgym.adapters.openenv import MedAction, MedObservation
 
     def wire(schema):  # what travels: the fields, their types and limits (not the class docstring)

@@ -10,7 +10,7 @@ import pytest
 
 pytest.importorskip("trl")
 
-from env_client.actions import tool_schema
+from medagentgym.env_client.actions import tool_schema
 from medagentgym.adapters.trl import environment_factory, tool_env_dataset
 
 ACTIONS = ["code_execution", "debugging", "request_info", "submit_answer", "terminal"]

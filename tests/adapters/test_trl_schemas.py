@@ -8,7 +8,7 @@ pytest.importorskip("trl", reason="trl is not installed (pip install '.[train]')
 
 from transformers.utils import get_json_schema
 
-from env_client.actions import tool_schema
+from medagentgym.env_client.actions import tool_schema
 from medagentgym.adapters.trl import _TOOLS
 
 

@@ -25,8 +25,8 @@ import pytest
 if importlib.util.find_spec("verifiers") is None or importlib.util.find_spec("verifiers.v1") is None:
     pytest.skip("verifiers is not installed (pip install '.[verifiers]')", allow_module_level=True)
 
-from env_client.policies import render_action
-from env_client.server_app import background_server
+from medagentgym.env_client.policies import render_action
+from medagentgym.env_client.server_app import background_server
 from medagentgym import tasks
 
 BIN = Path(sys.executable).parent

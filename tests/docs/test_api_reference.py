@@ -60,9 +60,9 @@ def test_every_public_name_has_an_entry_with_its_docstring(package, reference):
 
 
 def test_the_package_entry_points_are_documented(reference):
-    for needle in ("### `sandbox.make_pool`", "### `medagentgym.tasks.make`", "### `env_client.Env`", "### `rewards.RewardSpec`",
-                   "### `medcopilot.load_recipe`", "### `medagentgym.adapters.trl.environment_factory`",
-                   "### `env_client.evaluation.constant_floor`", "### `medcopilot.export.export_model`"):
+    for needle in ("### `medagentgym.sandbox.make_pool`", "### `medagentgym.tasks.make`", "### `medagentgym.env_client.Env`", "### `medagentgym.rewards.RewardSpec`",
+                   "### `medagentgym.medcopilot.load_recipe`", "### `medagentgym.adapters.trl.environment_factory`",
+                   "### `medagentgym.env_client.evaluation.constant_floor`", "### `medagentgym.medcopilot.export.export_model`"):
         assert any(needle in text for text in reference.values()), needle
 
 

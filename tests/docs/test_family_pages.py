@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from medagentgym import tasks
-from env_client.evaluation import constant_floor
+from medagentgym.env_client.evaluation import constant_floor
 from medagentgym.tasks.floors import template_floor
 from medagentgym.tasks.importers import IMPORTERS
 

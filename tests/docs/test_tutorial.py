@@ -76,7 +76,7 @@ def _check_outputs(clone: Path) -> None:
     """What the exit statuses do not show: each step left what the tutorial says it leaves."""
     from huggingface_hub import ModelCard
 
-    from env_client.trajectory import TrajectoryStore
+    from medagentgym.env_client.trajectory import TrajectoryStore
 
     episodes = list(TrajectoryStore(clone / "artifacts/trajectories/oracle_train.jsonl").read())
     assert episodes and all(t.final.verdict["correct"] for t in episodes), "the oracle's SFT data is not all correct"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from medagentgym import tasks
-from env_client import Env, EnvConfig
+from medagentgym.env_client import Env, EnvConfig
 
 
 @pytest.fixture(scope="session")

@@ -21,8 +21,8 @@ import pytest
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from env_client.policies import OpenAIPolicy, PolicyError, is_context_overflow
-from env_client.server_app import background_server
+from medagentgym.env_client.policies import OpenAIPolicy, PolicyError, is_context_overflow
+from medagentgym.env_client.server_app import background_server
 
 SANDBOX = "bwrap" if shutil.which("bwrap") else "local"
 MODEL = "tiny-model"

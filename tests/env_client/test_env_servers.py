@@ -12,10 +12,10 @@ import time
 import httpx
 import pytest
 
-from env_client.http_client import EnvServers, ServerError
-from env_client.policies import make_policy
-from env_client.rollout import rollout
-from env_client.server_app import background_server, build_app
+from medagentgym.env_client.http_client import EnvServers, ServerError
+from medagentgym.env_client.policies import make_policy
+from medagentgym.env_client.rollout import rollout
+from medagentgym.env_client.server_app import background_server, build_app
 from medagentgym import tasks
 
 

@@ -10,10 +10,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 import yaml
 
-from env_client import InvalidAction, ResetNeeded, to_chat_messages
-from env_client.actions import Terminal
-from env_client.episode import truncate_middle
-from sandbox import SessionClosed, WorkerLost
+from medagentgym.env_client import InvalidAction, ResetNeeded, to_chat_messages
+from medagentgym.env_client.actions import Terminal
+from medagentgym.env_client.episode import truncate_middle
+from medagentgym.sandbox import SessionClosed, WorkerLost
 from medagentgym.tasks.base import GraderError, InfraError
 from medagentgym.tasks.graders import render_answer
 
@@ -388,7 +388,7 @@ _DEEP_CONTEXT = "ctx = cur = {}\nfor _ in range(960):\n    cur['k'] = {}\n    cu
 def test_a_rewritten_runner_module_cannot_crash_the_step(make_env, toy_test, context):
     env = make_env()
     env.reset(toy_test[0])
-    rewrite = context + "import sandbox._runner as r\nr._context = lambda *a, **k: ctx\n"
+    rewrite = context + "import medagentgym.sandbox._runner as r\nr._context = lambda *a, **k: ctx\n"
     assert env.step(call("code_execution", code=rewrite)).info["status"] == "ok"
     r = env.step(call("code_execution", code="undefined_name_here"))  # grounding raised TypeError / RecursionError
     assert not r.terminated and r.info["status"] == "error", r
@@ -412,7 +412,7 @@ def test_garbage_on_the_reply_pipe_is_a_killed_call_not_an_infrastructure_failur
 
 def test_an_unforeseen_exception_ends_the_episode_as_a_wrong_answer(make_env, toy_test, monkeypatch):
     """An exception we did not classify may be the action's doing: the episode ends with 0.0, never None."""
-    from env_client.request_info import Catalogue
+    from medagentgym.env_client.request_info import Catalogue
 
     env = make_env()
     env.reset(toy_test[0])
@@ -430,7 +430,7 @@ def test_an_unforeseen_exception_ends_the_episode_as_a_wrong_answer(make_env, to
 
 
 def test_request_info_has_a_cpu_budget_and_a_keyterm_bound(make_env, toy_test, monkeypatch):
-    import env_client.request_info as ri
+    import medagentgym.env_client.request_info as ri
 
     env = make_env()
     env.reset(toy_test[0])

@@ -13,11 +13,11 @@ from collections import Counter
 
 import pytest
 
-import sandbox._jail as jail
-import sandbox.pool as sandbox_pool
-from env_client import Env
-from env_client.policies import make_policy
-from env_client.rollout import WorkItem, run_episode
+import medagentgym.sandbox._jail as jail
+import medagentgym.sandbox.pool as sandbox_pool
+from medagentgym.env_client import Env
+from medagentgym.env_client.policies import make_policy
+from medagentgym.env_client.rollout import WorkItem, run_episode
 
 WARM_UP = 3
 EPISODES = 8
@@ -110,7 +110,7 @@ def test_spares_of_the_last_kind_only_and_none_of_a_running_session_uid(solo_poo
 
 
 def test_stage_profile_counts_every_stage_only_while_active(make_env, toy_test, built):
-    from env_client.episode import STAGES, profile_stages
+    from medagentgym.env_client.episode import STAGES, profile_stages
 
     _, fam = built
     oracle = make_policy("oracle", families={"toy_sql": fam})

@@ -9,7 +9,7 @@ import random
 
 import pytest
 
-from env_client.evaluation import (
+from medagentgym.env_client.evaluation import (
     bootstrap_interval,
     wilson_interval,
     ERROR_CLASSES,
@@ -23,7 +23,7 @@ from env_client.evaluation import (
     render_markdown,
     write_report,
 )
-from env_client.trajectory import FinalRecord, StepRecord, Trajectory, TrajectoryHeader
+from medagentgym.env_client.trajectory import FinalRecord, StepRecord, Trajectory, TrajectoryHeader
 
 
 def step(action="code_execution", status="ok", error_kind=None, observation="", loop=False, lang="python"):
@@ -171,7 +171,7 @@ def test_importing_evaluation_loads_no_plotting_or_training_stack():
     import subprocess
     import sys
 
-    code = ("import sys, env_client.evaluation; print([m for m in ('matplotlib', 'torch', 'transformers', 'trl', "
+    code = ("import sys, medagentgym.env_client.evaluation; print([m for m in ('matplotlib', 'torch', 'transformers', 'trl', "
             "'medagentgym.medcopilot') if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
@@ -216,7 +216,7 @@ def test_leaderboard_never_ranks_different_task_sets_side_by_side(tmp_path):
 def test_suites_are_the_papers_disjoint_id_and_ood_sets():
     from medagentgym import tasks
 
-    from env_client.evaluation import ID_FAMILIES, OOD_FAMILIES
+    from medagentgym.env_client.evaluation import ID_FAMILIES, OOD_FAMILIES
 
     assert len(ID_FAMILIES) == 8 and len(OOD_FAMILIES) == 4 and not set(ID_FAMILIES) & set(OOD_FAMILIES)
     # The two smoke/learning-check families are in neither suite.
@@ -296,14 +296,14 @@ def test_leaderboard_has_an_infra_column_shows_an_all_failed_run_and_draws_one_p
     assert rows[2][0] == "down (**all episodes failed to run**)" and rows[2][2] == "–" and rows[2][7] == "2"
     pngs = sorted(p.name for p in tmp_path.glob("*.png"))
     assert pngs == ["lb_one.png", "lb_two.png"]
-    from env_client.evaluation import leaderboard_plots
+    from medagentgym.env_client.evaluation import leaderboard_plots
 
     assert leaderboard_plots([ok.to_dict()], tmp_path / "single.png") == [tmp_path / "single.png"]
 
 
 def _captured_figures(monkeypatch):
     """The matplotlib figures the plot writers save (their axes are inspected instead of the PNG pixels)."""
-    import env_client.evaluation as evaluation
+    import medagentgym.env_client.evaluation as evaluation
 
     figures = []
     real = evaluation._save
@@ -312,7 +312,7 @@ def _captured_figures(monkeypatch):
 
 
 def test_plots_keep_rates_inside_0_100_and_name_each_run_once(tmp_path, monkeypatch):
-    from env_client.evaluation import leaderboard_plots, write_plots
+    from medagentgym.env_client.evaluation import leaderboard_plots, write_plots
 
     figures = _captured_figures(monkeypatch)
     # a low macro rate with a wide standard error: its ±1.96 SE bar used to reach below 0 %; the axis went to 130 %

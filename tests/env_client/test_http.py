@@ -12,13 +12,13 @@ import httpx
 import pytest
 
 from medagentgym import tasks
-from env_client import Env
-from env_client.errors import InvalidAction, ResetNeeded
-from env_client.http_client import TOKEN_ENV, HTTPEnv, ServerBusy, ServerError
-from env_client.policies import make_policy, render_action
-from env_client.rollout import rollout
-from env_client.server_app import MAX_ACTION_CHARS, background_server, build_app
-from sandbox import make_pool
+from medagentgym.env_client import Env
+from medagentgym.env_client.errors import InvalidAction, ResetNeeded
+from medagentgym.env_client.http_client import TOKEN_ENV, HTTPEnv, ServerBusy, ServerError
+from medagentgym.env_client.policies import make_policy, render_action
+from medagentgym.env_client.rollout import rollout
+from medagentgym.env_client.server_app import MAX_ACTION_CHARS, background_server, build_app
+from medagentgym.sandbox import make_pool
 
 # bwrap when installed (the default sandbox); the unisolated local backend otherwise.
 BACKEND = "bwrap" if shutil.which("bwrap") else "local"
@@ -324,7 +324,7 @@ def test_httpenv_pausing_past_the_finished_clock_resets_on_a_new_session(vault, 
     """Issue 31: a trainer pauses longer than the server's finished clock between episodes; the server closes the
     finished session (its row freed), HTTPEnv's next reset opens a new one, and a step on the expired session is one
     line (ServerLost, a ResetNeeded)."""
-    from env_client.http_client import ServerLost
+    from medagentgym.env_client.http_client import ServerLost
 
     _, pool = served
     app = build_app(vault, pool=pool, tokens=TOKENS, max_sessions_per_client=1, finished_ttl_s=0.5)

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from env_client.actions import (
+from medagentgym.env_client.actions import (
     CodeExecution,
     Debugging,
     RequestInfo,
@@ -16,7 +16,7 @@ from env_client.actions import (
     parse_call,
     tool_schemas,
 )
-from env_client.parsing import parse_model_text
+from medagentgym.env_client.parsing import parse_model_text
 
 
 def call(name, **arguments):
@@ -158,7 +158,7 @@ def test_parsing_is_linear_time(text):
 
 
 def test_an_oversized_or_non_text_reply_is_an_error():
-    from env_client.parsing import MAX_REPLY_CHARS
+    from medagentgym.env_client.parsing import MAX_REPLY_CHARS
 
     assert "characters" in parse_model_text("x" * (MAX_REPLY_CHARS + 1)).error
     assert not parse_model_text(["a"] * 10).ok and not parse_model_text(None).ok

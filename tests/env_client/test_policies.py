@@ -10,7 +10,7 @@ import pytest
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from env_client.policies import (
+from medagentgym.env_client.policies import (
     ConstantPolicy,
     EmptyPolicy,
     OpenAIPolicy,
@@ -21,7 +21,7 @@ from env_client.policies import (
     make_policy,
     render_action,
 )
-from env_client.server_app import background_server
+from medagentgym.env_client.server_app import background_server
 
 
 def _fake_chat_server(fail_first: int, status: int = 500, headers: dict | None = None):

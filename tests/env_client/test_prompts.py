@@ -16,9 +16,9 @@ import pytest
 from fastapi import FastAPI, Request
 
 from medagentgym import tasks
-from env_client.actions import ACTION_MODELS, tool_schemas
-from env_client.policies import OpenAIPolicy
-from env_client.prompts import (
+from medagentgym.env_client.actions import ACTION_MODELS, tool_schemas
+from medagentgym.env_client.policies import OpenAIPolicy
+from medagentgym.env_client.prompts import (
     action_signature,
     compact_system_prompt,
     episode_tools,
@@ -26,12 +26,12 @@ from env_client.prompts import (
     inline_tools,
     system_prompt,
 )
-from env_client.server_app import background_server
-from env_client.tokens import render_prompt
+from medagentgym.env_client.server_app import background_server
+from medagentgym.env_client.tokens import render_prompt
 
 #: Tokens of the episode opening (the system turn with the tool block and the generation prompt, no question)
 #: before the prompts were shortened, per family and format. Measured with ``python scripts/prompt_tokens.py``
-#: (the tiny Qwen2.5-format tokenizer ``medcopilot.tiny.build_tiny_tokenizer(seed=0)``, the old
+#: (the tiny Qwen2.5-format tokenizer ``medagentgym.medcopilot.tiny.build_tiny_tokenizer(seed=0)``, the old
 #: ``env_client/prompts.py`` and ``actions.py`` of commit c7a1e2cd, whose text listed every parameter with an
 #: example and whose episodes passed the tool block in both formats). Families with the same actions share counts.
 _SHARED = {
@@ -51,7 +51,7 @@ ACTION_SETS = [ALL, ["code_execution", "submit_answer"], ["request_info", "code_
 
 @pytest.fixture(scope="module")
 def tiny_tokenizer():
-    from medcopilot.tiny import build_tiny_tokenizer
+    from medagentgym.medcopilot.tiny import build_tiny_tokenizer
 
     return build_tiny_tokenizer(seed=0)
 
@@ -164,7 +164,7 @@ def test_openai_policy_sends_the_schemas_exactly_once(native):
 
 @pytest.mark.parametrize("fmt", ["tool_call", "json"])
 def test_episode_opening_follows_the_format(make_env, toy_test, tiny_tokenizer, fmt):
-    from medcopilot.data import episode_from_trajectory, sft_rows
+    from medagentgym.medcopilot.data import episode_from_trajectory, sft_rows
 
     env = make_env(format=fmt)
     obs, info = env.reset(toy_test[0])

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from medagentgym import tasks
-from env_client.rollout import EnvSpec, rollout
+from medagentgym.env_client.rollout import EnvSpec, rollout
 
 ray = pytest.importorskip("ray", reason="the ray extra is not installed (pip install -e '.[ray]')")
 

@@ -7,11 +7,11 @@ from collections import Counter
 
 import pytest
 
-from env_client import Env, EnvConfig
-from env_client.policies import PolicyOutput, make_policy
-from env_client.rollout import EnvSpec, RolloutError, episode_seed, plan, rollout
-from env_client.trajectory import TrajectoryStore
-from sandbox import make_pool
+from medagentgym.env_client import Env, EnvConfig
+from medagentgym.env_client.policies import PolicyOutput, make_policy
+from medagentgym.env_client.rollout import EnvSpec, RolloutError, episode_seed, plan, rollout
+from medagentgym.env_client.trajectory import TrajectoryStore
+from medagentgym.sandbox import make_pool
 
 BACKEND = "bwrap" if shutil.which("bwrap") else "local"
 @pytest.fixture(scope="module")
@@ -152,8 +152,8 @@ def test_argument_errors(built, env_factory):
 
 
 def test_summary_counts_per_sample_and_per_task():
-    from env_client.rollout import summarize
-    from env_client.trajectory import (
+    from medagentgym.env_client.rollout import summarize
+    from medagentgym.env_client.trajectory import (
         FinalRecord,
         StepRecord,
         Trajectory,
@@ -211,7 +211,7 @@ def test_async_backend_matches_thread_and_awaits_aact(built, env_factory, strip_
 
 
 def test_a_refused_resume_names_the_difference_in_words_not_manifest_hashes():
-    from env_client.rollout import describe_difference
+    from medagentgym.env_client.rollout import describe_difference
 
     fams = {f"fam{i}": {"version": 1, "manifest": f"{i:016x}"} for i in range(14)}
     old = {"families": fams, "split": "test", "env": {"max_turns": 4}}

@@ -7,10 +7,10 @@ import shutil
 import pytest
 
 from medagentgym import tasks
-from env_client import Env, EnvConfig, to_chat_messages
-from env_client.policies import HFPolicy, bind, make_policy
-from env_client.tokens import collate, observation_ids, render_prompt, token_rollout
-from sandbox import make_pool
+from medagentgym.env_client import Env, EnvConfig, to_chat_messages
+from medagentgym.env_client.policies import HFPolicy, bind, make_policy
+from medagentgym.env_client.tokens import collate, observation_ids, render_prompt, token_rollout
+from medagentgym.sandbox import make_pool
 
 BACKEND = "bwrap" if shutil.which("bwrap") else "local"
 

@@ -7,8 +7,8 @@ import threading
 
 import pytest
 
-from env_client.errors import StoreError
-from env_client.trajectory import (
+from medagentgym.env_client.errors import StoreError
+from medagentgym.env_client.trajectory import (
     FinalRecord,
     StepRecord,
     Trajectory,

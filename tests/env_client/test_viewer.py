@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from env_client.viewer import load_episodes, outcome, verdict_kind, write_page
+from medagentgym.env_client.viewer import load_episodes, outcome, verdict_kind, write_page
 
 SANDBOX = "bwrap" if shutil.which("bwrap") else "local"
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")

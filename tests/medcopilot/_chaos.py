@@ -1,6 +1,6 @@
 """Adversarial turns for the chaos tests: what a policy under training will emit sooner or later.
 
-:class:`ChaosRollout` is the real :class:`~medcopilot.rollout_func.EnvRolloutFunc` whose generator hands every
+:class:`ChaosRollout` is the real :class:`~medagentgym.medcopilot.rollout_func.EnvRolloutFunc` whose generator hands every
 other turn (in order, whatever the batching) to the next attack of :data:`ATTACKS` instead of the model, and which
 records every finished episode (trajectory, reward, statistics) as the trainers collate it. GRPO (through TRL's
 ``GRPOTrainer``) and PPO (through our ``PPOTrainer``) call it exactly as they call the plain hook.
@@ -12,7 +12,7 @@ import json
 import threading
 from typing import Any
 
-from medcopilot.rollout_func import EnvRolloutFunc
+from medagentgym.medcopilot.rollout_func import EnvRolloutFunc
 
 CRASH = "CRASH-THE-GRADER"
 
@@ -24,7 +24,7 @@ def _call(name: str, **arguments: Any) -> str:
 _PIPE = ("import os, time\nb = b'[' * 100000 + b']' * 100000\nos.write(4, len(b).to_bytes(4, 'big') + b)\n"
          "time.sleep(30)")
 _REWRITE = ("ctx = cur = {}\nfor _ in range(960):\n    cur['k'] = {}\n    cur = cur['k']\n"
-            "import sandbox._runner as r\nr._context = lambda *a, **k: ctx\nundefined_name")
+            "import medagentgym.sandbox._runner as r\nr._context = lambda *a, **k: ctx\nundefined_name")
 _FLOOD = ("import signal, socket\nsignal.signal(signal.SIGPIPE, signal.SIG_IGN)\nheld = []\n"
           "for addr in ['/run/bridge/8080.sock'] * 150 + [('127.0.0.1', 8080)] * 150:\n"
           "    s = socket.socket(socket.AF_UNIX if isinstance(addr, str) else socket.AF_INET)\n"

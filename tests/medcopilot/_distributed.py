@@ -21,14 +21,14 @@ from datasets import Dataset
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import GRPOConfig, GRPOTrainer
 
-import sandbox
+from medagentgym import sandbox
 from medagentgym import tasks
-from env_client import Env, EnvConfig
-from env_client.prompts import initial_messages
-from medcopilot.ppo import PPOArgs
-from medcopilot.rewards_adapter import EpisodeReward
-from medcopilot.rollout_func import EnvRolloutFunc, PromptIndex
-from medcopilot.trainers.ppo import PPOTrainer
+from medagentgym.env_client import Env, EnvConfig
+from medagentgym.env_client.prompts import initial_messages
+from medagentgym.medcopilot.ppo import PPOArgs
+from medagentgym.medcopilot.rewards_adapter import EpisodeReward
+from medagentgym.medcopilot.rollout_func import EnvRolloutFunc, PromptIndex
+from medagentgym.medcopilot.trainers.ppo import PPOTrainer
 
 
 def main(model_dir: str, root: str, out: str) -> None:

@@ -1,10 +1,10 @@
-"""Test helper kept for ``test_sweep.py``: the learning pieces live in :mod:`medcopilot.learning`."""
+"""Test helper kept for ``test_sweep.py``: the learning pieces live in :mod:`medagentgym.medcopilot.learning`."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from medcopilot.learning import declare_say_number
+from medagentgym.medcopilot.learning import declare_say_number
 
 
 def declare_family(root: Path, name: str, questions: list[str]) -> Path:

@@ -9,10 +9,10 @@ import threading
 import pytest
 
 from medagentgym import tasks
-from env_client.policies import ConstantPolicy, OraclePolicy
-from env_client.trajectory import TrajectoryStore
-from medcopilot.collect import collect
-from medcopilot.data import dpo_pairs, load_episodes, sft_rows
+from medagentgym.env_client.policies import ConstantPolicy, OraclePolicy
+from medagentgym.env_client.trajectory import TrajectoryStore
+from medagentgym.medcopilot.collect import collect
+from medagentgym.medcopilot.data import dpo_pairs, load_episodes, sft_rows
 
 
 class Alternating:
@@ -41,7 +41,7 @@ def toy_root(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def collected(toy_root, tmp_path_factory, sandbox_backend):
-    from env_client.rollout import EnvSpec
+    from medagentgym.env_client.rollout import EnvSpec
 
     out = tmp_path_factory.mktemp("collect") / "teacher"
     spec = EnvSpec(tasks_root=str(toy_root), backend=sandbox_backend, allow_unisolated=sandbox_backend == "local")
@@ -66,7 +66,7 @@ def test_successes_for_sft_both_outcomes_for_dpo_and_a_summary(collected):
 
 
 def test_a_rerun_resumes_and_a_changed_run_is_refused(collected, toy_root):
-    from env_client.rollout import RolloutError
+    from medagentgym.env_client.rollout import RolloutError
 
     out, first, instances, spec, run_info = collected
     before = (out / "sft.jsonl").read_bytes()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from medcopilot.config import (
+from medagentgym.medcopilot.config import (
     RECIPES_DIR,
     RecipeConfig,
     RecipeError,

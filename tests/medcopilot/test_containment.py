@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from env_client import Env, EnvConfig
-from medcopilot.rollout_func import EnvRolloutFunc, InfraFailureLimit, PromptIndex
+from medagentgym.env_client import Env, EnvConfig
+from medagentgym.medcopilot.rollout_func import EnvRolloutFunc, InfraFailureLimit, PromptIndex
 
 from _chaos import ChaosRollout, check, crashing
 
@@ -33,14 +33,14 @@ def toy(tmp_path_factory, tiny_model_dir):
     from transformers import AutoTokenizer
 
     from medagentgym import tasks
-    from env_client.prompts import initial_messages
+    from medagentgym.env_client.prompts import initial_messages
 
     root = tmp_path_factory.mktemp("containment")
     tasks.make("toy_sql", root=root).build(root, size="tiny", seed=0)
     family = tasks.make("toy_sql", root=root)
     index = PromptIndex.from_instances(family.instances("train")[:4],
                                        render=lambda inst: initial_messages(inst, family.actions))
-    import sandbox
+    from medagentgym import sandbox
 
     pool = sandbox.make_pool("bwrap", workers=2)
     yield {"root": root, "index": index, "tokenizer": AutoTokenizer.from_pretrained(tiny_model_dir), "pool": pool}
@@ -143,7 +143,7 @@ def test_a_run_stops_with_one_line_when_infrastructure_keeps_failing(toy):
 
 # -- isolation is never lost silently ----------------------------------------------------------------------------
 def test_an_unisolated_sandbox_must_be_asked_for_and_the_dry_run_says_so(train_main, capsys):
-    from medcopilot.config import RecipeError, load_recipe
+    from medagentgym.medcopilot.config import RecipeError, load_recipe
 
     with pytest.raises(RecipeError, match="env.allow_unisolated=true"):
         load_recipe("grpo_qwen14b", ["env.sandbox=local"])  # was valid, with no warning
@@ -156,8 +156,8 @@ def test_an_unisolated_sandbox_must_be_asked_for_and_the_dry_run_says_so(train_m
 
 
 def test_the_learning_helpers_auto_never_falls_back_to_unsandboxed(tmp_path, monkeypatch, tiny_model_dir):
-    import sandbox
-    from medcopilot.learning import Playground
+    from medagentgym import sandbox
+    from medagentgym.medcopilot.learning import Playground
 
     asked: list[str] = []
 
@@ -193,7 +193,7 @@ def crashing_graders(monkeypatch):
 
 def _chaos_index(root: Path, per_family: int) -> PromptIndex:
     from medagentgym import tasks
-    from env_client.prompts import initial_messages
+    from medagentgym.env_client.prompts import initial_messages
 
     instances, actions = [], {}
     for name in ("toy_sql", "medagentbench"):
@@ -212,12 +212,12 @@ def _chaos_rollout(root: Path, pool, tokenizer, index: PromptIndex, *, turns: in
 
 
 def _grpo_chaos(root, tiny_model_dir, out: Path, *, steps: int, batch: int, turns: int, per_family: int) -> None:
-    import sandbox
+    from medagentgym import sandbox
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import GRPOConfig, GRPOTrainer
 
-    from medcopilot.rewards_adapter import EpisodeReward
+    from medagentgym.medcopilot.rewards_adapter import EpisodeReward
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
     index = _chaos_index(root, per_family)
@@ -237,11 +237,11 @@ def _grpo_chaos(root, tiny_model_dir, out: Path, *, steps: int, batch: int, turn
 
 
 def _ppo_chaos(root, tiny_model_dir, out: Path, *, steps: int, batch: int, turns: int, per_family: int) -> None:
-    import sandbox
+    from medagentgym import sandbox
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from medcopilot.ppo import PPOArgs
-    from medcopilot.trainers.ppo import PPOTrainer
+    from medagentgym.medcopilot.ppo import PPOArgs
+    from medagentgym.medcopilot.trainers.ppo import PPOTrainer
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
     index = _chaos_index(root, per_family)

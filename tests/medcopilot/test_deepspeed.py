@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from medagentgym import tasks
-from medcopilot.config import RECIPES_DIR
+from medagentgym.medcopilot.config import RECIPES_DIR
 
 pytest.importorskip("deepspeed", reason="the deepspeed extra is not installed")
 pytestmark = pytest.mark.slow

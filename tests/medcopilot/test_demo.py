@@ -1,6 +1,6 @@
 """``medagentgym demo`` (``make demo``): what it reports and draws (fast), and one real run (slow).
 
-The fast tests build the report and the figure from a made-up :class:`medcopilot.learning.RunResult`: the curve
+The fast tests build the report and the figure from a made-up :class:`medagentgym.medcopilot.learning.RunResult`: the curve
 shows every held-out evaluation with its interval, and the one-line verdict claims that the model learnt to read
 the tool's output only when the numbers show it (a gain beyond both intervals, above the control). The slow test
 runs the demo as ``make demo`` does (bwrap, defaults, seed 0) and checks the same things on a real run.
@@ -13,7 +13,7 @@ import json
 import pytest
 
 from medagentgym.cli import demo
-from medcopilot.learning import RunResult, wilson
+from medagentgym.medcopilot.learning import RunResult, wilson
 
 CURVE_STEPS = (0, 10, 20, 30, 40, 50, 60)
 

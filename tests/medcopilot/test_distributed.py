@@ -21,7 +21,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from medcopilot.rollout_func import check_generation_layout
+from medagentgym.medcopilot.rollout_func import check_generation_layout
 
 #: CPU-bound for 1-2 minutes; on a loaded shared machine the wall time can be many times that.
 pytestmark = pytest.mark.timeout(1800)

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from medcopilot.config import load_recipe
-from medcopilot.data import Episode, divergence, dpo_pairs, load_episodes
+from medagentgym.medcopilot.config import load_recipe
+from medagentgym.medcopilot.data import Episode, divergence, dpo_pairs, load_episodes
 
 MARKER = "OBSERVED_ROWS"
 
@@ -72,7 +72,7 @@ def test_sft_warmed_dpo_through_train_py(tiny_model_dir, sft_adapter_dir, sample
     import torch
     from safetensors.torch import load_file
 
-    from medcopilot.modeling import load_model
+    from medagentgym.medcopilot.modeling import load_model
 
     out = tmp_path / "dpo"
     argv = ["recipe=dpo_tiny", f"model.name_or_path={sft_adapter_dir}", f"rollout.store={sample_trajectory_store}",
@@ -107,7 +107,7 @@ def test_dpo_without_pairs_fails_fast(tiny_model_dir, tmp_path, train_main, samp
 
 def test_missing_store_is_rolled_out_from_mixed_policies(tmp_path):
     """rollout.policy 'oracle+constant:0' fills a missing store with a success and a failure per task."""
-    from medcopilot.trainers._common import ensure_store
+    from medagentgym.medcopilot.trainers._common import ensure_store
 
     store = tmp_path / "store.jsonl"
     cfg = load_recipe("dpo_tiny", [f"tasks.root={tmp_path / 'tasks'}", "tasks.limit=2", "env.sandbox=local",

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from medcopilot.export import ExportError, export_model, hub_model_id, model_card, push_folder
+from medagentgym.medcopilot.export import ExportError, export_model, hub_model_id, model_card, push_folder
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE = "Qwen/Qwen2.5-0.5B-Instruct"
@@ -29,7 +29,7 @@ def lora_run_dir(tiny_model_dir, tmp_path_factory):
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from medcopilot.config import load_recipe
+    from medagentgym.medcopilot.config import load_recipe
 
     out = tmp_path_factory.mktemp("run") / "sft_tiny"
     torch.manual_seed(0)

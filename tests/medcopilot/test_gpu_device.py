@@ -3,7 +3,7 @@
 - A recipe that reports to wandb starts on a machine without a wandb key: offline, said at ``--dry-run``.
 - Small updates reach the sampler and the default export on a base stored in bf16 (as Qwen2.5's weights are):
   1e-4 and 1e-3 relative LoRA updates, measured as the share of the update that the sampler's weights (what
-  :mod:`medcopilot.vllm_sync` streams to vLLM) and the exported weights carry.
+  :mod:`medagentgym.medcopilot.vllm_sync` streams to vLLM) and the exported weights carry.
 - The 14B GRPO recipe's generating phase has headroom, and the memory check refuses a phase that would not.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from medcopilot.config import RECIPES_DIR
+from medagentgym.medcopilot.config import RECIPES_DIR
 
 QWEN_RECIPES = sorted(p.stem for p in RECIPES_DIR.glob("*_qwen*.yaml"))
 
@@ -37,7 +37,7 @@ def test_every_qwen_recipe_dry_runs_without_a_wandb_key_and_says_offline(name, n
 def test_wandb_mode_respects_a_key_or_a_set_mode(monkeypatch, tmp_path):
     import os
 
-    from medcopilot.recipe_checks import wandb_mode
+    from medagentgym.medcopilot.recipe_checks import wandb_mode
 
     monkeypatch.setenv("NETRC", str(tmp_path / "netrc"))
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
@@ -63,8 +63,8 @@ def test_a_run_reporting_to_wandb_without_a_key_trains_and_logs_offline(tiny_mod
 
 # --------------------------------------------------------------------------------------------- 14B GRPO headroom
 def test_the_14b_grpo_recipe_leaves_headroom_while_generating_and_less_is_refused(monkeypatch):
-    from medcopilot.config import RecipeError, check_recipe, load_recipe
-    from medcopilot.recipe_checks import (
+    from medagentgym.medcopilot.config import RecipeError, check_recipe, load_recipe
+    from medagentgym.medcopilot.recipe_checks import (
         GENERATION_HEADROOM_GIB,
         TRAIN_SLACK_GIB,
         model_shape,

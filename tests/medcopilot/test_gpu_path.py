@@ -1,7 +1,7 @@
 """Training math that holds on the GPU path (issue #24), checked on the tiny model on CPU.
 
 - vLLM weight sync: TRL's own sync merges LoRA into the bf16 base and back every step, which changes the frozen
-  base; ours (:mod:`medcopilot.vllm_sync`) hands vLLM weights merged in fp32 into fresh tensors. Only the vLLM
+  base; ours (:mod:`medagentgym.medcopilot.vllm_sync`) hands vLLM weights merged in fp32 into fresh tensors. Only the vLLM
   engine is faked (it cannot be installed here): TRL's ``VLLMGeneration.sync_weights`` runs as it is.
 - Merges of chained stages and exports are fp32, cast once: a 1e-3 relative update survives.
 - Small updates (1e-4 and 1e-3 relative) on a base stored in bf16 reach the sampler's weights (the merge is rounded
@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from medcopilot.config import RECIPES_DIR, ModelConfig, RecipeError, check_recipe, load_recipe
+from medagentgym.medcopilot.config import RECIPES_DIR, ModelConfig, RecipeError, check_recipe, load_recipe
 
 QWEN_RECIPES = sorted(p.stem for p in RECIPES_DIR.glob("*_qwen*.yaml"))
 GRPO_QWEN = [r for r in QWEN_RECIPES if r.startswith("grpo")]
@@ -86,7 +86,7 @@ def _train_adapters(model, generator) -> None:
 
 
 def _sync_cycles(tiny_model_dir, cycles: int, *, exact: bool):
-    from medcopilot.vllm_sync import install_exact_sync
+    from medagentgym.medcopilot.vllm_sync import install_exact_sync
 
     model = _bf16_lora_policy(tiny_model_dir)
     vg = _vllm_generation(model)
@@ -140,7 +140,7 @@ def test_weight_sync_leaves_the_base_bit_identical_over_a_long_run(tiny_model_di
 def test_exact_sync_streams_trls_names_and_refuses_what_it_cannot_merge(tiny_model_dir):
     from peft import LoraConfig, get_peft_model
 
-    from medcopilot.vllm_sync import exact_named_params, install_exact_sync
+    from medagentgym.medcopilot.vllm_sync import exact_named_params, install_exact_sync
 
     model = _bf16_lora_policy(tiny_model_dir)
     theirs = [name for name, _ in _vllm_generation(copy.deepcopy(model))._iter_named_params()]
@@ -202,7 +202,7 @@ def _share(weights: dict[str, torch.Tensor], base: dict[str, torch.Tensor], delt
 
 @pytest.mark.parametrize("rel", [1e-4, 1e-3])
 def test_small_updates_reach_the_samplers_weights_on_a_bf16_stored_base(bf16_tiny_dir, rel):
-    from medcopilot.vllm_sync import install_exact_sync
+    from medagentgym.medcopilot.vllm_sync import install_exact_sync
 
     shares, nearest = [], []
     for seed in range(3):
@@ -223,7 +223,7 @@ def test_small_updates_reach_the_samplers_weights_on_a_bf16_stored_base(bf16_tin
 def test_the_default_export_keeps_small_updates_on_a_bf16_stored_base(bf16_tiny_dir, tmp_path, capsys, rel):
     from safetensors.torch import load_file
 
-    from medcopilot.export import export_model
+    from medagentgym.medcopilot.export import export_model
 
     deltas = _adapter(bf16_tiny_dir, tmp_path / "run", rel=rel, seed=4)
     (tmp_path / "run" / "recipe.yaml").write_text("model:\n  dtype: bfloat16\n")  # as the Qwen recipes train
@@ -243,7 +243,7 @@ def _adapter(base_dir: Path, out: Path, rel: float, seed: int) -> dict[str, torc
     (fp32, by the merged model's parameter name)."""
     from peft import LoraConfig, get_peft_model
 
-    from medcopilot.modeling import load_model
+    from medagentgym.medcopilot.modeling import load_model
 
     model = get_peft_model(load_model(ModelConfig(name_or_path=str(base_dir), dtype="float32")),
                            LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules="all-linear"))
@@ -260,7 +260,7 @@ def _effect(merged: torch.Tensor, base: torch.Tensor, delta: torch.Tensor) -> fl
 def test_a_chained_stage_merges_in_fp32_and_keeps_a_small_update(tiny_model_dir, tmp_path):
     from transformers import AutoModelForCausalLM
 
-    from medcopilot.modeling import load_model
+    from medagentgym.medcopilot.modeling import load_model
 
     base = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).state_dict()
     sft_deltas = _adapter(tiny_model_dir, tmp_path / "sft", rel=1e-3, seed=1)
@@ -279,7 +279,7 @@ def test_an_export_merges_in_fp32_and_float32_keeps_the_update_exactly(tiny_mode
     from safetensors.torch import load_file
     from transformers import AutoModelForCausalLM
 
-    from medcopilot.export import ExportError, export_model
+    from medagentgym.medcopilot.export import ExportError, export_model
 
     # a base stored in bf16, as Qwen2.5's published weights are: a bf16 export can keep only part of a small update
     bf16_base = tmp_path / "base"
@@ -307,7 +307,7 @@ def _expected_kl_gradient(kind: str, *, vocab: int = 64, spread: float = 0.05, s
     :func:`policy_loss` on the :func:`gae` advantages at ratio 1 (the first epoch): descending it must descend
     ``KL(policy || reference)``.
     """
-    from medcopilot.ppo import gae, kl_estimate, policy_loss, token_rewards
+    from medagentgym.medcopilot.ppo import gae, kl_estimate, policy_loss, token_rewards
 
     generator = torch.Generator().manual_seed(seed)
     ref_logits = torch.randn(vocab, generator=generator)
@@ -343,7 +343,7 @@ def test_k1_in_the_reward_pulls_along_the_kl_gradient_and_k3_does_not():
 
 @pytest.mark.parametrize("name", PPO_RECIPES)
 def test_every_ppo_recipe_puts_a_kl_in_the_reward_that_pulls(name):
-    from medcopilot.trainers.ppo import ppo_args
+    from medagentgym.medcopilot.trainers.ppo import ppo_args
 
     kind = ppo_args(load_recipe(name)).kl_estimator
     assert _expected_kl_gradient(kind) > 0.99, f"{name}: kl_estimator={kind} barely pulls towards the reference"
@@ -373,7 +373,7 @@ def test_model_generate_kv_and_prefill_are_counted_and_32_ppo_episodes_do_not_fi
 
 
 def test_logits_are_estimated_as_each_trainer_computes_them():
-    from medcopilot.recipe_checks import logits_gib, model_shape
+    from medagentgym.medcopilot.recipe_checks import logits_gib, model_shape
 
     shape = model_shape("Qwen/Qwen2.5-14B-Instruct")
     # TRL's GRPO scores through its fused LM head in 4,096 x 32,768 tiles: no (tokens, vocab) tensor
@@ -389,8 +389,8 @@ def test_ppo_logits_measure_what_the_estimate_says():
     from torch.profiler import ProfilerActivity, profile
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    from medcopilot.ppo import completion_logprobs
-    from medcopilot.recipe_checks import LOGITS_BYTES
+    from medagentgym.medcopilot.ppo import completion_logprobs
+    from medagentgym.medcopilot.recipe_checks import LOGITS_BYTES
 
     vocab, prompt, completion = 32768, 16, 256
     lm = Qwen2ForCausalLM(Qwen2Config(hidden_size=32, intermediate_size=64, num_hidden_layers=1,
@@ -417,7 +417,7 @@ def test_rl_recipes_update_the_policy_that_sampled(name):
     cfg = load_recipe(name)
     assert cfg.model.lora is not None and cfg.model.lora.dropout == 0.0
     if cfg.method == "grpo":
-        from medcopilot.trainers.grpo import _trainer_args
+        from medagentgym.medcopilot.trainers.grpo import _trainer_args
 
         args = _trainer_args(cfg)
         assert args.disable_dropout is True
@@ -440,8 +440,8 @@ def test_grpo_switches_lora_dropout_off_for_the_update(tiny_model_dir, tmp_path,
     from datasets import Dataset
     from trl import GRPOTrainer
 
-    from medcopilot.modeling import load_model, load_tokenizer, lora_config
-    from medcopilot.trainers.grpo import _trainer_args, build_index
+    from medagentgym.medcopilot.modeling import load_model, load_tokenizer, lora_config
+    from medagentgym.medcopilot.trainers.grpo import _trainer_args, build_index
 
     root = _echo_family(tmp_path / "tasks")
     cfg = load_recipe("grpo_tiny", [f"model.name_or_path={tiny_model_dir}", f"tasks.root={root}",
@@ -461,11 +461,11 @@ def test_grpo_switches_lora_dropout_off_for_the_update(tiny_model_dir, tmp_path,
 def echo_env(tiny_model_dir, tmp_path_factory):
     from transformers import AutoTokenizer
 
-    import sandbox
-    from env_client import Env, EnvConfig
-    from env_client.prompts import initial_messages
+    from medagentgym import sandbox
+    from medagentgym.env_client import Env, EnvConfig
+    from medagentgym.env_client.prompts import initial_messages
     from medagentgym import tasks
-    from medcopilot.rollout_func import PromptIndex
+    from medagentgym.medcopilot.rollout_func import PromptIndex
 
     root = _echo_family(tmp_path_factory.mktemp("tasks"))
     family = tasks.make("echo_digit", root=root)
@@ -488,7 +488,7 @@ def _babbler(tokenizer, n: int, seen: list[int]):
 
 
 def test_an_episode_ends_as_truncated_before_a_turn_that_cannot_fit(echo_env):
-    from env_client.tokens import token_rollout
+    from medagentgym.env_client.tokens import token_rollout
 
     tok, index = echo_env["tokenizer"], echo_env["index"]
     inst = index.instances[index.rows[0]["instance_id"]]
@@ -521,7 +521,7 @@ def test_an_episode_ends_as_truncated_before_a_turn_that_cannot_fit(echo_env):
 
 
 def test_the_vllm_hook_guards_calls_with_vllm_max_model_length(echo_env):
-    from medcopilot.rollout_func import EnvRolloutFunc
+    from medagentgym.medcopilot.rollout_func import EnvRolloutFunc
 
     tok, index = echo_env["tokenizer"], echo_env["index"]
     rollout = EnvRolloutFunc(make_env=echo_env["make_env"], index=index, tokenizer=tok, max_new_tokens=8,
@@ -559,7 +559,7 @@ def _trainer_at(step: int, accumulation: int, per_generation: int, iterations: i
 
 @pytest.mark.parametrize("accumulation, per_generation, iterations", [(1, 1, 1), (4, 4, 1), (4, 2, 1), (2, 2, 2)])
 def test_a_resumed_grpo_run_continues_the_sampling_rounds(accumulation, per_generation, iterations):
-    from medcopilot.rollout_func import EnvRolloutFunc
+    from medagentgym.medcopilot.rollout_func import EnvRolloutFunc
 
     def rounds(start_step: int, n: int) -> list[int]:
         hook = EnvRolloutFunc.__new__(EnvRolloutFunc)
@@ -582,7 +582,7 @@ def test_a_resumed_grpo_run_continues_the_sampling_rounds(accumulation, per_gene
 @pytest.mark.slow
 def test_a_real_grpo_run_resumes_with_the_next_rounds_seeds(tiny_model_dir, tmp_path, train_main,
                                                             quiet_training_env, monkeypatch):
-    from medcopilot import rollout_func
+    from medagentgym.medcopilot import rollout_func
 
     calls: list[int] = []
     real = rollout_func.episode_seed
@@ -609,7 +609,7 @@ def test_a_real_grpo_run_resumes_with_the_next_rounds_seeds(tiny_model_dir, tmp_
 
 # --------------------------------------------------------------------------------------------- paper table
 def test_the_paper_table_shows_the_difference_from_base_with_n_and_intervals():
-    from env_client.paper_table import PAPER_COLUMNS, paper_table, render_paper_table
+    from medagentgym.env_client.paper_table import PAPER_COLUMNS, paper_table, render_paper_table
     from medagentgym.tasks import SUITES
 
     def report(rate: float, n: int = 100) -> dict:

@@ -7,9 +7,9 @@ import math
 
 import pytest
 
-from medcopilot.config import RecipeError, load_recipe
-from medcopilot.metrics import EpisodeStats, batch_metrics, zero_advantage_fraction
-from medcopilot.rewards_adapter import EpisodeReward
+from medagentgym.medcopilot.config import RecipeError, load_recipe
+from medagentgym.medcopilot.metrics import EpisodeStats, batch_metrics, zero_advantage_fraction
+from medagentgym.medcopilot.rewards_adapter import EpisodeReward
 
 
 def test_zero_advantage_fraction_counts_flat_groups():
@@ -65,7 +65,7 @@ def test_episode_reward_without_rollout_kwarg_is_loud():
 
 
 def test_recipes_validate_without_loading_a_model():
-    from medcopilot.trainers.grpo import _trainer_args, reward_components
+    from medagentgym.medcopilot.trainers.grpo import _trainer_args, reward_components
 
     for name in ("grpo_tiny", "grpo_qwen7b", "grpo_qwen14b"):
         cfg = load_recipe(name)
@@ -80,7 +80,7 @@ def test_recipes_validate_without_loading_a_model():
 
 
 def test_contradicting_or_unknown_reward_keys_are_one_line_errors():
-    from medcopilot.trainers.grpo import _trainer_args, reward_components
+    from medagentgym.medcopilot.trainers.grpo import _trainer_args, reward_components
 
     with pytest.raises(RecipeError, match="contradicts rollout.temperature"):
         _trainer_args(load_recipe("grpo_tiny", ["trainer.temperature=0.5"]))

@@ -1,4 +1,4 @@
-"""train.py prints and checks every input file a recipe reads, before any model is loaded (medcopilot.inputs)."""
+"""train.py prints and checks every input file a recipe reads, before any model is loaded (medagentgym.medcopilot.inputs)."""
 
 from __future__ import annotations
 

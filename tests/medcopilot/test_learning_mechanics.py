@@ -19,11 +19,11 @@ import re
 import pytest
 import torch
 
-from env_client import Env, EnvConfig
-from env_client.policies import render_action
-from env_client.tokens import render_prompt
-from medcopilot.rewards_adapter import EpisodeReward
-from medcopilot.rollout_func import EnvRolloutFunc, PromptIndex
+from medagentgym.env_client import Env, EnvConfig
+from medagentgym.env_client.policies import render_action
+from medagentgym.env_client.tokens import render_prompt
+from medagentgym.medcopilot.rewards_adapter import EpisodeReward
+from medagentgym.medcopilot.rollout_func import EnvRolloutFunc, PromptIndex
 
 ANSWERS = (1, 3, 5)  # right answers; the wrong one is n + 1, never another prompt's right answer
 GROUP = 4
@@ -53,9 +53,9 @@ def answer_ids(tok, answer: int) -> list[int]:
 
 @pytest.fixture(scope="module")
 def family(tmp_path_factory):
-    import sandbox
+    from medagentgym import sandbox
     from medagentgym import tasks
-    from env_client.prompts import initial_messages
+    from medagentgym.env_client.prompts import initial_messages
 
     root = tmp_path_factory.mktemp("tasks")
     (root / "pick").mkdir()
@@ -88,7 +88,7 @@ def mechanics_model_dir(tmp_path_factory):
     shared-token part outweighed the answer token's in one prompt's total log p(right) (-144.701 -> -144.712 for
     ``5``); at 0.02 the step is a small first-order move, so the tests see the update's direction.
     """
-    from medcopilot.tiny import build_tiny_model
+    from medagentgym.medcopilot.tiny import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("tiny002") / "tiny-qwen2", seed=0, initializer_range=0.02)
 
@@ -101,7 +101,7 @@ def _model(tiny_model_dir):
 
 def _answer_logprobs(model, tok, family) -> dict[int, tuple[float, float]]:
     """Per prompt: (log p(right submit), log p(wrong submit)), summed over the completion's tokens."""
-    from env_client import tool_schemas
+    from medagentgym.env_client import tool_schemas
 
     out = {}
     tools = tool_schemas(family["family"].actions)
@@ -170,8 +170,8 @@ def test_one_grpo_update_raises_the_right_answer_for_every_prompt(mechanics_mode
 
 
 def test_one_ppo_update_raises_the_right_answer_for_every_prompt(mechanics_model_dir, family, tmp_path):
-    from medcopilot.ppo import PPOArgs
-    from medcopilot.trainers.ppo import PPOTrainer
+    from medagentgym.medcopilot.ppo import PPOArgs
+    from medagentgym.medcopilot.trainers.ppo import PPOTrainer
 
     tok, model = _model(mechanics_model_dir)
     before = _answer_logprobs(model, tok, family)
@@ -194,7 +194,7 @@ def test_a_failed_grader_next_to_another_term_gets_no_grpo_advantage(tiny_model_
                                                                     quiet_training_env):
     """RewardSpec(missing="none") says the total is missing: TRL must see every term None for that row (its
     nansum would otherwise score the row as a wrong answer plus the other term, with a real advantage)."""
-    from rewards import correctness
+    from medagentgym.rewards import correctness
 
     def flaky(*, verdict, trajectory, **kw):  # the grader "fails" on the first episode of every group
         return None if trajectory.header.sample_idx == 0 else correctness(verdict=verdict)

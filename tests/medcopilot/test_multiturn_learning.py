@@ -13,10 +13,10 @@ import re
 import pytest
 import torch
 
-from env_client import Env, EnvConfig
-from env_client.policies import render_action
-from medcopilot.rewards_adapter import EpisodeReward
-from medcopilot.rollout_func import EnvRolloutFunc, PromptIndex
+from medagentgym.env_client import Env, EnvConfig
+from medagentgym.env_client.policies import render_action
+from medagentgym.medcopilot.rewards_adapter import EpisodeReward
+from medagentgym.medcopilot.rollout_func import EnvRolloutFunc, PromptIndex
 
 #: CPU-bound for 1-2 minutes; on a loaded shared machine the wall time can be many times that.
 pytestmark = pytest.mark.timeout(1800)
@@ -50,7 +50,7 @@ class ScriptedLookup(EnvRolloutFunc):
 @pytest.fixture(scope="module")
 def lookup(tmp_path_factory, make_test_pool):
     from medagentgym import tasks
-    from env_client.prompts import initial_messages
+    from medagentgym.env_client.prompts import initial_messages
 
     root = tmp_path_factory.mktemp("tasks")
     fam = tasks.make("toy_lookup", root=root)

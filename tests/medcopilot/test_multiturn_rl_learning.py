@@ -1,6 +1,6 @@
 """Multi-turn RL learns: GRPO and PPO raise the two-turn success of a warm-started tiny model (slow).
 
-One run is :func:`medcopilot.learning.learning_run` on ``clinic_code``: each episode must call
+One run is :func:`medagentgym.medcopilot.learning.learning_run` on ``clinic_code``: each episode must call
 ``code_execution`` with SQL in the sandbox (turn 1), then submit the code it read (turn 2); the environment's
 tokens are masked out of the loss. The warm start imitates a noisy demonstrator (right one time in two), so the
 model starts partly right and RL has to move the second turn's decision. GRPO runs the demo's setting (30 steps
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import pytest
 
-from medcopilot.learning import learning_run
+from medagentgym.medcopilot.learning import learning_run
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600)]
 

@@ -1,11 +1,11 @@
 """Learning that uses the environment: the tiny model reads a value out of a tool observation, and RL raises how
 often it does, on records it never trained on (``toy_lookup``: run SQL, submit the value it returned).
 
-- The control is sound (deterministic, fast): :func:`medcopilot.learning.decoy_observations` makes every
+- The control is sound (deterministic, fast): :func:`medagentgym.medcopilot.learning.decoy_observations` makes every
   observed value of the held-out records wrong and changes nothing else, so a policy that submits what the
   observation says is right on every real record and on no decoy.
 - The warm start copies (fast guard): after the clean phase of the warm start (supervised steps on the exact
-  demonstrator, :func:`medcopilot.learning.warm_up`), sampled episodes on held-out records submit the observed value
+  demonstrator, :func:`medagentgym.medcopilot.learning.warm_up`), sampled episodes on held-out records submit the observed value
   far above chance, and the same model scored with wrong observations falls to chance or below. This is the
   ability the RL proof builds on (docs/benchmarks.md, "Learning": seeds 0-9).
 - The proof (slow): from the full warm start (the clean phase, then a demonstrator right one time in four, so
@@ -21,7 +21,7 @@ import statistics
 
 import pytest
 
-from medcopilot.learning import (
+from medagentgym.medcopilot.learning import (
     OBSERVATION,
     WARM_DEFAULTS,
     Playground,
@@ -59,8 +59,8 @@ def _observed_value(text: str) -> str:
 
 def _copy_policy_success(root, tok, make_test_pool) -> tuple[float, int]:
     """Run the reference query, then submit what the observation says, on every test record of ``root``."""
-    from env_client import Env
-    from env_client.policies import render_action
+    from medagentgym.env_client import Env
+    from medagentgym.env_client.policies import render_action
     from medagentgym import tasks
 
     family = tasks.make(OBSERVATION, root=root)
@@ -88,7 +88,7 @@ def test_the_control_replaces_what_the_observation_says_and_nothing_else(built, 
 
     from transformers import AutoTokenizer
 
-    from env_client.prompts import initial_messages
+    from medagentgym.env_client.prompts import initial_messages
     from medagentgym import tasks
 
     decoy = decoy_observations(built, tmp_path / "decoy", seed=3)

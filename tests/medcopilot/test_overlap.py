@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from medcopilot.rollout_func import TurnBatcher
+from medagentgym.medcopilot.rollout_func import TurnBatcher
 
 
 def _play(batching: str, flush_s: float):
@@ -98,7 +98,7 @@ class _FakeVLLMGeneration:
 def test_a_sleeping_vllm_engine_stays_awake_for_a_whole_multi_turn_round():
     from types import SimpleNamespace
 
-    from medcopilot.rollout_func import EnvRolloutFunc
+    from medagentgym.medcopilot.rollout_func import EnvRolloutFunc
 
     log: list = []
     vg = _FakeVLLMGeneration(log)

@@ -8,15 +8,15 @@ import json
 import pytest
 import yaml
 
-from env_client.paper_table import (
+from medagentgym.env_client.paper_table import (
     PAPER_COLUMNS,
     paper_table,
     render_paper_table,
     write_paper_table,
 )
-from medcopilot.config import RECIPES_DIR, RecipeError
-from medcopilot.sweep import load_sweep, main, plan_runs
-from medcopilot.sweep_eval import EvalSpec, evaluate_chain
+from medagentgym.medcopilot.config import RECIPES_DIR, RecipeError
+from medagentgym.medcopilot.sweep import load_sweep, main, plan_runs
+from medagentgym.medcopilot.sweep_eval import EvalSpec, evaluate_chain
 from medagentgym.tasks import SUITES
 
 
@@ -77,7 +77,7 @@ def test_the_table_has_the_papers_columns_and_ood_suite(tmp_path):
 
 
 def test_evaluate_chain_exports_evaluates_resumes_and_tabulates(tmp_path):
-    class Run:  # what evaluate_chain reads of medcopilot.sweep.Run
+    class Run:  # what evaluate_chain reads of medagentgym.medcopilot.sweep.Run
         def __init__(self, name):
             self.name, self.output_dir, self.base_model = name, tmp_path / name, "base-model"
             self.output_dir.mkdir()

@@ -8,8 +8,8 @@ import json
 import pytest
 import torch
 
-from medcopilot.config import RecipeError, load_recipe
-from medcopilot.ppo import (
+from medagentgym.medcopilot.config import RecipeError, load_recipe
+from medagentgym.medcopilot.ppo import (
     AdaptiveKLController,
     FixedKLController,
     PPOArgs,
@@ -145,7 +145,7 @@ def test_bad_trainer_keys_are_one_line_errors(trainer, message):
 
 
 def test_recipes_validate_and_cross_section_checks():
-    from medcopilot.trainers.ppo import ppo_args
+    from medagentgym.medcopilot.trainers.ppo import ppo_args
 
     for name in ("ppo_tiny", "ppo_qwen14b"):
         cfg = load_recipe(name)
@@ -187,7 +187,7 @@ class _FixedRollout:
 def _trainer(model_dir, tmp_path, rollout_factory, lora=False, **overrides):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from medcopilot.trainers.ppo import PPOTrainer
+    from medagentgym.medcopilot.trainers.ppo import PPOTrainer
 
     tok = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir)
@@ -195,8 +195,8 @@ def _trainer(model_dir, tmp_path, rollout_factory, lora=False, **overrides):
     if lora:
         from peft import get_peft_model
 
-        from medcopilot.config import LoraSpec
-        from medcopilot.modeling import lora_config
+        from medagentgym.medcopilot.config import LoraSpec
+        from medagentgym.medcopilot.modeling import lora_config
 
         model = get_peft_model(model, lora_config(LoraSpec(r=4, dropout=0.1)))
     else:
@@ -264,11 +264,11 @@ def test_resuming_a_checkpoint_continues_exactly_like_an_unbroken_run(tiny_model
 def test_rescoring_matches_the_sampling_logprobs_of_multi_turn_episodes(tiny_model_dir, tmp_path):
     """The layout the update uses (left-padded prompts, right-padded completions, env tokens spliced in) gives
     back the very logprobs generation sampled with, at temperature 1 and 0.7, for every model token."""
-    import sandbox
+    from medagentgym import sandbox
     from medagentgym import tasks
-    from env_client import Env, EnvConfig
-    from env_client.prompts import initial_messages
-    from medcopilot.rollout_func import EnvRolloutFunc, PromptIndex
+    from medagentgym.env_client import Env, EnvConfig
+    from medagentgym.env_client.prompts import initial_messages
+    from medagentgym.medcopilot.rollout_func import EnvRolloutFunc, PromptIndex
 
     root = tmp_path / "tasks"
     (root / "count_to").mkdir(parents=True)
@@ -295,7 +295,7 @@ def test_rescoring_matches_the_sampling_logprobs_of_multi_turn_episodes(tiny_mod
             trainer.temperature = temperature
             out = trainer.rollout.run(prompts, trainer.rollout.hf_generator(policy, temperature=temperature))
             assert any(0 in m for m in out["env_mask"])  # the random model's turns get observations back
-            from medcopilot.ppo import collate_rows
+            from medagentgym.medcopilot.ppo import collate_rows
 
             ids, att, pos, start = collate_rows(out["prompt_ids"], out["completion_ids"], trainer.tokenizer.pad_token_id)
             with torch.no_grad():

@@ -5,12 +5,12 @@ Fast mechanics guards (``make test``):
 
 - The family: three tables per record, three different values, the cued table balanced over each split, and the
   answer only in the cued table; byte-identical per seed.
-- The demonstrations (:func:`medcopilot.learning.choice_episodes`) are consistent (each submits the value its
+- The demonstrations (:func:`medagentgym.medcopilot.learning.choice_episodes`) are consistent (each submits the value its
   query returned) and never tie the table to the cue: every record is shown once with each table.
 - Query-choice accuracy is read from the trajectories (the tables the model's own SQL names).
-- The swapped-cue control (:func:`medcopilot.learning.swapped_cue`) moves the gold answer out of the cued table and
+- The swapped-cue control (:func:`medagentgym.medcopilot.learning.swapped_cue`) moves the gold answer out of the cued table and
   changes nothing else: a policy that reads the cued table is right on every real record and on no swapped one.
-- The paired record-level interval (:func:`medcopilot.learning.paired`).
+- The paired record-level interval (:func:`medagentgym.medcopilot.learning.paired`).
 
 The proof (slow): GRPO and PPO at the defaults raise query-choice accuracy by at least 0.2 with a paired
 interval that excludes 0 on at least 4 of 5 seeds, and the swapped-cue control does not rise. It does not hold
@@ -26,7 +26,7 @@ from collections import Counter
 
 import pytest
 
-from medcopilot.learning import (
+from medagentgym.medcopilot.learning import (
     CHOICE,
     Playground,
     choice_accuracy,
@@ -87,9 +87,9 @@ def test_the_cue_is_one_token_that_only_the_question_and_the_query_hold(built, t
     is one token, the same in the question and in the SQL, and no other table's name appears in the prompt."""
     from transformers import AutoTokenizer
 
-    from env_client.prompts import initial_messages
+    from medagentgym.env_client.prompts import initial_messages
     from medagentgym import tasks
-    from medcopilot.learning import PROMPT
+    from medagentgym.medcopilot.learning import PROMPT
 
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)
     family = tasks.make(CHOICE, root=built)
@@ -120,7 +120,7 @@ def demos(built, tiny_model_dir):
 
 
 def test_demonstrations_copy_what_they_read_and_never_tie_the_table_to_the_cue(demos):
-    from medcopilot.learning import _model_turns
+    from medagentgym.medcopilot.learning import _model_turns
 
     tok, instances, episodes = demos
     assert len(episodes) == 3 * len(instances)
@@ -141,7 +141,7 @@ def test_demonstrations_copy_what_they_read_and_never_tie_the_table_to_the_cue(d
 
 
 def test_query_choice_accuracy_is_read_from_the_model_turns():
-    from medcopilot.learning import Score
+    from medagentgym.medcopilot.learning import Score
 
     assert sql_tables('<tool_call>{"name": "code_execution", "arguments": {"lang": "sql", '
                       '"code": "SELECT value FROM Noon"}}</tool_call>') == ["noon"]
@@ -170,8 +170,8 @@ def _cue_reader_success(root, tok, make_test_pool, n: int = 32) -> tuple[float, 
     """Read the cued table, submit what the observation says, on the first ``n`` test records of ``root``."""
     import re
 
-    from env_client import Env
-    from env_client.policies import render_action
+    from medagentgym.env_client import Env
+    from medagentgym.env_client.policies import render_action
     from medagentgym import tasks
 
     family = tasks.make(CHOICE, root=root)
@@ -198,7 +198,7 @@ def test_the_swapped_cue_control_moves_the_answer_out_of_the_cued_table_only(bui
                                                                              make_test_pool):
     from transformers import AutoTokenizer
 
-    from env_client.prompts import initial_messages
+    from medagentgym.env_client.prompts import initial_messages
     from medagentgym import tasks
 
     swapped = swapped_cue(built, tmp_path / "swapped", seed=1)
@@ -220,8 +220,8 @@ def test_the_swapped_cue_control_moves_the_answer_out_of_the_cued_table_only(bui
 
 def test_ppo_uses_the_k1_kl_estimator(monkeypatch):
     """The learning runs' PPO puts k1 in the reward, as the recipes do (issue 30)."""
-    import medcopilot.trainers.ppo as ppo_module
-    from medcopilot.learning import train_ppo
+    import medagentgym.medcopilot.trainers.ppo as ppo_module
+    from medagentgym.medcopilot.learning import train_ppo
 
     seen = {}
 
@@ -268,7 +268,7 @@ def test_the_retry_rung_fails_first_with_a_grounded_error_and_demonstrates_a_ran
     the demonstrations retry with a real name drawn independently of the cue, and submit what that read returned."""
     from transformers import AutoTokenizer
 
-    from medcopilot.learning import RETRY, _model_turns
+    from medagentgym.medcopilot.learning import RETRY, _model_turns
     from medagentgym import tasks
 
     tasks.make(RETRY, root=tmp_path).build(tmp_path, size="tiny", seed=0)

@@ -29,8 +29,8 @@ def base_weights(real_model_dir):
 
 
 def test_a_chained_merge_on_the_bf16_base_keeps_a_1e4_update_in_fp32(real_model_dir, base_weights, tmp_path):
-    from medcopilot.config import ModelConfig
-    from medcopilot.modeling import load_model
+    from medagentgym.medcopilot.config import ModelConfig
+    from medagentgym.medcopilot.modeling import load_model
 
     deltas = _adapter(real_model_dir, tmp_path / "sft", rel=1e-4, seed=1)
     merged = load_model(ModelConfig(name_or_path=str(tmp_path / "sft"), dtype="float32")).state_dict()
@@ -42,7 +42,7 @@ def test_a_chained_merge_on_the_bf16_base_keeps_a_1e4_update_in_fp32(real_model_
 def test_an_export_of_a_bf16_run_keeps_a_small_update(real_model_dir, base_weights, tmp_path, rel):
     from safetensors.torch import load_file
 
-    from medcopilot.export import export_model
+    from medagentgym.medcopilot.export import export_model
 
     run = tmp_path / "run"
     deltas = _adapter(real_model_dir, run, rel=rel, seed=2)
@@ -62,7 +62,7 @@ def test_an_export_of_a_bf16_run_keeps_a_small_update(real_model_dir, base_weigh
 
 @pytest.mark.parametrize("rel", [1e-4, 1e-3])
 def test_the_samplers_weights_keep_a_small_update_of_the_real_bf16_model(real_model_dir, rel):
-    """The weight sync to vLLM (``medcopilot.vllm_sync``, TRL's ``sync_weights`` walking our parameters) on the
+    """The weight sync to vLLM (``medagentgym.medcopilot.vllm_sync``, TRL's ``sync_weights`` walking our parameters) on the
     real bf16-stored SmolLM2 with LoRA on all its linear layers: the weights the sampler receives carry the whole
     update, over 3 seeds (rounding the fp32 merge to nearest bf16 would keep ~0.07 of a 1e-4 and ~0.55 of a 1e-3
     update, as the check below measures on the same weights)."""
@@ -70,7 +70,7 @@ def test_the_samplers_weights_keep_a_small_update_of_the_real_bf16_model(real_mo
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
-    from medcopilot.vllm_sync import install_exact_sync
+    from medagentgym.medcopilot.vllm_sync import install_exact_sync
 
     base_model = AutoModelForCausalLM.from_pretrained(real_model_dir, dtype=torch.bfloat16)
     assert base_model.dtype == torch.bfloat16

@@ -11,15 +11,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from medcopilot import real_model
+from medagentgym.medcopilot import real_model
 
 BACKEND = "bwrap" if shutil.which("bwrap") else "local"
 
 
 @pytest.fixture(scope="module")
 def tok_model(real_model_dir):
-    from medcopilot.config import ModelConfig
-    from medcopilot.modeling import load_model, load_tokenizer
+    from medagentgym.medcopilot.config import ModelConfig
+    from medagentgym.medcopilot.modeling import load_model, load_tokenizer
 
     tok = load_tokenizer(str(real_model_dir))
     model = load_model(ModelConfig(name_or_path=str(real_model_dir), dtype="float32")).eval()
@@ -135,7 +135,7 @@ def test_tied_embeddings_stay_tied_through_a_lora_merge_and_save(tok_model, tmp_
 
     from peft import LoraConfig, get_peft_model
 
-    from medcopilot.modeling import save_pretrained_atomic
+    from medagentgym.medcopilot.modeling import save_pretrained_atomic
 
     tok, model = tok_model
     peft_model = get_peft_model(copy.deepcopy(model), LoraConfig(r=4, lora_alpha=8, target_modules="all-linear"))
@@ -149,7 +149,7 @@ def test_tied_embeddings_stay_tied_through_a_lora_merge_and_save(tok_model, tmp_
 
 # --------------------------------------------------------------------------------------------- generation
 def test_a_greedy_turn_ends_with_its_end_of_turn_token(tok_model):
-    from env_client.tokens import generate_batch, render_prompt
+    from medagentgym.env_client.tokens import generate_batch, render_prompt
 
     tok, model = tok_model
     prompt = render_prompt(tok, [{"role": "user", "content": "What is 2 + 2? Reply with the number only."}])
@@ -162,7 +162,7 @@ def test_a_greedy_turn_ends_with_its_end_of_turn_token(tok_model):
 def test_its_generation_config_never_leaks_into_sampling(tok_model):
     from transformers import GenerationConfig
 
-    from env_client.tokens import generate_batch, render_prompt
+    from medagentgym.env_client.tokens import generate_batch, render_prompt
 
     tok, model = tok_model
     saved = model.generation_config
@@ -187,9 +187,9 @@ def test_its_generation_config_never_leaks_into_sampling(tok_model):
 # --------------------------------------------------------------------------------------------- token-in/token-out
 @pytest.fixture(scope="module")
 def toy_env(tmp_path_factory):
-    from env_client import Env, EnvConfig
+    from medagentgym.env_client import Env, EnvConfig
     from medagentgym import tasks
-    from sandbox import make_pool
+    from medagentgym.sandbox import make_pool
 
     root = tmp_path_factory.mktemp("tasks")
     fam = tasks.make("toy_sql", root=root)
@@ -201,9 +201,9 @@ def toy_env(tmp_path_factory):
 
 
 def test_token_ids_across_turns_equal_a_fresh_render_with_its_tokenizer(tok_model, toy_env):
-    from env_client import to_chat_messages
-    from env_client.policies import bind, make_policy
-    from env_client.tokens import token_rollout
+    from medagentgym.env_client import to_chat_messages
+    from medagentgym.env_client.policies import bind, make_policy
+    from medagentgym.env_client.tokens import token_rollout
 
     tok, _ = tok_model
     env, fam = toy_env
@@ -229,8 +229,8 @@ def test_token_ids_across_turns_equal_a_fresh_render_with_its_tokenizer(tok_mode
 # --------------------------------------------------------------------------------------------- SFT labels
 def test_sft_trains_each_assistant_turn_to_its_end_of_turn_and_never_observations(real_model_dir,
                                                                                 sample_trajectory_store, tmp_path):
-    from medcopilot.config import load_recipe
-    from medcopilot.trainers.sft import build_trainer
+    from medagentgym.medcopilot.config import load_recipe
+    from medagentgym.medcopilot.trainers.sft import build_trainer
 
     cfg = load_recipe("sft_smollm2", [f"model.name_or_path={real_model_dir}", f"rollout.store={sample_trajectory_store}",
                                       f"output.dir={tmp_path / 'out'}", "trainer.max_length=1024"])

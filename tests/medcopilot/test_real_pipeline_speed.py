@@ -1,4 +1,4 @@
-"""The real-model pipeline's evaluation speed settings (medcopilot.real_pipeline): the thread count follows the
+"""The real-model pipeline's evaluation speed settings (medagentgym.medcopilot.real_pipeline): the thread count follows the
 load, the before/after probe measures both settings on the same contexts, and the greedy lock-step evaluation
 batches every live episode's turn into one generate call."""
 
@@ -20,7 +20,7 @@ def restore_threads():
 
 @pytest.mark.parametrize(("load", "cores", "expected"), [(0.0, 2, 2), (0.6, 2, 1), (14.7, 2, 1), (1.2, 8, 7)])
 def test_auto_threads_are_the_cores_the_load_leaves(monkeypatch, restore_threads, load, cores, expected):
-    from medcopilot.real_pipeline import torch_threads
+    from medagentgym.medcopilot.real_pipeline import torch_threads
 
     monkeypatch.setattr(os, "getloadavg", lambda: (load, load, load))
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(cores)))
@@ -33,7 +33,7 @@ def test_auto_threads_are_the_cores_the_load_leaves(monkeypatch, restore_threads
 def test_the_speed_probe_runs_both_settings_on_the_same_rows(tiny_model_dir, restore_threads):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from medcopilot.real_pipeline import generation_speed
+    from medagentgym.medcopilot.real_pipeline import generation_speed
 
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
@@ -51,9 +51,9 @@ def test_a_greedy_lockstep_evaluation_batches_every_live_episode(tiny_model_dir,
     calls number the turns of the longest episode, not the episodes; greedy repeats exactly."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    import sandbox
-    from medcopilot import real_pipeline, rollout_func
-    from medcopilot.real_pipeline import ID, open_arena
+    from medagentgym import sandbox
+    from medagentgym.medcopilot import real_pipeline, rollout_func
+    from medagentgym.medcopilot.real_pipeline import ID, open_arena
 
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()

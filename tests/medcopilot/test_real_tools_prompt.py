@@ -16,29 +16,29 @@ INSTANCE = SimpleNamespace(question="How many patients are older than 60?", cont
 
 @pytest.fixture(scope="module")
 def smol_tok(real_model_dir):
-    from medcopilot.modeling import load_tokenizer
+    from medagentgym.medcopilot.modeling import load_tokenizer
 
     return load_tokenizer(str(real_model_dir))
 
 
 @pytest.fixture(scope="module")
 def qwen_tok(tiny_model_dir):
-    from medcopilot.modeling import load_tokenizer
+    from medagentgym.medcopilot.modeling import load_tokenizer
 
     return load_tokenizer(str(tiny_model_dir))
 
 
 def _episode_prompt():
-    from env_client.prompts import episode_tools, initial_messages
+    from medagentgym.env_client.prompts import episode_tools, initial_messages
 
     return initial_messages(INSTANCE, ACTIONS, fmt="tool_call"), episode_tools(ACTIONS)
 
 
 def test_smollm2_is_told_every_actions_parameters_and_the_reply_it_writes_parses(smol_tok):
-    from env_client.actions import tool_schemas
-    from env_client.parsing import parse_model_text
-    from env_client.prompts import action_signature
-    from env_client.tokens import render_prompt, template_renders_tools
+    from medagentgym.env_client.actions import tool_schemas
+    from medagentgym.env_client.parsing import parse_model_text
+    from medagentgym.env_client.prompts import action_signature
+    from medagentgym.env_client.tokens import render_prompt, template_renders_tools
 
     messages, tools = _episode_prompt()
     assert not template_renders_tools(smol_tok)
@@ -59,8 +59,8 @@ def test_smollm2_is_told_every_actions_parameters_and_the_reply_it_writes_parses
 
 
 def test_a_template_that_renders_tools_is_left_as_it_was(qwen_tok):
-    from env_client.tokens import fit_tools, render_prompt, template_renders_tools
-    from medcopilot.tiny import qwen25_chat_template
+    from medagentgym.env_client.tokens import fit_tools, render_prompt, template_renders_tools
+    from medagentgym.medcopilot.tiny import qwen25_chat_template
 
     messages, tools = _episode_prompt()
     assert qwen_tok.chat_template == qwen25_chat_template()  # TRL's bundled template, unchanged
@@ -72,8 +72,8 @@ def test_a_template_that_renders_tools_is_left_as_it_was(qwen_tok):
 
 
 def test_training_rows_for_smollm2_carry_the_schemas_its_rollouts_show(smol_tok, qwen_tok):
-    from env_client.tokens import render_prompt
-    from medcopilot.data import Episode, dpo_pairs, fit_rows, sft_rows
+    from medagentgym.env_client.tokens import render_prompt
+    from medagentgym.medcopilot.data import Episode, dpo_pairs, fit_rows, sft_rows
 
     messages, tools = _episode_prompt()
     call = '<tool_call>{"name": "submit_answer", "arguments": {"answer": "%s"}}</tool_call>'

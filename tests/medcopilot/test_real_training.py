@@ -38,7 +38,7 @@ def test_sft_then_grpo_on_the_real_model_through_train_py(real_model_dir, tmp_pa
 
 
 def test_the_miniature_pipeline_runs_every_stage_and_tabulates(real_model_dir, tmp_path, quiet_training_env):
-    from medcopilot.real_pipeline import ID, OOD, QUICK, run_pipeline, table_rows
+    from medagentgym.medcopilot.real_pipeline import ID, OOD, QUICK, run_pipeline, table_rows
 
     settings = {**QUICK, "train_per_family": 2, "eval_per_family": 2, "eval_per_real_family": 2, "reps": 1,
                 "sft_steps": 2, "sft_batch": 2,

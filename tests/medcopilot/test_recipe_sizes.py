@@ -8,8 +8,8 @@ import pytest
 import yaml
 
 from medagentgym import tasks
-from medcopilot.config import RECIPES_DIR
-from medcopilot.sweep import main as sweep_main
+from medagentgym.medcopilot.config import RECIPES_DIR
+from medagentgym.medcopilot.sweep import main as sweep_main
 
 RECIPES = sorted(p.stem for p in RECIPES_DIR.glob("*.yaml"))
 PAPER_SWEEPS = sorted(p.stem for p in (RECIPES_DIR / "sweeps").glob("paper_*.yaml"))

@@ -11,9 +11,9 @@ import pytest
 import tomllib
 from packaging.requirements import Requirement
 
-from medcopilot.config import RECIPES_DIR, RecipeError, check_recipe, load_recipe
-from medcopilot.mixture import mixture_shares, resample
-from medcopilot.recipe_checks import ATTENTION_KERNELS, model_shape, vllm_base_model
+from medagentgym.medcopilot.config import RECIPES_DIR, RecipeError, check_recipe, load_recipe
+from medagentgym.medcopilot.mixture import mixture_shares, resample
+from medagentgym.medcopilot.recipe_checks import ATTENTION_KERNELS, model_shape, vllm_base_model
 from medagentgym.tasks import SUITES
 
 REPO = Path(__file__).resolve().parents[2]
@@ -176,8 +176,8 @@ def test_mixture_shares_and_resampling():
 
 
 def test_trainers_resample_their_rows_to_the_recipes_mixture(capsys):
-    from medcopilot.data import Episode, sft_rows
-    from medcopilot.mixture import apply_mixture, mixed_rows
+    from medagentgym.medcopilot.data import Episode, sft_rows
+    from medagentgym.medcopilot.mixture import apply_mixture, mixed_rows
 
     cfg = load_recipe("sft_tiny", ["tasks.families=[a_fam, b_fam]",
                                    "tasks.mixture={weights: {a_fam: 1.0, b_fam: 1.0}, rows: 40}"])
@@ -199,8 +199,8 @@ def test_trainers_resample_their_rows_to_the_recipes_mixture(capsys):
 
 
 def test_per_family_success_is_logged_every_step():
-    from medcopilot.metrics import EpisodeStats
-    from medcopilot.rewards_adapter import EpisodeReward
+    from medagentgym.medcopilot.metrics import EpisodeStats
+    from medagentgym.medcopilot.rewards_adapter import EpisodeReward
 
     logged = {}
     stats = [EpisodeStats(success=s).to_dict() for s in (True, False, True, True)]

@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from medcopilot.modeling import last_checkpoint
+from medagentgym.medcopilot.modeling import last_checkpoint
 
 REPO = Path(__file__).resolve().parents[2]
 MAX_STEPS = 20
@@ -70,8 +70,8 @@ def last_checkpoint_mentioned(stdout: str) -> str | None:
 def test_last_checkpoint_skips_incomplete_and_explicit_choice_wins(tmp_path):
     import pytest
 
-    from medcopilot.config import RecipeError
-    from medcopilot.modeling import resume_checkpoint
+    from medagentgym.medcopilot.config import RecipeError
+    from medagentgym.medcopilot.modeling import resume_checkpoint
 
     assert last_checkpoint(tmp_path / "missing") is None
     for step, complete in ((2, True), (10, True), (11, False)):  # checkpoint-11: killed while saving

@@ -1,12 +1,12 @@
 """GRPO and PPO learn: on every seed, each raises the success of a warm-started tiny model on a one-turn family.
 
-One run is :func:`medcopilot.learning.learning_run` (``say_number``): the tiny model imitates a noisy demonstrator
+One run is :func:`medagentgym.medcopilot.learning.learning_run` (``say_number``): the tiny model imitates a noisy demonstrator
 (well-formed submits, the right number one time in three) through the real environment, then trains on the oracle
 grader's reward with
 
 - ``grpo``: TRL's ``GRPOTrainer`` with our ``EnvRolloutFunc`` for ``GRPO_DEFAULTS`` steps (learning rate warmed up
   over the first 5: at full rate from the start one seed in five collapsed);
-- ``ppo``: :class:`medcopilot.trainers.ppo.PPOTrainer` (a value head, GAE and the clipped losses, a k1 KL
+- ``ppo``: :class:`medagentgym.medcopilot.trainers.ppo.PPOTrainer` (a value head, GAE and the clipped losses, a k1 KL
   penalty against the frozen warm model) for ``PPO_DEFAULTS`` steps of 16 episodes, one optimizer step each
   (four per step, or a learning rate of 1e-3, made some seeds blow up).
 
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import pytest
 
-from medcopilot.learning import GRPO_DEFAULTS, PPO_DEFAULTS, learning_run
+from medagentgym.medcopilot.learning import GRPO_DEFAULTS, PPO_DEFAULTS, learning_run
 
 #: CPU-bound for 1-2 minutes per run; on a loaded shared machine the wall time can be many times that.
 pytestmark = pytest.mark.timeout(1800)

@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from env_client import Env, EnvConfig, tool_schemas
-from env_client.tokens import render_prompt
-from medcopilot.rewards_adapter import EpisodeReward
-from medcopilot.rollout_func import EnvRolloutFunc, PromptIndex, prompt_key
+from medagentgym.env_client import Env, EnvConfig, tool_schemas
+from medagentgym.env_client.tokens import render_prompt
+from medagentgym.medcopilot.rewards_adapter import EpisodeReward
+from medagentgym.medcopilot.rollout_func import EnvRolloutFunc, PromptIndex, prompt_key
 
 MAX_TURNS = 3
 GROUP = 4
@@ -48,9 +48,9 @@ def _qwen_generation_config(tokenizer):
 def setup(tiny_model_dir, tmp_path_factory):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    import sandbox
+    from medagentgym import sandbox
     from medagentgym import tasks
-    from env_client.prompts import initial_messages
+    from medagentgym.env_client.prompts import initial_messages
 
     root = _declare_family(tmp_path_factory.mktemp("tasks"))
     family = tasks.make("echo_digit", root=root)
@@ -118,7 +118,7 @@ def test_hook_returns_one_exact_masked_completion_per_row(setup):
 
 
 def test_a_row_samples_the_same_alone_or_in_any_batch_and_keeps_no_scores(setup):
-    from medcopilot.rollout_func import episode_seed, hf_batch_generate
+    from medagentgym.medcopilot.rollout_func import episode_seed, hf_batch_generate
 
     tok, model = setup["tokenizer"], setup["model"].eval()
     contexts = [tok(t, add_special_tokens=False)["input_ids"] for t in ("SELECT value", "hello there, how are", "x")]
@@ -147,7 +147,7 @@ def test_a_row_samples_the_same_alone_or_in_any_batch_and_keeps_no_scores(setup)
 
 
 def test_episode_seeds_differ_by_rank_call_and_row():
-    from medcopilot.rollout_func import episode_seed
+    from medagentgym.medcopilot.rollout_func import episode_seed
 
     seeds = {episode_seed(0, rank, call, row) for rank in range(2) for call in range(3) for row in range(8)}
     assert len(seeds) == 2 * 3 * 8 and all(0 <= s < 1 << 62 for s in seeds)

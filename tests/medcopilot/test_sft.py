@@ -7,8 +7,8 @@ import math
 
 import pytest
 
-from medcopilot.config import RecipeError, load_recipe
-from medcopilot.data import Episode, load_episodes, sft_rows
+from medagentgym.medcopilot.config import RecipeError, load_recipe
+from medagentgym.medcopilot.data import Episode, load_episodes, sft_rows
 
 MARKER = "OBSERVED_ROWS"  # tests/conftest.py puts it in every observation
 
@@ -41,7 +41,7 @@ def test_sft_rows_dedupe_and_trim_trailing_observations():
 
 
 def test_assistant_mask_excludes_observations_and_prompts(tiny_model_dir, sample_trajectory_store, tmp_path):
-    from medcopilot.trainers.sft import build_trainer
+    from medagentgym.medcopilot.trainers.sft import build_trainer
 
     cfg = load_recipe("sft_tiny", tiny_overrides(tiny_model_dir, sample_trajectory_store, tmp_path / "out"))
     trainer, n_rows = build_trainer(cfg)
@@ -104,7 +104,7 @@ def test_sft_full_finetune_changes_weights_and_empty_store_is_one_line(
 
 
 def test_sft_refuses_to_train_on_observations(tiny_model_dir, sample_trajectory_store, tmp_path):
-    from medcopilot.trainers.sft import build_trainer
+    from medagentgym.medcopilot.trainers.sft import build_trainer
 
     cfg = load_recipe("sft_tiny", tiny_overrides(tiny_model_dir, sample_trajectory_store, tmp_path,
                                                  "trainer.assistant_only_loss=false"))

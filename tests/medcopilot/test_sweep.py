@@ -20,8 +20,8 @@ import pytest
 import yaml
 from _learning import declare_family
 
-from medcopilot.config import RecipeError
-from medcopilot.sweep import load_sweep, main, plan_runs
+from medagentgym.medcopilot.config import RecipeError
+from medagentgym.medcopilot.sweep import load_sweep, main, plan_runs
 
 REPO = Path(__file__).resolve().parents[2]
 FAMILY = "say_seven"

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from medcopilot.tiny import EOS_TOKEN, PAD_TOKEN, TOOL_TOKENS, build_tiny_model, build_tiny_tokenizer
+from medagentgym.medcopilot.tiny import EOS_TOKEN, PAD_TOKEN, TOOL_TOKENS, build_tiny_model, build_tiny_tokenizer
 
 TOOLS = [{
     "type": "function",

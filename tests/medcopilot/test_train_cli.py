@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from medcopilot.config import RECIPES_DIR, RecipeError
-from medcopilot.trainers import METHODS, get_trainer
+from medagentgym.medcopilot.config import RECIPES_DIR, RecipeError
+from medagentgym.medcopilot.trainers import METHODS, get_trainer
 
 REPO = Path(__file__).resolve().parents[2]
 ALL_RECIPES = sorted(p.stem for p in RECIPES_DIR.glob("*.yaml"))
@@ -91,7 +91,7 @@ SWEEPS = sorted((RECIPES_DIR / "sweeps").glob("*.yaml"))
 
 @pytest.mark.parametrize("path", SWEEPS, ids=[p.stem for p in SWEEPS])
 def test_every_bundled_sweep_validates(path):
-    from medcopilot.sweep import load_sweep, plan_runs
+    from medagentgym.medcopilot.sweep import load_sweep, plan_runs
 
     sweep = load_sweep(path)
     runs = plan_runs(sweep)
@@ -110,7 +110,7 @@ def test_every_bundled_sweep_validates(path):
 def test_sweep_plan_rank_and_errors(tmp_path, capsys):
     import json
 
-    from medcopilot.sweep import load_sweep, main, plan_runs, rank
+    from medagentgym.medcopilot.sweep import load_sweep, main, plan_runs, rank
 
     file = tmp_path / "s.yaml"
     file.write_text(yaml.safe_dump({"recipe": "sft_tiny", "overrides": ["trainer.max_steps=1"],
@@ -151,9 +151,9 @@ def test_bundled_recipes_are_package_data_found_by_name_from_any_folder(tmp_path
     working directory, and a user's own recipe or sweep file is read by its path."""
     import tomllib
 
-    import medcopilot
-    from medcopilot.config import load_recipe, resolve_recipe_path
-    from medcopilot.sweep import SWEEPS_DIR, load_sweep
+    from medagentgym import medcopilot
+    from medagentgym.medcopilot.config import load_recipe, resolve_recipe_path
+    from medagentgym.medcopilot.sweep import SWEEPS_DIR, load_sweep
 
     package = Path(medcopilot.__file__).resolve().parent
     assert RECIPES_DIR.is_relative_to(package) and SWEEPS_DIR == RECIPES_DIR / "sweeps"
@@ -184,7 +184,7 @@ def test_bundled_recipes_are_package_data_found_by_name_from_any_folder(tmp_path
 
 
 def test_sweep_runs_train_as_a_module_an_installed_package_has(monkeypatch):
-    from medcopilot import sweep
+    from medagentgym.medcopilot import sweep
 
     calls = []
     monkeypatch.setattr(sweep.subprocess, "call", lambda argv: calls.append(argv) or 0)
@@ -197,7 +197,7 @@ def test_sweep_runs_train_as_a_module_an_installed_package_has(monkeypatch):
 
 def test_interrupt_message_names_the_checkpoint_to_resume_from(tmp_path):
     from medagentgym.cli import train
-    from medcopilot.config import load_recipe
+    from medagentgym.medcopilot.config import load_recipe
 
     cfg = load_recipe("sft_tiny", [f"output.dir={tmp_path / 'run'}"])
     assert "no checkpoint saved yet" in train._saved(cfg)

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from env_client.trajectory import TrajectoryStore
-from medcopilot.config import RecipeError, load_recipe
-from medcopilot.data import load_episodes
-from medcopilot.verifier import (
+from medagentgym.env_client.trajectory import TrajectoryStore
+from medagentgym.medcopilot.config import RecipeError, load_recipe
+from medagentgym.medcopilot.data import load_episodes
+from medagentgym.medcopilot.verifier import (
     OMITTED,
     auroc,
     encode_messages,
@@ -46,7 +46,7 @@ def trained(tiny_model_dir, train_main, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def scorer(trained):
-    from medcopilot.verifier import VerifierScorer
+    from medagentgym.medcopilot.verifier import VerifierScorer
 
     return VerifierScorer(trained[0], batch_size=4)
 
@@ -86,7 +86,7 @@ def test_text_drops_system_and_final_observation_and_labels_follow_the_verdict(s
 
 
 def test_split_by_task_never_leaks_a_task_and_auroc():
-    from medcopilot.data import Episode
+    from medagentgym.medcopilot.data import Episode
 
     eps = [Episode(f"t/{t}", "f", "c", [], success=(s == 0 and t % 5 != 0)) for t in range(20) for s in range(3)]
     train, held = split_by_task(eps, 0.25, seed=0)
@@ -158,7 +158,7 @@ def test_lora_verifier_saves_its_score_head_and_loads_for_scoring(sample_traject
                                                                   tmp_path, train_main, quiet_training_env):
     from safetensors.torch import load_file
 
-    from medcopilot.verifier import VerifierScorer
+    from medagentgym.medcopilot.verifier import VerifierScorer
 
     out = tmp_path / "lora"
     argv = ["recipe=verifier_tiny", f"model.name_or_path={tiny_model_dir}", f"rollout.store={sample_trajectory_store}",
@@ -188,7 +188,7 @@ def test_batched_scores_equal_one_at_a_time_in_input_order(scorer, trained):
 
 
 def test_http_service_with_the_real_model_matches_local_scores(scorer, trained, load_script, serve_app):
-    from rewards import HTTPVerifier
+    from medagentgym.rewards import HTTPVerifier
 
     trajs = list(TrajectoryStore(trained[1]).read())[:6]
     remote = HTTPVerifier(serve_app(load_script("serve_verifier").create_app(scorer))).score(trajs)
@@ -196,7 +196,7 @@ def test_http_service_with_the_real_model_matches_local_scores(scorer, trained, 
 
 
 def test_best_at_k_scores_file_is_what_evaluate_reads(scorer, trained, tmp_path, capsys, load_script):
-    from env_client.evaluation import evaluate
+    from medagentgym.env_client.evaluation import evaluate
 
     out, store, _ = trained
     held_tasks = {e.task_id for e in split_by_task(load_episodes(store), 0.25, seed=0)[1]}
@@ -247,9 +247,9 @@ def test_evaluate_with_verifier_scores_the_episodes_for_best_at_k(trained, tmp_p
 
 
 def test_grpo_rollout_passes_verifier_scores_to_the_reward_terms(scorer, sample_trajectory_store):
-    from env_client.tokens import TokenEpisode
-    from medcopilot.rollout_func import EnvRolloutFunc, PromptIndex
-    from rewards import RewardSpec, correctness, verifier_score
+    from medagentgym.env_client.tokens import TokenEpisode
+    from medagentgym.medcopilot.rollout_func import EnvRolloutFunc, PromptIndex
+    from medagentgym.rewards import RewardSpec, correctness, verifier_score
 
     trajs = list(TrajectoryStore(sample_trajectory_store).read())[:4]
     episodes = [TokenEpisode(prompt_ids=[1], completion_ids=[2, 3], env_mask=[1, 1], logprobs=[0.0, 0.0],
@@ -277,9 +277,9 @@ def test_grpo_rollout_passes_verifier_scores_to_the_reward_terms(scorer, sample_
 
 
 def test_grpo_recipe_names_its_verifier(trained):
-    from medcopilot.trainers.grpo import make_verifier
-    from medcopilot.verifier import VerifierScorer
-    from rewards import HTTPVerifier
+    from medagentgym.medcopilot.trainers.grpo import make_verifier
+    from medagentgym.medcopilot.verifier import VerifierScorer
+    from medagentgym.rewards import HTTPVerifier
 
     with pytest.raises(RecipeError, match="verifier_score but reward.verifier is not set"):
         make_verifier(load_recipe("grpo_tiny", ["reward.weights.verifier_score=0.5"]))

@@ -9,7 +9,7 @@ from types import SimpleNamespace as NS
 
 import pytest
 
-from rewards import (
+from medagentgym.rewards import (
     REWARD_FUNCS,
     RewardError,
     RewardSpec,
@@ -163,7 +163,7 @@ def test_registry_names_are_the_documented_terms():
 
 
 def test_rewards_imports_no_env_client_torch_or_medcopilot():
-    code = ("import sys, rewards; bad = [m for m in ('medagentgym.env_client', 'medagentgym.medcopilot', 'torch', 'transformers', 'trl') "
+    code = ("import sys, medagentgym.rewards as rewards; bad = [m for m in ('medagentgym.env_client', 'medagentgym.medcopilot', 'torch', 'transformers', 'trl') "
             "if m in sys.modules]; print(bad)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from rewards import HTTPVerifier, RewardError, RewardSpec, VerifierScorerProtocol
-from rewards.verifier import request_body
+from medagentgym.rewards import HTTPVerifier, RewardError, RewardSpec, VerifierScorerProtocol
+from medagentgym.rewards.verifier import request_body
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -54,7 +54,7 @@ def service(load_script, serve_app):
 
 
 def test_http_scores_texts_and_trajectories_in_chunks(service, sample_trajectory_store):
-    from env_client.trajectory import TrajectoryStore
+    from medagentgym.env_client.trajectory import TrajectoryStore
 
     url, scorer = service
     client = HTTPVerifier(url + "/score/", batch_size=3)  # a trailing /score is accepted

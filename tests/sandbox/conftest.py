@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from sandbox import Limits, make_pool
+from medagentgym.sandbox import Limits, make_pool
 
 FAST = Limits(wall_s=10.0, cpu_s=10.0, memory_mb=2048, processes=64, output_bytes=65536, file_size_mb=64)
 BACKEND = os.environ.get("MEDAGENTGYM_TEST_BACKEND", "bwrap")

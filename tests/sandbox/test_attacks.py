@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from sandbox import ErrorKind, Limits, make_pool
-from sandbox._clock import hard_wall_s
+from medagentgym.sandbox import ErrorKind, Limits, make_pool
+from medagentgym.sandbox._clock import hard_wall_s
 
 
 @pytest.fixture()
@@ -40,7 +40,7 @@ def test_fork_bomb(pool, still_serves):
         t.join()
         assert side.stdout == "0\n", side
         # 32 runnable processes are all kept waiting on a busy host, which the wall guard does not charge: the bomb
-        # ends at the call's CPU limit or, at the latest, at the hard cap (sandbox._clock)
+        # ends at the call's CPU limit or, at the latest, at the hard cap (medagentgym.sandbox._clock)
         assert results[0].timed_out and results[0].duration_s < hard_wall_s(2.0) + 5
         assert bomb.run_python("print('after')").stdout == "after\n"
     still_serves(pool)
@@ -388,12 +388,12 @@ def test_a_forged_reply_is_ignored_or_reaches_the_host_with_sane_types(solo, sti
 
 
 def _jail_status(pool) -> list[tuple[str, dict]]:
-    from sandbox._caps import read_status
+    from medagentgym.sandbox._caps import read_status
 
     roles = pool.process_roles()
     out = []
     for worker in pool._workers:
-        from sandbox.pool import _namespace_pids
+        from medagentgym.sandbox.pool import _namespace_pids
 
         root = pool.launcher.jail_root(worker.slot) if hasattr(pool.launcher, "jail_root") else None
         for pid in _namespace_pids(root or worker.proc.pid):
@@ -407,7 +407,7 @@ def _jail_status(pool) -> list[tuple[str, dict]]:
 
 
 def test_every_process_in_the_jail_holds_only_the_documented_capabilities(solo):
-    from sandbox import _caps
+    from medagentgym.sandbox import _caps
 
     assert "caps" in solo.layers and "seccomp" in solo.layers
     server = _caps.mask({_caps.CAP_KILL, _caps.CAP_SETUID, _caps.CAP_SETGID, _caps.CAP_SETPCAP})
@@ -526,7 +526,7 @@ def test_a_session_sees_only_its_own_mounts_and_no_host_paths(solo, tmp_path, st
 def test_a_runner_that_stops_reading_cannot_wedge_the_server(solo, still_serves):
     with solo.session() as s:
         # The code rewires its own runner so that it never reads another request.
-        hog = "import sandbox.worker as w, time\nw._read_exact = lambda fd, size: time.sleep(3600)"
+        hog = "import medagentgym.sandbox.worker as w, time\nw._read_exact = lambda fd, size: time.sleep(3600)"
         assert s.run_python(hog).ok
         big = "x = 1\n" + "# padding\n" * 20000  # more than a pipe holds
         start = time.monotonic()
@@ -538,14 +538,14 @@ def test_a_runner_that_stops_reading_cannot_wedge_the_server(solo, still_serves)
 
 def test_a_runner_rewriting_its_reply_module_reaches_the_host_with_documented_shapes(solo, still_serves):
     """The code can replace any module of its own runner: what it sends as error context is rebuilt by the server."""
-    from sandbox.grounding import ground
+    from medagentgym.sandbox.grounding import ground
 
     deep = "ctx = cur = {}\nfor _ in range(960):\n    cur['k'] = {}\n    cur = cur['k']\n"
     odd = ('ctx = {"tables": {"t": 5, "u": [[1]]}, "suggestions": 7, "frames": [1], "columns": {"a": 1}, '
            '"defined": None, "note": [[1]], "extra": "x" * 10**6, "missing": {"a": [1]}}\n')
     with solo.session() as s:
         for ctx in (deep, odd):
-            assert s.run_python(ctx + "import sandbox._runner as r\nr._context = lambda *a, **k: ctx").ok
+            assert s.run_python(ctx + "import medagentgym.sandbox._runner as r\nr._context = lambda *a, **k: ctx").ok
             res = s.run_python("undefined_name")
             assert res.error_kind == ErrorKind.PYTHON, res  # the host read the reply (RecursionError before)
             context = res.exception["context"]

@@ -11,7 +11,7 @@ from http.server import BaseHTTPRequestHandler
 
 import pytest
 
-from sandbox.bridge import check_bridges, host_relay, jail_forwarders
+from medagentgym.sandbox.bridge import check_bridges, host_relay, jail_forwarders
 
 FETCH = """
 import urllib.request
@@ -136,7 +136,7 @@ def test_session_rejects_a_missing_socket(pool, tmp_path):
 
 
 def test_a_port_that_cannot_listen_is_reported(unix_service):
-    from sandbox.worker import _start_bridges
+    from medagentgym.sandbox.worker import _start_bridges
 
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
@@ -175,9 +175,9 @@ print(len(held), refused, served)
 @pytest.mark.parametrize("direct", [True, False], ids=["relay-socket", "loopback-port"])
 def test_a_connection_flood_costs_the_host_a_bounded_number_of_threads(pool, unix_service, direct):
     """Jailed code can connect to the host relay socket directly: each connection costs host threads and fds."""
-    import sandbox.bridge
+    import medagentgym.sandbox.bridge
 
-    budget = getattr(sandbox.bridge, "MAX_OPEN_CONNECTIONS", 16)
+    budget = getattr(medagentgym.sandbox.bridge, "MAX_OPEN_CONNECTIONS", 16)
     before = threading.active_count()
     peak = [before]
     stop = threading.Event()

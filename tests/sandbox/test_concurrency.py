@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from sandbox import ErrorKind
+from medagentgym.sandbox import ErrorKind
 
 
 def _episode(pool, k: int) -> list[str]:

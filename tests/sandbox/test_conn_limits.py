@@ -14,9 +14,9 @@ import time
 import pytest
 from pydantic import BaseModel
 
-from env_client.server_app import background_server
-from sandbox._conn_limits import ConnLimits
-from sandbox.server import create_app
+from medagentgym.env_client.server_app import background_server
+from medagentgym.sandbox._conn_limits import ConnLimits
+from medagentgym.sandbox.server import create_app
 
 TOKEN = "conn-limits-token-0001"
 HALF_HEAD = b"POST /reset HTTP/1.1\r\nHost: x\r\nX-Slow: "  # never finished

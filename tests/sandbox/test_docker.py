@@ -19,12 +19,12 @@ from pathlib import Path
 
 import pytest
 
-import sandbox
-from sandbox import ErrorKind, Limits, SandboxUnavailable, _caps, _uids, make_pool
-from sandbox import docker_image as di
-from sandbox import pool as _pool
-from sandbox._jail import Slot, ipc_limits, worker_command
-from sandbox.docker_backend import (
+from medagentgym import sandbox
+from medagentgym.sandbox import ErrorKind, Limits, SandboxUnavailable, _caps, _uids, make_pool
+from medagentgym.sandbox import docker_image as di
+from medagentgym.sandbox import pool as _pool
+from medagentgym.sandbox._jail import Slot, ipc_limits, worker_command
+from medagentgym.sandbox.docker_backend import (
     DEFAULT_IMAGE,
     IMAGE_ABI,
     IMAGE_ABI_LABEL,
@@ -38,7 +38,7 @@ from sandbox.docker_backend import (
 REQUIRED = os.environ.get("MEDAGENTGYM_TEST_BACKEND") == "docker"
 SERVER = _caps.mask({_caps.CAP_KILL, _caps.CAP_SETUID, _caps.CAP_SETGID, _caps.CAP_SETPCAP})
 ZYGOTE = _caps.mask({_caps.CAP_SETUID, _caps.CAP_SETGID, _caps.CAP_SETPCAP})
-#: role -> (CapEff, CapPrm, CapBnd) of every process in a container (sandbox._caps); "user": what a call started.
+#: role -> (CapEff, CapPrm, CapBnd) of every process in a container (medagentgym.sandbox._caps); "user": what a call started.
 CAPS = {"server": (_caps.mask({_caps.CAP_KILL}), SERVER, SERVER), "zygote": (0, ZYGOTE, ZYGOTE),
         "spare": (0, 0, 0), "runner": (0, 0, 0), "user": (0, 0, 0)}
 
@@ -138,7 +138,7 @@ def test_argv_needs_the_slot_uid_from_prepare(slot: Slot):
 
 
 def _held_elsewhere(uids: list[int]) -> list[bool]:
-    """For each uid: whether another process finds its host-wide lease (``sandbox._uids``) taken."""
+    """For each uid: whether another process finds its host-wide lease (``medagentgym.sandbox._uids``) taken."""
     probe = ("import fcntl, os, sys\n"
              "fd = os.open(sys.argv[1], os.O_RDWR)\n"
              "for byte in map(int, sys.argv[2:]):\n"
@@ -292,7 +292,7 @@ def _emulation_reason() -> str | None:
     if os.geteuid() != 0 or not (shutil.which("unshare") and shutil.which("setpriv")):
         return "needs root, unshare and setpriv"
     check = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-c",
-             "import sys; assert sys.version_info >= (3, 10); import sandbox.worker"]
+             "import sys; assert sys.version_info >= (3, 10); import medagentgym.sandbox.worker"]
     env = {"PYTHONPATH": str(Path(sandbox.__file__).resolve().parent.parent), "PATH": "/usr/bin:/bin"}
     try:
         ok = subprocess.run(check, env=env, capture_output=True, timeout=30, check=False).returncode == 0
@@ -305,8 +305,8 @@ def test_container_process_model_without_an_engine():
     reason = _emulation_reason()
     if reason is not None:
         pytest.skip(f"container emulation: {reason}")
-    from sandbox import Pool
-    from sandbox.grounding import ground
+    from medagentgym.sandbox import Pool
+    from medagentgym.sandbox.grounding import ground
 
     with Pool(_ContainerLikeLauncher(), workers=1, limits=Limits(), preload=("sqlite3",)) as pool:
         ready = pool._workers[0].ready
@@ -461,7 +461,7 @@ def test_every_listed_layer_is_in_force(dpool):
     server = _container_pid(dpool)
     assert os.readlink(f"/proc/{server}/cwd") == os.readlink(f"/proc/{server}/root")  # started in its /
     assert net.stdout.split()[0] == "lo" and len(net.stdout.split()) == 5  # netns: loopback only
-    assert net.stdout.split()[1:] == [str(64 << 20), "1", "16", "0"]  # ipc-limits (sandbox._jail.ipc_limits)
+    assert net.stdout.split()[1:] == [str(64 << 20), "1", "16", "0"]  # ipc-limits (medagentgym.sandbox._jail.ipc_limits)
     # get_mempolicy: allowed by the worker's filter and on the host; Docker's profile refuses it (EPERM)
     assert seccomp.stdout.split() == ["-1", "1"], seccomp
     assert "PYTHONPATH" not in env.stdout and "DOCKER_HOST" not in env.stdout  # env-scrub
@@ -565,7 +565,7 @@ def test_a_lying_or_deaf_runner_is_killed_not_waited_for(dpool):
         lie = s.run_python("import os, time\nos.write(4, b'\\x00\\x00\\x10\\x00{\"exit_')\ntime.sleep(60)",
                            limits=Limits(wall_s=3.0))
         assert not lie.ok and lie.error_kind in (ErrorKind.KILLED, ErrorKind.TIMEOUT) and time.monotonic() - start < 8
-        assert s.run_python("import sandbox.worker as w, time\nw._read_exact = lambda fd, size: time.sleep(3600)").ok
+        assert s.run_python("import medagentgym.sandbox.worker as w, time\nw._read_exact = lambda fd, size: time.sleep(3600)").ok
         start = time.monotonic()
         deaf = s.run_python("x = 1\n" + "# padding\n" * 20000, limits=Limits(wall_s=2.0))  # more than a pipe holds
         assert deaf.timed_out and time.monotonic() - start < 8, deaf

@@ -16,9 +16,9 @@ import time
 
 import pytest
 
-from sandbox import Limits, SandboxBusy, make_pool
-from sandbox import _uids
-from sandbox.pool import MAX_WORKERS_ENV, default_max_workers
+from medagentgym.sandbox import Limits, SandboxBusy, make_pool
+from medagentgym.sandbox import _uids
+from medagentgym.sandbox.pool import MAX_WORKERS_ENV, default_max_workers
 
 LIGHT = dict(preload=("sqlite3",), workspace_mb=16, limits=Limits(wall_s=20, cpu_s=20))
 

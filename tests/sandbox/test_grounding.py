@@ -10,7 +10,7 @@ import warnings
 
 import pytest
 
-from sandbox.grounding import MAX_MESSAGE_CHARS, collect_context, ground
+from medagentgym.sandbox.grounding import MAX_MESSAGE_CHARS, collect_context, ground
 
 FRAME = "import pandas as pd\ndf = pd.DataFrame({'age': [70, 81], 'sex': ['F', 'M']})\n"
 
@@ -195,7 +195,7 @@ def _backends() -> list:
 
 @pytest.fixture(scope="module", params=_backends())
 def sandbox_session(request, tmp_path_factory):
-    from sandbox import make_pool
+    from medagentgym.sandbox import make_pool
 
     data = tmp_path_factory.mktemp("grounding-data")
     conn = sqlite3.connect(data / "clinic.db")
@@ -253,7 +253,7 @@ def test_e2e_sql_no_such_table(sandbox_session):
 
 
 def test_e2e_shell_and_timeout(sandbox_session):
-    from sandbox import Limits
+    from medagentgym.sandbox import Limits
 
     shell = ground(sandbox_session.run_shell("ls /definitely/missing"))
     assert "exited with status 2" in shell and "/definitely/missing" in shell
@@ -263,14 +263,14 @@ def test_e2e_shell_and_timeout(sandbox_session):
 
 
 def test_e2e_truncated_output_is_noted(sandbox_session):
-    from sandbox import Limits
+    from medagentgym.sandbox import Limits
 
     result = sandbox_session.run_python("print('x' * 100_000)", limits=Limits(output_bytes=1024))
     assert result.truncated and "truncated (100,001 bytes produced)" in ground(result)
 
 
 def test_e2e_exit_status_memory_and_missing_database(sandbox_session):
-    from sandbox import Limits
+    from medagentgym.sandbox import Limits
 
     exited = ground(sandbox_session.run_python("import sys\nsys.exit(3)"))
     assert exited.startswith("Python code exited with status 3")

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import asyncio
 
-from sandbox._conn_limits import ConnLimits
-from sandbox._server_guard import Guard
+from medagentgym.sandbox._conn_limits import ConnLimits
+from medagentgym.sandbox._server_guard import Guard
 
 
 async def _ws_app(scope, receive, send):

@@ -1,4 +1,4 @@
-"""sandbox.hostio: host reads of agent-written files refuse FIFOs, symlinks, hard links, directories, huge files,
+"""medagentgym.sandbox.hostio: host reads of agent-written files refuse FIFOs, symlinks, hard links, directories, huge files,
 and never hang or return another file's bytes while the file is being swapped."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from sandbox.hostio import UnsafeWorkspaceFile, read_workspace_file
+from medagentgym.sandbox.hostio import UnsafeWorkspaceFile, read_workspace_file
 
 GOOD = b"id,prediction\n1,0.5\n"
 SECRET = b"host secret: never in a verdict\n"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import site
 import sys
 
-from sandbox._jail import python_paths
+from medagentgym.sandbox._jail import python_paths
 
 
 def test_a_layered_venvs_site_packages_is_bound_but_no_checkout_or_user_site(tmp_path, monkeypatch):

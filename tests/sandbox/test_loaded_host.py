@@ -1,5 +1,5 @@
 """Limits that measure the program, not the host: with every core saturated by other processes, a correct program
-still passes and a sleeping one still times out (``sandbox._clock``).
+still passes and a sleeping one still times out (``medagentgym.sandbox._clock``).
 
 The busy loops run at the test's own priority, six per core, so the sandbox's processes get at most about a
 seventh of a core (six per core plus the jail, each its own scheduling group): a program that needs 1.5 CPU seconds then spends ten or more seconds on the clock, far past its
@@ -14,8 +14,8 @@ import sys
 
 import pytest
 
-from sandbox import ErrorKind, Limits, make_pool
-from sandbox._clock import hard_wall_s
+from medagentgym.sandbox import ErrorKind, Limits, make_pool
+from medagentgym.sandbox._clock import hard_wall_s
 
 WALL_S = 3.0
 BURN = ("import time\nt = time.process_time()\nwhile time.process_time() - t < 1.5:\n    pass\n"

@@ -15,8 +15,8 @@ import shutil
 
 import pytest
 
-from sandbox import Limits, make_pool
-from sandbox._cgroup import SLOT_OVERHEAD_MB, SlotCgroups
+from medagentgym.sandbox import Limits, make_pool
+from medagentgym.sandbox._cgroup import SLOT_OVERHEAD_MB, SlotCgroups
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
 
@@ -99,7 +99,7 @@ def test_a_worker_that_cannot_join_its_cgroup_never_runs_a_session():
     """Fail closed (attack round of issue 31): the pool's layers say ``mem-cgroup`` from its first worker, so a
     later worker (here a replacement) whose cgroup cannot be made must not serve a session without one. Before,
     the failure was a log line and the session ran unbounded while the layers still claimed the cgroup."""
-    from sandbox import SandboxUnavailable
+    from medagentgym.sandbox import SandboxUnavailable
 
     cgroups = SlotCgroups.detect()
     if cgroups is None:

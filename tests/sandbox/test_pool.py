@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from sandbox import (
+from medagentgym.sandbox import (
     ErrorKind,
     ExecResult,
     Limits,
@@ -177,7 +177,7 @@ def test_closed_session_and_bad_arguments(pool):
 
 
 def test_missing_bwrap_is_refused_with_the_fix():
-    from sandbox._jail import BwrapLauncher
+    from medagentgym.sandbox._jail import BwrapLauncher
 
     with pytest.raises(SandboxUnavailable, match="apt-get install bubblewrap.*allow_unisolated=True"):
         BwrapLauncher("/nonexistent/bwrap")
@@ -258,7 +258,7 @@ def test_sessions_survive_the_loss_of_the_light_zygote():
 
 
 def test_runner_kind_follows_the_first_call():
-    from sandbox.worker import runner_kind
+    from medagentgym.sandbox.worker import runner_kind
 
     assert runner_kind("sql", "SELECT 1") == runner_kind("shell", "import sklearn") == "light"
     assert runner_kind("python", "import numpy as np\nfrom sklearn.linear_model import Ridge") == "ml"
@@ -283,7 +283,7 @@ def test_ml_sessions_fork_from_a_zygote_with_sklearn_loaded(pool):
 
 
 def test_a_worker_that_stops_reading_fails_the_request_in_time():
-    from sandbox.errors import WorkerLost
+    from medagentgym.sandbox.errors import WorkerLost
 
     with pytest.warns(RuntimeWarning, match="UNISOLATED"):
         local = make_pool("local", workers=1, allow_unisolated=True)
@@ -299,7 +299,7 @@ def test_a_worker_that_stops_reading_fails_the_request_in_time():
 
 
 def test_same_bytes_under_the_same_mount_name_keep_the_worker(tmp_path, fast_limits):
-    from sandbox.pool import same_source
+    from medagentgym.sandbox.pool import same_source
 
     db = tmp_path / "a" / "x.db"
     db.parent.mkdir()

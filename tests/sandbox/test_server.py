@@ -11,7 +11,7 @@ import pytest
 from fastapi.testclient import TestClient
 from pydantic import BaseModel, ConfigDict, Field
 
-from sandbox.server import create_app
+from medagentgym.sandbox.server import create_app
 
 
 class Add(BaseModel):

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-LEASE = ("import random, sys; random.seed(31); sys.path.insert(0, {root!r}); from sandbox import _uids; "
+LEASE = ("import random, sys; random.seed(31); sys.path.insert(0, {root!r}); from medagentgym.sandbox import _uids; "
          "print(_uids.lease(), flush=True); sys.stdin.read()")
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None,
@@ -55,7 +55,7 @@ def test_two_mount_namespaces_never_lease_the_same_uid():
 
 
 def test_a_lease_is_released_when_its_process_dies():
-    from sandbox import _uids
+    from medagentgym.sandbox import _uids
 
     first = _private_mounts_process()
     uid = int(first.stdout.readline().strip())

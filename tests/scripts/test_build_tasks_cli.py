@@ -90,7 +90,7 @@ def test_env_spec_ships_an_absolute_tasks_root(tmp_path, monkeypatch):
     """EnvSpec is pickled to worker processes, which may start elsewhere (Ray actors do): it carries no cwd."""
     import pickle
 
-    from env_client.rollout import EnvSpec
+    from medagentgym.env_client.rollout import EnvSpec
 
     monkeypatch.chdir(tmp_path)
     spec = pickle.loads(pickle.dumps(EnvSpec(tasks_root="artifacts/tasks")))

@@ -123,7 +123,7 @@ def _chat_server(status: int = 200, served: str | None = None):
 
 @pytest.mark.slow  # ~12 s; make test keeps the resume and provenance checks of the other evaluate tests
 def test_rerun_with_other_sampling_never_reuses_episodes_and_reports_provenance(runs, tmp_path):
-    from env_client.server_app import background_server
+    from medagentgym.env_client.server_app import background_server
 
     root = runs[1]
     with background_server(_chat_server()) as base:
@@ -144,7 +144,7 @@ def test_rerun_with_other_sampling_never_reuses_episodes_and_reports_provenance(
 
 
 def test_a_failing_endpoint_lowers_the_headline_and_says_why_once(runs, tmp_path):
-    from env_client.server_app import background_server
+    from medagentgym.env_client.server_app import background_server
 
     with background_server(_chat_server(status=401)) as base:
         done = _evaluate(runs[1], tmp_path / "down", f"openai:m@{base}/v1")
@@ -168,7 +168,7 @@ def test_a_bad_scores_file_fails_before_any_episode_runs(runs, tmp_path):
 
 
 def test_the_report_records_sandbox_versions_wall_time_and_the_model_id_the_endpoint_served(runs, tmp_path):
-    from env_client.server_app import background_server
+    from medagentgym.env_client.server_app import background_server
 
     root = runs[1]
     with background_server(_chat_server(served="m-2026-11-01")) as base:

@@ -13,8 +13,8 @@ import json
 import pytest
 import yaml
 
-from medcopilot.config import RECIPES_DIR
-from medcopilot.sweep import main
+from medagentgym.medcopilot.config import RECIPES_DIR
+from medagentgym.medcopilot.sweep import main
 from medagentgym.tasks import SUITES
 
 pytestmark = pytest.mark.slow

@@ -56,8 +56,8 @@ def test_readme_parser_joins_continuations_and_keeps_comments():
 def test_no_readme_command_writes_where_a_real_recipe_reads():
     """Examples and smoke runs never write the stores the 7B/14B recipes train on (a smoke collection there made
     the flagship SFT train on 16 rows). Task builds may share a root: a real recipe refuses a build of another
-    size (medcopilot.inputs)."""
-    from medcopilot.config import RECIPES_DIR, load_recipe
+    size (medagentgym.medcopilot.inputs)."""
+    from medagentgym.medcopilot.config import RECIPES_DIR, load_recipe
 
     reads = set()
     for path in RECIPES_DIR.glob("*_qwen*.yaml"):

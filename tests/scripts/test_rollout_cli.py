@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from medagentgym import tasks
-from env_client.trajectory import TrajectoryStore
+from medagentgym.env_client.trajectory import TrajectoryStore
 
 ROOT = Path(__file__).resolve().parents[2]
 SANDBOX = "bwrap" if shutil.which("bwrap") else "local"
@@ -62,7 +62,7 @@ def test_kill9_midway_then_resume_gives_exact_set(tasks_root, tmp_path):
     assert Counter(keys).most_common(1)[0][1] == 1, "an episode was stored twice"
     assert set(keys) == expected
     # seeds are a pure function of (seed, task, sample): same as a fresh planner computes
-    from env_client.rollout import episode_seed
+    from medagentgym.env_client.rollout import episode_seed
 
     for t in TrajectoryStore(out).read():
         assert t.header.seed == episode_seed(3, t.header.task_id, t.header.sample_idx)

@@ -188,7 +188,7 @@ def test_importer_rejects_malformed_records(tmp_path):
 
 
 def test_episode_grades_the_submitted_code(pool, built, session):
-    from env_client.episode import Env
+    from medagentgym.env_client.episode import Env
 
     fam, _ = built
     tasks.register("biodsbench", entry_point="medagentgym.tasks.biodsbench:BioDSBench", max_turns=10, replace=True)

@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from medagentgym import tasks
-from env_client import Env
+from medagentgym.env_client import Env
 
 COHORT = "patient,age,bmi\np1,34,22.5\np2,61,31.0\np3,47,27.25\np4,52,24.0\n"
 ITEMS = [

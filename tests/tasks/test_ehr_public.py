@@ -262,7 +262,7 @@ def test_public_ids_are_carried_by_ordinary_patients_whose_histories_do_not_chan
 
 
 def test_a_planted_build_says_so_in_its_manifest_and_checks(tmp_path, capsys, load_script):
-    from env_client.rollout import describe_run
+    from medagentgym.env_client.rollout import describe_run
     from medagentgym.tasks.treqs import TREQS
 
     manifest = TREQS().build(tmp_path, size="tiny", seed=0, public_questions=[PUBLIC["mimicsql"]])

@@ -189,7 +189,7 @@ def test_bad_size_is_one_line_error(tmp_path):
 
 def test_reference_solution_in_the_sandbox(fam):
     """The stored solution runs in a real jail: /data mount, workspace cwd, scikit-learn; scored outside."""
-    from sandbox import SandboxUnavailable, make_pool
+    from medagentgym.sandbox import SandboxUnavailable, make_pool
 
     try:
         pool = make_pool("bwrap", workers=1, preload=("numpy", "pandas"))

@@ -28,8 +28,8 @@ import pandas as pd
 import pytest
 
 from medagentgym import tasks
-from env_client.episode import grade_submission
-from rewards import oracle_reward
+from medagentgym.env_client.episode import grade_submission
+from medagentgym.rewards import oracle_reward
 from medagentgym.tasks.base import GradeContext, InfraError
 from medagentgym.tasks.biocoder import BioCoder
 from medagentgym.tasks.biodsbench import MOUNT as DS_MOUNT

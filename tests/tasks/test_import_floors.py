@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from medagentgym import tasks
-from env_client.evaluation import FLOOR_BOUND, constant_floor
+from medagentgym.env_client.evaluation import FLOOR_BOUND, constant_floor
 from medagentgym.tasks.floors import question_template, template_floor
 from medagentgym.tasks.base import Instance
 from medagentgym.tasks.graders import grade

@@ -137,7 +137,7 @@ def test_bp_note_and_referral_payloads(fam):
 
 @pytest.fixture(scope="module")
 def bwrap_pool():
-    from sandbox import SandboxUnavailable, make_pool
+    from medagentgym.sandbox import SandboxUnavailable, make_pool
 
     try:
         pool = make_pool("bwrap", workers=1)

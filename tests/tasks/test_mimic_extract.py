@@ -194,7 +194,7 @@ def test_outcomes_depend_on_the_features():
 
 def test_episode_in_the_sandbox_scores_the_reference(built):
     """The real path: the reference code runs jailed with the cohort mounted; the host grades the workspace."""
-    from sandbox import SandboxUnavailable, make_pool
+    from medagentgym.sandbox import SandboxUnavailable, make_pool
 
     _report, fam = built
     try:

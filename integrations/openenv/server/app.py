@@ -42,7 +42,7 @@ def build(tasks_root: str | Path | None = None, *, families: list[str] | None = 
         SandboxUnavailable: The sandbox cannot start here (the message names the fix).
     """
     from medagentgym.adapters.openenv import build_openenv_app
-    from sandbox.errors import SandboxUnavailable
+    from medagentgym.sandbox.errors import SandboxUnavailable
 
     root = Path(tasks_root or os.environ.get("MEDAGENTGYM_TASKS_ROOT", "artifacts/tasks"))
     if not root.is_dir():

@@ -11,7 +11,7 @@ same process as the wrapper, so it can read the nonce and print (or suppress) an
 * gold values and hidden assertions never enter the jail; the payload carries the program's outputs
   (function results, variables, plotted data) and the host compares them with gold it keeps;
 * the host parses exactly one tagged line; a missing, duplicated or malformed line is a wrong answer with a
-  reason (:func:`parse_tagged`), never an exception (a crash would be a free pass; see ``rewards.oracle``).
+  reason (:func:`parse_tagged`), never an exception (a crash would be a free pass; see ``medagentgym.rewards.oracle``).
 
 When a grader gets no session (``tasks.check_family``'s direct play, offline scoring), the family opens its
 own one-worker sandbox pool with the family's data mounts (:class:`FallbackPool`); its sessions are not
@@ -143,9 +143,9 @@ def run_graded(session: Any, program: str, nonce: str, *, wall_s: float = 30.0,
         characters). The payload is untrusted data: validate it before use.
 
     Raises:
-        sandbox.SandboxError: The session itself failed (closed, no worker): an infrastructure failure.
+        medagentgym.sandbox.SandboxError: The session itself failed (closed, no worker): an infrastructure failure.
     """
-    from sandbox import Limits
+    from medagentgym.sandbox import Limits
 
     tag = f"@@{nonce}@@"
     code = _WRAPPER % (repr(program), repr(PAYLOAD_VAR.format(nonce=nonce)), repr(tag), repr(module_name))
@@ -182,7 +182,7 @@ class FallbackPool:
         if self._session is not None and mounts == self._mounts:
             return self._session
         if self._pool is None:
-            from sandbox import SandboxUnavailable, make_pool
+            from medagentgym.sandbox import SandboxUnavailable, make_pool
 
             try:
                 self._pool = make_pool(self.backend, workers=1, allow_unisolated=self.backend == "local",

@@ -132,7 +132,7 @@ def check_import(family: str, root: Path, *, limit: int | None = None, backend: 
     with contextlib.ExitStack() as stack:
         play = direct
         if getattr(fam, "needs_sandbox", False):
-            import sandbox
+            from medagentgym import sandbox
 
             pool = stack.enter_context(sandbox.make_pool(backend, workers=1, allow_unisolated=backend == "local"))
             play = functools.partial(sandbox_play, pool)
