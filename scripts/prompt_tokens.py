@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import subprocess
 import sys
 import tempfile
@@ -54,8 +55,9 @@ def _module(name: str, source: str) -> types.ModuleType:
 def before_renderer(rev: str) -> Any:
     """``(permitted, fmt) -> (system_text, tools)`` of the old prompt module at ``rev``, loaded without importing it."""
     actions = _module("_before_actions", _git_show(rev, "env_client/actions.py"))
-    prompts_src = _git_show(rev, "env_client/prompts.py").replace("from medagentgym.env_client.actions import",
-                                                                 "from _before_actions import")
+    # the old source imports its actions module by the name of its day (before the medagentgym namespace too)
+    prompts_src = re.sub(r"from (?:medagentgym[.])?env_client[.]actions import", "from _before_actions import",
+                         _git_show(rev, "env_client/prompts.py"))
     prompts = _module("_before_prompts", prompts_src)
 
     def render(permitted: frozenset[str], fmt: str) -> tuple[str, list[dict]]:

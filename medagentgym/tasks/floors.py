@@ -324,7 +324,7 @@ def slot_template(family: Any, instance: Any) -> str:
 
 
 def matched_template_floor(family: Any, train: list[Any], test: list[Any], train_sizes: list[int], *,
-                           key: Callable[[Any, Any], str] = slot_template, draws: int = 20,
+                           key: Callable[[Any, Any], str] | None = None, draws: int = 20,
                            seed: int = 0) -> dict[str, Any]:
     """The per-template floor measured as on a benchmark whose templates hold few train instances.
 
@@ -351,6 +351,7 @@ def matched_template_floor(family: Any, train: list[Any], test: list[Any], train
     import random
     import statistics
 
+    key = key or slot_template
     by_train, by_test = _by_template(family, train, key), _by_template(family, test, key)
     out: dict[str, Any] = {"floor": 0.0, "sd": 0.0, "draws": draws, "templates": len(by_test),
                            "instances": len(test), "full": 0.0}
@@ -423,7 +424,7 @@ def public_floor_record(name: str) -> dict[str, Any] | None:
 
 
 def public_template_floor(train: list[dict[str, Any]], test: list[dict[str, Any]], *,
-                          key: Callable[[dict[str, Any]], str] = public_template_key) -> dict[str, Any]:
+                          key: Callable[[dict[str, Any]], str] | None = None) -> dict[str, Any]:
     """The per-template floor of a public benchmark's task files, as issue 34 measured it: per template
     (:func:`public_template_key`), the most common train answer (its values as a set, lower-cased; the first
     seen wins a tie) submitted to that template's test records, scored by equality of those sets.
@@ -437,6 +438,7 @@ def public_template_floor(train: list[dict[str, Any]], test: list[dict[str, Any]
         template, its train records (what :func:`matched_template_floor` draws from).
     """
     counts: dict[str, Counter] = defaultdict(Counter)
+    key = key or public_template_key
     for rec in train:
         counts[key(rec)][_public_answer(rec.get("answer"))] += 1
     hits = 0
