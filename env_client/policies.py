@@ -501,11 +501,15 @@ class OpenAIPolicy:
         return {"stop": tenacity.stop_after_attempt(self.max_retries + 1),
                 "retry": tenacity.retry_if_exception(self._retryable), "wait": self._wait, "reraise": True}
 
+    def _hung_error(self) -> PolicyError:
+        """The one-line error of a declared hang (only once ``self._hung`` is set)."""
+        err = PolicyError(self._hung)
+        err.unreachable = err.timed_out = err.hung = True
+        return err
+
     def _check_hung(self) -> None:
         if self._hung is not None:
-            err = PolicyError(self._hung)
-            err.unreachable = err.timed_out = err.hung = True
-            raise err
+            raise self._hung_error()
 
     def _answered(self) -> None:
         with self._health:
@@ -553,9 +557,7 @@ class OpenAIPolicy:
         where = self.base_url or "OpenAI"
         timed_out = isinstance(exc, self._openai.APITimeoutError)
         if timed_out and self._hung is not None:
-            err = PolicyError(self._hung)
-            err.unreachable = err.timed_out = err.hung = True
-            return err
+            return self._hung_error()
         unreachable = isinstance(exc, self._openai.APIConnectionError)  # APITimeoutError is one
         hint = (f"no answer within --timeout {self.timeout_s:g} s (not retried): check that the server runs and "
                 f"BASE_URL is right" if timed_out else endpoint_hint(status))
