@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import shutil
 import sqlite3
 import time
 from dataclasses import dataclass
@@ -120,9 +121,13 @@ def test_reference_solution_and_strict_grading(built):
     assert not fam.grade(num, f"{num.answer} or {num.answer + 1}").correct
 
 
-def test_family_contract_audits(case):
+def test_family_contract_audits(case, built, tmp_path):
     assert case.name in tasks.names()
-    report = tasks.check_family(case.name, size="tiny", seed=0, limit=150)  # 150 items per split suffice
+    # the module's build (a copy: the check may write beside it) is the first; check_family builds the second and
+    # compares them file by file (built=True)
+    root = tmp_path / "root"
+    shutil.copytree(built[0], root)
+    report = tasks.check_family(case.name, size="tiny", seed=0, root=root, limit=150, built=True)  # 150 per split
     for split in ("train", "test"):
         assert report[split]["oracle"] == 1.0
         assert report[split]["empty"] == report[split]["shotgun"] == report[split]["traceback"] == 0

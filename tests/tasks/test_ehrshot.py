@@ -30,8 +30,11 @@ def fam(tmp_path_factory):
     # Registered only for this module (until medagentgym/tasks/__init__.py carries the line); restored afterwards.
     with pytest.MonkeyPatch.context() as mp:
         mp.setitem(tasks.registry._REGISTRY, "ehrshot", tasks.registry.FamilySpec("ehrshot", "medagentgym.tasks.ehrshot:EHRShot", 12))
-        root = tmp_path_factory.mktemp("ehrshot_root")
-        report = tasks.check_family("ehrshot", size="tiny", seed=0, root=root, play=replay)
+        from _build_cache import tasks_root
+
+        # the build cache's copy is the first build; check_family builds a second and compares them (built=True)
+        root = tasks_root(["ehrshot"], tmp_path_factory.mktemp("ehrshot_root"))
+        report = tasks.check_family("ehrshot", size="tiny", seed=0, root=root, play=replay, built=True)
         family = tasks.make("ehrshot", root=root)
         family.contract_report = report
         yield family

@@ -24,10 +24,13 @@ NAME = "mimic_extract"
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
-    """check_family (with the host replay) builds twice and leaves the first build in ``root``."""
+    """check_family (with the host replay) on the build cache's copy in ``root`` (tests/_build_cache.py): it builds
+    once more and compares the two builds file by file (built=True), then checks the contract on ``root``."""
+    from _build_cache import tasks_root
+
     tasks.register(NAME, entry_point="medagentgym.tasks.mimic_extract:MimicExtract", max_turns=15, replace=True)
-    root = tmp_path_factory.mktemp("mimic_extract_root")
-    report = tasks.check_family(NAME, size="tiny", seed=0, root=root, play=host_play)
+    root = tasks_root([NAME], tmp_path_factory.mktemp("mimic_extract_root"))
+    report = tasks.check_family(NAME, size="tiny", seed=0, root=root, play=host_play, built=True)
     return report, MimicExtract(root=root / NAME)
 
 

@@ -176,6 +176,25 @@ def test_check_family_catches_a_lenient_grader(monkeypatch):
         tasks.check_family("toy_sql")
 
 
+def test_check_family_on_an_existing_build_still_compares_it_with_a_fresh_one(tmp_path):
+    """built=True (issue #29: the tests' cached builds stand for check_family's first build): the build in ``root``
+    is compared file by file with a second one, so a build that differs from what the code builds now fails, and a
+    root without a build of that size and seed is refused in words, not checked against nothing."""
+    from medagentgym.tasks.base import write_manifest
+
+    with pytest.raises(tasks.TaskError, match=r"built=True\) needs root= holding toy_sql/manifest.json"):
+        tasks.check_family("toy_sql", root=tmp_path, limit=3, built=True)
+    manifest = tasks.make("toy_sql", root=tmp_path).build(tmp_path, size="tiny", seed=0)
+    assert tasks.check_family("toy_sql", size="tiny", seed=0, root=tmp_path, limit=3, built=True)["test"]["oracle"] == 1
+    with pytest.raises(tasks.TaskError, match="needs root="):  # the build in root is of another seed
+        tasks.check_family("toy_sql", size="tiny", seed=1, root=tmp_path, limit=3, built=True)
+    family_dir = tmp_path / "toy_sql"
+    (family_dir / "notes.txt").write_text("written by an older build\n")  # a build from other code
+    write_manifest(family_dir, **{k: v for k, v in manifest.items() if k not in ("files", "build_seconds")})
+    with pytest.raises(tasks.TaskError, match="same seed, different files"):
+        tasks.check_family("toy_sql", size="tiny", seed=0, root=tmp_path, limit=3, built=True)
+
+
 def test_check_family_runs_the_reference_program_and_catches_a_broken_one(monkeypatch):
     """A reference whose SQL computes something else still submits the gold: check_family runs the program."""
     from medagentgym.tasks.base import run_then_submit
