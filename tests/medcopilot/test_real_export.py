@@ -60,7 +60,9 @@ def test_an_export_of_a_bf16_run_keeps_a_small_update(real_model_dir, base_weigh
         f"{json.loads((out / 'config.json').read_text()).get('dtype')})")
 
 
-@pytest.mark.parametrize("rel", [1e-4, 1e-3])
+# 1e-4 is the harder case (nearest-bf16 rounding keeps ~0.07 of it); 1e-3 repeats the same sync in
+# `make test-slow` (issue #29: ~11 CPU seconds)
+@pytest.mark.parametrize("rel", [1e-4, pytest.param(1e-3, marks=pytest.mark.slow)])
 def test_the_samplers_weights_keep_a_small_update_of_the_real_bf16_model(real_model_dir, rel):
     """The weight sync to vLLM (``medagentgym.medcopilot.vllm_sync``, TRL's ``sync_weights`` walking our parameters) on the
     real bf16-stored SmolLM2 with LoRA on all its linear layers: the weights the sampler receives carry the whole

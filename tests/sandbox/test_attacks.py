@@ -32,7 +32,7 @@ def test_fork_bomb(pool, still_serves):
     with pool.session() as bomb, pool.session() as other:
         results = []
         t = threading.Thread(target=lambda: results.append(
-            bomb.run_python(bomb_code, limits=Limits(wall_s=2.0, processes=32))))
+            bomb.run_python(bomb_code, limits=Limits(wall_s=2.0, cpu_s=4.0, processes=32))))
         t.start()
         time.sleep(0.5)
         # the other worker runs as another uid: the bomb cannot exhaust its process limit
@@ -40,7 +40,9 @@ def test_fork_bomb(pool, still_serves):
         t.join()
         assert side.stdout == "0\n", side
         # 32 runnable processes are all kept waiting on a busy host, which the wall guard does not charge: the bomb
-        # ends at the call's CPU limit or, at the latest, at the hard cap (medagentgym.sandbox._clock)
+        # ends at the call's CPU limit or, at the latest, at the hard cap (medagentgym.sandbox._clock). cpu_s=4 (the
+        # default is 30): the bomb's processes together stop after 4 CPU seconds, ~2 s on two idle cores, instead of
+        # burning both cores to the 20 s hard cap (issue #29); the side call above still runs while it forks.
         assert results[0].timed_out and results[0].duration_s < hard_wall_s(2.0) + 5
         assert bomb.run_python("print('after')").stdout == "after\n"
     still_serves(pool)
@@ -426,15 +428,21 @@ def test_every_process_in_the_jail_holds_only_the_documented_capabilities(solo):
         deadline = time.monotonic() + 60
         while not any(r.startswith("spare-") for r in solo.process_roles().values()) and time.monotonic() < deadline:
             time.sleep(0.2)
-        # A process the user's code started lives only during its call: sample while one runs.
+        # A process the user's code started lives only during its call: sample while one runs. It waits for a file
+        # the test writes into the workspace once it has seen it (the event), not for a fixed time (issue #29).
+        go = s.workspace / "go"
         call = threading.Thread(target=s.run_python, args=(
-            "import subprocess\nsubprocess.run(['sleep', '4'])",), kwargs={"limits": Limits(wall_s=8)})
+            "import subprocess\nsubprocess.run(['sh', '-c', 'while [ ! -e go ]; do sleep 0.05; done'])",),
+            kwargs={"limits": Limits(wall_s=120)})
         call.start()
-        statuses = []  # sampled while the call runs (the event), not for a fixed time (issue #29)
-        while call.is_alive() and not any(r == "user-process" for r, _ in statuses):
-            time.sleep(0.2)
-            statuses = _jail_status(solo)
-        call.join()
+        statuses = []
+        try:
+            while call.is_alive() and not any(r == "user-process" for r, _ in statuses):
+                time.sleep(0.2)
+                statuses = _jail_status(solo)
+        finally:
+            go.write_text("")
+            call.join()
         seen = set()
         for role, st in statuses:
             kind = role.split("-")[0]
