@@ -10,8 +10,9 @@ import pytest
 from medagentgym.medcopilot.rollout_func import TurnBatcher
 
 
-def _play(batching: str, flush_s: float):
-    """Episode A asks twice; episode B sits in its sandbox until A's second turn is generated, then asks once."""
+def _play(batching: str, flush_s: float, b_wait_s: float):
+    """Episode A asks twice; episode B sits in its sandbox until A's second turn is generated (at most
+    ``b_wait_s``), then asks once."""
     calls: list[list[int]] = []
 
     def generate(contexts, seeds):
@@ -35,7 +36,7 @@ def _play(batching: str, flush_s: float):
         batcher.start()
         try:
             batcher.request(1, [1, 1])
-            seen["b_waited"] = a_second_turn_done.wait(timeout=3.0)  # a long sandbox call
+            seen["b_waited"] = a_second_turn_done.wait(timeout=b_wait_s)  # a long sandbox call
             batcher.request(1, [1, 2])
         finally:
             batcher.done()
@@ -50,14 +51,16 @@ def _play(batching: str, flush_s: float):
 
 
 def test_continuous_batching_serves_a_ready_episode_while_another_runs_code():
-    calls, seen, batcher = _play("continuous", flush_s=60.0)
+    # B waits for A's second turn (the event; microseconds of work): 60 s guards a hang, not the speed (issue #29)
+    calls, seen, batcher = _play("continuous", flush_s=60.0, b_wait_s=60.0)
     assert seen["b_waited"] is True, "A's second turn was generated while B was still in its sandbox"
     assert calls[1] == [0] and calls[-1] == [1]
     assert 0.0 <= batcher.idle_share <= 1.0 and batcher.generate_s <= batcher.wall_s
 
 
 def test_lockstep_batching_makes_the_ready_episode_wait_for_the_slow_one():
-    calls, seen, _ = _play("lockstep", flush_s=60.0)
+    # A's second turn cannot come while B is out, however fast the host: B gives up after 3 s whatever the load
+    calls, seen, _ = _play("lockstep", flush_s=60.0, b_wait_s=3.0)
     assert seen["b_waited"] is False, "A waited for B (B gave up waiting after 3 s)"
     assert [0, 1] in calls[1:], "A's second turn went out together with B's"
 
