@@ -58,6 +58,10 @@ Version history:
        answer now). ``public_questions`` builds are labelled schema/coverage smoke builds; ``public_ids``
        gives ordinary patients the public files' ids.
     4: rows stored in a seeded random order in every table (was time order per stay); same values.
+    5: per-template constants pay about what they pay on the public files without their wall-clock defect
+       (issue 34): "nothing found" answers at the public records' trusted share (13.5 %, was the midpoint with
+       the wall-clock-inflated published share), and no meaningful answer holds more than a quarter of a built
+       category (``answer_share``; a count of 2 held half of some small categories).
 """
 
 from __future__ import annotations
@@ -81,9 +85,10 @@ class EICU(EHRSQLFamily):
     """The eicu family (see the module docstring for the spec card)."""
 
     name = "eicu"
-    version = 4
+    version = 5
     db_file = DB_FILE
     per_category: ClassVar[dict[str, int]] = {"tiny": 3, "default": 150}
+    answer_share: ClassVar[float | None] = 0.25
     context_text = (
         f"SQLite database: /data/{DB_FILE} (EHRSQL eICU schema, 10 tables: patient, diagnosis, treatment, lab, "
         "medication, cost, allergy, intakeoutput, microlab, vitalperiodic), read-only. Patients are identified by "

@@ -77,6 +77,9 @@ class EHRSQLFamily:
     #: Instances per category by size.
     per_category: ClassVar[dict[str, int]] = {"tiny": 3, "default": 150}
     context_text: str = ""
+    #: The most one meaningful answer may hold of a built category (``templating.spread_answers``); None: a third
+    #: of ``per_category`` as drawn.
+    answer_share: ClassVar[float | None] = None
     write_database: Callable[[RawHospital, Path, int], dict[str, int]]
 
     def __init__(self, root: Path | str | None = None) -> None:
@@ -174,7 +177,7 @@ class EHRSQLFamily:
         try:
             splits = make_instances(inst, per_category=self.per_category[size], test_fraction=TEST_FRACTION,
                                     context=self.context_text, data={self.db_file: self.db_file}, db_name=self.db_file,
-                                    target=self.mix_target(), grading=GRADING)
+                                    target=self.mix_target(), grading=GRADING, answer_share=self.answer_share)
         finally:
             inst.close()
         empty = [c for c in self.categories if not any(i.category == c for s in splits.values() for i in s)]
