@@ -17,7 +17,8 @@ SQL condition, and an optional anchor rule) and ``templates``. A template names:
 Slot draws come from the pool with a per-category seeded RNG; the gold SQL runs on ONE read-only connection;
 instances whose result is empty, NULL, a bare 0 or 1 for numeric answers, ambiguous (several rows for a
 scalar) or too long (sets over ``max_items``) are dropped; boolean categories are kept balanced, no other
-answer fills more than a third of its category, and no answer fills more than :data:`MAX_ANSWER_SHARE` of a split
+answer fills more than a third of its category (a family's ``answer_share`` of the category as built:
+:func:`spread_answers`), and no answer fills more than :data:`MAX_ANSWER_SHARE` of a split
 (:func:`cap_answer_share`), so one constant answer, such as a count of 2 or "yes", scores little anywhere.
 """
 
