@@ -126,18 +126,10 @@ def test_tiny_floor_like_for_like_is_near_the_public_one(tmp_path, name):
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["mimic_iii", "eicu", "treqs"])
 def test_floors_like_for_like_over_three_tiny_seeds(tmp_path, name):
-    """The mean over up to three tiny seeds within 3 points of the public clean figure plus two sd of that mean.
-    Many tiny seeds cannot fill every category (the 30-patient hospital; of seeds 0-5 mimic_iii built 2, eicu 1
-    on 2026-11-29); those seeds are passed over."""
-    rows = []
-    for seed in range(6):
-        try:
-            rows.append(_matched(name, seed, tmp_path))
-        except RuntimeError as exc:  # the tiny build itself failed (categories without instances at that seed)
-            assert "categories without any instance" in str(exc), exc
-        if len(rows) == 3:
-            break
-    assert rows, name
+    """The mean over tiny seeds 0-2 within 3 points of the public clean figure plus two sd of that mean. (Seeds
+    whose 30 patients leave a category empty build with a larger tiny hospital: before, of seeds 0-5 mimic_iii
+    built 2 and eicu 1.)"""
+    rows = [_matched(name, seed, tmp_path) for seed in range(3)]
     public = rows[0][1]
     mean = sum(r[0]["floor"] for r in rows) / len(rows)
     n = sum(r[0]["instances"] for r in rows)
