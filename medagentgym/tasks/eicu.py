@@ -35,7 +35,8 @@ Episode end:
 Arguments:
     ``tasks.make("eicu", root=DIR)``; ``build(out_dir, size="tiny"|"default", seed=0)`` writes
     ``<out_dir>/eicu/{eicu.db, train.jsonl, test.jsonl, manifest.json}``, byte-identical per seed.
-    tiny: 30 patients, up to 3 instances per category; default: 1,000 patients, up to 150 per category.
+    tiny: 30 patients (45, 60 ... up to 90 at a seed where 30 leave a category empty),
+    up to 3 instances per category; default: 1,000 patients, up to 150 per category.
     ``public_ids=[FILES]`` gives the first ordinary patients the ids public question files name (their
     histories are the ordinary draw). ``public_questions=[FILES]`` is a schema/coverage SMOKE option: it plants
     patients shaped by those questions (``medagentgym.tasks.ehr_synth.plant``, an answer key for them); the
@@ -58,6 +59,10 @@ Version history:
        answer now). ``public_questions`` builds are labelled schema/coverage smoke builds; ``public_ids``
        gives ordinary patients the public files' ids.
     4: rows stored in a seeded random order in every table (was time order per stay); same values.
+    5: per-template constants pay about what they pay on the public files without their wall-clock defect
+       (issue 34): "nothing found" answers at the public records' trusted share (13.5 %, was the midpoint with
+       the wall-clock-inflated published share), and no meaningful answer holds more than a quarter of a built
+       category (``answer_share``; a count of 2 held half of some small categories).
 """
 
 from __future__ import annotations
@@ -81,9 +86,10 @@ class EICU(EHRSQLFamily):
     """The eicu family (see the module docstring for the spec card)."""
 
     name = "eicu"
-    version = 4
+    version = 5
     db_file = DB_FILE
     per_category: ClassVar[dict[str, int]] = {"tiny": 3, "default": 150}
+    answer_share: ClassVar[float | None] = 0.25
     context_text = (
         f"SQLite database: /data/{DB_FILE} (EHRSQL eICU schema, 10 tables: patient, diagnosis, treatment, lab, "
         "medication, cost, allergy, intakeoutput, microlab, vitalperiodic), read-only. Patients are identified by "

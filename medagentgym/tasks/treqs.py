@@ -36,7 +36,8 @@ Episode end:
 Arguments:
     ``tasks.make("treqs", root=DIR)``; ``build(out_dir, size="tiny"|"default", seed=0)`` writes
     ``<out_dir>/treqs/{treqs.db, train.jsonl, test.jsonl, manifest.json}``, byte-identical per seed.
-    tiny: 30 patients, up to 3 instances per template; default: 1,000 patients, up to 300 per template.
+    tiny: 30 patients (45, 60 ... up to 90 at a seed where 30 leave a category empty),
+    up to 3 instances per template; default: 1,000 patients, up to 300 per template.
     ``public_ids=[FILES]`` gives the first ordinary patients the ids public question files name (their
     histories are the ordinary draw). ``public_questions=[FILES]`` is a schema/coverage SMOKE option: it plants
     patients shaped by those questions (``medagentgym.tasks.ehr_synth.plant``, an answer key for them); the

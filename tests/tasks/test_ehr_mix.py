@@ -79,5 +79,39 @@ def test_shipped_targets_are_within_five_points_of_the_public_shares(family):
         if feat in public and not feat.startswith("nothing_"):
             assert abs(100 * share - public[feat]) < 0.5, feat  # question types: the public shares themselves
     nothing = 100 * sum(v for k, v in target.items() if k.startswith("nothing_"))
-    assert abs(nothing - public["nothing_found"]) < 5 and abs(nothing - trusted["nothing_found"]) < 5
+    assert nothing < public["nothing_found"] + 5  # the published share is inflated by its wall-clock defect
+    assert abs(nothing - trusted["nothing_found"]) < 5
+    if family in ("mimic_iii", "eicu"):  # issue 34: the records the importer keeps, so floors compare like for like
+        assert abs(nothing - trusted["nothing_found"]) < 0.1
     assert all(v <= 0.075 for k, v in target.items() if k.startswith("nothing_"))  # under the 8 % answer cap
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_spread_answers_caps_each_answer_at_its_share_of_the_built_category(seed):
+    """Issue 34: a count of 2 held half of a small mimic_iii/eicu category (the draw capped it at a third of
+    ``per_category``, not of what the category kept), so one constant per template learned on two train
+    instances paid ~30 %. Built, no answer holds more than the share of the category (its nothing-found ones
+    counted), and a trimmed category keeps its answers varied."""
+    import random
+
+    from medagentgym.tasks.ehr_synth.templating import spread_answers
+
+    rng = random.Random(seed)
+    for _ in range(200):
+        drawn = [({}, "q", f"s{k}", rng.choice([2, 2, 2, 3, 3, 4, 5, 6, 7, 8])) for k in range(rng.randint(1, 40))]
+        keep, others, share = rng.randint(1, len(drawn)), rng.randint(0, 10), rng.choice([0.25, 1 / 3])
+        got = spread_answers(drawn, keep, others, share)
+        answers = [a for *_, a in got]
+        assert got and len(got) <= keep and all(g in drawn for g in got) and len({g[2] for g in got}) == len(got)
+        top = max(answers.count(a) for a in answers)
+        assert top == 1 or top <= share * (len(got) + others), (answers, others, share)
+        distinct = len({a for *_, a in drawn})
+        assert len(set(answers)) == min(distinct, len(got)) or top == 1  # trimming drops repeats first
+
+
+def test_a_category_of_one_repeated_answer_keeps_one_instance():
+    from medagentgym.tasks.ehr_synth.templating import spread_answers
+
+    drawn = [({}, "q", f"s{k}", 2) for k in range(6)]
+    assert [s for _, _, s, _ in spread_answers(drawn, 6, 0, 0.25)] == ["s0"]
+    assert len(spread_answers(drawn, 6, 12, 0.25)) == 4  # beside 12 nothing-found instances, 4 of 16 are 2

@@ -112,11 +112,13 @@ def _matched(name, seed, tmp_path, draws=10):
     return got, public["floor_clean"]
 
 
-def test_tiny_mimic_iii_floor_like_for_like_is_near_the_public_one(tmp_path):
+@pytest.mark.parametrize("name", ["mimic_iii", "eicu"])
+def test_tiny_floor_like_for_like_is_near_the_public_one(tmp_path, name):
     """Issue 34's acceptance, on the tiny build: measured like the public files, the per-template floor is within
-    3 points of the public 14.0 %, plus two sd of a tiny test split (~190 instances at ~17 %: 2.7 points). Tiny
-    seed 0 gave 17.6 %, the mid build (default hospital, 30 per category) 16.7 %."""
-    got, public = _matched("mimic_iii", 0, tmp_path)
+    3 points of the public clean figure (mimic_iii 14.0 %, eicu 14.1 %), plus two sd of a tiny test split (~120
+    instances at ~16 %: 6.7 points). v5, tiny seed 0: mimic_iii 16.0 %, eicu 16.5 % (v4: 17.6 %, 16.9 %); the
+    default builds are measured in docs/families/floors.json (``template_matched``)."""
+    got, public = _matched(name, 0, tmp_path)
     assert got["templates"] < got["instances"] and 0.0 < got["floor"]
     assert got["floor"] <= public + 0.03 + 2 * (got["floor"] * (1 - got["floor"]) / got["instances"]) ** 0.5, got
 
@@ -124,18 +126,10 @@ def test_tiny_mimic_iii_floor_like_for_like_is_near_the_public_one(tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["mimic_iii", "eicu", "treqs"])
 def test_floors_like_for_like_over_three_tiny_seeds(tmp_path, name):
-    """The mean over up to three tiny seeds within 3 points of the public clean figure plus two sd of that mean.
-    Many tiny seeds cannot fill every category (the 30-patient hospital; of seeds 0-5 mimic_iii built 2, eicu 1
-    on 2026-11-29); those seeds are passed over."""
-    rows = []
-    for seed in range(6):
-        try:
-            rows.append(_matched(name, seed, tmp_path))
-        except RuntimeError as exc:  # the tiny build itself failed (categories without instances at that seed)
-            assert "categories without any instance" in str(exc), exc
-        if len(rows) == 3:
-            break
-    assert rows, name
+    """The mean over tiny seeds 0-2 within 3 points of the public clean figure plus two sd of that mean. (Seeds
+    whose 30 patients leave a category empty build with a larger tiny hospital: before, of seeds 0-5 mimic_iii
+    built 2 and eicu 1.)"""
+    rows = [_matched(name, seed, tmp_path) for seed in range(3)]
     public = rows[0][1]
     mean = sum(r[0]["floor"] for r in rows) / len(rows)
     n = sum(r[0]["instances"] for r in rows)

@@ -38,6 +38,9 @@ from medagentgym.tasks.graders import grade, render_answer
 DATA_DIR = Path(__file__).resolve().parent.parent / "data"
 SQL_ACTIONS = frozenset({"request_info", "code_execution", "debugging", "submit_answer"})
 TEST_FRACTION = 0.4
+#: A tiny build whose 30 patients leave a category without an instance at its seed is drawn again with 15 more
+#: patients, up to this many times 30 (most tiny seeds but 0 left one category empty; seed 0 is unchanged).
+TINY_GROWTH = 3
 #: What a build made with ``public_questions`` says about itself (manifest ``planted.warning``, evaluation reports,
 #: ``scripts/check_public_sql.py --plant``).
 PLANTED_WARNING = ("schema/coverage smoke build: patients were planted from public question files, with the events "
@@ -77,6 +80,9 @@ class EHRSQLFamily:
     #: Instances per category by size.
     per_category: ClassVar[dict[str, int]] = {"tiny": 3, "default": 150}
     context_text: str = ""
+    #: The most one meaningful answer may hold of a built category (``templating.spread_answers``); None: a third
+    #: of ``per_category`` as drawn.
+    answer_share: ClassVar[float | None] = None
     write_database: Callable[[RawHospital, Path, int], dict[str, int]]
 
     def __init__(self, root: Path | str | None = None) -> None:
@@ -167,17 +173,22 @@ class EHRSQLFamily:
         started = time.perf_counter()
         family_dir = Path(out_dir) / self.name
         family_dir.mkdir(parents=True, exist_ok=True)
-        raw = cached_draw(SIZES[size], seed, tuple(str(Path(p)) for p in public_questions or ()),
-                          public_id_files=tuple(str(Path(p)) for p in public_ids or ()))
-        tables = type(self).write_database(raw, family_dir / self.db_file, seed)
-        inst = Instantiator(family_dir / self.db_file, self._filters, self._templates, family=self.name, seed=seed)
-        try:
-            splits = make_instances(inst, per_category=self.per_category[size], test_fraction=TEST_FRACTION,
-                                    context=self.context_text, data={self.db_file: self.db_file}, db_name=self.db_file,
-                                    target=self.mix_target(), grading=GRADING)
-        finally:
-            inst.close()
-        empty = [c for c in self.categories if not any(i.category == c for s in splits.values() for i in s)]
+        for patients in range(SIZES[size], SIZES[size] * TINY_GROWTH + 1, SIZES[size] // 2):
+            raw = cached_draw(patients, seed, tuple(str(Path(p)) for p in public_questions or ()),
+                              public_id_files=tuple(str(Path(p)) for p in public_ids or ()))
+            tables = type(self).write_database(raw, family_dir / self.db_file, seed)
+            inst = Instantiator(family_dir / self.db_file, self._filters, self._templates, family=self.name,
+                                seed=seed)
+            try:
+                splits = make_instances(inst, per_category=self.per_category[size], test_fraction=TEST_FRACTION,
+                                        context=self.context_text, data={self.db_file: self.db_file},
+                                        db_name=self.db_file, target=self.mix_target(), grading=GRADING,
+                                        answer_share=self.answer_share)
+            finally:
+                inst.close()
+            empty = [c for c in self.categories if not any(i.category == c for s in splits.values() for i in s)]
+            if not empty or size != "tiny":  # a tiny hospital that leaves a category empty grows by half
+                break
         if empty:
             raise TaskError(f"{self.name}: categories without any instance at size={size!r}, seed={seed}: {empty[:5]}")
         for split, items in splits.items():
@@ -190,6 +201,8 @@ class EHRSQLFamily:
                    if public_questions else {})
         if public_ids:
             planted["public_ids"] = {"files": sorted(Path(p).name for p in public_ids)}
+        if patients != SIZES[size]:  # said only when grown: other builds' manifests stay as they were
+            planted["patients"] = patients
         manifest = write_manifest(
             family_dir, family=self.name, version=self.version, size=size, seed=seed, tables=tables,
             counts={split: len(items) for split, items in splits.items()}, categories=per_cat, **planted,

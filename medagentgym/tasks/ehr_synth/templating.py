@@ -17,7 +17,8 @@ SQL condition, and an optional anchor rule) and ``templates``. A template names:
 Slot draws come from the pool with a per-category seeded RNG; the gold SQL runs on ONE read-only connection;
 instances whose result is empty, NULL, a bare 0 or 1 for numeric answers, ambiguous (several rows for a
 scalar) or too long (sets over ``max_items``) are dropped; boolean categories are kept balanced, no other
-answer fills more than a third of its category, and no answer fills more than :data:`MAX_ANSWER_SHARE` of a split
+answer fills more than a third of its category (a family's ``answer_share`` of the category as built:
+:func:`spread_answers`), and no answer fills more than :data:`MAX_ANSWER_SHARE` of a split
 (:func:`cap_answer_share`), so one constant answer, such as a count of 2 or "yes", scores little anywhere.
 """
 
@@ -424,9 +425,46 @@ def plan_mix(categories: list[tuple[frozenset[str], int, dict[str, int]]], targe
             for i, (_f, items, _kinds) in enumerate(categories)]
 
 
+def spread_answers(items: list[tuple[dict[str, Any], str, str, Any]], keep: int, others: int,
+                   max_share: float) -> list[tuple[dict[str, Any], str, str, Any]]:
+    """At most ``keep`` of one category's meaningful ``items``, chosen so that no answer holds more than
+    ``max_share`` of the category (the kept items plus its ``others`` nothing-found instances).
+
+    Items are taken round-robin over their answers (each answer's items in draw order, answers in order of first
+    draw), so trimming a category keeps its answers varied; then the most common answer loses its last items until
+    it holds at most ``max_share`` of what is left (at least one item of it stays). A per-template constant learned
+    on a few train instances then rarely finds an answer that repeats (issue 34: a count of 2 held half of a
+    small category, because the draw's cap was a third of ``per_category``, not of what the category kept).
+
+    Example:
+        >>> drawn = [({}, "q", f"s{k}", a) for k, a in enumerate([2, 2, 2, 2, 5, 6, 7, 8, 9])]
+        >>> [a for *_, a in spread_answers(drawn, 9, 0, 1 / 3)]  # 2 keeps 2 of 7
+        [2, 5, 6, 7, 8, 9, 2]
+        >>> [a for *_, a in spread_answers(drawn, 4, 0, 1 / 3)]  # trimmed: one 2, not four
+        [2, 5, 6, 7]
+    """
+    groups: dict[str, list[tuple[dict[str, Any], str, str, Any]]] = {}
+    for item in items:
+        groups.setdefault(str(item[3]), []).append(item)
+    ordered = [group[k] for k in range(max(map(len, groups.values()), default=0)) for group in groups.values()
+               if k < len(group)]
+    kept = ordered[:max(0, keep)]
+    while kept:
+        counts: dict[str, int] = {}
+        for item in kept:
+            counts[str(item[3])] = counts.get(str(item[3]), 0) + 1
+        answer, n = max(counts.items(), key=lambda kv: kv[1])
+        if n <= max(1, int(max_share * (len(kept) + others))):
+            break
+        last = max(k for k, item in enumerate(kept) if str(item[3]) == answer)
+        del kept[last]
+    return kept
+
+
 def make_instances(inst: Instantiator, *, per_category: int, test_fraction: float, context: str,
                    data: dict[str, str], db_name: str, target: dict[str, float] | None = None,
-                   grading: dict[str, dict[str, Any]] | None = None) -> dict[Split, list[Instance]]:
+                   grading: dict[str, dict[str, Any]] | None = None,
+                   answer_share: float | None = None) -> dict[Split, list[Instance]]:
     """All instances of a family, ``test_fraction`` of each category to test.
 
     With a ``target`` mix (feature -> share, ``medagentgym.tasks.ehr_synth.mix``), each category also draws up to
@@ -443,12 +481,18 @@ def make_instances(inst: Instantiator, *, per_category: int, test_fraction: floa
 
     Args:
         grading: Answer type -> grader options added to every instance of that type (template options win).
+        answer_share: When set, no meaningful answer holds more than this share of a (non yes/no) category, as
+            built (:func:`spread_answers`); else a third of ``per_category`` as drawn (:meth:`Instantiator.category`).
     """
     from collections import Counter
 
     from medagentgym.tasks.ehr_synth.mix import nothing_kind, question_features
     from medagentgym.tasks.graders import render_answer
 
+    def spread(template: Template, items: list, keep: int, others: int) -> list:  # yes/no: balanced already
+        return items[:keep] if template.type == "boolean" else spread_answers(items, keep, others, answer_share)
+
+    spread = None if answer_share is None else spread
     drawn = []
     for template in inst.templates:
         for variant in template.variants:
@@ -471,8 +515,12 @@ def make_instances(inst: Instantiator, *, per_category: int, test_fraction: floa
                 if used[kind] < by_kind.get(kind, 0):
                     used[kind] += 1
                     chosen_nothing.append(x)
-            trimmed.append((template, variant, items[:n_items], chosen_nothing))
+            trimmed.append((template, variant, items[:n_items], chosen_nothing) if spread is None else
+                           (template, variant, spread(template, items, n_items, len(chosen_nothing)), chosen_nothing))
         drawn = trimmed
+    elif spread is not None:
+        drawn = [(template, variant, spread(template, items, len(items), len(nothing)), nothing)
+                 for template, variant, items, nothing in drawn]
 
     splits: dict[Split, list[Instance]] = {"train": [], "test": []}
     in_test: Counter = Counter()
