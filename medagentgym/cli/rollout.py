@@ -3,7 +3,7 @@
     medagentgym rollout --tasks-root artifacts/tasks --families toy_sql --split test --policy oracle \
         -k 4 --concurrency 8 --backend thread --out runs/rollouts/oracle.jsonl --seed 0
 
-Appends one JSON line per finished episode to ``--out`` (an ``medagentgym.env_client.TrajectoryStore``) and prints a
+Appends one JSON line per finished episode to ``--out`` (a ``medagentgym.env_client.TrajectoryStore``) and prints a
 summary table (success rate overall and per family/category, turns, tokens, throughput). Rerunning with the
 same ``--out`` resumes: finished ``(task, sample)`` pairs are skipped, nothing is lost or duplicated, even after
 a kill -9 (a torn last line is cut off and that episode played again). A rerun that asks another question
