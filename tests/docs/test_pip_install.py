@@ -187,7 +187,7 @@ def test_add_a_family_runs_from_a_pip_install(pip_user, tmp_path):
     for command in doc.page_commands((ROOT / "docs" / "add_a_family.md").read_text(encoding="utf-8")):
         mine, why = pip_user_command(command)
         assert mine == command, f"add_a_family.md is written for a pip user; `{command}` is not ({why})"
-        outputs.append(_run(mine, work, pip_user).stdout)
+        outputs.append(_run(mine, work, {**pip_user, "PIP_NO_INDEX": "1"}).stdout)  # offline: no package index
     doc.check_outputs(work, outputs)
 
 
