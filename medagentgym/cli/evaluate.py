@@ -21,13 +21,14 @@ replaces the stored report; either stops with one line naming the difference and
 the new run writes a hidden folder beside it, ``.<name>.overwrite``, which takes the place of ``--out`` once the
 report is written (an interrupted ``--overwrite`` run resumes from it when rerun).
 
-Episodes that fail to run (an endpoint error, a dead sandbox) count as failures in every rate, are listed apart (``infra_failures``), make the exit status 1,
-and are retried by a rerun; the endpoint's own error is printed once with a hint. Every rate has a 95 %
-interval that never collapses (Wilson; over tasks when ``-k`` > 1) and a standard error clustered over tasks, and
-the report gives the macro average over families beside the micro one; base rates cover the whole split; the report records
-its provenance (policy and sampling, caps, commit, date, task-set hash) so that ``medagentgym leaderboard`` ranks
-only runs over the same tasks side by side. A family built with planted patients (``public_questions``,
-a schema/coverage smoke build) makes the report, its markdown and the JSON line carry a ``warnings`` entry.
+Episodes that fail to run (an endpoint error, a dead sandbox) count as failures in every rate, are listed apart
+(``infra_failures``), make the exit status 1, and are retried by a rerun; the endpoint's own error is printed once
+with a hint. Every rate has a 95 % interval that never collapses (Wilson; over tasks when ``-k`` > 1) and a standard
+error clustered over tasks, and the report gives the macro average over families beside the micro one; base rates
+cover the whole split; the report records its provenance (policy and sampling, caps, commit, date, task-set hash) so
+that ``medagentgym leaderboard`` ranks only runs over the same tasks side by side. A family built with planted
+patients (``public_questions``, a schema/coverage smoke build) makes the report, its markdown and the JSON line
+carry a ``warnings`` entry.
 
 Suites (``tasks.SUITES``, disjoint, as in the MedAgentGym paper): ``--suite id`` is the eight in-distribution
 families (mimic_iii, eicu, treqs, medcalcbench, medagentbench, biocoder, biodsbench, ehrshot), ``--suite ood``
