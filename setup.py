@@ -1,8 +1,8 @@
 """The wheel's one build step beyond pyproject.toml: the deprecated top-level names ship as their ``__init__.py``.
 
-``import sandbox`` (``rewards``, ``env_client``, ``medcopilot``) runs that file, whose first lines bind the old name
-to ``medagentgym.sandbox`` (medagentgym/_compat.py); every submodule, ``sandbox.api`` and the rest, is then answered
-by the alias finder with the module of ``medagentgym.sandbox.api``. The folders' other files are the files of
+Importing an old name (sandbox, rewards, env_client, medcopilot) runs that file, whose first lines bind the old
+name to the package under ``medagentgym`` (medagentgym/_compat.py); every submodule imported by the old name is then
+answered by the alias finder with the module of the new name. The folders' other files are the files of
 ``medagentgym/<name>/`` (a committed symlink in the repository), never loaded under the old name: the wheel leaves
 them out, so it holds each module once (tests/docs/test_pip_install.py checks both). All else is in pyproject.toml.
 """
