@@ -608,8 +608,9 @@ def settings_path(store: str | Path) -> Path:
     return store.with_name(store.name + ".run.json")
 
 
-def _check_run(store: TrajectoryStore, run_info: dict[str, Any]) -> str:
-    """Refuse to resume a store written under other settings; record the settings of a new store.
+def _check_run(store: TrajectoryStore, run_info: dict[str, Any], start_over: str | None = None) -> str:
+    """Refuse to resume a store written under other settings; record the settings of a new store. ``start_over``
+    ends the refusal (what to do besides another ``--out``; default: delete the store).
 
     Returns:
         The run key to stamp on new episodes.
@@ -629,7 +630,7 @@ def _check_run(store: TrajectoryStore, run_info: dict[str, Any]) -> str:
             what = ("; ".join(describe_difference(old, run_info)[:6]) if old is not None
                     else "its settings were not recorded")
             raise RolloutError(f"{store.path} holds episodes of another run ({what}); pass another --out, or "
-                               f"delete {store.path} to start over")
+                               f"{start_over or f'delete {store.path} to start over'}")
     if not side.exists() or not keys:
         tmp = side.with_name(f".{side.name}.tmp{os.getpid()}")
         tmp.write_text(json.dumps(run_info, indent=2, sort_keys=True, default=str) + "\n")
@@ -641,7 +642,8 @@ def rollout(instances: Iterable[Any], policy: Policy | str, env: EnvSpec | Calla
             seed: int = 0, concurrency: int = 1, backend: Backend = "thread",
             store: TrajectoryStore | str | Path | None = None, policy_name: str | None = None,
             on_error: Literal["raise", "skip"] = "raise", progress: bool = False,
-            run_info: dict[str, Any] | None = None, max_consecutive_failures: int | None = None) -> RolloutResult:
+            run_info: dict[str, Any] | None = None, max_consecutive_failures: int | None = None,
+            start_over: str | None = None) -> RolloutResult:
     """Run ``k`` episodes per instance with ``policy``.
 
     Args:
@@ -668,6 +670,8 @@ def rollout(instances: Iterable[Any], policy: Policy | str, env: EnvSpec | Calla
             rerun resumes. None: never stop. Whatever it is, a policy error marked ``hung`` (an endpoint whose
             requests timed out in a row, see ``OpenAIPolicy``) stops the run at once, and
             :data:`MAX_TIMEOUTS_IN_A_ROW` episodes in a row whose policy request timed out stop it the same way.
+        start_over: How the refusal to resume a ``store`` of other settings ends, after "pass another --out, or"
+            (a CLI's ``"--overwrite to replace it"``); default ``"delete <store> to start over"``.
 
     Returns:
         :class:`RolloutResult` with the summary and the trajectories of all requested keys (stored and new).
@@ -686,7 +690,7 @@ def rollout(instances: Iterable[Any], policy: Policy | str, env: EnvSpec | Calla
     instances = list(instances)
     key = None
     if store is not None and run_info is not None:
-        key = _check_run(store, {**run_info, "seed": seed})
+        key = _check_run(store, {**run_info, "seed": seed}, start_over)
     previous = _stored(store, instances, k) if store is not None else []
     items = plan(instances, k=k, seed=seed, skip={t.key for t in previous})
     name = policy_name or (policy if isinstance(policy, str) else type(policy).__name__)

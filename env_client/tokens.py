@@ -338,7 +338,7 @@ def token_rollout(env: Any, instance: Any, *, tokenizer: Any, model: Any = None,
     """Drive one episode of ``env`` with a local model at token level.
 
     Args:
-        env: An ``medagentgym.env_client.Env`` (or ``HTTPEnv``).
+        env: A ``medagentgym.env_client.Env`` (or ``HTTPEnv``).
         instance: The task instance to reset on.
         tokenizer: HF tokenizer with the model's chat template; ``eos_token`` must be the end-of-turn token.
         model: HF causal LM; used when ``generate_fn`` is not given.

@@ -187,7 +187,7 @@ def episode_outcome(trajectory: Any, *, model_tokens: int = 0, env_tokens: int =
     """The verdict and the :class:`EpisodeStats` of one finished ``env_client`` trajectory.
 
     Args:
-        trajectory: An ``medagentgym.env_client.trajectory.Trajectory`` whose ``final`` is set.
+        trajectory: A ``medagentgym.env_client.trajectory.Trajectory`` whose ``final`` is set.
         model_tokens: Model tokens of the episode (from the token-level rollout).
         env_tokens: Environment tokens spliced into its completion.
 

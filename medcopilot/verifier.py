@@ -53,7 +53,7 @@ def trajectory_messages(item: Any) -> list[Message]:
     """The chat of one finished episode, as the verifier reads it (system messages dropped).
 
     Args:
-        item: An ``medagentgym.env_client.trajectory.Trajectory``, its JSON record (a dict, as stored in a trajectory
+        item: A ``medagentgym.env_client.trajectory.Trajectory``, its JSON record (a dict, as stored in a trajectory
             JSONL), or a :class:`medagentgym.medcopilot.data.Episode`.
 
     Returns:

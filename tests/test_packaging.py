@@ -334,3 +334,15 @@ def test_installed_train_extra_runs_bundled_recipes_and_sweeps_by_name_from_any_
     own = (bundled / "sft_tiny.yaml").read_text().replace("max_steps: 5", "max_steps: 3")
     (work / "mine.yaml").write_text(own)
     assert "max_steps: 3" in run(cli, "train", "recipe=mine.yaml", "--dry-run")
+
+
+def test_the_wheel_build_trims_exactly_the_deprecated_names():
+    """setup.py ships only ``__init__.py`` of the old top-level packages: its list is medagentgym/_compat.py's."""
+    import ast
+
+    from medagentgym._compat import ALIASES
+
+    tree = ast.parse((ROOT / "setup.py").read_text(encoding="utf-8"))
+    (names,) = [ast.literal_eval(node.value) for node in tree.body if isinstance(node, ast.Assign)
+                and [getattr(t, "id", None) for t in node.targets] == ["OLD_NAMES"]]
+    assert sorted(names) == sorted(ALIASES)

@@ -1,7 +1,7 @@
 """What every adapter needs: task lookup by id or seed, one sandbox pool per process, an episode runner.
 
 An adapter (gymnasium, SkyRL-gym, TRL's ``environment_factory``, verifiers) runs MedAgentGym episodes in its own
-process (an ``medagentgym.env_client.Env`` over a shared sandbox pool) or against a running env server
+process (a ``medagentgym.env_client.Env`` over a shared sandbox pool) or against a running env server
 (``medagentgym.env_client.http_client.HTTPEnv``, when ``url`` is given). Either way the episode is the same: the model text or
 typed action goes in, the oracle grades one submitted answer.
 """

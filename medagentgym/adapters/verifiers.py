@@ -4,7 +4,7 @@ verifiers loads a taskset by id: this module is one (``vf-eval medagentgym-verif
 ``medagentgym_verifiers`` package that re-exports it), exporting the taskset (:class:`MedAgentGymTaskset`: one task
 per instance of the chosen families and split), its env (:class:`MedAgentGymEnv`) and its default harness
 (:class:`MedAgentGymHarness`). Like verifiers' own OpenEnv taskset, the env plays the user: each episode runs
-host-side (an ``medagentgym.env_client.Env`` over this process's sandbox pool, which grows to ``--max-concurrent`` episodes, or
+host-side (a ``medagentgym.env_client.Env`` over this process's sandbox pool, which grows to ``--max-concurrent`` episodes, or
 ``HTTPEnv`` with ``url``); the agent's reply is the model text that ``Env.step`` parses, the observation is the next
 user turn, and the oracle's reward for the one submitted answer is the task's ``medagentgym`` reward (a grader
 failure records no reward and stops the trace with ``grader_failed``, never a silent 0). The env server's token is

@@ -14,15 +14,21 @@ already built at another size than ``--size``, or by another version of its code
 report records the size really evaluated).
 
 Honest numbers: a rerun reuses stored episodes only when everything that changes an episode is the same (policy
-spec, weights of a local model, sampling flags, turn cap, format, seed, family versions and data); otherwise it
-stops with one line naming the difference (use another ``--out``). Episodes that fail to run (an endpoint error,
-a dead sandbox) count as failures in every rate, are listed apart (``infra_failures``), make the exit status 1,
-and are retried by a rerun; the endpoint's own error is printed once with a hint. Every rate has a 95 %
-interval that never collapses (Wilson; over tasks when ``-k`` > 1) and a standard error clustered over tasks, and
-the report gives the macro average over families beside the micro one; base rates cover the whole split; the report records
-its provenance (policy and sampling, caps, commit, date, task-set hash) so that ``medagentgym leaderboard`` ranks
-only runs over the same tasks side by side. A family built with planted patients (``public_questions``,
-a schema/coverage smoke build) makes the report, its markdown and the JSON line carry a ``warnings`` entry.
+spec, weights of a local model, sampling flags, turn cap, format, seed, family versions and data), and a rerun
+that asks another question (``--families``, ``--split``, ``--limit``, ``-k``, ``--seed``) never mixes with nor
+replaces the stored report; either stops with one line naming the difference and leaves ``--out`` as it was
+(use another ``--out``). ``--overwrite`` replaces ``--out`` instead, as ``medagentgym rollout --overwrite`` does:
+the new run writes a hidden folder beside it, ``.<name>.overwrite``, which takes the place of ``--out`` once the
+report is written (an interrupted ``--overwrite`` run resumes from it when rerun).
+
+Episodes that fail to run (an endpoint error, a dead sandbox) count as failures in every rate, are listed apart
+(``infra_failures``), make the exit status 1, and are retried by a rerun; the endpoint's own error is printed once
+with a hint. Every rate has a 95 % interval that never collapses (Wilson; over tasks when ``-k`` > 1) and a standard
+error clustered over tasks, and the report gives the macro average over families beside the micro one; base rates
+cover the whole split; the report records its provenance (policy and sampling, caps, commit, date, task-set hash) so
+that ``medagentgym leaderboard`` ranks only runs over the same tasks side by side. A family built with planted
+patients (``public_questions``, a schema/coverage smoke build) makes the report, its markdown and the JSON line
+carry a ``warnings`` entry.
 
 Suites (``tasks.SUITES``, disjoint, as in the MedAgentGym paper): ``--suite id`` is the eight in-distribution
 families (mimic_iii, eicu, treqs, medcalcbench, medagentbench, biocoder, biodsbench, ehrshot), ``--suite ood``
@@ -53,6 +59,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from medagentgym.cli.rollout import START_OVER, overwrite_store, overwrite_twin, refuse_another_question, replace_store
 from medagentgym.env_client.argtypes import nonneg_int, positive_int
 from medagentgym import tasks
 from medagentgym.env_client.errors import EnvClientError
@@ -110,6 +117,15 @@ def ensure_built(names: list[str], root: Path, size: str | None, seed: int) -> d
 
 #: What a report answers besides the policy: (its meta key, the flag that sets it).
 QUESTION = (("families", "--families"), ("split", "--split"), ("limit", "--limit"), ("k", "-k"), ("seed", "--seed"))
+
+
+#: The episodes' store in ``--out``.
+STORE = "trajectories.jsonl"
+
+
+def default_out(args: argparse.Namespace) -> Path:
+    """``--out``, or ``runs/eval/<policy>`` without it."""
+    return args.out or Path("runs/eval") / re.sub(r"[^A-Za-z0-9_.-]+", "_", args.policy)
 
 
 def question_change(out: Path, question: dict[str, Any]) -> str | None:
@@ -199,12 +215,14 @@ def run(args: argparse.Namespace) -> dict:
     split = "test" if args.suite else args.split
     scores = read_scores(args.scores) if args.scores else None  # a bad file fails now, not after every episode ran
     names = choose_families(args.families, args.suite, args.tasks_root)
-    out = args.out or Path("runs/eval") / re.sub(r"[^A-Za-z0-9_.-]+", "_", args.policy)
-    changed = question_change(out, {"families": names, "split": split, "limit": args.limit, "k": args.k,
-                                    "seed": args.seed})
+    out = default_out(args)
+    question = {"families": names, "split": split, "limit": args.limit, "k": args.k, "seed": args.seed}
+    changed = None if args.overwrite else question_change(out, question)
     if changed:
-        raise EvalError(f"{out} holds the report of another question ({changed}); pass another --out, or delete "
-                        f"{out} to start over")
+        raise EvalError(f"{out} holds the report of another question ({changed}); pass another --out, or "
+                        f"{START_OVER}")
+    if not args.overwrite:  # an interrupted run's episodes, before any report
+        refuse_another_question(out / STORE, question)
     sizes = ensure_built(names, args.tasks_root, args.size, args.seed)
     instances, base_rates, floors = [], {}, {}
     for name in names:
@@ -215,7 +233,6 @@ def run(args: argparse.Namespace) -> dict:
         instances.extend(whole[:args.limit])
         base_rates[name] = label_base_rate(whole)  # both over the whole split, not the --limit subset
         floors[name] = constant_floor(family, whole)
-    store = out / "trajectories.jsonl"
     config = {"format": args.format, **({"max_turns": args.max_turns} if args.max_turns else {})}
     spec = EnvSpec(tasks_root=str(args.tasks_root), backend=args.sandbox, allow_unisolated=args.allow_unisolated,
                    config=config)
@@ -224,14 +241,17 @@ def run(args: argparse.Namespace) -> dict:
     probe(policy)  # an endpoint that is down or mute fails here, once, before any episode
     run_info = describe_run(args.policy, policy, kwargs, config=config, fmt=args.format, split=split,
                             tasks_root=args.tasks_root, families=names)
+    run_info.update(limit=args.limit, k=args.k)  # the question, as `medagentgym rollout` records it
+    folder = overwrite_store(out, {**run_info, "seed": args.seed}, episodes=STORE) if args.overwrite else out
+    store = folder / STORE
     families, env_config = run_info["families"], run_info["env"]
     warnings = [f"{n}: {json.loads((args.tasks_root / n / 'manifest.json').read_text())['planted']['warning']}"
                 for n, f in sorted(families.items()) if f.get("planted")]
     result = rollout(instances, policy, spec, k=args.k, seed=args.seed, concurrency=args.concurrency,
                      store=store, policy_name=args.policy, on_error="skip", progress=not args.no_progress,
-                     run_info=run_info, max_consecutive_failures=failures_in_a_row(args))
+                     run_info=run_info, max_consecutive_failures=failures_in_a_row(args), start_over=START_OVER)
     if args.verifier:
-        scores = verifier_scores(args.verifier, result.trajectories, out / "scores.jsonl")
+        scores = verifier_scores(args.verifier, result.trajectories, folder / "scores.jsonl")
     built = sorted(set(sizes.values()))
     meta = {"policy": run_info["policy"], "split": split, "suite": args.suite or "custom",
             "size": built[0] if len(built) == 1 else sizes,
@@ -246,7 +266,9 @@ def run(args: argparse.Namespace) -> dict:
             "run_key": run_key({**run_info, "seed": args.seed}), **({"warnings": warnings} if warnings else {})}
     report = evaluate(result.trajectories, policy=args.policy, scores=scores, base_rates=base_rates, floors=floors,
                       meta=meta, failures=result.summary.failures)
-    write_report(report, out, plots=not args.no_plots)
+    write_report(report, folder, plots=not args.no_plots)
+    if folder != out:
+        replace_store(folder, out)
     if result.summary.failures:
         _report_failures(result.summary.failures)
     return {"policy": report.policy, "episodes": report.episodes, "success_rate": report.success_rate,
@@ -254,7 +276,7 @@ def run(args: argparse.Namespace) -> dict:
             "base_rate": base_rates, "floor": floors, "pass_at_k": report.pass_at_k, "best_at_k": report.best_at_k,
             "errors": report.errors, "failed_episodes": result.summary.failed,
             "infra_failures": report.infra_failures, "prompt_tokens": report.prompt_tokens,
-            "completion_tokens": report.total_tokens, "out": str(out), "_store": str(store),
+            "completion_tokens": report.total_tokens, "out": str(out), "_store": str(out / STORE),
             **({"warnings": warnings} if warnings else {})}
 
 
@@ -281,6 +303,8 @@ def main(argv: list[str] | None = None) -> int:
     scoring.add_argument("--verifier", default=None,
                          help="trained verifier folder or service URL: score the episodes for Best@K")
     p.add_argument("--out", type=Path, default=None, help="report directory (default runs/eval/<policy>)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace --out (when the run ends) instead of resuming it; needed to change its question")
     p.add_argument("--concurrency", type=positive_int, default=4, help="episodes in flight; default 4")
     p.add_argument("--sandbox", choices=["bwrap", "docker", "local"], default="bwrap",
                    help="sandbox backend for code; default bwrap ('local' is unisolated)")
@@ -300,10 +324,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         summary = run(args)
     except KeyboardInterrupt:
-        out = args.out or Path("runs/eval") / re.sub(r"[^A-Za-z0-9_.-]+", "_", args.policy)
-        store = out / "trajectories.jsonl"
+        out = default_out(args)
+        store = (overwrite_twin(out) if args.overwrite else out) / STORE
         saved = len(TrajectoryStore(store)) if store.exists() else 0
-        print(f"\ninterrupted: {saved} episode(s) saved in {store}; rerun the same command to resume", file=sys.stderr)
+        apart = f" (kept apart from {out} until it ends)" if args.overwrite else ""
+        print(f"\ninterrupted: {saved} episode(s) saved in {store}; rerun the same command to resume{apart}",
+              file=sys.stderr)
         return 130
     except (EnvClientError, TaskError, SandboxError, OSError, ValueError) as exc:
         if args.debug:

@@ -59,9 +59,14 @@ IMPORT_INPUTS = {
     "biodsbench": ("BioDSBench JSONL", "--data DIR with DIR/<pmid>/ study tables"),
     "medagentbench": ("MedAgentBench JSON or JSONL", "--fhir-url URL of a FHIR server holding its patients"),
     "ehrcon": ("MedAgentGym task JSONL", "--data DIR with EHRCon_combined.db and clinical_notes.csv"),
-    "ehrshot": ("MedAgentGym task JSONL", "--data DIR with the CLMBR embeddings and labels"),
-    "mimic_extract": ("MedAgentGym task JSONL", "--data DIR with the MIMIC-Extract files"),
+    "ehrshot": ("MedAgentGym task JSONL", "--data DIR with the CLMBR embeddings and labels, and --allow-pickle "
+                "(the embeddings are pickles, and unpickling runs any code a file holds: only for files you trust)"),
+    "mimic_extract": ("MedAgentGym task JSONL", "--data DIR with the MIMIC-Extract files, and --allow-pickle (its "
+                      "tables are pickles, and unpickling runs any code a file holds: only for files you trust)"),
 }
+#: The flags of ``medagentgym import`` a family's import cannot do without (the command each page shows has them).
+IMPORT_FLAGS = {"biodsbench": "--data DIR", "medagentbench": "--fhir-url URL", "ehrcon": "--data DIR",
+                "ehrshot": "--data DIR --allow-pickle", "mimic_extract": "--data DIR --allow-pickle"}
 #: The per-template floor of MedAgentGym's public files (one constant per template learned on train, scored on
 #: test), as issue 34 measured it: as published, and without the golds the importer drops (wall-clock answers).
 PUBLIC_TEMPLATE_FLOORS = {
@@ -249,7 +254,8 @@ def page(name: str, family: Any, floors: dict[str, Any], default: dict[str, Any]
         what, needs = IMPORT_INPUTS[name]
         lines += [f"Import the public task file ({what}) as a built family; it needs {needs}:", "",
                   fence(f".venv/bin/medagentgym import --family {name} --from FILE "
-                        f"--out artifacts/imported --check", "bash"),
+                        f"{IMPORT_FLAGS[name] + ' ' if name in IMPORT_FLAGS else ''}--out artifacts/imported --check",
+                        "bash"),
                   "", "Then `--tasks-root artifacts/imported` in `medagentgym rollout`, `medagentgym eval` and recipes.", ""]
         if name in ("mimic_iii", "eicu", "treqs", "ehr_seqsql"):
             harness = (" (what MedAgentGym's harness shows for this family)" if name in ("mimic_iii", "eicu") else "")

@@ -3,7 +3,7 @@
     medagentgym rollout --tasks-root artifacts/tasks --families toy_sql --split test --policy oracle \
         -k 4 --concurrency 8 --backend thread --out runs/rollouts/oracle.jsonl --seed 0
 
-Appends one JSON line per finished episode to ``--out`` (an ``medagentgym.env_client.TrajectoryStore``) and prints a
+Appends one JSON line per finished episode to ``--out`` (a ``medagentgym.env_client.TrajectoryStore``) and prints a
 summary table (success rate overall and per family/category, turns, tokens, throughput). Rerunning with the
 same ``--out`` resumes: finished ``(task, sample)`` pairs are skipped, nothing is lost or duplicated, even after
 a kill -9 (a torn last line is cut off and that episode played again). A rerun that asks another question
@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 import traceback
 from pathlib import Path
@@ -47,6 +48,10 @@ def select_instances(root: Path, families: str, split: str, limit: int | None) -
     return out
 
 
+#: How a refusal to add to a store of another question or run ends (``rollout --out`` and ``eval --out``).
+START_OVER = "--overwrite to replace it"
+
+
 def refuse_another_question(out: Path, question: dict) -> None:
     """Refuse to add to ``out`` episodes of another question than the one its stored episodes answer (the words of
     ``medagentgym eval``'s refusal); nothing is written. Other settings are checked by :func:`rollout` itself.
@@ -65,29 +70,51 @@ def refuse_another_question(out: Path, question: dict) -> None:
     changed = question_difference(recorded, question) if isinstance(recorded, dict) else None
     if changed:
         raise RolloutError(f"{out} holds the episodes of another question ({changed}); pass another --out, or "
-                           f"--overwrite to replace it")
+                           f"{START_OVER}")
 
 
-def overwrite_store(out: Path, settings: dict) -> Path:
-    """The hidden store an ``--overwrite`` run writes (``.<name>.overwrite`` beside ``out``): kept when it holds
-    episodes of these very ``settings`` (an interrupted ``--overwrite`` run resumes), emptied otherwise."""
-    tmp = out.with_name(f".{out.name}.overwrite")
+def overwrite_twin(out: Path) -> Path:
+    """Where an ``--overwrite`` run writes until it ends: ``.<name>.overwrite`` beside ``out``."""
+    return out.with_name(f".{out.name}.overwrite")
+
+
+def overwrite_store(out: Path, settings: dict, *, episodes: str | None = None) -> Path:
+    """The hidden twin an ``--overwrite`` run writes instead of ``out`` (``.<name>.overwrite`` beside it): the
+    store file itself, or, with ``episodes``, a folder holding the store under that name (``medagentgym eval``'s
+    ``--out`` folder, with its ``trajectories.jsonl``). Kept when its store holds episodes of these very
+    ``settings`` (an interrupted ``--overwrite`` run resumes), emptied otherwise. :func:`replace_store` puts it in
+    place of ``out`` when the run ends."""
+    tmp = overwrite_twin(out)
+    store = tmp / episodes if episodes else tmp
     try:
-        same = run_key(json.loads(settings_path(tmp).read_text(encoding="utf-8"))) == run_key(settings)
+        same = run_key(json.loads(settings_path(store).read_text(encoding="utf-8"))) == run_key(settings)
     except (OSError, ValueError):
         same = False
-    if not same:
+    if not same and episodes:
+        shutil.rmtree(tmp, ignore_errors=True)
+    elif not same:
         for path in (tmp, settings_path(tmp)):
             path.unlink(missing_ok=True)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp.touch()
+    store.parent.mkdir(parents=True, exist_ok=True)
+    store.touch()
     return tmp
 
 
 def replace_store(tmp: Path, out: Path) -> None:
-    """Put the finished ``--overwrite`` store in place of ``out`` (each file by one rename: the episodes first)."""
+    """Put the finished ``--overwrite`` twin in place of ``out``. A store file: each file by one rename (the
+    episodes first). A folder: by two renames (``out`` aside, the twin in its place), then the old one is deleted;
+    a crash between them leaves no ``out`` and the finished twin, which a rerun of the ``--overwrite`` command
+    resumes in full and puts in place."""
+    if not tmp.is_dir():
+        os.replace(tmp, out)
+        os.replace(settings_path(tmp), settings_path(out))
+        return
+    old = out.with_name(f".{out.name}.replaced")
+    shutil.rmtree(old, ignore_errors=True)
+    if out.exists():
+        os.replace(out, old)
     os.replace(tmp, out)
-    os.replace(settings_path(tmp), settings_path(out))
+    shutil.rmtree(old, ignore_errors=True)
 
 
 def print_summary(summary: RolloutSummary, out: Path | None) -> None:
@@ -169,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
         result = rollout(instances, policy, spec, k=args.k, seed=args.seed, concurrency=args.concurrency,
                          backend=args.backend, store=store, policy_name=args.policy, on_error=args.on_error,
                          progress=not args.no_progress, run_info=run_info,
-                         max_consecutive_failures=failures_in_a_row(args))
+                         max_consecutive_failures=failures_in_a_row(args), start_over=START_OVER)
         if store != args.out:
             replace_store(store, args.out)
     except KeyboardInterrupt:

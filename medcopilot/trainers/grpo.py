@@ -116,7 +116,7 @@ def build_index(cfg: RecipeConfig) -> PromptIndex:
 
 
 def make_env_factory(cfg: RecipeConfig, pool: Any) -> Any:
-    """A zero-argument callable returning a fresh env: an ``medagentgym.env_client.Env`` on the shared sandbox ``pool``, or,
+    """A zero-argument callable returning a fresh env: a ``medagentgym.env_client.Env`` on the shared sandbox ``pool``, or,
     with ``env.url``, an env whose episodes run on those servers (round-robin, health-checked; ``pool`` unused).
 
     Remote servers apply their own episode rules (``medagentgym serve --max-turns``), not ``env.max_turns``.

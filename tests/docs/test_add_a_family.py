@@ -38,7 +38,8 @@ def page_commands(text: str) -> list[str]:
 
 def test_the_page_walks_every_step_and_the_example_registers_by_entry_point():
     commands = page_commands(PAGE.read_text(encoding="utf-8"))
-    for step in ("pip install ./examples/medagentgym_bmi", "medagentgym build --families bmi", "check_family('bmi'",
+    for step in ("pip install --no-build-isolation ./examples/medagentgym_bmi", "medagentgym build --families bmi",
+                 "check_family('bmi'",
                  "medagentgym eval --policy oracle", "medagentgym eval --policy constant", "medagentgym pages --only bmi",
                  "medagentgym train recipe=examples/medagentgym_bmi/sft_bmi_tiny.yaml --dry-run"):
         assert any(step in command for command in commands), f"the page no longer runs {step}"
@@ -74,8 +75,8 @@ def test_add_a_family_commands_run_verbatim(tmp_path, repo_copy):
     ran, outputs = [], []
     for command in page_commands(PAGE.read_text(encoding="utf-8")):
         started = time.monotonic()
-        done = subprocess.run(["bash", "-c", command], cwd=clone, env=env, capture_output=True, text=True,
-                              timeout=1200, check=False)
+        done = subprocess.run(["bash", "-c", command], cwd=clone, env={**env, "PIP_NO_INDEX": "1"},  # offline
+                              capture_output=True, text=True, timeout=1200, check=False)
         assert done.returncode == 0, f"`{command}` failed ({done.returncode}):\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}"
         ran.append(f"{time.monotonic() - started:6.1f} s  {command}")
         outputs.append(done.stdout)

@@ -23,12 +23,14 @@ every data file it opens: family assets, vocabularies, recipes, sweeps, the sand
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import re
 import shlex
 import shutil
 import subprocess
 import sys
+import textwrap
 import time
 import zipfile
 from pathlib import Path
@@ -38,6 +40,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 #: The packages the wheel ships (pyproject.toml's [tool.setuptools] packages).
 PACKAGES = ("medagentgym", "medcopilot", "env_client", "sandbox", "rewards", "medagentgym_verifiers")
+#: The deprecated top-level names (medagentgym/_compat.py): their folders are medagentgym/<name> in the wheel.
+OLD_NAMES = ("sandbox", "rewards", "env_client", "medcopilot")
 
 
 def _builds_wheels() -> bool:
@@ -111,6 +115,46 @@ def test_the_wheel_holds_every_module_and_data_file_of_the_packages(wheel):
     shipped = set(zipfile.ZipFile(wheel).namelist())
     missing = sorted(rel for rel in files if rel not in shipped and f"medagentgym/{rel}" not in shipped)
     assert not missing, f"not in the wheel (add them to pyproject.toml's package-data): {missing}"
+    # the deprecated top-level names ship as their __init__.py alone (setup.py): no module is in the wheel twice
+    old = sorted(name for name in shipped if name.split("/")[0] in OLD_NAMES)
+    assert old == sorted(f"{name}/__init__.py" for name in OLD_NAMES), old
+
+
+@needs_wheel_build
+def test_the_old_import_names_work_from_the_wheel_alone(wheel, tmp_path):
+    """The deprecated names (sandbox, rewards, env_client, medcopilot) and their submodules, from the unpacked
+    wheel, the repository nowhere on sys.path (``-S``: no .pth runs): the same module objects as the new names,
+    every file loaded from the wheel's medagentgym/ folder."""
+    site_dir, work = tmp_path / "site", tmp_path / "work"
+    zipfile.ZipFile(wheel).extractall(site_dir)
+    work.mkdir()
+    probe = textwrap.dedent("""
+        import importlib, importlib.util, json, sys
+        old = dict(arg.split(":") for arg in sys.argv[1:])  # old name -> a submodule (imported by the old name)
+        origins = [importlib.util.find_spec(name).origin for name in old]
+        same = []
+        for name, sub in old.items():
+            module = importlib.import_module(f"{name}.{sub}")
+            same += [module is importlib.import_module(f"medagentgym.{name}.{sub}"),
+                     importlib.import_module(name) is importlib.import_module(f"medagentgym.{name}")]
+        first = next(iter(old))  # sandbox: a name its __init__ defines, through the old name
+        same.append(importlib.import_module(first).Limits is importlib.import_module(f"medagentgym.{first}").Limits)
+        files = sorted({m.__file__ for n, m in list(sys.modules.items()) if getattr(m, "__file__", None)
+                        and n.split(".")[0] in ("medagentgym", *old)})
+        print(json.dumps({"origins": origins, "files": files, "same": same}))
+    """)
+    submodules = [f"{name}:{sub}" for name, sub in zip(OLD_NAMES, ("api", "oracle", "trajectory", "trainers.grpo"))]
+    deps = [p for p in sys.path if p.endswith("site-packages") and Path(p).is_dir()]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))}
+    env["PYTHONPATH"] = os.pathsep.join([str(site_dir), *deps])
+    done = subprocess.run([sys.executable, "-S", "-W", "ignore::DeprecationWarning", "-c", probe, *submodules],
+                          cwd=work, env=env, capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert all(result["same"]), result["same"]
+    assert result["origins"] == [str(site_dir / name / "__init__.py") for name in OLD_NAMES], result["origins"]
+    assert result["files"] and all(Path(f).is_relative_to(site_dir / "medagentgym") for f in result["files"]), [
+        f for f in result["files"] if not Path(f).is_relative_to(site_dir / "medagentgym")]
 
 
 @pytest.fixture
@@ -187,7 +231,7 @@ def test_add_a_family_runs_from_a_pip_install(pip_user, tmp_path):
     for command in doc.page_commands((ROOT / "docs" / "add_a_family.md").read_text(encoding="utf-8")):
         mine, why = pip_user_command(command)
         assert mine == command, f"add_a_family.md is written for a pip user; `{command}` is not ({why})"
-        outputs.append(_run(mine, work, pip_user).stdout)
+        outputs.append(_run(mine, work, {**pip_user, "PIP_NO_INDEX": "1"}).stdout)  # offline: no package index
     doc.check_outputs(work, outputs)
 
 

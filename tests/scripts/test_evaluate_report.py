@@ -129,7 +129,7 @@ def test_a_rerun_that_asks_another_question_is_refused_in_words_and_keeps_the_bi
     err = proc.stderr.strip().splitlines()
     assert proc.returncode == 2 and len(err) == 1, proc.stderr
     assert err[0] == (f"error: {out} holds the report of another question (--limit: 10 -> 2); pass another --out, "
-                      f"or delete {out} to start over")
+                      f"or --overwrite to replace it")
     assert (out / "report.json").read_bytes() == before, "a smaller rerun must not replace the report"
     proc = _eval(out, tasks_root, "--families", "toy_sql,toy_lookup", "--limit", "10", "-k", "1", "--seed", "3")
     assert proc.returncode == 2
@@ -137,6 +137,84 @@ def test_a_rerun_that_asks_another_question_is_refused_in_words_and_keeps_the_bi
             in proc.stderr), proc.stderr
     assert len(proc.stderr) < 300 and "manifest" not in proc.stderr
     assert (out / "report.json").read_bytes() == before
+
+
+def _episodes(path: Path) -> int:
+    return path.read_bytes().count(b"\n") if path.exists() else 0
+
+
+def test_overwrite_replaces_the_report_folder_only_when_the_run_ends_and_an_interrupted_one_resumes(oracle_run,
+                                                                                                    tmp_path):
+    """`eval --overwrite` has `rollout --overwrite`'s semantics: the old --out stays whole (report, episodes, plots)
+    until the new run's report is written; a killed --overwrite run resumes; nothing of the old run is left."""
+    import signal
+    import time
+
+    source, _ = oracle_run
+    tasks_root = source.parent / "tasks"
+    out = tmp_path / "oracle"
+    shutil.copytree(source, out)  # a finished report of 10 tasks x 2 with plots (the module's run: kept intact)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    assert {"report.json", "trajectories.jsonl", "errors.png"} <= set(before)
+    hidden = tmp_path / ".oracle.overwrite"
+    args = ["--families", "toy_sql", "--limit", "6", "-k", "1", "--concurrency", "1"]
+    proc = subprocess.Popen([sys.executable, "-m", "medagentgym", "eval", "--policy", "oracle", "--tasks-root",
+                             str(tasks_root), "--out", str(out), "--sandbox", SANDBOX, "--allow-unisolated",
+                             "--no-progress", "--no-plots", "--overwrite", *args],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 600  # ends at the 2nd episode of the new run (the event); a hang guard
+    while _episodes(hidden / "trajectories.jsonl") < 2 and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.005)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL and 2 <= _episodes(hidden / "trajectories.jsonl") < 6, "kill mid-run"
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before, "the old --out stays whole until the run ends"
+    # without --overwrite the same command is refused (the report answers another question), in words
+    proc = _eval(out, tasks_root, *args)
+    assert proc.returncode == 2 and "(--limit: 10 -> 6; -k: 2 -> 1)" in proc.stderr, proc.stderr
+    assert proc.stderr.strip().endswith("pass another --out, or --overwrite to replace it"), proc.stderr
+    # the interrupted --overwrite run resumes, then takes the place of --out
+    proc = _eval(out, tasks_root, *args, "--overwrite", "--json")
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert summary["episodes"] == 6 and summary["success_rate"] == 1.0 and summary["out"] == str(out)
+    assert not hidden.exists() and not (tmp_path / ".oracle.replaced").exists()
+    assert sorted(p.name for p in out.iterdir()) == ["report.json", "report.md", "trajectories.jsonl",
+                                                     "trajectories.jsonl.run.json"], "the old plots are gone"
+    assert _episodes(out / "trajectories.jsonl") == 6
+    meta = json.loads((out / "report.json").read_text())["meta"]
+    assert (meta["limit"], meta["k"]) == (6, 1)
+    # the same question now resumes (no new episode); --overwrite starts over, ignoring a stale twin of another run
+    stored = (out / "trajectories.jsonl").read_bytes()
+    proc = _eval(out, tasks_root, *args, "--json")
+    assert proc.returncode == 0 and (out / "trajectories.jsonl").read_bytes() == stored, proc.stderr
+    shutil.copytree(source, hidden)  # a twin left by an --overwrite run of another question
+    proc = _eval(out, tasks_root, "--families", "toy_sql", "--limit", "2", "-k", "1", "--overwrite", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout.strip().splitlines()[-1])["episodes"] == 2 and not hidden.exists()
+    assert _episodes(out / "trajectories.jsonl") == 2
+
+
+def test_an_interrupted_run_without_a_report_refuses_another_question_in_words(oracle_run, tmp_path):
+    """Before any report exists (a run killed midway), the stored episodes' recorded question is checked."""
+    source, _ = oracle_run
+    tasks_root = source.parent / "tasks"
+    out = tmp_path / "partial"
+    proc = _eval(out, tasks_root, "--families", "toy_sql", "--limit", "3")
+    assert proc.returncode == 0, proc.stderr
+    (out / "report.json").unlink()  # as a run killed after its episodes, before its report
+    before = (out / "trajectories.jsonl").read_bytes()
+    proc = _eval(out, tasks_root, "--families", "toy_sql", "--limit", "2")
+    err = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(err) == 1, proc.stderr
+    assert err[0] == (f"error: {out / 'trajectories.jsonl'} holds the episodes of another question (--limit: 3 -> 2); "
+                      f"pass another --out, or --overwrite to replace it")
+    assert (out / "trajectories.jsonl").read_bytes() == before
+    proc = _eval(out, tasks_root, "--families", "toy_sql", "--limit", "3", "--max-turns", "3")
+    assert proc.returncode == 2 and "env.max_turns: 15 -> 3" in proc.stderr, proc.stderr
+    assert proc.stderr.strip().endswith("pass another --out, or --overwrite to replace it"), proc.stderr
+    assert _eval(out, tasks_root, "--families", "toy_sql", "--limit", "3").returncode == 0  # the same one resumes
+    assert (out / "trajectories.jsonl").read_bytes() == before and (out / "report.json").is_file()
 
 
 @pytest.mark.parametrize(("flag", "value", "wanted"), [

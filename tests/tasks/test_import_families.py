@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import shutil
 import sqlite3
 from pathlib import Path
@@ -277,3 +278,44 @@ def test_import_never_unpickles_the_data_folder_without_the_opt_in(family, tmp_p
     assert not marker.exists()
     import_tasks.main([*argv, "--allow-pickle", "--force"])  # the opt-in: the file is trusted, and it runs
     assert marker.exists()
+
+
+def _page_command(family: str) -> list[str]:
+    """The import command of docs/families/<family>.md (made by medagentgym/cli/make_family_pages.py), as argv."""
+    import shlex
+
+    page = (Path(__file__).resolve().parents[2] / "docs" / "families" / f"{family}.md").read_text(encoding="utf-8")
+    (line,) = [ln for ln in page.splitlines() if ln.startswith(".venv/bin/medagentgym import ")]
+    return shlex.split(line)
+
+
+@pytest.mark.parametrize("family", ["ehrshot", "mimic_extract", "ehrcon", "biodsbench", "medagentbench"])
+def test_the_family_page_command_passes_every_flag_its_page_says_the_import_needs(family):
+    from medagentgym.cli.make_family_pages import IMPORT_INPUTS
+
+    command = _page_command(family)
+    needed = set(re.findall(r"--[a-z][a-z-]+", IMPORT_INPUTS[family][1]))
+    assert needed and needed <= set(command), (family, needed, command)
+
+
+@pytest.mark.parametrize("family", ["ehrshot", "mimic_extract"])
+def test_the_family_page_import_command_runs_verbatim_on_the_users_files(family, tmp_path, monkeypatch, capsys):
+    """docs/families/{ehrshot,mimic_extract}.md: the command, FILE and DIR standing for the user's files, imports
+    (it lacked --data and --allow-pickle, and so imported nothing)."""
+    from medagentgym.cli import import_tasks
+
+    data = tmp_path / "data"
+    data.mkdir()
+    if family == "ehrshot":
+        record = {"task_id": 0, "task_name": "guo_los", "task_description": "los >= 7 days"}
+        _ehrshot_files(data, "guo_los", np.random.default_rng(0))
+    else:
+        record = {"task_name": "mort_icu", "task_description": "d", "feature_label_directory": "./mortality_los"}
+        _extract_files(data / "mortality_los", np.random.default_rng(1))
+    (tmp_path / "FILE").write_text(json.dumps(record) + "\n")
+    command = [str(data) if arg == "DIR" else arg for arg in _page_command(family)]
+    assert command[:2] == [".venv/bin/medagentgym", "import"] and "FILE" in command
+    monkeypatch.chdir(tmp_path)
+    sandbox = ["--sandbox", "local"] if SANDBOX == "local" else []
+    assert import_tasks.main(command[2:] + sandbox) == 0, capsys.readouterr().err
+    assert len(_load(tmp_path / "artifacts" / "imported", family)) == 1
