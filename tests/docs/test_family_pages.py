@@ -36,8 +36,12 @@ def _page(name: str) -> str:
     return path.read_text(encoding="utf-8")
 
 
+def _index() -> str:
+    return (PAGES / "README.md").read_text(encoding="utf-8")
+
+
 def test_every_registered_family_has_a_page_listed_in_the_index():
-    index = (PAGES / "README.md").read_text(encoding="utf-8")
+    index = _index()
     for name in tasks.names():
         _page(name)
         assert f"[{name}]({name}.md)" in index, f"{name} is missing from docs/families/README.md: {REGENERATE}"
@@ -60,6 +64,8 @@ def test_page_matches_version_actions_and_a_real_instance(name, tiny_root):
     instance = by_id[shown.group(1)]
     assert f"```text\n{instance.question}\n```" in text, f"{name}: the instance's question changed; {REGENERATE}"
     assert f"answer type `{instance.answer_type}`" in text
+    row = re.search(rf"^\| \[{re.escape(name)}\]\({re.escape(name)}\.md\) \| (\d+) \|", _index(), re.MULTILINE)
+    assert row and int(row.group(1)) == family.version, f"{name}: the index row's version is stale; {REGENERATE}"
 
 
 @pytest.mark.parametrize("name", tasks.names())
