@@ -489,10 +489,13 @@ def make_instances(inst: Instantiator, *, per_category: int, test_fraction: floa
     from medagentgym.tasks.ehr_synth.mix import nothing_kind, question_features
     from medagentgym.tasks.graders import render_answer
 
-    def spread(template: Template, items: list, keep: int, others: int) -> list:  # yes/no: balanced already
-        return items[:keep] if template.type == "boolean" else spread_answers(items, keep, others, answer_share)
+    def keep(template: Template, items: list, n: int, others: int) -> list:
+        """The ``n`` meaningful items a category keeps: the first drawn, or spread over answers with
+        ``answer_share`` (yes/no categories are balanced already)."""
+        if answer_share is None or template.type == "boolean":
+            return items[:n]
+        return spread_answers(items, n, others, answer_share)
 
-    spread = None if answer_share is None else spread
     drawn = []
     for template in inst.templates:
         for variant in template.variants:
@@ -515,11 +518,10 @@ def make_instances(inst: Instantiator, *, per_category: int, test_fraction: floa
                 if used[kind] < by_kind.get(kind, 0):
                     used[kind] += 1
                     chosen_nothing.append(x)
-            trimmed.append((template, variant, items[:n_items], chosen_nothing) if spread is None else
-                           (template, variant, spread(template, items, n_items, len(chosen_nothing)), chosen_nothing))
+            trimmed.append((template, variant, keep(template, items, n_items, len(chosen_nothing)), chosen_nothing))
         drawn = trimmed
-    elif spread is not None:
-        drawn = [(template, variant, spread(template, items, len(items), len(nothing)), nothing)
+    elif answer_share is not None:
+        drawn = [(template, variant, keep(template, items, len(items), len(nothing)), nothing)
                  for template, variant, items, nothing in drawn]
 
     splits: dict[Split, list[Instance]] = {"train": [], "test": []}
