@@ -132,12 +132,14 @@ class EnvSpec:
         # directory, so a relative tasks root would point elsewhere there.
         object.__setattr__(self, "tasks_root", os.path.abspath(self.tasks_root))
 
-    def make_pool(self, workers: int) -> Any:
-        """Start a sandbox pool with ``sandbox_workers`` (or ``workers``) workers."""
+    def make_pool(self, workers: int, families: Iterable[str] = ()) -> Any:
+        """Start a sandbox pool with ``sandbox_workers`` (or ``workers``) workers, preloading what ``families``
+        (the names of the families its episodes come from) declare (:func:`family_preload`)."""
         from medagentgym.sandbox import make_pool
 
+        preload = family_preload(self.families(), families)
         return make_pool(self.backend, workers=self.sandbox_workers or workers,
-                         allow_unisolated=self.allow_unisolated)
+                         allow_unisolated=self.allow_unisolated, **({} if preload is None else {"preload": preload}))
 
     def make_env(self, pool: Any) -> Any:
         """An ``Env`` over ``pool``."""
@@ -157,6 +159,21 @@ class EnvSpec:
             return cache[name]
 
         return family
+
+
+def family_preload(family: Callable[[str], Any], names: Iterable[str]) -> tuple[str, ...] | None:
+    """What a warm sandbox worker should import before episodes of the families ``names``: the union of their
+    ``sandbox_preload`` attributes (a family that runs SQL alone declares ``("sqlite3",)``: its workers then start
+    in ~0.15 CPU-s instead of ~0.9 with numpy and pandas), in sorted order. None, meaning the pool's default
+    (numpy, pandas, sqlite3), when ``names`` is empty or any of them declares nothing."""
+    mods: set[str] = set()
+    names = sorted(set(names))
+    for name in names:
+        declared = getattr(family(name), "sandbox_preload", None)
+        if declared is None:
+            return None
+        mods.update(declared)
+    return tuple(sorted(mods)) if names else None
 
 
 def run_episode(env: Any, policy: Policy, item: WorkItem, *, policy_name: str | None = None) -> Trajectory:
@@ -754,7 +771,7 @@ def _results(items: list[WorkItem], policy: Policy | str, env: EnvSpec | Callabl
         pool = None
         if isinstance(env, EnvSpec):
             pol = make_policy(policy, families=env.families()) if isinstance(policy, str) else policy
-            pool = env.make_pool(concurrency)
+            pool = env.make_pool(concurrency, {item.instance.family for item in items})
             factory: Callable[[], Any] = lambda: env.make_env(pool)
         else:
             factory = env

@@ -101,6 +101,9 @@ class ToyLookup:
     #: answer is right for ~1 record in 9, and on the 16 test records of a tiny build up to ~20 %. Not a
     #: benchmark family (in no suite), so its constant-answer bound is 25 %, not medagentgym.tasks.floors.FLOOR_BOUND.
     floor_bound = 0.25
+    #: Its episodes' code is SQL: the sandbox's warm workers import sqlite3 alone, not numpy and pandas
+    #: (``medagentgym.env_client.rollout.family_preload``; a worker starts in ~0.15 CPU-s instead of ~0.9).
+    sandbox_preload = ("sqlite3",)
     #: Records per split and size (subclasses declare theirs).
     sizes: dict[str, dict[str, int]] = _SIZES
     #: Names the build's random generator (``"<rng_name>:<seed>"``).

@@ -128,3 +128,23 @@ def rl_summary(history: list[dict[str, Any]], *, layers: list[str], started: flo
     (r0, r1), (s0, s1) = first_last("reward"), first_last("env/success_rate")
     return {"reward_first": r0, "reward_last": r1, "success_first": s0, "success_last": s1,
             "sandbox_layers": layers, "wall_s": round(time.monotonic() - started, 1)}
+
+
+def make_env_pool(cfg: RecipeConfig) -> Any:
+    """The RL trainers' sandbox pool (None with ``env.urls``: episodes run on env servers). Its warm workers preload
+    what the recipe's families declare (``medagentgym.env_client.rollout.family_preload``: SQL-only families start
+    lean workers; others, or an unknown family, keep the sandbox's default)."""
+    if cfg.env.urls:
+        return None
+    from medagentgym import sandbox
+    from medagentgym.env_client.rollout import family_preload
+    from medagentgym.tasks import registry
+    from medagentgym.tasks.base import TaskError
+
+    try:
+        preload = family_preload(lambda name: registry.family_class(name, root=cfg.tasks.root), cfg.tasks.families)
+    except TaskError:  # an unknown family fails later, in build_index, with its own one-line error
+        preload = None
+    return sandbox.make_pool(cfg.env.sandbox, workers=cfg.env.workers, max_workers=cfg.env.max_workers,
+                             allow_unisolated=cfg.env.allow_unisolated,
+                             **({} if preload is None else {"preload": preload}))

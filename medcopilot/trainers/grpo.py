@@ -253,9 +253,8 @@ def run(cfg: RecipeConfig) -> dict[str, Any]:
     Raises:
         RecipeError: Invalid sections (unknown reward, contradicting keys, missing tasks or model).
     """
-    from medagentgym import sandbox
     from medagentgym.medcopilot.modeling import load_model, load_tokenizer, resume_checkpoint, trainable_parameter_count
-    from medagentgym.medcopilot.trainers._common import finish_run, rl_summary
+    from medagentgym.medcopilot.trainers._common import finish_run, make_env_pool, rl_summary
 
     if cfg.method != "grpo":
         raise RecipeError(f"method={cfg.method!r} reached the GRPO trainer; set method: grpo")
@@ -265,9 +264,7 @@ def run(cfg: RecipeConfig) -> dict[str, Any]:
 
     # ---- env first: a sandbox pool (one Env per episode on it), whose workers for the first step's episodes start
     # in the background (pool.prewarm) while the model loads
-    pool = None if cfg.env.urls else sandbox.make_pool(cfg.env.sandbox, workers=cfg.env.workers,
-                                                       max_workers=cfg.env.max_workers,
-                                                       allow_unisolated=cfg.env.allow_unisolated)
+    pool = make_env_pool(cfg)
     layers = [f"env servers {', '.join(cfg.env.urls)}"] if pool is None else list(getattr(pool, "layers", []))
     try:
         if callable(getattr(pool, "prewarm", None)):

@@ -477,11 +477,10 @@ def run(cfg: RecipeConfig) -> dict[str, Any]:
     from accelerate import Accelerator
     from accelerate.utils import set_seed
 
-    from medagentgym import sandbox
     from medagentgym.medcopilot.mixture import apply_mixture
     from medagentgym.medcopilot.modeling import resume_checkpoint, trainable_parameter_count
     from medagentgym.medcopilot.rollout_func import EnvRolloutFunc
-    from medagentgym.medcopilot.trainers._common import finish_run, rl_summary
+    from medagentgym.medcopilot.trainers._common import finish_run, make_env_pool, rl_summary
     from medagentgym.medcopilot.trainers.grpo import (
         build_index,
         make_env_factory,
@@ -506,9 +505,7 @@ def run(cfg: RecipeConfig) -> dict[str, Any]:
 
     # ---- env: task prompts, a sandbox pool, one Env per episode
     index = build_index(cfg)
-    pool = None if cfg.env.urls else sandbox.make_pool(cfg.env.sandbox, workers=cfg.env.workers,
-                                                       max_workers=cfg.env.max_workers,
-                                                       allow_unisolated=cfg.env.allow_unisolated)
+    pool = make_env_pool(cfg)
     layers = [f"env servers {', '.join(cfg.env.urls)}"] if pool is None else list(getattr(pool, "layers", []))
     if pool is not None and cfg.rollout.concurrency > pool.max_workers:
         log.warning("rollout.concurrency=%d > the sandbox pool's cap of %d workers (%s): an episode holds a sandbox "

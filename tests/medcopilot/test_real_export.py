@@ -5,6 +5,12 @@ run's recipe (``model.dtype: auto``) resolves to bf16, and an export in the run'
 casts once keeps only part of a small update: measured on the tiny model, 0.53 of a 1e-3 relative update and
 0.06 of a 1e-4 one (issue 28). The demanded behaviour: the update survives the export, or the export keeps the
 adapter unmerged and says so.
+
+Behind ``slow`` (issue #29): every check here has its tiny-model twin in ``make test`` (test_gpu_path.py:
+``test_small_updates_reach_the_samplers_weights_on_a_bf16_stored_base``,
+``test_the_default_export_keeps_small_updates_on_a_bf16_stored_base``,
+``test_a_chained_stage_merges_in_fp32_and_keeps_a_small_update``); this module repeats them on the 135M real
+checkpoint (~65 CPU s), which is what ``make test-slow`` is for.
 """
 
 from __future__ import annotations
@@ -19,6 +25,8 @@ from test_gpu_path import (  # the adapter whose every delta is `rel` of its wei
     _share,
     _vllm_generation,
 )
+
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +70,7 @@ def test_an_export_of_a_bf16_run_keeps_a_small_update(real_model_dir, base_weigh
 
 # 1e-4 is the harder case (nearest-bf16 rounding keeps ~0.07 of it); 1e-3 repeats the same sync in
 # `make test-slow` (issue #29: ~11 CPU seconds)
-@pytest.mark.parametrize("rel", [1e-4, pytest.param(1e-3, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("rel", [1e-4, 1e-3])
 def test_the_samplers_weights_keep_a_small_update_of_the_real_bf16_model(real_model_dir, rel):
     """The weight sync to vLLM (``medagentgym.medcopilot.vllm_sync``, TRL's ``sync_weights`` walking our parameters) on the
     real bf16-stored SmolLM2 with LoRA on all its linear layers: the weights the sampler receives carry the whole
