@@ -164,9 +164,10 @@ class EnvConfig(BaseModel):
     )
     limits: dict[str, Any] | None = Field(None, description="Per-call sandbox Limits fields (None = pool defaults).")
     format: Literal["tool_call", "json"] = Field("tool_call", description="Wire format shown in the prompt.")
-    prompt: Literal["full", "compact"] = Field(
+    prompt: Literal["full", "compact", "compact_last"] = Field(
         "full", description="full: instruction, actions, rules and tool schemas; compact: one line of action "
-        "signatures, no tool block (tiny models that learn the format from demonstrations).")
+        "signatures, no tool block (tiny models that learn the format from demonstrations); compact_last: compact "
+        "with the question after its context.")
 
     @field_validator("llm_debugger")
     @classmethod

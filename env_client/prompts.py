@@ -22,7 +22,10 @@ A third, ``compact`` prompt (``EnvConfig(prompt="compact")``, :func:`compact_sys
 that learn the reply format from demonstrations (the CPU learning checks, ``medagentgym.medcopilot.learning``): one system line
 with the action signatures and the reply format, no tool block. The Qwen2.5 tool block and rules are ~650 tokens
 of the tiny model's tokenizer; every attention row of a 140k-parameter model spread over them learns far slower
-(docs/benchmarks.md, "Learning").
+(docs/benchmarks.md, "Learning"). ``compact_last`` is the same with the question after its context and data lines
+(long context first, the question right before the reply): a word of the question then sits as close to the first
+reply as it does in a question-only context, so a copy from the question into the query that a short-context
+warm-up teaches holds in the whole prompt (the query-choice and error-recovery rungs, issue 30).
 
 Example:
     >>> msgs = initial_messages(instance, ["code_execution", "submit_answer"], fmt="tool_call")
@@ -43,8 +46,9 @@ from medagentgym.env_client.parsing import Format
 __all__ = ["PROMPTS", "action_signature", "compact_system_prompt", "episode_tools", "initial_messages", "inline_tools",
            "system_prompt", "user_prompt"]
 
-#: Prompt styles: ``full`` (instruction, actions, rules; the tool block in ``tool_call`` format) or ``compact``.
-PROMPTS = ("full", "compact")
+#: Prompt styles: ``full`` (instruction, actions, rules; the tool block in ``tool_call`` format), ``compact`` or
+#: ``compact_last`` (compact, the question last).
+PROMPTS = ("full", "compact", "compact_last")
 
 _INSTRUCTION = (
     "You are a biomedical data scientist in a sandbox: explore the data, run code, then submit the final answer. "
@@ -181,14 +185,15 @@ def inline_tools(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | N
     return out
 
 
-def user_prompt(instance: Any) -> str:
-    """The first user message: the question and the instance's context."""
-    parts = [f"Question: {instance.question}"]
+def user_prompt(instance: Any, *, question_last: bool = False) -> str:
+    """The first user message: the question and the instance's context (``question_last``: after it)."""
+    parts = []
     if instance.context:
         parts.append(f"Context:\n{instance.context}")
     if instance.data:
         parts.append("Data (read-only): " + ", ".join(f"/data/{name}" for name in sorted(instance.data)))
-    return "\n\n".join(parts)
+    question = f"Question: {instance.question}"
+    return "\n\n".join([*parts, question] if question_last else [question, *parts])
 
 
 def initial_messages(instance: Any, actions: Iterable[str], *, fmt: Format = "tool_call",
@@ -199,5 +204,5 @@ def initial_messages(instance: Any, actions: Iterable[str], *, fmt: Format = "to
     system = system_prompt(actions, fmt=fmt) if prompt == "full" else compact_system_prompt(actions, fmt=fmt)
     return [
         {"role": "system", "content": system},
-        {"role": "user", "content": user_prompt(instance)},
+        {"role": "user", "content": user_prompt(instance, question_last=prompt == "compact_last")},
     ]

@@ -43,6 +43,7 @@ __all__ = [
     "CONTROLLED",
     "DECLARED",
     "FAMILIES",
+    "FAMILY_PROMPT",
     "GRPO_DEFAULTS",
     "OBSERVATION",
     "PPO_DEFAULTS",
@@ -105,6 +106,9 @@ CHOICE_METRIC = {CHOICE: ("query choice", 0), RETRY: ("first retry", 1)}
 #: ~650-token tool block, which the tiny model learns from demonstrations anyway; a third of the tokens to train
 #: and sample on each step.
 PROMPT = "compact"
+#: Families that open with another prompt style: the query-choice rungs put the question last (``compact_last``), so
+#: the warm start's short-context copy of its reading into the query holds in the whole prompt (:func:`warm_up`).
+FAMILY_PROMPT = {CHOICE: "compact_last", RETRY: "compact_last"}
 #: What the playground's sandbox workers import before forking runners: every family here runs SQL (or no code),
 #: so not numpy and pandas (16 warm workers then start in ~2.5 CPU-s instead of ~14).
 SANDBOX_PRELOAD = ("sqlite3",)
@@ -119,8 +123,11 @@ WARM_DEFAULTS = {SAY_NUMBER: {"steps": 100, "batch": 8, "lr": 3e-3, "per_task": 
                                "per_task": 4, "right_share": 0.25},
                  # Every phase on the random-table demonstrator (each training record once per table): copying
                  # the observed value is taught, choosing the cued table is not (success ~1/3 of the copy rate).
-                 CHOICE: {"steps": 400, "last_turn": 300, "clean": 100, "batch": 8, "lr": 3e-3},
-                 RETRY: {"steps": 400, "last_turn": 300, "clean": 100, "batch": 8, "lr": 3e-3}}
+                 # first_turn: the alias copy in a short context first (see warm_up), with the question last.
+                 CHOICE: {"steps": 600, "first_turn": 200, "first_context": 48, "last_turn": 300, "clean": 100,
+                          "batch": 8, "lr": 3e-3},
+                 RETRY: {"steps": 600, "first_turn": 200, "first_context": 48, "last_turn": 300, "clean": 100,
+                         "batch": 8, "lr": 3e-3}}
 #: GRPO and PPO settings (chosen from the sweep in docs/benchmarks.md).
 #: GRPO warms its learning rate up over 5 steps: Adam's first steps move every weight by about ``lr`` whatever
 #: the gradient, and at full rate they collapsed one seed in five (docs/benchmarks.md, "Learning").
@@ -210,16 +217,18 @@ class Playground:
 
     @classmethod
     def open(cls, name: str, root: str | os.PathLike, tokenizer: Any, *, sandbox: str = "auto", workers: int = 16,
-             split: str = "train", prompt: str = PROMPT) -> Playground:
+             split: str = "train", prompt: str | None = None) -> Playground:
         """Load family ``name`` from the tasks root ``root`` (a :data:`DECLARED` one is declared there if missing,
         ``toy_lookup`` built at size tiny) and start a sandbox pool of ``workers``: ``bwrap`` (``auto`` is the same:
         it fails where bwrap cannot run rather than fall back), or ``local`` (unisolated, asked for by name).
-        Episodes open with the ``prompt`` style (``medagentgym.env_client.prompts.PROMPTS``; default :data:`PROMPT`)."""
+        Episodes open with the ``prompt`` style (``medagentgym.env_client.prompts.PROMPTS``; default the family's
+        :data:`FAMILY_PROMPT`, else :data:`PROMPT`)."""
         from medagentgym import sandbox as sandbox_pkg
         from medagentgym import tasks
 
         if name not in FAMILIES:
             raise ValueError(f"family {name!r} has no learning settings; choose one of {', '.join(FAMILIES)}")
+        prompt = prompt or FAMILY_PROMPT.get(name, PROMPT)
         root = Path(root)
         if name in DECLARED and not (root / name / "family.yaml").is_file():
             DECLARED[name](root)
@@ -326,8 +335,9 @@ def choice_episodes(playground: Playground, instances: list[Any] | None = None) 
     Each episode reads one of the record's three tables and submits the value that table holds (what the
     observation shows), so the episodes are consistent (the submission is always the observed value: copying is
     taught) and the table read never depends on the question (every record is shown once with each table: cue ->
-    table is not taught; one in three of them is right). Played through the environment like
-    :func:`oracle_episodes`.
+    table is not taught; one in three of them is right). The query names its result column after the reading the
+    question asks for, ``SELECT value AS discharge FROM recent``: the question's word is copied into the query
+    (copying again), whichever table is read. Played through the environment like :func:`oracle_episodes`.
 
     Raises:
         RuntimeError: If an episode's grade is not 1 exactly when it read the cued table.
@@ -335,7 +345,10 @@ def choice_episodes(playground: Playground, instances: list[Any] | None = None) 
     from medagentgym.tasks.toy_choice import TABLES, query
 
     def sql(table: str) -> dict[str, Any]:
-        return {"action": "code_execution", "params": {"lang": "sql", "code": query(table)}}
+        # the result column named after the reading the question asks for: a copy of the question's word into the
+        # query (the question-to-query path RL can redirect to the table); the table itself stays the draw's
+        code = query(table).replace("SELECT value ", f"SELECT value AS {inst.metadata['table']} ", 1)
+        return {"action": "code_execution", "params": {"lang": "sql", "code": code}}
 
     out = []
     tasks_ = instances if instances is not None else list(playground.index.instances.values())
@@ -388,6 +401,11 @@ def warm_up(model: Any, playground: Playground, settings: dict[str, Any], *, see
     ``steps`` supervised steps (:func:`warm_start`, one AdamW throughout, ``batch`` episodes per step at ``lr``) in
     up to four phases, in this order:
 
+    0. ``first_turn`` steps on the exact demonstrator's first turns, each with only the last ``first_context``
+       tokens of its prompt before it (positions from 0): where a turn copies a word of the question (the query
+       choice rungs' alias, :func:`choice_episodes`), a short context teaches the copy in ~200 steps, and with the
+       question last in the prompt (``compact_last``) it sits as far from the reply as in the whole prompt, so the
+       copy holds there (in the whole prompt from the start it is not learnt in 100 steps: issue 30's diagnosis).
     1. ``last_turn`` steps on the exact demonstrator's episodes (one per task) with each episode cut to its last
        turn: the observation before it, then the submit. With a ~60-token context the model learns to copy the
        observed value in ~200 steps; with the whole episode (~250 tokens) that takes thousands on some seeds.
@@ -406,17 +424,20 @@ def warm_up(model: Any, playground: Playground, settings: dict[str, Any], *, see
     import torch
 
     pad, batch, lr = playground.tokenizer.pad_token_id, settings["batch"], settings["lr"]
-    last_turn, clean, short = (settings.get(k, 0) for k in ("last_turn", "clean", "short"))
+    first_turn, last_turn, clean, short = (settings.get(k, 0) for k in ("first_turn", "last_turn", "clean", "short"))
     opt = torch.optim.AdamW(model.parameters(), lr=lr)
-    rest = settings["steps"] - last_turn - clean - short
-    if min(last_turn, clean, short, rest) < 0:
-        raise ValueError(f"warm-up phases last_turn={last_turn}, clean={clean}, short={short} must be >= 0 and "
-                         f"add up to at most steps={settings['steps']}")
+    rest = settings["steps"] - first_turn - last_turn - clean - short
+    if min(first_turn, last_turn, clean, short, rest) < 0:
+        raise ValueError(f"warm-up phases first_turn={first_turn}, last_turn={last_turn}, clean={clean}, "
+                         f"short={short} must be >= 0 and add up to at most steps={settings['steps']}")
     common = {"batch": batch, "lr": lr, "pad_id": pad, "optimizer": opt}
     loss = float("nan")
-    if last_turn or clean:
+    if first_turn or last_turn or clean:
         exact = (choice_episodes(playground) if playground.family.name in (CHOICE, RETRY)
                  else oracle_episodes(playground, seed=seed))
+        if first_turn:
+            loss = _warm_cuts(model, _first_turns(exact, settings["first_context"]), steps=first_turn,
+                              seed=seed + 5, **common)
         if last_turn:
             loss = warm_start(model, exact, steps=last_turn, seed=seed + 3, last_turn=True, **common)
         if clean:
@@ -503,8 +524,6 @@ def warm_start(model: Any, episodes: list[Any], *, steps: int, batch: int, lr: f
 def _warm_last_turn(model: Any, episodes: list[Any], *, steps: int, batch: int, lr: float, pad_id: int, seed: int,
                     optimizer: Any) -> float:
     """:func:`warm_start` with ``last_turn``: each episode from its last observation on, loss on the last turn."""
-    import torch
-
     cuts = []
     for ep in episodes:
         mask = ep.env_mask
@@ -518,8 +537,31 @@ def _warm_last_turn(model: Any, episodes: list[Any], *, steps: int, batch: int, 
         if start == turn:
             raise ValueError("last_turn needs episodes with an observation before their last turn")
         ids = ep.completion_ids[start:]
-        labels = [t if m else -100 for t, m in zip(ids, mask[start:])]
-        cuts.append((ids, labels))
+        cuts.append((ids, [t if m else -100 for t, m in zip(ids, mask[start:])]))
+    return _warm_cuts(model, cuts, steps=steps, batch=batch, lr=lr, pad_id=pad_id, seed=seed, optimizer=optimizer)
+
+
+def _first_turns(episodes: list[Any], context: int) -> list[tuple[list[int], list[int]]]:
+    """Each episode's first assistant turn after the last ``context`` ids of its prompt: ``(ids, labels)``, the
+    loss on the turn alone."""
+    cuts = []
+    for ep in episodes:
+        n = 0
+        while n < len(ep.env_mask) and ep.env_mask[n]:
+            n += 1
+        if n == 0:
+            raise ValueError("first_turn needs episodes whose completion opens with a model turn")
+        head = ep.prompt_ids[-context:]
+        turn = ep.completion_ids[:n]
+        cuts.append((head + turn, [-100] * len(head) + turn))
+    return cuts
+
+
+def _warm_cuts(model: Any, cuts: list[tuple[list[int], list[int]]], *, steps: int, batch: int, lr: float,
+               pad_id: int, seed: int, optimizer: Any) -> float:
+    """Supervised steps on short ``(ids, labels)`` sequences, positions from 0; the last step's loss."""
+    import torch
+
     opt = optimizer if optimizer is not None else torch.optim.AdamW(model.parameters(), lr=lr)
     gen = torch.Generator().manual_seed(seed)
     model.train()

@@ -219,3 +219,18 @@ def test_prompt_tokens_script_measures_both_sides_against_the_recorded_baseline(
         assert row["ratio"] == round(row["after_tokens"] / row["before_tokens"], 3) <= 0.5, row
     with pytest.raises(SystemExit, match="cannot read env_client/actions.py at no-such-rev"):
         script.main(["--before-rev", "no-such-rev"])
+
+
+def test_compact_last_puts_the_question_after_its_context():
+    """Issue 30: ``compact_last`` is ``compact`` with the question as the user message's last line."""
+    from types import SimpleNamespace
+
+    from medagentgym.env_client.prompts import initial_messages
+
+    inst = SimpleNamespace(question="Which reading?", context="One table per reading.", data={"records": "r"})
+    compact = initial_messages(inst, ["code_execution", "submit_answer"], prompt="compact")
+    last = initial_messages(inst, ["code_execution", "submit_answer"], prompt="compact_last")
+    assert last[0] == compact[0]
+    assert compact[1]["content"].startswith("Question: Which reading?")
+    assert last[1]["content"] == "Context:\nOne table per reading.\n\nData (read-only): /data/records\n\nQuestion: Which reading?"
+    assert sorted(last[1]["content"].split("\n\n")) == sorted(compact[1]["content"].split("\n\n"))

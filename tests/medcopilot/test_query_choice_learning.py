@@ -89,7 +89,7 @@ def test_the_cue_is_one_token_that_only_the_question_and_the_query_hold(built, t
 
     from medagentgym.env_client.prompts import initial_messages
     from medagentgym import tasks
-    from medagentgym.medcopilot.learning import PROMPT
+    from medagentgym.medcopilot.learning import FAMILY_PROMPT
 
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)
     family = tasks.make(CHOICE, root=built)
@@ -99,8 +99,8 @@ def test_the_cue_is_one_token_that_only_the_question_and_the_query_hold(built, t
         cue = inst.metadata["table"]
         sql = tok(inst.solution, add_special_tokens=False)["input_ids"]
         assert sql[-1:] == name[cue]  # the query's last token is the name's one token
-        text = tok.apply_chat_template(initial_messages(inst, family.actions, prompt=PROMPT), tokenize=False,
-                                       add_generation_prompt=True)
+        text = tok.apply_chat_template(initial_messages(inst, family.actions, prompt=FAMILY_PROMPT[CHOICE]),
+                                       tokenize=False, add_generation_prompt=True)
         prompt = tok(text, add_special_tokens=False)["input_ids"]
         held = {t: prompt.count(name[t][0]) for t in TABLES}
         assert held == {t: int(t == cue) for t in TABLES}, (inst.id, held)
@@ -134,6 +134,8 @@ def test_demonstrations_copy_what_they_read_and_never_tie_the_table_to_the_cue(d
         assert f"\n{read}" in observation  # the query returned that table's value ...
         assert f'"answer": "{read}"' in turns[1]  # ... and the episode submits it: consistent
         assert ep.reward == float(table == inst.metadata["table"])
+        # the query names its column after the question's reading, whichever table it reads: a copy, not a choice
+        assert f"SELECT value AS {inst.metadata['table']} FROM {table}" in turns[0], turns[0]
         shown[(inst.metadata["table"], table)] += 1
     # Every cue is shown with every table equally often: the demonstrations carry no cue -> table signal.
     per_cue = {cue: {t: shown[(cue, t)] for t in TABLES} for cue in {c for c, _ in shown}}
@@ -295,3 +297,20 @@ def test_the_retry_rung_fails_first_with_a_grounded_error_and_demonstrates_a_ran
         assert ep.reward == float(retry == inst.metadata["tables"][inst.metadata["table"]])
         retried[(inst.metadata["table"], retry)] += 1
     assert len(retried) == 6 and set(retried.values()) == {1}  # each renamed record: every real name once
+
+
+def test_the_first_turn_phase_sees_the_cue_and_trains_the_turn_alone(demos):
+    """Issue 30: the warm-up's first phase trains each demonstration's first turn after the last ``first_context``
+    prompt ids. With the question last (``compact_last``) that window holds the cue, at the distance from the reply
+    it has in the whole prompt; the loss falls on the turn's ids only."""
+    from medagentgym.medcopilot.learning import WARM_DEFAULTS, _first_turns
+
+    tok, instances, episodes = demos
+    context = WARM_DEFAULTS[CHOICE]["first_context"]
+    cuts = _first_turns(episodes, context)
+    for k, (ep, (ids, labels)) in enumerate(zip(episodes, cuts)):
+        cue = tok(f" {instances[k // 3].metadata['table']}", add_special_tokens=False)["input_ids"][0]
+        assert ids[:context] == ep.prompt_ids[-context:] and cue in ids[:context]
+        assert ep.prompt_ids[-context:].index(cue) >= context - 24  # the question is the prompt's last line
+        turn = [t for t, label in zip(ids, labels) if label != -100]
+        assert turn == ids[context:] and tok.decode(turn).count("<tool_call>") == 1
