@@ -90,12 +90,12 @@ OBSERVATION = "toy_lookup"
 #: on 128 held-out records, reports query-choice accuracy and has a swapped-cue control (:func:`swapped_cue`).
 CHOICE = "toy_choice"
 #: Family -> (turn budget, tokens per assistant turn, tokens per episode after the prompt).
-FAMILIES = {SAY_NUMBER: (1, 32, 64), CLINIC_CODE: (3, 40, 160), OBSERVATION: (3, 40, 160), CHOICE: (3, 40, 160)}
+FAMILIES = {SAY_NUMBER: (1, 32, 64), CLINIC_CODE: (3, 40, 160), OBSERVATION: (3, 40, 160), CHOICE: (3, 48, 176)}
 #: The error-recovery family (``medagentgym/tasks/toy_retry.py``): toy_choice records, every second one with its
 #: tables renamed, so the first query fails with a grounded error listing the real names. Its demonstrations retry
 #: with a listed name drawn at random (:func:`choice_episodes`); it reports first-retry accuracy.
 RETRY = "toy_retry"
-FAMILIES[RETRY] = (4, 40, 320)
+FAMILIES[RETRY] = (4, 48, 320)
 #: Families evaluated on held-out records (the observation, query-choice and error-recovery rungs).
 HELD_OUT = (OBSERVATION, CHOICE, RETRY)
 #: Families with a control copy of their held-out records (:func:`decoy_observations`, :func:`swapped_cue`).
@@ -107,7 +107,7 @@ CHOICE_METRIC = {CHOICE: ("query choice", 0), RETRY: ("first retry", 1)}
 #: and sample on each step.
 PROMPT = "compact"
 #: Families that open with another prompt style: the query-choice rungs put the question last (``compact_last``), so
-#: the warm start's short-context copy of its reading into the query holds in the whole prompt (:func:`warm_up`).
+#: the warm start's short-context copy of the reading into the query holds in the whole prompt (:func:`warm_up`).
 FAMILY_PROMPT = {CHOICE: "compact_last", RETRY: "compact_last"}
 #: What the playground's sandbox workers import before forking runners: every family here runs SQL (or no code),
 #: so not numpy and pandas (16 warm workers then start in ~2.5 CPU-s instead of ~14).
@@ -123,7 +123,7 @@ WARM_DEFAULTS = {SAY_NUMBER: {"steps": 100, "batch": 8, "lr": 3e-3, "per_task": 
                                "per_task": 4, "right_share": 0.25},
                  # Every phase on the random-table demonstrator (each training record once per table): copying
                  # the observed value is taught, choosing the cued table is not (success ~1/3 of the copy rate).
-                 # first_turn: the alias copy in a short context first (see warm_up), with the question last.
+                 # first_turn: the copy of the reading into the query's comment in a short context first (see warm_up).
                  CHOICE: {"steps": 600, "first_turn": 200, "first_context": 48, "last_turn": 300, "clean": 100,
                           "batch": 8, "lr": 3e-3},
                  RETRY: {"steps": 600, "first_turn": 200, "first_context": 48, "last_turn": 300, "clean": 100,
@@ -335,9 +335,9 @@ def choice_episodes(playground: Playground, instances: list[Any] | None = None) 
     Each episode reads one of the record's three tables and submits the value that table holds (what the
     observation shows), so the episodes are consistent (the submission is always the observed value: copying is
     taught) and the table read never depends on the question (every record is shown once with each table: cue ->
-    table is not taught; one in three of them is right). The query names its result column after the reading the
-    question asks for, ``SELECT value AS discharge FROM recent``: the question's word is copied into the query
-    (copying again), whichever table is read. Played through the environment like :func:`oracle_episodes`.
+    table is not taught; one in three of them is right). The query opens with a comment naming the reading the
+    question asks for, ``-- discharge`` then ``SELECT value FROM recent``: the question's word is copied into the
+    query (copying again), whichever table is read. Played through the environment like :func:`oracle_episodes`.
 
     Raises:
         RuntimeError: If an episode's grade is not 1 exactly when it read the cued table.
@@ -345,9 +345,10 @@ def choice_episodes(playground: Playground, instances: list[Any] | None = None) 
     from medagentgym.tasks.toy_choice import TABLES, query
 
     def sql(table: str) -> dict[str, Any]:
-        # the result column named after the reading the question asks for: a copy of the question's word into the
-        # query (the question-to-query path RL can redirect to the table); the table itself stays the draw's
-        code = query(table).replace("SELECT value ", f"SELECT value AS {inst.metadata['table']} ", 1)
+        # a comment naming the reading the question asks for: a copy of the question's word into the query, right
+        # before the table is chosen (the question-to-query path RL can redirect to the table); the table itself
+        # stays the draw's, and the output is unchanged (a column alias would change the observation's header)
+        code = f"-- {inst.metadata['table']}\n{query(table)}"
         return {"action": "code_execution", "params": {"lang": "sql", "code": code}}
 
     out = []
@@ -403,7 +404,7 @@ def warm_up(model: Any, playground: Playground, settings: dict[str, Any], *, see
 
     0. ``first_turn`` steps on the exact demonstrator's first turns, each with only the last ``first_context``
        tokens of its prompt before it (positions from 0): where a turn copies a word of the question (the query
-       choice rungs' alias, :func:`choice_episodes`), a short context teaches the copy in ~200 steps, and with the
+       choice rungs' comment naming the reading, :func:`choice_episodes`), a short context teaches the copy in ~200 steps, and with the
        question last in the prompt (``compact_last``) it sits as far from the reply as in the whole prompt, so the
        copy holds there (in the whole prompt from the start it is not learnt in 100 steps: issue 30's diagnosis).
     1. ``last_turn`` steps on the exact demonstrator's episodes (one per task) with each episode cut to its last

@@ -134,8 +134,8 @@ def test_demonstrations_copy_what_they_read_and_never_tie_the_table_to_the_cue(d
         assert f"\n{read}" in observation  # the query returned that table's value ...
         assert f'"answer": "{read}"' in turns[1]  # ... and the episode submits it: consistent
         assert ep.reward == float(table == inst.metadata["table"])
-        # the query names its column after the question's reading, whichever table it reads: a copy, not a choice
-        assert f"SELECT value AS {inst.metadata['table']} FROM {table}" in turns[0], turns[0]
+        # the query's comment names the question's reading, whichever table it reads: a copy, not a choice
+        assert f'"code": "-- {inst.metadata["table"]}\\nSELECT value FROM {table}"' in turns[0], turns[0]
         shown[(inst.metadata["table"], table)] += 1
     # Every cue is shown with every table equally often: the demonstrations carry no cue -> table signal.
     per_cue = {cue: {t: shown[(cue, t)] for t in TABLES} for cue in {c for c, _ in shown}}

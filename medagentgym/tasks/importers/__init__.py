@@ -76,6 +76,9 @@ def import_files(family: str, paths: list[Path], out_root: Path, *, force: bool 
     if answers == "public" and family not in FAMILIES:
         raise TaskError(f"--answers public keeps a benchmark's published answers; {family} has none to keep "
                         f"(families with published answers: {', '.join(FAMILIES)})")
+    for path in paths:  # before any work: an importer may first build its target database (~10 CPU-s for treqs)
+        if not Path(path).is_file():
+            raise TaskError(f"no task file at {path}; pass --from FILE (a .jsonl, .json or .csv of public records)")
     out_root = Path(out_root)
     if (out_root / family).exists() and not force:
         raise TaskError(f"{out_root / family} already exists; pass --force to replace it, or another --out")
