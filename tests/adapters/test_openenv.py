@@ -509,5 +509,9 @@ def test_our_client_pausing_past_the_finished_clock_resets_on_a_new_session(one_
         with pytest.raises(RuntimeError) as stale:
             env.step({"text": SQL})
         line = str(stale.value)
-        assert "\n" not in line and "4001" in line and "call reset()" in line and "episode ended" in line, line
+        # one line that says the episode ended and to reset: the close frame (4001) when it reached the client
+        # first, or, when the step raced it (seen under load, issue #29), the server's answer to a step on the
+        # session it had just closed
+        assert "\n" not in line and "reset" in line, line
+        assert ("4001" in line and "episode ended" in line) or "the server closed this session" in line, line
         assert env.reset(task_id="toy_sql/test/0003").observation.info["task_id"] == "toy_sql/test/0003"
