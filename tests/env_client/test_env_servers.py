@@ -85,19 +85,35 @@ def test_bad_urls_are_refused():
         EnvServers(["127.0.0.1:8000"])
 
 
-class _Thinking:
-    """The oracle with a pause before every turn (a model's latency), so episodes are open when a server dies."""
+class _Gated:
+    """The oracle, with a gate before every turn (a model's latency, held as long as the test wants): while the gate
+    is shut, every running episode waits before its next turn with its session open, so a server stopped then has
+    episodes mid-way whatever the machine's load (issue #29: a 0.15 s pause let them finish first under load)."""
 
-    def __init__(self, oracle, think_s: float) -> None:
-        self.oracle, self.think_s = oracle, think_s
+    def __init__(self, oracle) -> None:
+        self.oracle, self.open, self.held = oracle, threading.Event(), 0
+        self.changed = threading.Condition()
+        self.open.set()
+
+    def hold(self, episodes: int, timeout: float) -> bool:
+        """Shut the gate; True once ``episodes`` episodes wait at it (False after ``timeout`` seconds)."""
+        self.open.clear()
+        with self.changed:
+            return self.changed.wait_for(lambda: self.held >= episodes, timeout)
 
     def for_episode(self, instance):
-        replay = self.oracle.for_episode(instance)
-        think_s = self.think_s
+        replay, gate = self.oracle.for_episode(instance), self
 
         class Turn:
             def act(self, messages, *, tools=None, seed=None):
-                time.sleep(think_s)
+                with gate.changed:
+                    gate.held += 1
+                    gate.changed.notify_all()
+                try:
+                    gate.open.wait(300)
+                finally:
+                    with gate.changed:
+                        gate.held -= 1
                 return replay.act(messages, tools=tools, seed=seed)
 
         return Turn()
@@ -119,20 +135,30 @@ def test_a_server_that_dies_mid_run_loses_no_episode_and_duplicates_none(toy_roo
             servers = EnvServers([url_a, url_b], health_every_s=0.5, backoff_s=0.05)
             killed = threading.Event()
 
+            policy = _Gated(oracle)
+
             def kill_a_mid_episode() -> None:
                 deadline = time.monotonic() + 120
-                while time.monotonic() < deadline:  # once an episode is open on a and two are stored
-                    stored = store.read_text().count("\n") if store.exists() else 0
-                    if stored >= 2 and httpx.get(url_a + "/health", timeout=5).json()["sessions"] >= 1:
-                        server_a.__exit__(None, None, None)
-                        killed.set()
-                        return
-                    time.sleep(0.01)
+                try:
+                    while time.monotonic() < deadline:
+                        stored = store.read_text().count("\n") if store.exists() else 0
+                        # once two are stored, hold all four runners before their next turn: an episode open on a
+                        # then stays open there until a is gone
+                        if stored >= 2 and policy.hold(4, timeout=30) and \
+                                httpx.get(url_a + "/health", timeout=5).json()["sessions"] >= 1:
+                            server_a.__exit__(None, None, None)
+                            killed.set()
+                            return
+                        policy.open.set()  # none on a this time: let one more episode finish, then try again
+                        while store.exists() and store.read_text().count("\n") == stored and \
+                                time.monotonic() < deadline:
+                            time.sleep(0.01)
+                finally:
+                    policy.open.set()
 
             killer = threading.Thread(target=kill_a_mid_episode)
             killer.start()
-            result = rollout(toy_test[:6], _Thinking(oracle, 0.15), servers.env, k=2, concurrency=4, store=store,
-                             on_error="skip")
+            result = rollout(toy_test[:6], policy, servers.env, k=2, concurrency=4, store=store, on_error="skip")
             killer.join()
             assert killed.is_set(), "server a was never stopped mid-run"
             assert result.summary.failed == 0 and result.summary.episodes == 12 == result.summary.new
