@@ -344,23 +344,22 @@ def choice_episodes(playground: Playground, instances: list[Any] | None = None) 
     """
     from medagentgym.tasks.toy_choice import TABLES, query
 
-    def sql(table: str) -> dict[str, Any]:
+    def sql(cue: str, table: str) -> dict[str, Any]:
         # a comment naming the reading the question asks for: a copy of the question's word into the query, right
         # before the table is chosen (the question-to-query path RL can redirect to the table); the table itself
         # stays the draw's, and the output is unchanged (a column alias would change the observation's header)
-        code = f"-- {inst.metadata['table']}\n{query(table)}"
-        return {"action": "code_execution", "params": {"lang": "sql", "code": code}}
+        return {"action": "code_execution", "params": {"lang": "sql", "code": f"-- {cue}\n{query(table)}"}}
 
     out = []
     tasks_ = instances if instances is not None else list(playground.index.instances.values())
     for inst in tasks_:
-        real = inst.metadata.get("tables", {t: t for t in TABLES})
+        real, cue = inst.metadata.get("tables", {t: t for t in TABLES}), inst.metadata["table"]
         for k, table in enumerate(TABLES):
             # toy_retry's renamed records: a listed name first (it fails), then a real name, each once per record
-            first = [sql(TABLES[(k + 1) % len(TABLES)])] if inst.metadata.get("renamed") else []
-            steps = [*first, sql(real[table]),
+            first = [sql(cue, TABLES[(k + 1) % len(TABLES)])] if inst.metadata.get("renamed") else []
+            steps = [*first, sql(cue, real[table]),
                      {"action": "submit_answer", "params": {"answer": str(inst.metadata["readings"][table])}}]
-            out.append(_play_script(playground, inst, steps, float(table == inst.metadata["table"]),
+            out.append(_play_script(playground, inst, steps, float(table == cue),
                                     failing=len(first)))
     return out
 
@@ -404,9 +403,10 @@ def warm_up(model: Any, playground: Playground, settings: dict[str, Any], *, see
 
     0. ``first_turn`` steps on the exact demonstrator's first turns, each with only the last ``first_context``
        tokens of its prompt before it (positions from 0): where a turn copies a word of the question (the query
-       choice rungs' comment naming the reading, :func:`choice_episodes`), a short context teaches the copy in ~200 steps, and with the
-       question last in the prompt (``compact_last``) it sits as far from the reply as in the whole prompt, so the
-       copy holds there (in the whole prompt from the start it is not learnt in 100 steps: issue 30's diagnosis).
+       choice rungs' comment naming the reading, :func:`choice_episodes`), a short context teaches the copy in ~200
+       steps, and with the question last in the prompt (``compact_last``) it sits as far from the reply as in the
+       whole prompt, so the copy holds there (in the whole prompt from the start it is not learnt in 100 steps:
+       issue 30's diagnosis).
     1. ``last_turn`` steps on the exact demonstrator's episodes (one per task) with each episode cut to its last
        turn: the observation before it, then the submit. With a ~60-token context the model learns to copy the
        observed value in ~200 steps; with the whole episode (~250 tokens) that takes thousands on some seeds.
