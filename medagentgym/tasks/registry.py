@@ -401,7 +401,8 @@ def _built_manifest(name: str, root: Path, size: str, seed: int) -> dict[str, An
 
 
 def check_family(name: str, *, size: str = "tiny", seed: int = 0, root: Path | str | None = None,
-                 play: Any = None, limit: int | None = None, built: bool = False) -> dict[str, Any]:
+                 play: Any = None, limit: int | None = None, built: bool = False,
+                 rebuild: bool = True) -> dict[str, Any]:
     """Check that family ``name`` honours the contract; returns a report, raises ``TaskError`` listing failures.
 
     Checks: the same seed builds byte-identical files; instances load, have unique ids, known categories, and
@@ -429,6 +430,9 @@ def check_family(name: str, *, size: str = "tiny", seed: int = 0, root: Path | s
         built: ``root`` already holds the family built at ``size`` and ``seed`` by this code (a test's cached
             build, issue #29): its ``manifest.json`` stands for the first build, so only the second is built
             here and compared with it, file by file.
+        rebuild: Build a second time and compare (the determinism check). ``False`` skips it, only with
+            ``built=True``: a test module whose family's build is checked for determinism elsewhere (``make
+            test-slow``'s registry-wide run) saves the second build, the costliest step for the large families.
     """
     import contextlib
     import functools
@@ -443,6 +447,9 @@ def check_family(name: str, *, size: str = "tiny", seed: int = 0, root: Path | s
         answer = steps[-1]["params"]["answer"]
         return family.grade(inst, answer, GradeContext(family_dir=Path(family.root))).score
 
+    if not rebuild and not built:
+        raise TaskError(f"check_family({name!r}, rebuild=False) needs built=True: without a build in root= there is "
+                        f"nothing to check; drop rebuild=False or pass the cached build")
     problems: list[str] = []
     report: dict[str, Any] = {"family": name}
     with tempfile.TemporaryDirectory() as scratch, contextlib.ExitStack() as stack:
@@ -454,7 +461,9 @@ def check_family(name: str, *, size: str = "tiny", seed: int = 0, root: Path | s
                                 f"of a size={size!r} seed={seed} build; build it first or drop built=True")
         else:
             first = make(name, root=base_root).build(base_root, size=size, seed=seed)
-        second = make(name, root=Path(scratch) / "b").build(Path(scratch) / "b", size=size, seed=seed)
+        second = make(name, root=Path(scratch) / "b").build(Path(scratch) / "b", size=size, seed=seed) \
+            if rebuild else first
+        report["rebuilt"] = rebuild
         if first.get("files") != second.get("files"):
             differ = sorted(k for k in set(first.get("files", {})) | set(second.get("files", {}))
                             if first.get("files", {}).get(k) != second.get("files", {}).get(k))

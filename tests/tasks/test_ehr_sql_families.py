@@ -123,11 +123,12 @@ def test_reference_solution_and_strict_grading(built):
 
 def test_family_contract_audits(case, built, tmp_path):
     assert case.name in tasks.names()
-    # the module's build (a copy: the check may write beside it) is the first; check_family builds the second and
-    # compares them file by file (built=True)
+    # the contract on the module's build (a copy: the check may write beside it); the same-seed rebuild and file
+    # comparison is make test-slow's (test_registry.py's registry-wide run), so it is skipped here (rebuild=False)
     root = tmp_path / "root"
     shutil.copytree(built[0], root)
-    report = tasks.check_family(case.name, size="tiny", seed=0, root=root, limit=150, built=True)  # 150 per split
+    report = tasks.check_family(case.name, size="tiny", seed=0, root=root, limit=150, built=True,
+                                rebuild=False)  # 150 per split
     for split in ("train", "test"):
         assert report[split]["oracle"] == 1.0
         assert report[split]["empty"] == report[split]["shotgun"] == report[split]["traceback"] == 0

@@ -16,13 +16,13 @@ NAME = "ehrcon"
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
-    """check_family on the build cache's copy in ``root`` (tests/_build_cache.py): it builds once more and compares
-    the two builds file by file (built=True, the byte-identical check)."""
+    """check_family on the build cache's copy in ``root`` (tests/_build_cache.py, built=True). The same-seed rebuild
+    and its file-by-file comparison is make test-slow's (test_registry.py's registry-wide run): rebuild=False."""
     from _build_cache import tasks_root
 
     tasks.register(NAME, entry_point="medagentgym.tasks.ehrcon:EHRCon", max_turns=15, replace=True)
     root = tasks_root([NAME], tmp_path_factory.mktemp("ehrcon_root"))
-    report = tasks.check_family(NAME, size="tiny", seed=0, root=root, built=True)
+    report = tasks.check_family(NAME, size="tiny", seed=0, root=root, built=True, rebuild=False)
     return report, EHRCon(root=root / NAME)
 
 

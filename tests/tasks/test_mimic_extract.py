@@ -24,13 +24,14 @@ NAME = "mimic_extract"
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
-    """check_family (with the host replay) on the build cache's copy in ``root`` (tests/_build_cache.py): it builds
-    once more and compares the two builds file by file (built=True), then checks the contract on ``root``."""
+    """check_family (with the host replay) on the build cache's copy in ``root`` (tests/_build_cache.py, built=True).
+    The same-seed rebuild and its file-by-file comparison (~26 CPU-s) is make test-slow's (test_registry.py's
+    registry-wide run): rebuild=False."""
     from _build_cache import tasks_root
 
     tasks.register(NAME, entry_point="medagentgym.tasks.mimic_extract:MimicExtract", max_turns=15, replace=True)
     root = tasks_root([NAME], tmp_path_factory.mktemp("mimic_extract_root"))
-    report = tasks.check_family(NAME, size="tiny", seed=0, root=root, play=host_play, built=True)
+    report = tasks.check_family(NAME, size="tiny", seed=0, root=root, play=host_play, built=True, rebuild=False)
     return report, MimicExtract(root=root / NAME)
 
 
