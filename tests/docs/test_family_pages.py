@@ -68,7 +68,13 @@ def test_page_matches_version_actions_and_a_real_instance(name, tiny_root):
     assert row and int(row.group(1)) == family.version, f"{name}: the index row's version is stale; {REGENERATE}"
 
 
-@pytest.mark.parametrize("name", tasks.names())
+#: Families whose grader makes the tiny floors costly to measure again (~8-9 CPU-s each: mimic_extract scores every
+#: constant with scikit-learn, ehrshot grades per patient): their page floors are checked in make test-slow.
+COSTLY_FLOORS = {"mimic_extract", "ehrshot"}
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in COSTLY_FLOORS else n
+                                  for n in tasks.names()])
 def test_page_floors_are_the_ones_measured_now(name, tiny_root, load_script):
     pages = load_script("make_family_pages")
     text = _page(name)

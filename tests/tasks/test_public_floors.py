@@ -76,7 +76,7 @@ def test_slot_template_merges_variants():
     assert slot_template(None, inst) == "lab_count" and inst.category == "lab_count.in_year"
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+@pytest.mark.parametrize("seed", [0, *(pytest.param(s, marks=pytest.mark.slow) for s in (1, 2, 3))])
 def test_a_few_train_records_per_template_learn_the_common_answer_less_often(seed):
     """Each template answers 0 40 % of the time, the rest unique. Learned on every train record, "0" pays 40 %;
     learned on 2 records, "0" wins when both are 0 (16 %) or the first drawn is (24 %): 0.4 x 0.4 = 16 %
