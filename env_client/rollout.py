@@ -139,7 +139,7 @@ class EnvSpec:
 
         preload = family_preload(self.families(), families)
         return make_pool(self.backend, workers=self.sandbox_workers or workers,
-                         allow_unisolated=self.allow_unisolated, **({} if preload is None else {"preload": preload}))
+                         allow_unisolated=self.allow_unisolated, preload=preload)
 
     def make_env(self, pool: Any) -> Any:
         """An ``Env`` over ``pool``."""
@@ -174,6 +174,22 @@ def family_preload(family: Callable[[str], Any], names: Iterable[str]) -> tuple[
             return None
         mods.update(declared)
     return tuple(sorted(mods)) if names else None
+
+
+def tasks_root_preload(tasks_root: str | os.PathLike) -> tuple[str, ...] | None:
+    """:func:`family_preload` over every family built (``manifest.json``) or declared (``family.yaml``) under
+    ``tasks_root``: what a pool serving that root (an env server, an adapter's shared pool) preloads. None (the
+    sandbox's default) when any family there declares nothing, none is there yet, or one cannot be loaded; a
+    family built later runs on these workers too, importing what they lack on first use."""
+    from medagentgym import tasks
+    from medagentgym.tasks.base import TaskError
+
+    root = Path(tasks_root)
+    try:
+        names = [p.name for p in root.iterdir() if (p / "manifest.json").is_file() or (p / "family.yaml").is_file()]
+        return family_preload(lambda name: tasks.make(name, root=root), names)
+    except (OSError, TaskError):
+        return None
 
 
 def run_episode(env: Any, policy: Policy, item: WorkItem, *, policy_name: str | None = None) -> Trajectory:

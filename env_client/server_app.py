@@ -250,6 +250,7 @@ def build_app(tasks_root: str | Path, *, backend: str = "bwrap", workers: int = 
         >>> app = build_app("artifacts/tasks", tokens=["s3cret-token"], worker_wait_s=10)
     """
     from medagentgym import tasks
+    from medagentgym.env_client.rollout import tasks_root_preload
     from medagentgym.sandbox import make_pool
     from medagentgym.sandbox.server import create_app
 
@@ -257,7 +258,8 @@ def build_app(tasks_root: str | Path, *, backend: str = "bwrap", workers: int = 
     if bad or not splits:
         raise ValueError(f"splits={splits!r} is invalid: choose from train, test")
     own_pool = pool is None
-    pool = pool or make_pool(backend, workers=workers, max_workers=max_workers, allow_unisolated=allow_unisolated)
+    pool = pool or make_pool(backend, workers=workers, max_workers=max_workers, allow_unisolated=allow_unisolated,
+                             preload=tasks_root_preload(tasks_root))
     # Sessions per client never exceed the workers the pool may run (its cap; an older pool: its workers).
     n_workers = int(getattr(pool, "max_workers", 0) or len(getattr(pool, "_workers", ())) or workers)
     if max_sessions_per_client is not None and max_sessions_per_client > n_workers:

@@ -49,7 +49,6 @@ __all__ = [
     "PPO_DEFAULTS",
     "PROMPT",
     "RETRY",
-    "SANDBOX_PRELOAD",
     "WARM_DEFAULTS",
     "Playground",
     "RunResult",
@@ -109,9 +108,6 @@ PROMPT = "compact"
 #: Families that open with another prompt style: the query-choice rungs put the question last (``compact_last``), so
 #: the warm start's short-context copy of the reading into the query holds in the whole prompt (:func:`warm_up`).
 FAMILY_PROMPT = {CHOICE: "compact_last", RETRY: "compact_last"}
-#: What the playground's sandbox workers import before forking runners: every family here runs SQL (or no code),
-#: so not numpy and pandas (16 warm workers then start in ~2.5 CPU-s instead of ~14).
-SANDBOX_PRELOAD = ("sqlite3",)
 #: Round number of the fixed evaluation's seeds (training rounds count from 1, so they never coincide).
 EVAL_CALL = 1_000_000
 #: Warm-start steps (the first ``short`` of them without the shared system prompt: cheap, see
@@ -147,7 +143,8 @@ def declare_say_number(root: str | os.PathLike, questions: tuple[str, ...] = SAY
     fam = root / name
     fam.mkdir(parents=True, exist_ok=True)
     (fam / "family.yaml").write_text(f"name: {name}\nanswer_type: integer\nactions: [submit_answer]\n"
-                                     "max_turns: 1\nsplits: [train, test]\n", encoding="utf-8")
+                                     "max_turns: 1\nsplits: [train, test]\nsandbox_preload: [sqlite3]\n",
+                                     encoding="utf-8")
     lines = [{"question": q, "answer": 7, "split": "train"} for q in questions]
     (fam / "tasks.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines), encoding="utf-8")
     return root
@@ -179,7 +176,8 @@ def declare_clinic_code(root: str | os.PathLike) -> Path:
         os.replace(tmp, db)
     (fam / "family.yaml").write_text(f"name: {CLINIC_CODE}\nanswer_type: integer\n"
                                      "actions: [code_execution, submit_answer]\nmax_turns: 3\n"
-                                     "data: {clinic.db: data/clinic.db}\nsplits: [train, test]\n", encoding="utf-8")
+                                     "data: {clinic.db: data/clinic.db}\nsplits: [train, test]\n"
+                                     "sandbox_preload: [sqlite3]\n", encoding="utf-8")
     lines = [{"question": q, "answer": 7, "split": "train", "solution": "SELECT code FROM protocol",
               "solution_lang": "sql"} for q in CLINIC_CODE_QUESTIONS]
     (fam / "tasks.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines), encoding="utf-8")
@@ -241,8 +239,10 @@ class Playground:
         # ``auto`` is the jail: isolation is never lost silently (bwrap that cannot start raises, naming the fix);
         # unisolated runs are asked for by name, ``sandbox="local"``.
         backend = "bwrap" if sandbox == "auto" else sandbox
+        # lean workers: every learning family declares sandbox_preload (sqlite3 alone; say_number and clinic_code
+        # in the family.yaml written above), as rollouts and the RL trainers' pools read it
         pool = sandbox_pkg.make_pool(backend, workers=workers, allow_unisolated=backend == "local", mounts=mounts,
-                                     preload=SANDBOX_PRELOAD)
+                                     preload=getattr(family, "sandbox_preload", None))
         return cls(root, family, index, tokenizer, pool, *FAMILIES[name], prompt=prompt)
 
     @property

@@ -239,15 +239,17 @@ def run_pipeline(model_dir: str | os.PathLike, workdir: str | os.PathLike, setti
     base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
     names = [*families, *held_out]
     t0 = cpu()
-    for name in names:  # build first: the pool's mounts must name every family's data
-        from medagentgym import tasks
+    from medagentgym import tasks
+    from medagentgym.env_client.rollout import family_preload
 
+    for name in names:  # build first: the pool's mounts must name every family's data
         if not (root / name / "manifest.json").is_file():
             tasks.make(name, root=root).build(root, size="tiny", seed=0)
     backend = "bwrap" if sandbox == "auto" else sandbox
     workers = max(8, int(settings["eval_concurrency"]))
+    preload = family_preload(lambda name: tasks.make(name, root=root), names)  # lean only if every family is SQL
     pool = sandbox_pkg.make_pool(backend, workers=workers, allow_unisolated=backend == "local",
-                                 mounts=_mounts(root, names))
+                                 mounts=_mounts(root, names), preload=preload)
     speed: dict[str, Any] = {}
     try:
         real_eval = settings.get("eval_per_real_family", settings["eval_per_family"])

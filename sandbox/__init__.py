@@ -108,10 +108,14 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+#: What a pool's warm workers import before forking runners when the caller names nothing (``make_pool(preload=None)``).
+DEFAULT_PRELOAD: tuple[str, ...] = ("numpy", "pandas", "sqlite3")
+
+
 def make_pool(backend: str = "bwrap", *, workers: int | None = None, limits: Limits = Limits(),
               data_root: Path | None = None, mounts: dict[str, Path] | None = None,
               allow_unisolated: bool = False, workspace_mb: int = 512,
-              preload: tuple[str, ...] = ("numpy", "pandas", "sqlite3"), start_timeout: float = 120.0,
+              preload: tuple[str, ...] | None = None, start_timeout: float = 120.0,
               acquire_timeout: float = 30.0, sysv_shm_mb: int = 64, max_workers: int | None = None,
               idle_s: float = 60.0, grow_preload: tuple[str, ...] | None = ("sqlite3",), **backend_options) -> Pool:
     """Start a pool of warm sandbox workers that grows with the sessions open, up to a cap.
@@ -133,7 +137,9 @@ def make_pool(backend: str = "bwrap", *, workers: int | None = None, limits: Lim
         mounts: Extra ``{name: host_path}`` shown read-only at ``/data/<name>`` in every session.
         allow_unisolated: Required to use ``backend="local"``.
         workspace_mb: Size of each worker's workspace + /tmp tmpfs (when the host allows mounting).
-        preload: Modules each warm worker imports once, before forking runners.
+        preload: Modules each warm worker imports once, before forking runners; ``None``: :data:`DEFAULT_PRELOAD`
+            (numpy, pandas, sqlite3). A pool for families that run SQL alone passes ``("sqlite3",)``
+            (``medagentgym.env_client.rollout.family_preload`` reads what families declare).
         grow_preload: What workers started on demand (beyond ``workers``) preload. The default, sqlite3 only,
             makes them lean (no zygotes; ~25 MiB per idle session instead of ~80): their sessions import numpy,
             pandas or scikit-learn on first use. ``None``: the same as ``preload``.
@@ -180,6 +186,6 @@ def make_pool(backend: str = "bwrap", *, workers: int | None = None, limits: Lim
             raise ValueError(f"unexpected option(s) {sorted(backend_options)} for backend 'bwrap'")
         launcher = _jail.BwrapLauncher()
     return Pool(launcher, workers=workers or os.cpu_count() or 2, limits=limits, data_root=data_root,
-                mounts=mounts, workspace_mb=workspace_mb, preload=tuple(preload), start_timeout=start_timeout,
+                mounts=mounts, workspace_mb=workspace_mb, preload=tuple(DEFAULT_PRELOAD if preload is None else preload), start_timeout=start_timeout,
                 acquire_timeout=acquire_timeout, sysv_shm_mb=sysv_shm_mb, max_workers=max_workers, idle_s=idle_s,
                 grow_preload=None if grow_preload is None else tuple(grow_preload))

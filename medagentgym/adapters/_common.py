@@ -39,7 +39,8 @@ def _forget_pools_in_child() -> None:
 os.register_at_fork(after_in_child=_forget_pools_in_child)
 
 
-def shared_pool(backend: str = "bwrap", workers: int | None = None, allow_unisolated: bool = False) -> Any:
+def shared_pool(backend: str = "bwrap", workers: int | None = None, allow_unisolated: bool = False,
+                tasks_root: str | Path | None = None) -> Any:
     """This process's sandbox pool for ``backend``: made once, elastic, closed at exit.
 
     Adapter objects are created by the thousand (one per rollout) and each episode holds one worker from its reset
@@ -52,6 +53,9 @@ def shared_pool(backend: str = "bwrap", workers: int | None = None, allow_unisol
         backend, allow_unisolated: The sandbox backend.
         workers: The floor of warm workers (default 1); a later call with a higher floor than the pool's is
             served by the same pool, which grows on demand anyway.
+        tasks_root: The call that makes the pool has its workers preload what the families under this root
+            declare (``medagentgym.env_client.rollout.tasks_root_preload``; None or a family declaring nothing:
+            the sandbox's default); later calls share that pool, whose workers import what they lack on first use.
 
     Example:
         >>> pool = shared_pool("bwrap")
@@ -63,8 +67,11 @@ def shared_pool(backend: str = "bwrap", workers: int | None = None, allow_unisol
     with _POOLS_LOCK:
         pool = _POOLS.get(key)
         if pool is None or getattr(pool, "_closed", False):
+            from medagentgym.env_client.rollout import tasks_root_preload
+
+            preload = None if tasks_root is None else tasks_root_preload(tasks_root)
             pool = _POOLS[key] = make_pool(backend, workers=max(1, int(workers or 1)),
-                                           allow_unisolated=allow_unisolated)
+                                           allow_unisolated=allow_unisolated, preload=preload)
             atexit.register(pool.close)
         return pool
 
@@ -88,7 +95,7 @@ def episode_runner(tasks_root: str | Path, *, url: str | None = None, token: str
         return HTTPEnv(url, token=token)
     from medagentgym.env_client import Env, EnvConfig
 
-    return Env(shared_pool(backend, workers, allow_unisolated), tasks_root=tasks_root,
+    return Env(shared_pool(backend, workers, allow_unisolated, tasks_root=tasks_root), tasks_root=tasks_root,
                config=EnvConfig(**(config or {})))
 
 

@@ -13,6 +13,8 @@ A directory ``<tasks_root>/<name>/`` holding:
     max_turns: 8
     data: {cohort.csv: data/cohort.csv}   # mount name under /data -> path relative to this directory
     splits: [train, test]
+    sandbox_preload: [sqlite3]     # optional: what a warm sandbox worker imports first (default numpy, pandas,
+                                   # sqlite3); SQL alone -> [sqlite3], lean workers
 
 ``tasks.jsonl``: one object per line, ``{"question", "answer", "category"?, "split", "context"?,
 "answer_type"?, "solution"?, "solution_lang"?}``; plus the data files. ``tasks.make(name, root=...)`` finds it
@@ -66,12 +68,23 @@ class FamilyDecl(BaseModel):
     max_turns: int = Field(15, ge=1, description="Turn budget of an episode.")
     data: dict[str, str] = Field(default_factory=dict, description="Mounts: name -> path relative to the directory.")
     splits: list[Literal["train", "test"]] = Field(default_factory=lambda: ["train", "test"], description="Splits.")
+    sandbox_preload: list[str] | None = Field(
+        None, description="Modules a warm sandbox worker imports before this family's episodes, e.g. [sqlite3] "
+                          "for SQL alone (lean workers); unset: the sandbox's default (numpy, pandas, sqlite3).")
 
     @field_validator("answer_type")
     @classmethod
     def _known_type(cls, value: str) -> str:
         if value not in ANSWER_TYPES:
             raise ValueError(f"answer_type {value!r} is not one of {', '.join(ANSWER_TYPES)}")
+        return value
+
+    @field_validator("sandbox_preload")
+    @classmethod
+    def _module_names(cls, value: list[str] | None) -> list[str] | None:
+        bad = [m for m in value or [] if not all(part.isidentifier() for part in str(m).split("."))]
+        if bad:
+            raise ValueError(f"sandbox_preload {bad[0]!r} is not a module name (e.g. sqlite3 or numpy)")
         return value
 
     @field_validator("actions")
@@ -142,6 +155,8 @@ class ConfigFamily:
         self.version = self.decl.version
         self.actions = frozenset(self.decl.actions)
         self.max_turns = self.decl.max_turns
+        # what family_preload (medagentgym.env_client.rollout) reads: None keeps the sandbox's default preload
+        self.sandbox_preload = None if self.decl.sandbox_preload is None else tuple(self.decl.sandbox_preload)
         self._lines: list[TaskLine] | None = None
 
     def _read_lines(self) -> list[TaskLine]:

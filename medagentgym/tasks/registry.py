@@ -471,7 +471,7 @@ def check_family(name: str, *, size: str = "tiny", seed: int = 0, root: Path | s
         family = make(name, root=base_root)
         pool = None
         if play is None and getattr(family, "needs_sandbox", False):
-            pool = stack.enter_context(_check_pool())
+            pool = stack.enter_context(_check_pool(family))
             play = functools.partial(sandbox_play, pool)
         replays = play is not None  # a custom or sandboxed play runs the reference program itself
         play = play or direct
@@ -515,7 +515,7 @@ def check_family(name: str, *, size: str = "tiny", seed: int = 0, root: Path | s
                 problems.append(f"{split}: reference solutions score {scores['oracle']:.3f}, not 1")
             if not replays and getattr(family, "reference_runs_alone", True):
                 if pool is None:
-                    pool = stack.enter_context(_check_pool())
+                    pool = stack.enter_context(_check_pool(family))
                 ran, bad = reference_output_problems(pool, family, items)
                 report[split]["reference_runs"] = ran
                 problems += [f"{split}: {line}" for line in bad[:3]]
@@ -634,10 +634,11 @@ def reference_output_problems(pool: Any, family: Any, items: list[Any]) -> tuple
     return ran, problems
 
 
-def _check_pool() -> Any:
+def _check_pool(family: Any) -> Any:
+    """check_family's one-worker jail, preloading what ``family`` declares (``sandbox_preload``; else the default)."""
     from medagentgym import sandbox
 
-    return sandbox.make_pool("bwrap", workers=1)
+    return sandbox.make_pool("bwrap", workers=1, preload=getattr(family, "sandbox_preload", None))
 
 
 def sandbox_play(pool: Any, family: Any, inst: Any, steps: list[dict[str, Any]]) -> float:

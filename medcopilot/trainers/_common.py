@@ -142,9 +142,9 @@ def make_env_pool(cfg: RecipeConfig) -> Any:
     from medagentgym.tasks.base import TaskError
 
     try:
-        preload = family_preload(lambda name: registry.family_class(name, root=cfg.tasks.root), cfg.tasks.families)
+        # instances, not classes: a config-declared family's sandbox_preload is in its family.yaml
+        preload = family_preload(lambda name: registry.make(name, root=cfg.tasks.root), cfg.tasks.families)
     except TaskError:  # an unknown family fails later, in build_index, with its own one-line error
         preload = None
     return sandbox.make_pool(cfg.env.sandbox, workers=cfg.env.workers, max_workers=cfg.env.max_workers,
-                             allow_unisolated=cfg.env.allow_unisolated,
-                             **({} if preload is None else {"preload": preload}))
+                             allow_unisolated=cfg.env.allow_unisolated, preload=preload)

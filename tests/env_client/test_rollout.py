@@ -263,3 +263,39 @@ def test_the_rl_trainers_pool_preloads_what_the_recipes_families_declare(built):
     finally:
         pool.close()
     assert make_env_pool(load_recipe("grpo_tiny", [*overrides, "env.url=http://127.0.0.1:9"])) is None
+
+
+def test_a_tasks_root_and_a_config_family_preload_what_they_declare(built, tmp_path):
+    """Issue #29: env servers, the adapters' shared pool and check_family's jail preload what the families of
+    their tasks root declare (``tasks_root_preload``); a config family declares it in its family.yaml, and a value
+    that is not a module name is refused in one line before it could reach a worker's command line."""
+    from medagentgym import tasks
+    from medagentgym.env_client.rollout import tasks_root_preload
+    from medagentgym.medcopilot.config import load_recipe
+    from medagentgym.medcopilot.trainers._common import make_env_pool
+    from medagentgym.tasks.base import TaskError
+
+    root, _ = built
+    assert tasks_root_preload(root) == ("sqlite3",)  # toy_sql declares it in its class
+    assert tasks_root_preload(tmp_path / "missing") is None
+    cfg = tmp_path / "cfg"
+
+    def declare(name: str, extra: str = "") -> None:
+        (cfg / name).mkdir(parents=True, exist_ok=True)
+        (cfg / name / "family.yaml").write_text(f"name: {name}\nanswer_type: integer\n{extra}", encoding="utf-8")
+        (cfg / name / "tasks.jsonl").write_text('{"question": "q", "answer": 7, "split": "train"}\n')
+
+    declare("lean", "sandbox_preload: [sqlite3]\n")
+    assert tasks.make("lean", root=cfg).sandbox_preload == ("sqlite3",)
+    assert tasks_root_preload(cfg) == ("sqlite3",)
+    overrides = [f"tasks.root={cfg}", f"env.sandbox={BACKEND}", "env.workers=1", "env.allow_unisolated=true"]
+    pool = make_env_pool(load_recipe("grpo_tiny", [*overrides, "tasks.families=[lean]"]))
+    try:
+        assert pool.preload == "sqlite3"  # the trainers read a config family's declaration too
+    finally:
+        pool.close()
+    declare("plain")  # declares nothing: the whole root gets the sandbox's default
+    assert tasks.make("plain", root=cfg).sandbox_preload is None and tasks_root_preload(cfg) is None
+    declare("bad", "sandbox_preload: ['numpy,os']\n")
+    with pytest.raises(TaskError, match=r"family.yaml: sandbox_preload: .*'numpy,os' is not a module name"):
+        tasks.make("bad", root=cfg)

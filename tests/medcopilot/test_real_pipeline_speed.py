@@ -71,7 +71,8 @@ def test_a_greedy_lockstep_evaluation_batches_every_live_episode(tiny_model_dir,
     tasks.make("toy_lookup", root=root).build(root, size="tiny", seed=0)
     backend = "bwrap" if shutil.which("bwrap") else "local"
     with sandbox.make_pool(backend, workers=16, allow_unisolated=backend == "local",
-                           mounts=real_pipeline._mounts(root, ["toy_lookup"])) as pool:
+                           mounts=real_pipeline._mounts(root, ["toy_lookup"]),
+                           preload=tasks.make("toy_lookup", root=root).sandbox_preload) as pool:
         arena = open_arena("toy_lookup", ID["toy_lookup"], root, tok, pool, train_limit=2, eval_limit=16)
         settings = {"eval_temperature": 0.0, "reps": 3, "eval_concurrency": 16}
         first = real_pipeline._score(arena, model, settings, seed=0)
