@@ -104,7 +104,7 @@ def test_training_commands_on_a_torch_free_install_end_with_one_line(command, tm
     argv = [a.replace("{tmp}", str(tmp_path)) for a in command]
     code = ("import sys\nfor m in ('torch', 'transformers', 'trl', 'peft'): sys.modules[m] = None\n"
             f"from medagentgym.cli import main\nsys.exit(main({argv!r}))")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False,
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, check=False,
                           cwd=tmp_path)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
     assert proc.stderr.strip().splitlines()[-1].startswith(f"medagentgym {command[0]}: error: 'torch' is not "

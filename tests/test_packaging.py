@@ -239,7 +239,7 @@ def test_pip_install_gives_the_medagentgym_command_without_torch_beside_adapterh
     venv = tmp_path / "venv"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))}
     started = time.monotonic()
-    subprocess.run([sys._base_executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    subprocess.run([sys._base_executable, "-m", "venv", str(venv)], check=True, timeout=600)
     py, cli = str(venv / "bin" / "python"), str(venv / "bin" / "medagentgym")
     install = subprocess.run([py, "-m", "pip", "install", "-q", str(src)], capture_output=True, text=True,
                              env=env, timeout=1200, check=False)
@@ -309,7 +309,7 @@ def test_installed_train_extra_runs_bundled_recipes_and_sweeps_by_name_from_any_
     shutil.copy2(ROOT / "constraints.txt", src / "constraints.txt")
     venv = tmp_path / "venv"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))}
-    subprocess.run([sys._base_executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    subprocess.run([sys._base_executable, "-m", "venv", str(venv)], check=True, timeout=600)
     py, cli = str(venv / "bin" / "python"), str(venv / "bin" / "medagentgym")
     for args in (["torch==2.13.0"], ["-c", str(src / "constraints.txt"), f"{src}[train]"]):
         install = subprocess.run([py, "-m", "pip", "install", "-q", *args], capture_output=True, text=True, env=env,

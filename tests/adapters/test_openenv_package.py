@@ -255,7 +255,7 @@ print(json.dumps({"ours": ours, "action": MedAction.model_json_schema(), "obs": 
 """
     env = {**os.environ, "PYTHONPATH": str(installed), "TMPDIR": str(tmp_path)}
     out = subprocess.run([sys.executable, "-c", script], env=env, cwd=tmp_path, capture_output=True, text=True,
-                         timeout=300, check=False)
+                         timeout=600, check=False)
     assert out.returncode == 0, out.stderr[-2000:]
     found = json.loads(out.stdout.strip().splitlines()[-1])
     assert found["ours"] == [], f"the client imported {found['ours']}"

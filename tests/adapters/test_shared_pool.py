@@ -23,6 +23,6 @@ def test_one_pool_per_process_and_a_forked_child_makes_its_own(sandbox_backend):
         out = ctx.Queue()
         child = ctx.Process(target=_child_pool, args=(sandbox_backend, id(pool), out))
         child.start()
-        fresh, printed = out.get(timeout=300)
+        fresh, printed = out.get(timeout=600)
         child.join(timeout=60)
     assert child.exitcode == 0 and fresh and printed == "42\n"

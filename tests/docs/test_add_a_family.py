@@ -49,7 +49,7 @@ def test_the_page_walks_every_step_and_the_example_registers_by_entry_point():
 
 def _venv_beside_this_one(path: Path) -> dict[str, str]:
     """A venv that sees this interpreter's packages (``addsitedir``) and has the ``medagentgym`` command."""
-    subprocess.run([sys._base_executable, "-m", "venv", str(path)], check=True, timeout=300)
+    subprocess.run([sys._base_executable, "-m", "venv", str(path)], check=True, timeout=600)
     py = path / "bin" / "python"
     purelib = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                              capture_output=True, text=True, check=True).stdout.strip()

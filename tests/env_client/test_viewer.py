@@ -103,7 +103,7 @@ def test_the_page_is_self_contained_and_hostile_text_stays_data(run_dir):
 def test_view_command_refuses_a_folder_without_episodes_in_one_line(tmp_path):
     (tmp_path / "other.jsonl").write_text("")
     proc = subprocess.run([sys.executable, "-m", "medagentgym", "view", str(tmp_path)], capture_output=True,
-                          text=True, timeout=120, check=False)
+                          text=True, timeout=600, check=False)  # a hang guard: ~1 CPU-s
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1
     assert f"{tmp_path} is not a run: no {tmp_path / 'trajectories.jsonl'} (it holds other.jsonl" in proc.stderr
 
@@ -112,7 +112,7 @@ def _chromium(tmp_path: Path, url: str, *args: str) -> str:
     profile = tmp_path / "chromium-profile"
     proc = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
                            f"--user-data-dir={profile}", "--virtual-time-budget=10000", "--window-size=1400,900",
-                           *(args or ("--dump-dom",)), url], capture_output=True, text=True, timeout=180, check=False)
+                           *(args or ("--dump-dom",)), url], capture_output=True, text=True, timeout=600, check=False)
     assert proc.returncode == 0, proc.stderr[-2000:]
     return proc.stdout
 

@@ -21,7 +21,8 @@ SANDBOX = "bwrap" if shutil.which("bwrap") else "local"
 FAMILIES = "toy_sql,medcalcbench"
 
 
-def _run(script: str, *args: str, timeout: int = 120) -> subprocess.CompletedProcess:
+# 600 s is a hang guard (issue #29): an eval here is ~8 CPU-s, but a loaded run once needed more than 120 s of clock.
+def _run(script: str, *args: str, timeout: int = 600) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "medagentgym", _COMMAND[script], *args], cwd=ROOT, capture_output=True,
                           text=True, timeout=timeout, check=False)
 

@@ -117,7 +117,7 @@ def test_size_default_over_a_tiny_build_is_refused_not_recorded_as_default(oracl
 def _eval(out: Path, tasks_root: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "medagentgym", "eval", "--policy", "oracle", "--tasks-root",
                            str(tasks_root), "--out", str(out), "--sandbox", SANDBOX, "--allow-unisolated",
-                           "--no-progress", "--no-plots", *args], capture_output=True, text=True, timeout=300,
+                           "--no-progress", "--no-plots", *args], capture_output=True, text=True, timeout=600,
                           check=False)
 
 

@@ -187,7 +187,7 @@ def test_public_answers_can_show_the_template(tmp_path):
 def test_import_without_db_says_first_that_it_builds_the_synthetic_database(tmp_path):
     done = subprocess.run([sys.executable, "-m", "medagentgym", "import", "--family", "treqs", "--from",
                            str(FIXTURES / "treqs_test_tasks.jsonl"), "--size", "tiny", "--out",
-                           str(tmp_path / "imported")], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                           str(tmp_path / "imported")], cwd=tmp_path, capture_output=True, text=True, timeout=600,
                           check=False)
     assert done.returncode == 0, done.stderr
     first = done.stderr.splitlines()[0]
