@@ -152,11 +152,188 @@ def probe(model: Any, train: Spans, test: Spans, tables: tuple[str, ...], kind: 
             "train_p_cued": choice_stats(m, train, tables)["p_cued"], "cpu_s": round(time.process_time() - cpu0, 1)}
 
 
+def gradient_share(model: Any, episodes: list[Any], cues: list[str], tables: tuple[str, ...], records: list[int],
+                   names: dict[str, list[int]]) -> dict[str, Any]:
+    """Where a GRPO step's gradient comes from, on one record's three demonstrations at a time.
+
+    Each record's demonstrations read each table once; the one that read the cued table earns 1, the others 0, and
+    the group-normalised advantages weight the DAPO loss over every model token (``env_mask`` 1) divided by their
+    number, as TRL's loss does. That loss is split by token position: before the table's name (the same ids in the
+    three demonstrations, so their terms cancel), the name itself (the decision query choice is about), and after it
+    (the rest of the query, then the submitted answer: a correct copy of a wrong table's value is pushed down). Per
+    record: the norm of each part's gradient and the cosine between the whole gradient and the name's; means over
+    ``records``.
+    """
+    import torch
+
+    params = [p for p in model.parameters() if p.requires_grad]
+    model.eval()
+    rows = []
+    for r in records:
+        eps = episodes[r * len(tables):(r + 1) * len(tables)]
+        comps = [e.completion_ids for e in eps]
+        d = 0
+        while all(len(c) > d and c[d] == comps[0][d] for c in comps):
+            d += 1
+        reward = torch.tensor([float(t == cues[r]) for t in tables])
+        adv = (reward - reward.mean()) / (reward.std() + 1e-4)
+        n_model = sum(sum(e.env_mask) for e in eps)
+        parts = {"before": 0.0, "name": 0.0, "after": 0.0}
+        counts = dict.fromkeys(parts, 0)
+        for k, (e, t) in enumerate(zip(eps, tables)):
+            ids = torch.tensor([e.prompt_ids + e.completion_ids])
+            logp = model(input_ids=ids).logits[0, :-1].log_softmax(-1)
+            p0 = len(e.prompt_ids)
+            target = torch.tensor(e.completion_ids)
+            tok = logp[p0 - 1:p0 - 1 + len(target)].gather(-1, target.unsqueeze(-1)).squeeze(-1)
+            mask = torch.tensor(e.env_mask, dtype=torch.float)
+            pos = torch.arange(len(target))
+            end = d + len(names[t])
+            for part, sel in (("before", pos < d), ("name", (pos >= d) & (pos < end)), ("after", pos >= end)):
+                w = mask * sel.float()
+                parts[part] = parts[part] + (-adv[k] * (tok * w).sum() / n_model)
+                counts[part] += int(w.sum())
+        grads = {}
+        for part, loss in parts.items():
+            g = torch.autograd.grad(loss, params, retain_graph=True, allow_unused=True)
+            grads[part] = torch.cat([(x if x is not None else torch.zeros_like(p)).flatten()
+                                     for x, p in zip(g, params)])
+        whole = grads["before"] + grads["name"] + grads["after"]
+        cos = float(torch.nn.functional.cosine_similarity(whole, grads["name"], dim=0))
+        rows.append({"cos_whole_name": cos, **{f"norm_{k}": float(v.norm()) for k, v in grads.items()},
+                     "norm_whole": float(whole.norm()), **{f"tokens_{k}": v for k, v in counts.items()}})
+    keys = rows[0].keys()
+    return {k: round(sum(row[k] for row in rows) / len(rows), 5) for k in keys} | {"records": len(rows)}
+
+
+def _demo_logps(model: Any, eps: list[Any]) -> list[Any]:
+    """Per demonstration: log p of each completion token (teacher-forced), a 1-D tensor."""
+    import torch
+
+    width = max(len(e.prompt_ids) + len(e.completion_ids) for e in eps)
+    ids = torch.zeros((len(eps), width), dtype=torch.long)
+    att = torch.zeros_like(ids)
+    for i, e in enumerate(eps):
+        seq = e.prompt_ids + e.completion_ids
+        ids[i, :len(seq)], att[i, :len(seq)] = torch.tensor(seq), 1
+    logp = model(input_ids=ids, attention_mask=att).logits.log_softmax(-1)
+    out = []
+    for i, e in enumerate(eps):
+        p0, target = len(e.prompt_ids), torch.tensor(e.completion_ids)
+        out.append(logp[i, p0 - 1:p0 - 1 + len(target)].gather(-1, target.unsqueeze(-1)).squeeze(-1))
+    return out
+
+
+def _after_logp(model: Any, episodes: list[Any], spans: Spans, tables: tuple[str, ...],
+                names: dict[str, list[int]]) -> float:
+    """Mean log p of the model tokens after the table's name in the cued demonstrations (the rest of the query and
+    the submitted copy of the value read): how well the copying survives."""
+    import torch
+
+    n = len(tables)
+    total, count = 0.0, 0
+    with torch.no_grad():
+        for r, cue in enumerate(spans.cues):
+            k = tables.index(cue)
+            e = episodes[r * n + k]
+            comps = [x.completion_ids for x in episodes[r * n:(r + 1) * n]]
+            d = 0
+            while all(len(c) > d and c[d] == comps[0][d] for c in comps):
+                d += 1
+            lp = _demo_logps(model, [e])[0]
+            mask = torch.tensor(e.env_mask, dtype=torch.bool)
+            mask[:d + len(names[cue])] = False
+            total += float(lp[mask].sum())
+            count += int(mask.sum())
+    return total / max(count, 1)
+
+
+def trajectory_probe(model: Any, train_eps: list[Any], test_eps: list[Any], train: Spans, test: Spans,
+                     tables: tuple[str, ...], names: dict[str, list[int]], *, part: str, steps: int, lr: float,
+                     group: int, seed: int, records: int = 1, beta: float = 0.0) -> dict[str, Any]:
+    """The policy-gradient probe on whole demonstrations: each step samples ``group`` tables for one record from
+    the policy's own table distribution, takes that record's demonstration of each sampled table (teacher-forced),
+    and weights its tokens by the group-normalised advantage (1 for the cued table), divided by the number of model
+    tokens in the step (TRL's DAPO loss), AdamW with the 5-step warm-up. ``part``: ``name`` puts the loss on the
+    table's name alone (the probe above, in this loss's scale), ``all`` on every model token as GRPO does.
+    ``records`` records per step; ``beta`` > 0 adds TRL's KL term (k3, per model token) to the frozen warm start.
+    Reports
+    held-out P(cued) and the copying after the name (:func:`_after_logp`) after ``steps``."""
+    import torch
+
+    m = copy.deepcopy(model)
+    m.train()
+    ref = model.eval() if beta else None
+    opt = torch.optim.AdamW(m.parameters(), lr=lr, weight_decay=0.0)
+    rng = random.Random(f"traj:{seed}")
+    gen = torch.Generator().manual_seed(seed)
+    n = len(tables)
+    cpu0 = time.process_time()
+    for step in range(steps):
+        for g in opt.param_groups:
+            g["lr"] = lr * min(1.0, (step + 1) / 5)
+        batch = []  # (advantage, episode, table index, shared prefix length)
+        for r in [rng.randrange(len(train.rows)) for _ in range(records)]:
+            with torch.no_grad():
+                lp = table_logps(m, train, [r], grad=False)[0]
+            picks = torch.multinomial((lp.exp() / lp.exp().sum()), group, replacement=True, generator=gen)
+            reward = (picks == tables.index(train.cues[r])).float()
+            adv = (reward - reward.mean()) / (reward.std() + 1e-4)
+            comps = [x.completion_ids for x in train_eps[r * n:(r + 1) * n]]
+            d = 0
+            while all(len(c) > d and c[d] == comps[0][d] for c in comps):
+                d += 1
+            batch += [(a, train_eps[r * n + int(k)], int(k), d) for a, k in zip(adv, picks)]
+        eps = [b[1] for b in batch]
+        logps = _demo_logps(m, eps)
+        refs = None
+        if beta:
+            with torch.no_grad():
+                refs = _demo_logps(ref, eps)
+        n_tok = sum(sum(e.env_mask) for e in eps)
+        loss = 0.0
+        for i, ((a, e, k, d), tok) in enumerate(zip(batch, logps)):
+            w = torch.tensor(e.env_mask, dtype=torch.float)
+            if beta:  # TRL's per-token k3 estimate of KL(policy || warm start), on every model token
+                delta = refs[i] - tok
+                loss = loss + beta * ((delta.exp() - delta - 1) * w).sum() / n_tok
+            if part == "name":
+                sel = torch.zeros_like(w)
+                sel[d:d + len(names[tables[k]])] = 1.0
+                w = w * sel
+            loss = loss - a * (tok * w).sum() / n_tok
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+    m.eval()
+    return {"p_cued": choice_stats(m, test, tables)["p_cued"], "after_logp": round(_after_logp(m, test_eps, test,
+            tables, names), 4), "cpu_s": round(time.process_time() - cpu0, 1)}
+
+
+#: (name, part, steps, lr, group, records, beta): whole-demonstration probes (``--trajectory``).
+TRAJECTORY_PROBES = (
+    ("name only, 1 record x 16, lr 5e-4, 60 steps", "name", 60, 5e-4, 16, 1, 0.0),
+    ("all model tokens, 1 record x 16, lr 5e-4, 60 steps", "all", 60, 5e-4, 16, 1, 0.0),
+    ("name only, 1 record x 16, lr 1e-3, 60 steps", "name", 60, 1e-3, 16, 1, 0.0),
+    ("all model tokens, 1 record x 16, lr 1e-3, 60 steps", "all", 60, 1e-3, 16, 1, 0.0),
+    ("all model tokens, 4 records x 16, lr 5e-4, 60 steps", "all", 60, 5e-4, 16, 4, 0.0),
+    ("all model tokens + KL 0.04, 1 record x 16, lr 5e-4, 60 steps", "all", 60, 5e-4, 16, 1, 0.04),
+    ("all model tokens, 1 record x 16, lr 2e-4, 150 steps", "all", 150, 2e-4, 16, 1, 0.0),
+)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--seed", type=int, default=0, help="warm-start and probe seed; default 0")
     p.add_argument("--probes", type=int, nargs="*", help="indices of PROBES to run (default all)")
     p.add_argument("--json", action="store_true", help="end stdout with one JSON line")
+    p.add_argument("--trajectory", action="store_true",
+                   help="also run TRAJECTORY_PROBES: the policy gradient on whole demonstrations, the name alone "
+                        "against every model token (see trajectory_probe)")
+    p.add_argument("--trajectory-probes", type=int, nargs="*", help="indices of TRAJECTORY_PROBES (default all)")
+    p.add_argument("--gradient-share", type=int, default=0, metavar="N",
+                   help="also split one GRPO step's gradient by token position on N training records (see "
+                        "gradient_share); default 0 (skip)")
     args = p.parse_args(argv)
 
     import torch
@@ -187,8 +364,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"warm start: loss {loss:.3f} ({time.process_time() - cpu0:.0f} s CPU)", flush=True)
             test_insts = play.family.instances("test")
             Spans.names = {t: tok(f" {t}", add_special_tokens=False)["input_ids"] for t in TABLES}
-            train = Spans(choice_episodes(play), TABLES, list(play.index.instances.values()))
-            test = Spans(choice_episodes(play, test_insts), TABLES, test_insts)
+            train_episodes = choice_episodes(play)
+            train = Spans(train_episodes, TABLES, list(play.index.instances.values()))
+            test_episodes = choice_episodes(play, test_insts)
+            test = Spans(test_episodes, TABLES, test_insts)
         finally:
             play.close()
         names = {tok.decode(train.rows[0][k][0][train.rows[0][k][1]:train.rows[0][k][2]]) for k in range(3)}
@@ -199,6 +378,23 @@ def main(argv: list[str] | None = None) -> int:
         out["warm"] = {"train": choice_stats(model, train, TABLES), "test": choice_stats(model, test, TABLES)}
         print("warm start, held-out:", json.dumps(out["warm"]["test"]), flush=True)
         print("warm start, train:", json.dumps(out["warm"]["train"]), flush=True)
+        if args.gradient_share:
+            out["gradient_share"] = gradient_share(model, train_episodes, train.cues, TABLES,
+                                                   list(range(min(args.gradient_share, len(train.rows)))), Spans.names)
+            print("gradient share of one GRPO step (warm start):", json.dumps(out["gradient_share"]), flush=True)
+        if args.trajectory:
+            warm_after = round(_after_logp(model, test_episodes, test, TABLES, Spans.names), 4)
+            out["trajectory"] = {"warm_after_logp": warm_after, "probes": []}
+            print(f"warm start: held-out copying after the name, mean log p {warm_after}", flush=True)
+            for i, (name, part, steps, lr, group, records, beta) in enumerate(TRAJECTORY_PROBES):
+                if args.trajectory_probes and i not in args.trajectory_probes:
+                    continue
+                r = {"probe": name, **trajectory_probe(model, train_episodes, test_episodes, train, test, TABLES,
+                                                       Spans.names, part=part, steps=steps, lr=lr, group=group,
+                                                       seed=args.seed, records=records, beta=beta)}
+                out["trajectory"]["probes"].append(r)
+                print(f"{name}: held-out P(cued) {out['warm']['test']['p_cued']:.3f} -> {r['p_cued']:.3f}, copying "
+                      f"after the name {warm_after} -> {r['after_logp']} ({r['cpu_s']:.0f} s CPU)", flush=True)
         out["probes"] = []
         for i, (name, kind, steps, lr, records, group) in enumerate(PROBES):
             if args.probes and i not in args.probes:
