@@ -4,6 +4,7 @@ over WebSocket sessions, with the server's token, session and gold-hiding limits
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -475,9 +476,16 @@ def test_an_mcp_session_kept_open_frees_its_slot_and_its_next_call_says_it_expir
     the 600 s idle reaper. Now it expires on the finished clock (no episode runs in it); alice's next call by its id
     is a JSON-RPC error saying so, and bob's create succeeds."""
     url, rows = one_slot
+    asked = time.monotonic()
     sid = _mcp(url, ALICE, "openenv/session/create")["result"]["session_id"]
     refused = _mcp(url, BOB, "openenv/session/create")
-    assert "error" in refused and "capacity" in refused["error"]["message"], refused  # the slot is alice's
+    if "result" in refused:
+        # a loaded host (issue #29) may answer bob later than the TTL-second finished clock: alice's idle session was
+        # already gone, so bob rightly got the slot. Only then is that allowed; give it back and go on.
+        assert time.monotonic() - asked > TTL, refused  # within the clock the slot is alice's
+        _mcp(url, BOB, "openenv/session/close", session_id=refused["result"]["session_id"])
+    else:
+        assert "capacity" in refused["error"]["message"], refused  # the slot is alice's
     _wait_until(lambda: len(rows) == 0, "the idle MCP session expiring")
     later = _mcp(url, ALICE, "tools/call", session_id=sid, name="terminal", arguments={"cmd": "ls"})
     assert "error" in later and "expired" in later["error"]["message"], later
