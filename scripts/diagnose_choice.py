@@ -59,6 +59,7 @@ class Spans:
         self.cues = [inst.metadata["table"] for inst in instances]
         self.rows: list[list[tuple[list[int], int, int]]] = []  # per record, per table: (ids, start, end)
         self.masked: list[bool] = []
+        self.prefix: list[int] = []  # per record: how many completion ids its demonstrations share (up to the name)
         n = len(tables)
         for r in range(len(instances)):
             eps = episodes[r * n:(r + 1) * n]
@@ -66,6 +67,7 @@ class Spans:
             d = 0
             while all(len(c) > d and c[d] == comps[0][d] for c in comps):
                 d += 1
+            self.prefix.append(d)
             row = []
             for e, c in zip(eps, comps):
                 name = self.names[tables[len(row)]]
@@ -152,7 +154,7 @@ def probe(model: Any, train: Spans, test: Spans, tables: tuple[str, ...], kind: 
             "train_p_cued": choice_stats(m, train, tables)["p_cued"], "cpu_s": round(time.process_time() - cpu0, 1)}
 
 
-def gradient_share(model: Any, episodes: list[Any], cues: list[str], tables: tuple[str, ...], records: list[int],
+def gradient_share(model: Any, episodes: list[Any], spans: Spans, tables: tuple[str, ...], records: list[int],
                    names: dict[str, list[int]]) -> dict[str, Any]:
     """Where a GRPO step's gradient comes from, on one record's three demonstrations at a time.
 
@@ -171,11 +173,8 @@ def gradient_share(model: Any, episodes: list[Any], cues: list[str], tables: tup
     rows = []
     for r in records:
         eps = episodes[r * len(tables):(r + 1) * len(tables)]
-        comps = [e.completion_ids for e in eps]
-        d = 0
-        while all(len(c) > d and c[d] == comps[0][d] for c in comps):
-            d += 1
-        reward = torch.tensor([float(t == cues[r]) for t in tables])
+        d = spans.prefix[r]
+        reward = torch.tensor([float(t == spans.cues[r]) for t in tables])
         adv = (reward - reward.mean()) / (reward.std() + 1e-4)
         n_model = sum(sum(e.env_mask) for e in eps)
         parts = {"before": 0.0, "name": 0.0, "after": 0.0}
@@ -236,13 +235,9 @@ def _after_logp(model: Any, episodes: list[Any], spans: Spans, tables: tuple[str
         for r, cue in enumerate(spans.cues):
             k = tables.index(cue)
             e = episodes[r * n + k]
-            comps = [x.completion_ids for x in episodes[r * n:(r + 1) * n]]
-            d = 0
-            while all(len(c) > d and c[d] == comps[0][d] for c in comps):
-                d += 1
             lp = _demo_logps(model, [e])[0]
             mask = torch.tensor(e.env_mask, dtype=torch.bool)
-            mask[:d + len(names[cue])] = False
+            mask[:spans.prefix[r] + len(names[cue])] = False
             total += float(lp[mask].sum())
             count += int(mask.sum())
     return total / max(count, 1)
@@ -279,11 +274,7 @@ def trajectory_probe(model: Any, train_eps: list[Any], test_eps: list[Any], trai
             picks = torch.multinomial((lp.exp() / lp.exp().sum()), group, replacement=True, generator=gen)
             reward = (picks == tables.index(train.cues[r])).float()
             adv = (reward - reward.mean()) / (reward.std() + 1e-4)
-            comps = [x.completion_ids for x in train_eps[r * n:(r + 1) * n]]
-            d = 0
-            while all(len(c) > d and c[d] == comps[0][d] for c in comps):
-                d += 1
-            batch += [(a, train_eps[r * n + int(k)], int(k), d) for a, k in zip(adv, picks)]
+            batch += [(a, train_eps[r * n + int(k)], int(k), train.prefix[r]) for a, k in zip(adv, picks)]
         eps = [b[1] for b in batch]
         logps = _demo_logps(m, eps)
         refs = None
@@ -379,7 +370,7 @@ def main(argv: list[str] | None = None) -> int:
         print("warm start, held-out:", json.dumps(out["warm"]["test"]), flush=True)
         print("warm start, train:", json.dumps(out["warm"]["train"]), flush=True)
         if args.gradient_share:
-            out["gradient_share"] = gradient_share(model, train_episodes, train.cues, TABLES,
+            out["gradient_share"] = gradient_share(model, train_episodes, train, TABLES,
                                                    list(range(min(args.gradient_share, len(train.rows)))), Spans.names)
             print("gradient share of one GRPO step (warm start):", json.dumps(out["gradient_share"]), flush=True)
         if args.trajectory:
