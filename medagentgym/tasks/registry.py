@@ -461,13 +461,13 @@ def check_family(name: str, *, size: str = "tiny", seed: int = 0, root: Path | s
                                 f"of a size={size!r} seed={seed} build; build it first or drop built=True")
         else:
             first = make(name, root=base_root).build(base_root, size=size, seed=seed)
-        second = make(name, root=Path(scratch) / "b").build(Path(scratch) / "b", size=size, seed=seed) \
-            if rebuild else first
         report["rebuilt"] = rebuild
-        if first.get("files") != second.get("files"):
-            differ = sorted(k for k in set(first.get("files", {})) | set(second.get("files", {}))
-                            if first.get("files", {}).get(k) != second.get("files", {}).get(k))
-            problems.append(f"same seed, different files: {differ[:5]}")
+        if rebuild:
+            second = make(name, root=Path(scratch) / "b").build(Path(scratch) / "b", size=size, seed=seed)
+            if first.get("files") != second.get("files"):
+                differ = sorted(k for k in set(first.get("files", {})) | set(second.get("files", {}))
+                                if first.get("files", {}).get(k) != second.get("files", {}).get(k))
+                problems.append(f"same seed, different files: {differ[:5]}")
         family = make(name, root=base_root)
         pool = None
         if play is None and getattr(family, "needs_sandbox", False):
