@@ -273,6 +273,23 @@ def test_an_evaluation_draws_the_test_split_unless_told_and_training_the_train_s
     assert default_split("train", "vf-eval") == "train"
 
 
+def test_a_dead_endpoint_is_one_line_before_any_episode():
+    """The check the env runs before its first episode (its run through vf-eval's CLI is the slow test below)."""
+    import socket
+
+    from medagentgym.adapters.verifiers import EndpointUnreachable, check_endpoint
+
+    with socket.socket() as sock:  # a port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    with pytest.raises(EndpointUnreachable) as caught:
+        asyncio.run(check_endpoint(f"http://127.0.0.1:{port}/v1"))
+    text = str(caught.value)
+    assert "\n" not in text and f"the model endpoint http://127.0.0.1:{port}/v1 is unreachable (GET " in text
+    assert text.endswith("No episode was started")
+
+
+@pytest.mark.slow
 def test_vf_eval_against_a_dead_endpoint_fails_at_once_and_exits_non_zero(toy_root, tmp_path, sandbox_backend):
     import socket
 

@@ -16,6 +16,7 @@ REPO = Path(__file__).resolve().parents[2]
 ALL_RECIPES = sorted(p.stem for p in RECIPES_DIR.glob("*.yaml"))
 
 
+@pytest.mark.slow  # its in-process twin: test_every_recipe_passes_dry_run; train.py as a script: test_grpo, test_ppo
 def test_dry_run_subprocess_prints_resolved_recipe_and_loads_nothing(tmp_path):
     out = tmp_path / "never_written"
     proc = subprocess.run(
@@ -138,6 +139,17 @@ def test_sweep_plan_rank_and_errors(tmp_path, capsys):
         load_sweep(file)
 
 
+def test_sweep_command_runs_the_shared_logic(capsys):
+    """``medagentgym sweep FILE --dry-run`` through the CLI's own ``main`` (its subprocess form: test_sweep's
+    malformed-YAML tests, and the slow twin below)."""
+    from medagentgym.cli import main
+
+    assert main(["sweep", str(REPO / "recipes/sweeps/pipeline_qwen7b.yaml"), "--dry-run"]) == 0
+    printed = capsys.readouterr().out
+    assert "a chain of 3 stages" in printed and "model.name_or_path=runs/sweeps/pipeline_qwen7b/dpo" in printed
+
+
+@pytest.mark.slow
 def test_sweep_script_runs_the_shared_logic():
     proc = subprocess.run([sys.executable, "-m", "medagentgym", "sweep", "recipes/sweeps/pipeline_qwen7b.yaml", "--dry-run"],
                           cwd=REPO, capture_output=True, text=True, timeout=600, check=False)
