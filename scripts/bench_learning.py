@@ -65,7 +65,14 @@ for _key in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
     os.environ.setdefault(_key, "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from medagentgym.medcopilot.learning import CHOICE, FAMILIES, HELD_OUT, OBSERVATION, RunResult  # noqa: E402
+from medagentgym.medcopilot.learning import (  # noqa: E402
+    CHOICE,
+    FAMILIES,
+    HELD_OUT,
+    OBSERVATION,
+    RunResult,
+    default_settings,
+)
 
 #: Chance on toy_lookup: values are uniform on 1..9.
 CHANCE = 1 / 9
@@ -86,7 +93,8 @@ QUICK_FAMILIES = (OBSERVATION, CHOICE)
 #: 60, PPO 30; docs/benchmarks.md, "Learning"). toy_lookup keeps its 60 for both methods. An evaluation (~3 s CPU)
 #: costs little next to a step (~1 s), so --quick keeps the full 96-episode evaluation and saves on steps.
 QUICK_STEPS = {(method, family): 20 for method in ("grpo", "ppo") for family in ("say_number", "clinic_code")}
-#: Run settings a stored run must share with this invocation to be reused.
+#: Run settings a stored run must share with this invocation to be reused (and the library's defaults for its
+#: method and family, :func:`~medagentgym.medcopilot.learning.default_settings`).
 KEYED = ("steps", "lr", "group", "eval_every", "eval_episodes")
 
 
@@ -316,7 +324,8 @@ def main(argv: list[str] | None = None) -> int:
             steps = args.steps
             if steps is None and args.quick:
                 steps = QUICK_STEPS.get((method, family))
-            keyed = {**{k: getattr(args, k) for k in KEYED}, "steps": steps}
+            keyed = {**{k: getattr(args, k) for k in KEYED}, "steps": steps,
+                     "defaults": json.loads(json.dumps(default_settings(method, family)))}
             for seed in range(args.first_seed, args.first_seed + args.seeds):
                 path = args.out / f"{method}-{family}-seed{seed}.json"
                 if path.is_file():

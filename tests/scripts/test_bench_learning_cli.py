@@ -103,3 +103,33 @@ def test_the_choice_proof_asks_gain_interval_and_a_flat_control(tmp_path, runs, 
     line = _summarize(tmp_path)
     assert line["choice_proof"] == {"grpo": holds}
     assert line["families"]["toy_choice"]["grpo"]["median_choice_before"] == 0.3
+
+
+def test_a_stored_run_made_under_other_library_defaults_is_refused_not_reused(tmp_path, monkeypatch, capsys):
+    """The resume key holds the library's defaults for the run's method and family (``default_settings``), so a run
+    stored before a ``FAMILY_RL`` or ``WARM_DEFAULTS`` change is refused in one line, not counted as this one."""
+    bench = _bench()
+    argv = ["--methods", "grpo", "--families", "toy_choice", "--seeds", "1", "--model", str(tmp_path / "no-model"),
+            "--out", str(tmp_path)]
+    keyed = {**{k: None for k in bench.KEYED}, "eval_every": 10, "eval_episodes": 96,
+             "defaults": json.loads(json.dumps(bench.default_settings("grpo", "toy_choice")))}
+    stored = tmp_path / "grpo-toy_choice-seed0.json"
+    run = {"method": "grpo", "family": "toy_choice", "seed": 0, "before": 0.3, "after": 0.5, "gain": 0.2,
+           "curve": [], "control_before": None, "control_after": None, "settings": {}, "cpu_s": 1.0}
+    stored.write_text(json.dumps({**run, "keyed": keyed}), encoding="utf-8")
+    monkeypatch.setattr(bench, "one_run", lambda job: pytest.fail(f"ran {job} although it is stored"))
+
+    def summary_reached(runs):
+        raise LookupError(runs)  # the stored run reached the summary: reused (the summary is tested above)
+
+    monkeypatch.setattr(bench, "table", summary_reached)
+    with pytest.raises(LookupError) as reused:
+        bench.main(argv)
+    assert reused.value.args[0][0]["gain"] == 0.2 and "0 runs to do, 1 already in" in capsys.readouterr().out
+
+    keyed["defaults"]["rl"].pop("per_device_train_batch_size")  # as stored before 4 records x 16 a step
+    stored.write_text(json.dumps({**run, "keyed": keyed}), encoding="utf-8")
+    with pytest.raises(SystemExit) as refused:
+        bench.main(argv)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert refused.value.code == 2 and "was made with other settings" in err[-1] and "use another --out" in err[-1]
