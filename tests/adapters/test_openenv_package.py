@@ -231,6 +231,22 @@ def test_the_jail_provider_runs_docker_with_the_jail_options(monkeypatch, instal
     assert " ".join(JAIL_DOCKER_OPTIONS) in " ".join(command) and "MEDAGENTGYM_ENV_TOKEN=t0k3n" in command
 
 
+def test_the_server_refuses_an_open_port_without_a_token_in_one_line(monkeypatch, capsys):
+    """The server's ``main`` in this process (the installed ``server`` script doing the same is the slow test below;
+    the tests above start that script)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("openenv_server_app_main", PACKAGE / "server" / "app.py")
+    app = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(app)
+    monkeypatch.delenv("MEDAGENTGYM_ENV_TOKEN", raising=False)
+    assert app.main(["--host", "0.0.0.0", "--port", str(_free_port())]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "MEDAGENTGYM_ENV_TOKEN is not set" in err and "listen on 127.0.0.1" in err
+    assert "uvicorn" not in vars(app) and "build_openenv_app" not in vars(app), "refused before building anything"
+
+
+@pytest.mark.slow
 def test_the_server_refuses_an_open_port_without_a_token(installed, toy_root, tmp_path):
     env = _env(installed, tmp_path, MEDAGENTGYM_TASKS_ROOT=str(toy_root), HOST="0.0.0.0", PORT=str(_free_port()))
     env.pop("MEDAGENTGYM_ENV_TOKEN", None)

@@ -14,7 +14,21 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 
 
-def test_a_gpu_shape_without_a_gpu_is_refused_in_one_line():
+def test_a_gpu_shape_without_a_gpu_is_refused_in_one_line(load_script, capsys):
+    """Through the script's ``main`` in this process; the same as a subprocess (nothing on stdout) is the slow twin."""
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    with pytest.raises(SystemExit) as refused:
+        load_script("bench_gpu").main(["--shape", "7b", "--json"])
+    assert str(refused.value) == ("bench_gpu.py: error: --shape 7b needs a CUDA GPU (this machine has none); "
+                                  "--shape tiny runs the same code on CPU")
+    assert capsys.readouterr().out == ""
+
+
+@pytest.mark.slow
+def test_a_gpu_shape_without_a_gpu_is_refused_in_one_line_as_a_subprocess():
     proc = subprocess.run([sys.executable, "scripts/bench_gpu.py", "--shape", "7b", "--json"], cwd=REPO,
                           capture_output=True, text=True, timeout=1200)
     assert proc.returncode != 0 and proc.stdout == ""
