@@ -95,6 +95,31 @@ def test_jail_processes_are_first_for_the_oom_killer_without_a_cgroup(monkeypatc
         assert res.stdout.split() == ["1000", "1000"], (res.stdout, res.stderr)
 
 
+def test_every_jail_process_is_born_first_for_the_oom_killer(monkeypatch):
+    """No race with the host's passes over the jail's tree: with those passes writing nothing (as if every process
+    was forked between a pass's listing and its write, which happened once on a loaded host), bwrap, the jail's
+    init, its server and a runner's children still have oom_score_adj 1000, inherited from birth; and where the
+    host holds CAP_SYS_RESOURCE the jail cannot lower it (oom_score_adj_min is inherited too)."""
+    from medagentgym.sandbox import pool as pool_module
+
+    monkeypatch.setenv("MEDAGENTGYM_SANDBOX_CGROUP", "off")
+    monkeypatch.setattr(pool_module, "oom_first", lambda pids: True)
+    with make_pool("bwrap", workers=1, max_workers=1, preload=("sqlite3",)) as pool:
+        [worker] = pool._workers
+        with open(f"/proc/{worker.proc.pid}/oom_score_adj") as fh:
+            assert fh.read().strip() == "1000", "bwrap itself"
+        with pool.session() as s:
+            res = s.run_python("import os; os.system('cat /proc/self/oom_score_adj'); "
+                               "print(open('/proc/1/oom_score_adj').read().strip())\n"
+                               "try:\n    open('/proc/self/oom_score_adj', 'w').write('0')\n"
+                               "except OSError as e:\n    print('refused')\n"
+                               "print(open('/proc/self/oom_score_adj').read().strip())")
+        lines = res.stdout.split()
+        assert lines[:2] == ["1000", "1000"], (res.stdout, res.stderr)
+        if "oom-first" in pool.layers:  # locked: lowering it needs CAP_SYS_RESOURCE, which no jail process holds
+            assert lines[2:] == ["refused", "1000"], res.stdout
+
+
 def test_a_worker_that_cannot_join_its_cgroup_never_runs_a_session():
     """Fail closed (attack round of issue 31): the pool's layers say ``mem-cgroup`` from its first worker, so a
     later worker (here a replacement) whose cgroup cannot be made must not serve a session without one. Before,
