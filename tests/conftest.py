@@ -134,9 +134,16 @@ def serve_app():
 @pytest.fixture(scope="session")
 def make_test_pool():
     """``make_test_pool(workers, **make_pool_kwargs)`` -> a started sandbox pool: bwrap when it works on this machine,
-    else the local backend (unisolated; tests only). The caller closes it."""
+    else the local backend (unisolated; tests only). The caller closes it.
+
+    Lean unless told: its warm workers preload sqlite3 alone, what the toy families declare (issue #29: a warm worker
+    with numpy and pandas costs ~0.3 CPU-s to start, and most of these pools run SQL or nothing). ``preload=None``
+    gives the product's default (numpy, pandas, sqlite3): the family tests that run pandas oracles pass it, and
+    ``tests/sandbox/`` keeps the default configuration with pools of its own."""
     def make(workers: int, **kwargs: Any) -> Any:
         from medagentgym.sandbox import SandboxUnavailable, make_pool
+
+        kwargs.setdefault("preload", ("sqlite3",))
 
         try:
             return make_pool("bwrap", workers=workers, **kwargs)

@@ -26,7 +26,7 @@ EPISODES = 8
 @pytest.fixture()
 def solo_pool(make_test_pool):
     """A one-worker pool: every episode lands on the same worker, whose counters the test reads."""
-    pool = make_test_pool(1)
+    pool = make_test_pool(1, preload=None)  # the spare-forking mechanics need warm (preloading) workers
     yield pool
     pool.close()
 

@@ -42,9 +42,13 @@ def toy(tmp_path_factory, tiny_model_dir):
                                        render=lambda inst: initial_messages(inst, family.actions))
     from medagentgym import sandbox
 
-    pool = sandbox.make_pool("bwrap", workers=2)
+    pool = sandbox.make_pool("bwrap", workers=2, preload=("sqlite3",))  # toy_sql's declaration
     yield {"root": root, "index": index, "tokenizer": AutoTokenizer.from_pretrained(tiny_model_dir), "pool": pool}
     pool.close()
+
+
+#: The chaos turns import neither numpy nor pandas: lean warm workers (issue #29).
+LEAN = ("sqlite3",)
 
 
 def _scripted(tokenizer, text: str):
@@ -221,7 +225,7 @@ def _grpo_chaos(root, tiny_model_dir, out: Path, *, steps: int, batch: int, turn
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
     index = _chaos_index(root, per_family)
-    with sandbox.make_pool("bwrap", workers=batch) as pool:
+    with sandbox.make_pool("bwrap", workers=batch, preload=LEAN) as pool:
         rollout = _chaos_rollout(root, pool, tokenizer, index, turns=turns, concurrency=batch)
         args = GRPOConfig(output_dir=str(out), max_steps=steps, per_device_train_batch_size=batch, num_generations=2,
                           use_cpu=True, bf16=False, activation_checkpointing=False, logging_steps=1, report_to=[],
@@ -245,7 +249,7 @@ def _ppo_chaos(root, tiny_model_dir, out: Path, *, steps: int, batch: int, turns
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
     index = _chaos_index(root, per_family)
-    with sandbox.make_pool("bwrap", workers=batch) as pool:
+    with sandbox.make_pool("bwrap", workers=batch, preload=LEAN) as pool:
         rollout = _chaos_rollout(root, pool, tokenizer, index, turns=turns, concurrency=batch)
         args = PPOArgs(max_steps=steps, rollout_batch_size=batch, mini_batch_size=batch, micro_batch_size=2,
                        ppo_epochs=1, learning_rate=1e-3, kl_coef=0.0, logging_steps=1, save_steps=0, report_to=[])

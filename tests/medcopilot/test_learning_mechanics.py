@@ -66,7 +66,8 @@ def family(tmp_path_factory):
         encoding="utf-8")
     fam = tasks.make("pick", root=root)
     index = PromptIndex.from_instances(fam.instances("train"), render=lambda inst: initial_messages(inst, fam.actions))
-    pool = sandbox.make_pool("local", workers=GROUP * len(ANSWERS), allow_unisolated=True)  # submit only: no code
+    pool = sandbox.make_pool("local", workers=GROUP * len(ANSWERS), allow_unisolated=True,
+                             preload=("sqlite3",))  # submit only: no code, so lean workers
     yield {"root": root, "family": fam, "index": index, "pool": pool}
     pool.close()
 

@@ -24,7 +24,7 @@ def toy(toy_root):
 @pytest.fixture(scope="session")
 def task_pool(make_test_pool):
     """One sandbox worker for the config-family episode test (bwrap when it works, else local unisolated)."""
-    pool = make_test_pool(1)
+    pool = make_test_pool(1, preload=None)
     yield pool
     pool.close()
 

@@ -19,7 +19,7 @@ DETERMINISM = FIXTURE.with_name("determinism.jsonl")
 @pytest.fixture(scope="module")
 def session(make_test_pool):
     """One sandbox session (bwrap when it works here, else the unisolated local backend) for grading."""
-    pool = make_test_pool(1)
+    pool = make_test_pool(1, preload=None)
     with pool.session() as sess:
         yield sess
     pool.close()

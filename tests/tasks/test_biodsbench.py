@@ -35,7 +35,7 @@ def built(tmp_path_factory, make_test_pool):
 
 def _backend(make_test_pool) -> str:
     """The backend the test pools use here (bwrap, else local), for the family's grader-only jail."""
-    pool = make_test_pool(1)
+    pool = make_test_pool(1, preload=None)
     pool.close()
     return pool.backend
 
@@ -51,7 +51,7 @@ def imported_dir(tmp_path_factory):
 @pytest.fixture(scope="module")
 def pool(make_test_pool):
     """Two sandbox workers (bwrap, else local): one for the grading session, one for the episode test."""
-    pool = make_test_pool(2)
+    pool = make_test_pool(2, preload=None)
     yield pool
     pool.close()
 
@@ -224,7 +224,7 @@ def test_every_default_reference_passes_in_the_sandbox(tmp_path, make_test_pool)
     fam = BioDSBench(root=tmp_path / "biodsbench", grader_backend=_backend(make_test_pool))
     manifest = fam.build(tmp_path, size="default", seed=0)
     assert manifest["dropped"] == [] and sum(manifest["counts"].values()) == 300
-    pool = make_test_pool(1)
+    pool = make_test_pool(1, preload=None)
     with pool, pool.session(mounts={MOUNT: fam.root / "studies"}) as sess:
         ctx = GradeContext(session=sess)
         failed = [i.id for s in ("train", "test") for i in fam.instances(s) if not fam.grade(i, i.solution, ctx).correct]

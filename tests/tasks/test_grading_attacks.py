@@ -49,14 +49,14 @@ def root(all_families_tiny_root):
 
 @pytest.fixture(scope="module")
 def backend(make_test_pool):
-    pool = make_test_pool(1)
+    pool = make_test_pool(1, preload=None)
     pool.close()
     return pool.backend
 
 
 @pytest.fixture(scope="module")
 def pool(make_test_pool):
-    pool = make_test_pool(1)
+    pool = make_test_pool(1, preload=None)
     yield pool
     pool.close()
 
