@@ -13,9 +13,8 @@ Fast mechanics guards (``make test``):
 - The paired record-level interval (:func:`medagentgym.medcopilot.learning.paired`).
 
 The proof (slow): GRPO and PPO at the defaults raise query-choice accuracy by at least 0.2 with a paired
-interval that excludes 0 on at least 4 of 5 seeds, and the swapped-cue control does not rise. GRPO's holds at its
-default (4 records x 16 a step; docs/benchmarks.md, "Query choice, fifth round"); PPO's is marked xfail until its
-five seeds are measured.
+interval that excludes 0 on at least 4 of 5 seeds, and the swapped-cue control does not rise. Both hold at their
+defaults (4 records x 16 a step; docs/benchmarks.md, "Query choice, fifth round").
 
 - The cue is one token of the tiny tokenizer that only the question and the query hold (version 2; fast).
 """
@@ -247,11 +246,9 @@ def test_ppo_uses_the_k1_kl_estimator(monkeypatch):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("method", [
-    "grpo",  # 4 records x 16 a step (FAMILY_RL): 5/5 seeds, docs/benchmarks.md "Query choice, fifth round"
-    pytest.param("ppo", marks=pytest.mark.xfail(strict=False, reason="issue 30: PPO's 4 records x 16 default is set "
-                                                "from one pilot seed (0.344 -> 0.875); seeds 1-4 not yet measured")),
-])
+# Both at their FAMILY_RL defaults (4 records x 16 episodes a step): 5/5 seeds each through bench_learning.py,
+# docs/benchmarks.md "Query choice, fifth round".
+@pytest.mark.parametrize("method", ["grpo", "ppo"])
 def test_rl_teaches_query_choice_that_no_demonstration_showed(method, tiny_model_dir, tmp_path, quiet_training_env):
     runs = []
     for seed in range(5):
