@@ -42,7 +42,7 @@ def toy(tmp_path_factory, tiny_model_dir):
                                        render=lambda inst: initial_messages(inst, family.actions))
     from medagentgym import sandbox
 
-    pool = sandbox.make_pool("bwrap", workers=2, preload=("sqlite3",))  # toy_sql's declaration
+    pool = sandbox.make_pool("bwrap", workers=2, preload=family.sandbox_preload)  # what toy_sql declares
     yield {"root": root, "index": index, "tokenizer": AutoTokenizer.from_pretrained(tiny_model_dir), "pool": pool}
     pool.close()
 
