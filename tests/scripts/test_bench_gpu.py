@@ -67,10 +67,20 @@ def test_tiny_shape_measures_a_grpo_and_an_sft_step_on_cpu():
 def test_a_step_that_cannot_finish_before_the_deadline_is_skipped_and_said(tmp_path, load_script, monkeypatch,
                                                                            capsys):
     """In this process, through the script's ``main``; the same run as a subprocess is the slow test below."""
+    import torch
+
     bench = load_script("bench_gpu")
     monkeypatch.setattr(bench, "STARTED", time.monotonic())  # the deadline counts from this run's start
+    for key in ("TRL_EXPERIMENTAL_SILENCE", "WANDB_MODE"):  # main sets them; give this worker's back afterwards
+        monkeypatch.setenv(key, os.environ.get(key, ""))
+        if not os.environ[key]:
+            monkeypatch.delenv(key)
+    threads = torch.get_num_threads()  # main sets one torch thread on CPU: the worker's other tests keep theirs
     out = tmp_path / "bench.json"
-    assert bench.main(["--shape", "tiny", "--json", "--deadline-s", "5", "--out-json", str(out)]) == 0
+    try:
+        assert bench.main(["--shape", "tiny", "--json", "--deadline-s", "5", "--out-json", str(out)]) == 0
+    finally:
+        torch.set_num_threads(threads)
     result = json.loads(out.read_text())
     printed = capsys.readouterr().out.strip().splitlines()
     assert len(printed) == 1 and json.loads(printed[0]) == result, "one JSON line on stdout, everything else on stderr"
