@@ -1,6 +1,6 @@
 """Benchmark learning on CPU: GRPO and PPO x seeds x families, each from a warm start of the tiny model.
 
-    python scripts/bench_learning.py --quick --json        # toy_lookup and toy_choice, both methods, seeds 0-1
+    python scripts/bench_learning.py --quick --json        # every rung, seed 0 (QUICK_RUNS), ~13 min on 2 cores
     python scripts/bench_learning.py [--methods grpo ppo] [--families say_number clinic_code toy_lookup toy_choice
         toy_retry]
         [--seeds 5] [--eval-every 10] [--out runs/bench_learning] [--jobs 2] [--json]
@@ -37,12 +37,14 @@ paired record-level interval of its change and of success (128 held-out records)
 query-choice accuracy by 0.2 or more with the interval above 0 and no seed's control interval is above 0.
 ``toy_retry`` is the error-recovery rung (first-retry accuracy on records whose tables were renamed).
 
-``--quick`` runs toy_lookup and toy_choice (:data:`QUICK_FAMILIES`), both methods, seeds 0-1, two runs at a time,
-with a curve point every 20 steps, into ``runs/bench_learning_quick``. Its time was not measured end to end
-(docs/benchmarks.md, "Learning"). Before issue 30 it ran say_number, clinic_code and toy_lookup on 5 seeds (about
-1,790 CPU seconds on a loaded machine; :data:`QUICK_STEPS` still cuts say_number and clinic_code to 20 steps when
-they are asked for). The full run (``--seeds 5 --eval-every 10``) is the one the docs' say_number and clinic_code
-tables quote. ``cpu_s`` in the JSON line is the runs' own CPU,
+``--quick`` runs :data:`QUICK_RUNS`: seed 0 of every rung at the library's defaults, two runs at a time, a curve
+point every 20 steps, into ``runs/bench_learning_quick``: GRPO and PPO on toy_lookup (the observation rung), PPO on
+toy_choice and toy_retry (PPO's run is the cheaper of the two methods on those rungs). Measured end to end in
+docs/benchmarks.md ("Learning", ``--quick``). It checks that every rung still learns on one seed; the proofs need
+5 seeds per method (``--families toy_lookup toy_choice --seeds 5``). ``--methods`` or ``--families`` with
+``--quick`` run their product instead (methods default both, families :data:`QUICK_FAMILIES`).
+:data:`QUICK_STEPS` cuts say_number and clinic_code to 20 steps when they are asked for with ``--quick``. The full
+run (``--seeds 5 --eval-every 10``) is the one the docs' say_number and clinic_code tables quote. ``cpu_s`` in the JSON line is the runs' own CPU,
 ``cpu_s_total`` that of this invocation with every process it started.
 """
 
@@ -70,6 +72,7 @@ from medagentgym.medcopilot.learning import (  # noqa: E402
     FAMILIES,
     HELD_OUT,
     OBSERVATION,
+    RETRY,
     RunResult,
     default_settings,
 )
@@ -84,11 +87,14 @@ PROOF = {"seeds_improved": 4, "median_gain": 0.15}
 #: by 0.2 or more with a paired record-level interval excluding 0, and on no seed the swapped-cue control rises
 #: (its paired interval's low end above 0).
 CHOICE_PROOF = {"seeds": 4, "choice_gain": 0.2}
-QUICK = {"eval_episodes": 96, "eval_every": 20, "jobs": 2, "seeds": 2, "out": Path("runs/bench_learning_quick")}
-#: Families and seeds of ``--quick`` (issue 30: the rungs, the observation one included, inside 15 minutes of a
-#: quiet 2-core machine): toy_lookup and toy_choice, GRPO and PPO, seeds 0-1 (eight runs). The proofs need 5 seeds:
+QUICK = {"eval_episodes": 96, "eval_every": 20, "jobs": 2, "seeds": 1, "out": Path("runs/bench_learning_quick")}
+#: The (method, family) runs of ``--quick``, seed 0 (issue 30: every rung inside 15 minutes of a quiet 2-core
+#: machine, one invocation): both methods on the observation rung (~130 CPU-s a run), PPO on the query-choice and
+#: error-recovery rungs (~350 and ~450 CPU-s; GRPO's runs there cost ~500-600). The proofs need 5 seeds per method:
 #: ``--families toy_lookup toy_choice --seeds 5`` (docs/benchmarks.md, "Learning").
-QUICK_FAMILIES = (OBSERVATION, CHOICE)
+QUICK_RUNS = (("grpo", OBSERVATION), ("ppo", OBSERVATION), ("ppo", CHOICE), ("ppo", RETRY))
+#: Families of ``--quick`` when ``--methods`` is given without ``--families``.
+QUICK_FAMILIES = (OBSERVATION, CHOICE, RETRY)
 #: RL steps of ``--quick`` on say_number and clinic_code, whose gain both methods make by step 20 (defaults: GRPO
 #: 60, PPO 30; docs/benchmarks.md, "Learning"). toy_lookup keeps its 60 for both methods. An evaluation (~3 s CPU)
 #: costs little next to a step (~1 s), so --quick keeps the full 96-episode evaluation and saves on steps.
@@ -107,8 +113,9 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """Gains over seeds for a list of runs (one method, one family).
 
     Runs with a paired record-level interval (the held-out families, :func:`medagentgym.medcopilot.learning.paired`) also count
-    ``seeds_interval_above_0`` (its low end above 0); toy_choice's add query-choice accuracy before and after and
-    ``seeds_choice_proof`` (accuracy +0.2 or more with its paired interval above 0).
+    ``seeds_interval_above_0`` (its low end above 0); toy_choice's add query-choice accuracy before and after,
+    ``seeds_choice_proof`` (accuracy +0.2 or more with its paired interval above 0) and
+    ``seeds_choice_interval_above_0``; toy_retry's the same for first-retry accuracy.
     """
     gains = [r["gain"] for r in runs]
     out = {"seeds": len(runs), "median_gain": round(statistics.median(gains), 4), "min_gain": round(min(gains), 4),
@@ -121,7 +128,8 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
     if all(r.get("paired_choice") for r in runs):
         out.update({"median_choice_before": round(statistics.median(r["choice_before"] for r in runs), 4),
                     "median_choice_after": round(statistics.median(r["choice_after"] for r in runs), 4),
-                    "seeds_choice_proof": sum(choice_improved(r) for r in runs)})
+                    "seeds_choice_proof": sum(choice_improved(r) for r in runs),
+                    "seeds_choice_interval_above_0": sum(r["paired_choice"]["low"] > 0 for r in runs)})
     return out
 
 
@@ -208,8 +216,9 @@ def plot(runs: list[dict[str, Any]], path: Path) -> None:
                         label=f"{method}: {group[0].get('choice_metric', 'query choice')} (median)")
         if family == OBSERVATION:
             ax.axhline(CHANCE, color="grey", linewidth=1, linestyle=":", label="chance (1/9)")
-        if family == CHOICE:
-            ax.axhline(CHOICE_CHANCE, color="grey", linewidth=1, linestyle=":", label="query choice at random (1/3)")
+        if family in (CHOICE, RETRY):
+            ax.axhline(CHOICE_CHANCE, color="grey", linewidth=1, linestyle=":",
+                       label=f"{'query choice' if family == CHOICE else 'first retry'} at random (1/3)")
         split = "held-out records" if family in HELD_OUT else "training tasks"
         ax.set(title=f"{family} ({FAMILIES[family][0]} turn(s))", xlabel="RL step",
                ylabel=f"success, {split}", ylim=(0, 1))
@@ -223,7 +232,7 @@ def table(runs: list[dict[str, Any]]) -> str:
     """One line per (method, family): gains over seeds, and the control where there is one."""
     lines = [(f"{'method':6} {'family':11} {'seeds':>5} {'before':>7} {'after':>7} {'median gain':>11} "
               f"{'min':>6} {'max':>6} {'improved':>8} {'collapsed':>9} {'control':>13} {'cpu s/run':>9} "
-              f"{'query choice':>12} {'proof':>5}")]
+              f"{'choice/retry':>12} {'+0.2':>5}")]
     for family in FAMILIES:
         for method in sorted({r["method"] for r in runs if r["family"] == family}):
             group = [r for r in runs if r["method"] == method and r["family"] == family]
@@ -266,8 +275,8 @@ def results(runs: list[dict[str, Any]], *, started: float, cpu0: float, curves: 
         "observation_proof": {m: proof(s, control.get(m)) for m, s in families.get(OBSERVATION, {}).items()},
         "choice_proof": {m: choice_proof(s, choice_control.get(m)) for m, s in families.get(CHOICE, {}).items()},
         "per_run": [{k: r.get(k) for k in ("method", "family", "seed", "before", "after", "gain", "control_before",
-                                           "control_after", "paired_success", "paired_control", "choice_before",
-                                           "choice_after", "paired_choice", "cpu_s")} for r in runs],
+                                           "control_after", "paired_success", "paired_control", "choice_metric",
+                                           "choice_before", "choice_after", "paired_choice", "cpu_s")} for r in runs],
         "settings": {f"{r['method']}/{r['family']}": r["settings"] for r in runs},
         "cpu_s": round(sum(r["cpu_s"] for r in runs), 1), "cpu_s_total": round(cpu_seconds() - cpu0, 1),
         "wall_s": round(time.monotonic() - started, 1),
@@ -279,10 +288,11 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true",
-                   help=f"{' and '.join(QUICK_FAMILIES)}, both methods, {QUICK['seeds']} seeds, {QUICK['eval_episodes']}-episode "
+                   help=f"seed 0 of {', '.join('/'.join(r) for r in QUICK_RUNS)}, {QUICK['eval_episodes']}-episode "
                         f"evaluations, a curve point every {QUICK['eval_every']} steps, {QUICK['jobs']} runs at once, "
                         f"into {QUICK['out']} (flags given explicitly win)")
-    p.add_argument("--methods", nargs="+", choices=["grpo", "ppo"], default=["grpo", "ppo"], help="RL methods")
+    p.add_argument("--methods", nargs="+", choices=["grpo", "ppo"], default=None,
+                   help="RL methods (default: both)")
     p.add_argument("--families", nargs="+", choices=list(FAMILIES), default=None,
                    help=f"families (default: all; with --quick: {' '.join(QUICK_FAMILIES)})")
     p.add_argument("--seeds", type=int, default=None, help="seeds 0..N-1 per method and family; default 5")
@@ -301,8 +311,11 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     preset = QUICK if args.quick else {"eval_episodes": 96, "eval_every": 10, "jobs": 1, "seeds": 5,
                                        "out": Path("runs/bench_learning")}
-    if args.families is None:
-        args.families = list(QUICK_FAMILIES if args.quick else FAMILIES)
+    if args.quick and args.methods is None and args.families is None:
+        pairs = list(QUICK_RUNS)
+    else:
+        pairs = [(method, family) for method in args.methods or ["grpo", "ppo"]
+                 for family in args.families or (QUICK_FAMILIES if args.quick else FAMILIES)]
     for key, value in preset.items():
         if getattr(args, key) is None:
             setattr(args, key, value)
@@ -319,29 +332,29 @@ def main(argv: list[str] | None = None) -> int:
     jobs, runs = [], []
     if args.summarize:
         runs = [json.loads(f.read_text(encoding="utf-8")) for f in sorted(args.out.glob("*-seed*.json"))]
-    for method in [] if args.summarize else args.methods:
-        for family in args.families:
-            steps = args.steps
-            if steps is None and args.quick:
-                steps = QUICK_STEPS.get((method, family))
-            keyed = {**{k: getattr(args, k) for k in KEYED}, "steps": steps,
-                     "defaults": json.loads(json.dumps(default_settings(method, family)))}
-            for seed in range(args.first_seed, args.first_seed + args.seeds):
-                path = args.out / f"{method}-{family}-seed{seed}.json"
-                if path.is_file():
-                    stored = json.loads(path.read_text(encoding="utf-8"))
-                    if stored.get("keyed") != keyed:
-                        p.error(f"{path} was made with other settings ({stored.get('keyed')}, now {keyed}); "
-                                f"use another --out or delete it")
-                    runs.append(stored)
-                    continue
-                jobs.append({"path": str(path), "keyed": keyed, "method": method, "family": family,
-                             "model_dir": model_dir, "seed": seed, "steps": steps, "lr": args.lr,
-                             "group": args.group, "eval_every": args.eval_every,
-                             "eval_episodes": args.eval_episodes})
+    for method, family in [] if args.summarize else pairs:
+        steps = args.steps
+        if steps is None and args.quick:
+            steps = QUICK_STEPS.get((method, family))
+        keyed = {**{k: getattr(args, k) for k in KEYED}, "steps": steps,
+                 "defaults": json.loads(json.dumps(default_settings(method, family)))}
+        for seed in range(args.first_seed, args.first_seed + args.seeds):
+            path = args.out / f"{method}-{family}-seed{seed}.json"
+            if path.is_file():
+                stored = json.loads(path.read_text(encoding="utf-8"))
+                if stored.get("keyed") != keyed:
+                    p.error(f"{path} was made with other settings ({stored.get('keyed')}, now {keyed}); "
+                            f"use another --out or delete it")
+                runs.append(stored)
+                continue
+            jobs.append({"path": str(path), "keyed": keyed, "method": method, "family": family,
+                         "model_dir": model_dir, "seed": seed, "steps": steps, "lr": args.lr,
+                         "group": args.group, "eval_every": args.eval_every,
+                         "eval_episodes": args.eval_episodes})
     print(f"[bench_learning] {len(jobs)} runs to do, {len(runs)} already in {args.out}", flush=True)
-    # The held-out runs are the longest: start them first, so two processes finish together.
-    jobs.sort(key=lambda j: j["family"] not in HELD_OUT)
+    # Longest first, so the processes finish together: held-out families, then by tokens per episode (toy_retry's
+    # episodes are the longest), GRPO before PPO (~1.4x PPO's CPU at the same batch).
+    jobs.sort(key=lambda j: (j["family"] not in HELD_OUT, -FAMILIES[j["family"]][2], j["method"] != "grpo"))
     if args.jobs == 1:
         runs += [one_run(job) for job in jobs]
     else:

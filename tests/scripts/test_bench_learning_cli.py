@@ -133,3 +133,50 @@ def test_a_stored_run_made_under_other_library_defaults_is_refused_not_reused(tm
         bench.main(argv)
     err = capsys.readouterr().err.strip().splitlines()
     assert refused.value.code == 2 and "was made with other settings" in err[-1] and "use another --out" in err[-1]
+
+
+@pytest.mark.parametrize("extra, expected", [
+    ([], [("ppo", "toy_retry"), ("ppo", "toy_choice"), ("grpo", "toy_lookup"), ("ppo", "toy_lookup")]),
+    (["--methods", "grpo"], [("grpo", "toy_retry"), ("grpo", "toy_choice"), ("grpo", "toy_lookup")]),
+    (["--families", "toy_choice"], [("grpo", "toy_choice"), ("ppo", "toy_choice")]),
+])
+def test_quick_runs_seed_0_of_every_rung_longest_first(tmp_path, monkeypatch, capsys, extra, expected):
+    """``--quick`` alone is :data:`QUICK_RUNS` (every rung, seed 0, the 15-minute budget of issue 30), started
+    longest first so two processes finish together; ``--methods``/``--families`` with it run their product."""
+    bench = _bench()
+    started = []
+
+    def fake_run(job):
+        started.append(job)
+        return {"method": job["method"], "family": job["family"], "seed": job["seed"]}
+
+    def summary_reached(runs):
+        raise LookupError(runs)
+
+    monkeypatch.setattr(bench, "one_run", fake_run)
+    monkeypatch.setattr(bench, "table", summary_reached)
+    with pytest.raises(LookupError):
+        bench.main(["--quick", "--jobs", "1", "--model", str(tmp_path / "no-model"), "--out", str(tmp_path), *extra])
+    assert [(j["method"], j["family"]) for j in started] == expected
+    assert {j["seed"] for j in started} == {0} and {j["eval_every"] for j in started} == {20}
+    if not extra:
+        assert sorted(expected) == sorted(bench.QUICK_RUNS)
+    assert f"{len(expected)} runs to do, 0 already in" in capsys.readouterr().out
+
+
+def test_first_retry_is_summarised_per_method_without_a_control(tmp_path):
+    """toy_retry runs (no control copy) get first-retry accuracy in the table, the summary and each run's line."""
+    for seed, (after, low) in enumerate([(0.42, 0.05), (0.47, -0.1), (0.6, 0.2)]):
+        run = {"method": "ppo", "family": "toy_retry", "seed": seed, "before": 0.3, "after": 0.4, "gain": 0.1,
+               "curve": [[0, 0.3, 0.0, 1.0], [60, 0.4, 0.0, 1.0]], "control_before": None, "control_after": None,
+               "settings": {"eval_episodes": 128, "steps": 60}, "cpu_s": 400.0, "choice_metric": "first retry",
+               "choice_before": 0.25, "choice_after": after, "choice_curve": [[0, 0.25], [60, after]],
+               "paired_choice": {"mean": after - 0.25, "low": low, "high": 1.0, "records": 64},
+               "paired_success": {"mean": 0.1, "low": 0.0, "high": 0.2, "records": 128}}
+        (tmp_path / f"ppo-toy_retry-seed{seed}.json").write_text(json.dumps(run), encoding="utf-8")
+    line = _summarize(tmp_path)
+    s = line["families"]["toy_retry"]["ppo"]
+    assert s["median_choice_before"] == 0.25 and s["median_choice_after"] == 0.47
+    assert s["seeds_choice_interval_above_0"] == 2 and s["seeds_choice_proof"] == 1  # +0.17 and +0.35; +0.22 has 0 inside
+    assert line["choice_proof"] == {} and line["choice_control"] == {}
+    assert {r["choice_metric"] for r in line["per_run"]} == {"first retry"}
