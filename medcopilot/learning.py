@@ -136,7 +136,7 @@ PPO_DEFAULTS = {"steps": 30, "lr": 5e-4, "group": 4, "batch": 16}
 #: docs/benchmarks.md "Query choice, fourth round": +0.21 to +0.64 query choice on seeds 0-4). PPO likewise: 64
 #: episodes a step, 16 per record, 60 steps (pilot, seed 0: query choice 0.344 -> 0.875; "fifth round").
 #: toy_retry takes toy_choice's shape unchanged (its retry is the same cue-to-table decision, made after an error;
-#: no pilot of its own: docs/benchmarks.md, "Error recovery, sixth round").
+#: no pilot of its own; per seed in docs/benchmarks.md, "Query choice and error recovery, sixth round").
 FAMILY_RL = {OBSERVATION: {"ppo": {"steps": 60}},
              CHOICE: {"grpo": {"per_device_train_batch_size": 64}, "ppo": {"steps": 60, "group": 16, "batch": 64}}}
 FAMILY_RL[RETRY] = {method: dict(changes) for method, changes in FAMILY_RL[CHOICE].items()}

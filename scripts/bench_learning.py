@@ -39,7 +39,8 @@ query-choice accuracy by 0.2 or more with the interval above 0 and no seed's con
 
 ``--quick`` runs :data:`QUICK_RUNS`: seed 0 of every rung at the library's defaults, two runs at a time, a curve
 point every 20 steps, into ``runs/bench_learning_quick``: GRPO and PPO on toy_lookup (the observation rung), PPO on
-toy_choice and toy_retry (PPO's run is the cheaper of the two methods on those rungs). Measured end to end in
+toy_choice and toy_retry (PPO's run is the cheaper of the two methods on toy_choice; on toy_retry they cost the
+same), toy_retry stopped at 40 steps (:data:`QUICK_STEPS`). Measured end to end in
 docs/benchmarks.md ("Learning", ``--quick``). It checks that every rung still learns on one seed; the proofs need
 5 seeds per method (``--families toy_lookup toy_choice --seeds 5``). ``--methods`` or ``--families`` with
 ``--quick`` run their product instead (methods default both, families :data:`QUICK_FAMILIES`).
@@ -89,16 +90,18 @@ PROOF = {"seeds_improved": 4, "median_gain": 0.15}
 CHOICE_PROOF = {"seeds": 4, "choice_gain": 0.2}
 QUICK = {"eval_episodes": 96, "eval_every": 20, "jobs": 2, "seeds": 1, "out": Path("runs/bench_learning_quick")}
 #: The (method, family) runs of ``--quick``, seed 0 (issue 30: every rung inside 15 minutes of a quiet 2-core
-#: machine, one invocation): both methods on the observation rung (~130 CPU-s a run), PPO on the query-choice and
-#: error-recovery rungs (~350 and ~450 CPU-s; GRPO's runs there cost ~500-600). The proofs need 5 seeds per method:
+#: machine, one invocation): both methods on the observation rung (~160 CPU-s a run), PPO on the query-choice and
+#: error-recovery rungs (~410 CPU-s, and ~470 at 40 steps; GRPO's toy_choice run costs ~500). The proofs need 5 seeds per method:
 #: ``--families toy_lookup toy_choice --seeds 5`` (docs/benchmarks.md, "Learning").
 QUICK_RUNS = (("grpo", OBSERVATION), ("ppo", OBSERVATION), ("ppo", CHOICE), ("ppo", RETRY))
 #: Families of ``--quick`` when ``--methods`` is given without ``--families``.
 QUICK_FAMILIES = (OBSERVATION, CHOICE, RETRY)
 #: RL steps of ``--quick`` on say_number and clinic_code, whose gain both methods make by step 20 (defaults: GRPO
-#: 60, PPO 30; docs/benchmarks.md, "Learning"). toy_lookup keeps its 60 for both methods. An evaluation (~3 s CPU)
-#: costs little next to a step (~1 s), so --quick keeps the full 96-episode evaluation and saves on steps.
+#: 60, PPO 30; docs/benchmarks.md, "Learning"). toy_lookup and toy_choice keep their 60. toy_retry's run is the
+#: longest one (~670 CPU-s at 60 steps on a slow day: 14 min 32 s for the whole --quick, measured), and the others
+#: run beside it, so --quick stops it at 40 steps (~11 CPU-s a step; the 5-seed runs of docs/benchmarks.md are 60).
 QUICK_STEPS = {(method, family): 20 for method in ("grpo", "ppo") for family in ("say_number", "clinic_code")}
+QUICK_STEPS[("ppo", RETRY)] = QUICK_STEPS[("grpo", RETRY)] = 40
 #: Run settings a stored run must share with this invocation to be reused (and the library's defaults for its
 #: method and family, :func:`~medagentgym.medcopilot.learning.default_settings`).
 KEYED = ("steps", "lr", "group", "eval_every", "eval_episodes")

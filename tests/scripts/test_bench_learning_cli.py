@@ -159,6 +159,8 @@ def test_quick_runs_seed_0_of_every_rung_longest_first(tmp_path, monkeypatch, ca
         bench.main(["--quick", "--jobs", "1", "--model", str(tmp_path / "no-model"), "--out", str(tmp_path), *extra])
     assert [(j["method"], j["family"]) for j in started] == expected
     assert {j["seed"] for j in started} == {0} and {j["eval_every"] for j in started} == {20}
+    assert [j["steps"] for j in started if j["family"] == "toy_retry"] in ([], [40])  # toy_retry stops at 40 steps
+    assert {j["steps"] for j in started if j["family"] != "toy_retry"} <= {None}  # the others at their defaults
     if not extra:
         assert sorted(expected) == sorted(bench.QUICK_RUNS)
     assert f"{len(expected)} runs to do, 0 already in" in capsys.readouterr().out
