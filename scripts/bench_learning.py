@@ -1,6 +1,6 @@
 """Benchmark learning on CPU: GRPO and PPO x seeds x families, each from a warm start of the tiny model.
 
-    python scripts/bench_learning.py --quick --json        # every rung, seed 0 (QUICK_RUNS), ~13 min on 2 cores
+    python scripts/bench_learning.py --quick --json        # every rung, seed 0 (QUICK_RUNS), ~12 min on 2 cores
     python scripts/bench_learning.py [--methods grpo ppo] [--families say_number clinic_code toy_lookup toy_choice
         toy_retry]
         [--seeds 5] [--eval-every 10] [--out runs/bench_learning] [--jobs 2] [--json]
