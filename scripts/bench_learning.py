@@ -40,13 +40,14 @@ query-choice accuracy by 0.2 or more with the interval above 0 and no seed's con
 ``--quick`` runs :data:`QUICK_RUNS`: seed 0 of every rung at the library's defaults, two runs at a time, a curve
 point every 20 steps, into ``runs/bench_learning_quick``: GRPO and PPO on toy_lookup (the observation rung), PPO on
 toy_choice and toy_retry (PPO's run is the cheaper of the two methods on toy_choice; on toy_retry they cost the
-same), toy_retry stopped at 40 steps (:data:`QUICK_STEPS`). Measured end to end in
-docs/benchmarks.md ("Learning", ``--quick``). It checks that every rung still learns on one seed; the proofs need
-5 seeds per method (``--families toy_lookup toy_choice --seeds 5``). ``--methods`` or ``--families`` with
+same), toy_retry stopped at 40 steps (:data:`QUICK_STEPS`). Measured end to end in docs/benchmarks.md ("Query
+choice and error recovery, sixth round"). It runs every rung end to end on one seed and reports its numbers
+(toy_retry's do not rise on seed 0); the proofs need 5 seeds per method (``--families toy_lookup toy_choice
+--seeds 5``). ``--methods`` or ``--families`` with
 ``--quick`` run their product instead (methods default both, families :data:`QUICK_FAMILIES`).
 :data:`QUICK_STEPS` cuts say_number and clinic_code to 20 steps when they are asked for with ``--quick``. The full
-run (``--seeds 5 --eval-every 10``) is the one the docs' say_number and clinic_code tables quote. ``cpu_s`` in the JSON line is the runs' own CPU,
-``cpu_s_total`` that of this invocation with every process it started.
+run (``--seeds 5 --eval-every 10``) is the one the docs' say_number and clinic_code tables quote. ``cpu_s`` in the
+JSON line is the runs' own CPU, ``cpu_s_total`` that of this invocation with every process it started.
 """
 
 from __future__ import annotations
@@ -70,6 +71,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from medagentgym.medcopilot.learning import (  # noqa: E402
     CHOICE,
+    CHOICE_METRIC,
     FAMILIES,
     HELD_OUT,
     OBSERVATION,
@@ -219,9 +221,9 @@ def plot(runs: list[dict[str, Any]], path: Path) -> None:
                         label=f"{method}: {group[0].get('choice_metric', 'query choice')} (median)")
         if family == OBSERVATION:
             ax.axhline(CHANCE, color="grey", linewidth=1, linestyle=":", label="chance (1/9)")
-        if family in (CHOICE, RETRY):
+        if family in CHOICE_METRIC:
             ax.axhline(CHOICE_CHANCE, color="grey", linewidth=1, linestyle=":",
-                       label=f"{'query choice' if family == CHOICE else 'first retry'} at random (1/3)")
+                       label=f"{CHOICE_METRIC[family][0]} at random (1/3)")
         split = "held-out records" if family in HELD_OUT else "training tasks"
         ax.set(title=f"{family} ({FAMILIES[family][0]} turn(s))", xlabel="RL step",
                ylabel=f"success, {split}", ylim=(0, 1))
