@@ -7,9 +7,13 @@ cannot control), so the worker's :class:`CallClock` charges a call only for the 
 
 * **wall guard**: charged time = clock time minus the time the call's threads spent runnable but waiting for a
   CPU (the kernel's per-thread ``run_delay``, ``/proc/<pid>/task/<tid>/schedstat``), counted per check interval
-  and never more than the interval (several waiting threads do not make time run backwards). Sleeping, blocking
-  on a pipe, a lock or I/O is not waiting for a CPU: such a program is charged in full and times out at
-  ``wall_s`` as the agent's failure, loaded host or not.
+  and never more than the interval (several waiting threads do not make time run backwards). The kernel adds a
+  wait to ``run_delay`` only when it ends, so a wait longer than an interval would be charged while it lasts:
+  a thread seen runnable at two checks without running in between is counted as waiting for that interval
+  before the kernel reports it, and the part of a late-reported wait that began before is discounted from the
+  interval where the thread last ran (up to what that interval was charged). A thread that is not runnable at
+  a check is not waiting. Sleeping, blocking on a pipe, a lock or I/O is not waiting for a CPU: such a program
+  is charged in full and times out at ``wall_s`` as the agent's failure, loaded host or not.
 * **CPU limit**: the call's processes together (those alive, plus what exited into their parents or into the
   worker server, which reaps orphans) may use ``cpu_s`` CPU seconds; the runner's own ``RLIMIT_CPU`` stays as
   the kernel-enforced per-process backstop. CPU time does not depend on the load.
@@ -17,10 +21,10 @@ cannot control), so the worker's :class:`CallClock` charges a call only for the 
   (:data:`HARD_FACTOR` times its limit, plus :data:`HARD_EXTRA_S`), so starved hosts and programs that keep many
   threads runnable still end; the result says how long the call waited for a CPU.
 
-Nothing is read from ``/proc`` during the first ``min(0.25 s, wall_s / 4)`` of a call, so short calls cost
-nothing extra; the waiting in that first stretch is not discounted. Processes that start and exit between two
-checks are not seen: their waiting is not discounted (their CPU is, through their parent's or the server's
-children times).
+The runner's CPU and waiting are read when the call starts (``baseline``); after that nothing is read from
+``/proc`` during the first ``min(0.25 s, wall_s / 4)`` of a call, so short calls cost one read of the runner's
+threads. Processes that start and exit between two checks are not seen: their waiting is not discounted (their
+CPU is, through their parent's or the server's children times).
 """
 
 from __future__ import annotations
@@ -61,8 +65,11 @@ def process_cpu_s(pid: int) -> float | None:
         return None
 
 
-def _thread_delays(pid: int) -> dict[int, int]:
-    """tid -> nanoseconds the thread has spent runnable but waiting for a CPU."""
+def _thread_stats(pid: int) -> dict[int, tuple[int, int, int]]:
+    """tid -> (nanoseconds on a CPU, nanoseconds runnable but waiting for one, times scheduled) of ``pid``'s threads.
+
+    The kernel adds a wait to the second number only when it ends (the thread gets a CPU): a thread waiting now
+    shows none of its current wait yet."""
     out = {}
     try:
         tids = os.listdir(f"/proc/{pid}/task")
@@ -72,9 +79,15 @@ def _thread_delays(pid: int) -> dict[int, int]:
         raw = _read(f"/proc/{pid}/task/{tid}/schedstat")
         if raw:
             parts = raw.split()
-            if len(parts) >= 2 and parts[1].isdigit():
-                out[int(tid)] = int(parts[1])
+            if len(parts) >= 3 and all(p.isdigit() for p in parts[:3]):
+                out[int(tid)] = (int(parts[0]), int(parts[1]), int(parts[2]))
     return out
+
+
+def _runnable(pid: int, tid: int) -> bool:
+    """Whether the thread is runnable (running or waiting for a CPU) now."""
+    raw = _read(f"/proc/{pid}/task/{tid}/stat")
+    return raw is not None and raw[raw.rfind(b")") + 2:raw.rfind(b")") + 3] == b"R"
 
 
 def _children_cpu_s() -> float:
@@ -92,29 +105,47 @@ class CallClock:
         pids: Returns the pids of the call's processes (the worker's own processes excluded).
         slack_s: CPU seconds over ``cpu_s`` tolerated: the runner's own ``RLIMIT_CPU`` (rounded up to whole
             seconds) ends a single-process call first, with its SIGXCPU.
+        baseline: Pids alive when the call starts (the runner): their CPU and waiting so far are read now and not
+            charged to the call. Without them, the processes seen at the first check are taken as they are then,
+            and the first stretch is charged in full.
     """
 
     def __init__(self, wall_s: float, cpu_s: float, start: float, pids: Callable[[], Iterable[int]],
-                 slack_s: float = 2.0) -> None:
+                 slack_s: float = 2.0, baseline: Iterable[int] = ()) -> None:
         self.wall_s, self.cpu_s, self.start, self.pids = float(wall_s), float(cpu_s), start, pids
         self.hard_s = hard_wall_s(wall_s)
         self.slack_s = slack_s
         self.interval = min(max(self.wall_s / 20, 0.02), 0.25)
         self.next_check = start + min(_FIRST_CHECK_S, self.wall_s / 4)
         self.charged = 0.0  # seconds charged up to ``last``
-        self.waited = 0.0  # seconds discounted: the call was waiting for a CPU
-        self.cpu = 0.0  # CPU seconds since the first check
-        self.last: float | None = None  # time of the last check (None before the first)
-        self._delays: dict[int, int] = {}  # tid -> run_delay at the last check
-        self._cpu_base: dict[int, float] = {}  # pid -> CPU seconds at the first check (0 for later processes)
-        self._children_base = 0.0
+        self.waited = 0.0  # seconds discounted up to ``last``: the call was waiting for a CPU
+        self.cpu = 0.0  # CPU seconds of the call's processes
+        self.last = start  # time of the last sample
+        self._charges: list[float] = []  # seconds charged in each interval between samples
+        self._threads: dict[int, tuple[int, int, int]] = {}  # tid -> schedstat at the last sample
+        self._runnable: set[int] = set()  # tids runnable at the last sample
+        self._pending: dict[int, int] = {}  # tid -> ns of a wait still in progress, discounted before it is reported
+        # tid -> (the last interval in which it ran, slept or woke, seconds of it a wait still running may hold)
+        self._since: dict[int, tuple[int, float]] = {}
+        self._cpu_base: dict[int, float] = {}  # pid -> CPU seconds when first seen (0 for processes born later)
+        self._adopt = True  # the next sample takes unknown processes as they are (no baseline)
+        self._children_base = _children_cpu_s()
+        for pid in baseline:
+            used = process_cpu_s(pid)
+            if used is not None:
+                self._cpu_base[pid] = used
+                self._threads.update(_thread_stats(pid))
+                self._adopt = False
 
     def elapsed(self, now: float) -> float:
         return now - self.start
 
     def _sample(self, now: float) -> None:
-        first = self.last is None
-        delays: dict[int, int] = {}
+        k, dt = len(self._charges), now - self.last
+        adopt, self._adopt = self._adopt, False
+        threads: dict[int, tuple[int, int, int]] = {}
+        runnable: set[int] = set()
+        here = 0.0  # seconds of this interval the call's threads spent waiting (summed over threads)
         cpu_now: dict[int, float] = {}  # pid -> CPU seconds now
         for pid in self.pids():
             used = process_cpu_s(pid)
@@ -122,30 +153,54 @@ class CallClock:
                 continue
             cpu_now[pid] = used
             if pid not in self._cpu_base:
-                self._cpu_base[pid] = used if first else 0.0
-            delays.update(_thread_delays(pid))
-        if first:
-            self.charged = now - self.start
-            self._children_base = _children_cpu_s()
-        else:
-            dt = now - self.last
-            waited_ns = sum(d - self._delays.get(tid, 0) for tid, d in delays.items())
-            waited = min(max(waited_ns / 1e9, 0.0), dt)
-            self.waited += waited
-            self.charged += dt - waited
-        # A process that exits moves its CPU into its parent's children times (the runner's, or the server's for an
-        # orphan), so nothing is lost; one alive at the first check is then over-counted by what it used before
-        # that check (at most a quarter of a second per process).
+                self._cpu_base[pid] = used if adopt else 0.0
+            for tid, stat in _thread_stats(pid).items():
+                threads[tid] = stat
+                now_runnable = _runnable(pid, tid)
+                if now_runnable:
+                    runnable.add(tid)
+                before = self._threads.get(tid)
+                if before is None:  # born during the call (all its waiting is the call's), or adopted as it is
+                    before = stat if adopt else (0, 0, 0)
+                if stat == before and now_runnable and tid in self._runnable:
+                    # Runnable at both samples and never on a CPU in between (a thread blocks only while it runs):
+                    # it waited for a CPU the whole interval. The kernel reports that wait only when it ends, so
+                    # discount it now and settle when it is reported.
+                    self._pending[tid] = self._pending.get(tid, 0) + int(dt * 1e9)
+                    here += dt
+                    continue
+                ran = (stat[0] - before[0]) / 1e9
+                reported = max(stat[1] - before[1] - self._pending.pop(tid, 0), 0) / 1e9
+                # A wait reported now may have begun in the interval where the thread was last seen running or
+                # waking (the intervals after it were discounted as they passed): that interval takes what it can
+                # have held of it, up to what it was charged, and this one the rest, at most the time the thread
+                # did not run in it. Waits of several threads at once are not discounted twice.
+                since, room = self._since.get(tid, (k, 0.0))
+                early = min(reported, room) if since < k else 0.0
+                if early:
+                    back = min(early, self._charges[since])
+                    self._charges[since] -= back
+                    self.charged -= back
+                inside = min(reported - early, max(dt - ran, 0.0))
+                here += inside
+                # A wait in progress now began in this interval, after the thread last ran; a thread not runnable
+                # now is not waiting.
+                self._since[tid] = (k, max(dt - ran - inside, 0.0) if now_runnable else 0.0)
+        waited = min(here, dt)  # several threads waiting at once do not make time run backwards
+        self._charges.append(dt - waited)
+        self.charged += dt - waited
+        self.waited = (now - self.start) - self.charged
         self.cpu = sum(used - self._cpu_base.get(pid, 0.0) for pid, used in cpu_now.items()) \
             + (_children_cpu_s() - self._children_base)
-        self._delays = delays
-        self.last = now
+        # A thread gone while waiting keeps what was discounted; the others' bookkeeping goes with them.
+        self._pending = {tid: ns for tid, ns in self._pending.items() if tid in threads}
+        self._since = {tid: idx for tid, idx in self._since.items() if tid in threads}
+        self._threads, self._runnable, self.last = threads, runnable, now
 
     def check(self, now: float) -> str | None:
         """``"wall"``, ``"cpu"`` or ``"hard"`` when that limit ends the call at ``now``, else None."""
         if now - self.start >= self.hard_s:
-            if self.last is not None or now >= self.next_check:
-                self._sample(now)
+            self._sample(now)
             return "hard"
         if now < self.next_check:
             return None

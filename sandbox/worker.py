@@ -894,7 +894,8 @@ class Server:
         self.seq = int.from_bytes(os.urandom(8), "big") >> 2
         call.update(limits=limits, once=not self.persistent, seq=self.seq)
         reply, died, timed_out = None, False, False
-        clock = CallClock(wall, float(limits.get("cpu_s", 30.0)), time.monotonic(), self._call_pids)
+        clock = CallClock(wall, float(limits.get("cpu_s", 30.0)), time.monotonic(), self._call_pids,
+                          baseline=(runner["pid"],))
         verdict = None
         try:
             # A runner that does not read (its code holds the GIL in a thread, say) must not wedge the server.
