@@ -9,10 +9,10 @@ cannot control), so the worker's :class:`CallClock` charges a call only for the 
   CPU (the kernel's per-thread ``run_delay``, ``/proc/<pid>/task/<tid>/schedstat``), counted per check interval
   and never more than the interval (several waiting threads do not make time run backwards). The kernel adds a
   wait to ``run_delay`` only when it ends, so a wait longer than an interval would be charged while it lasts:
-  a thread seen runnable at two checks without running in between is counted as waiting for that interval
-  before the kernel reports it, and the part of a late-reported wait that began before is discounted from the
-  interval where the thread last ran (up to what that interval was charged). A thread that is not runnable at
-  a check is not waiting. Sleeping, blocking on a pipe, a lock or I/O is not waiting for a CPU: such a program
+  a thread seen runnable at two checks without running in between (neither its ``schedstat`` nor its CPU ticks
+  moved) is counted as waiting for that interval before the kernel reports it, and the part of a late-reported
+  wait that began before is discounted from the interval where the thread last ran (up to what that interval was
+  charged). A thread that is not runnable at a check is not waiting. Sleeping, blocking on a pipe, a lock or I/O is not waiting for a CPU: such a program
   is charged in full and times out at ``wall_s`` as the agent's failure, loaded host or not.
 * **CPU limit**: the call's processes together (those alive, plus what exited into their parents or into the
   worker server, which reaps orphans) may use ``cpu_s`` CPU seconds; the runner's own ``RLIMIT_CPU`` stays as
@@ -84,10 +84,19 @@ def _thread_stats(pid: int) -> dict[int, tuple[int, int, int]]:
     return out
 
 
-def _runnable(pid: int, tid: int) -> bool:
-    """Whether the thread is runnable (running or waiting for a CPU) now."""
+def _task_state(pid: int, tid: int) -> tuple[bool, int]:
+    """Whether the thread is runnable (running or waiting for a CPU) now, and its CPU time in clock ticks.
+
+    The ticks are a second witness of running: on a ``nohz_full`` CPU the kernel may leave a running thread's
+    ``schedstat`` unchanged between context switches, while the tick count it reports here stays current."""
     raw = _read(f"/proc/{pid}/task/{tid}/stat")
-    return raw is not None and raw[raw.rfind(b")") + 2:raw.rfind(b")") + 3] == b"R"
+    if raw is None:
+        return False, -1
+    fields = raw[raw.rfind(b")") + 2:].split()
+    try:
+        return fields[0] == b"R", int(fields[11]) + int(fields[12])
+    except (ValueError, IndexError):
+        return False, -1
 
 
 def _children_cpu_s() -> float:
@@ -124,6 +133,7 @@ class CallClock:
         self._charges: list[float] = []  # seconds charged in each interval between samples
         self._threads: dict[int, tuple[int, int, int]] = {}  # tid -> schedstat at the last sample
         self._runnable: set[int] = set()  # tids runnable at the last sample
+        self._ticks: dict[int, int] = {}  # tid -> CPU clock ticks at the last sample
         self._pending: dict[int, int] = {}  # tid -> ns of a wait still in progress, discounted before it is reported
         # tid -> (the last interval in which it ran, slept or woke, seconds of it a wait still running may hold)
         self._since: dict[int, tuple[int, float]] = {}
@@ -145,6 +155,7 @@ class CallClock:
         adopt, self._adopt = self._adopt, False
         threads: dict[int, tuple[int, int, int]] = {}
         runnable: set[int] = set()
+        ticks: dict[int, int] = {}  # tid -> CPU clock ticks now
         here = 0.0  # seconds of this interval the call's threads spent waiting (summed over threads)
         cpu_now: dict[int, float] = {}  # pid -> CPU seconds now
         for pid in self.pids():
@@ -156,13 +167,13 @@ class CallClock:
                 self._cpu_base[pid] = used if adopt else 0.0
             for tid, stat in _thread_stats(pid).items():
                 threads[tid] = stat
-                now_runnable = _runnable(pid, tid)
+                now_runnable, ticks[tid] = _task_state(pid, tid)
                 if now_runnable:
                     runnable.add(tid)
                 before = self._threads.get(tid)
                 if before is None:  # born during the call (all its waiting is the call's), or adopted as it is
                     before = stat if adopt else (0, 0, 0)
-                if stat == before and now_runnable and tid in self._runnable:
+                if stat == before and ticks[tid] == self._ticks.get(tid) and now_runnable and tid in self._runnable:
                     # Runnable at both samples and never on a CPU in between (a thread blocks only while it runs):
                     # it waited for a CPU the whole interval. The kernel reports that wait only when it ends, so
                     # discount it now and settle when it is reported.
@@ -195,7 +206,7 @@ class CallClock:
         # A thread gone while waiting keeps what was discounted; the others' bookkeeping goes with them.
         self._pending = {tid: ns for tid, ns in self._pending.items() if tid in threads}
         self._since = {tid: idx for tid, idx in self._since.items() if tid in threads}
-        self._threads, self._runnable, self.last = threads, runnable, now
+        self._threads, self._runnable, self._ticks, self.last = threads, runnable, ticks, now
 
     def check(self, now: float) -> str | None:
         """``"wall"``, ``"cpu"`` or ``"hard"`` when that limit ends the call at ``now``, else None."""

@@ -21,8 +21,9 @@ PID = 4242
 class FakeKernel:
     """Threads as lists of ("run" | "wait" | "sleep", seconds) segments from t=0; after the last one, asleep."""
 
-    def __init__(self, threads: dict[int, list[tuple[str, float]]], born: dict[int, float] | None = None):
-        self.threads, self.born, self.t = threads, born or {}, 0.0
+    def __init__(self, threads: dict[int, list[tuple[str, float]]], born: dict[int, float] | None = None,
+                 nohz_full: bool = False):
+        self.threads, self.born, self.t, self.nohz_full = threads, born or {}, 0.0, nohz_full
 
     def _walk(self, tid: int):
         t = self.born.get(tid, 0.0)
@@ -36,7 +37,7 @@ class FakeKernel:
     def alive(self) -> list[int]:
         return [tid for tid in self.threads if self.born.get(tid, 0.0) <= self.t]
 
-    def schedstat(self, tid: int) -> tuple[int, int, int]:
+    def schedstat(self, tid: int, live: bool = False) -> tuple[int, int, int]:
         ran = delay = 0.0
         count = 0
         waiting = None
@@ -44,10 +45,17 @@ class FakeKernel:
             if kind == "run":
                 if waiting is not None:  # the wait ends when the thread gets a CPU: only then is it counted
                     delay, waiting = delay + waiting, None
+                running_now = b == self.t
+                if running_now and self.nohz_full and not live:  # no tick: the run shows at its context switch
+                    continue
                 ran, count = ran + (b - a), count + 1
             elif kind == "wait":
                 waiting = (waiting or 0.0) + (b - a)
         return round(ran * 1e9), round(delay * 1e9), count
+
+    def ticks(self, tid: int) -> int:
+        """CPU time in 10 ms clock ticks, current even on a ``nohz_full`` CPU."""
+        return int(self.schedstat(tid, live=True)[0] // 10_000_000)
 
     def state(self, tid: int) -> str:
         kind = "sleep"
@@ -75,13 +83,13 @@ def kernel(monkeypatch):
         return {tid: k.schedstat(tid) for tid in k.alive()} if pid == PID else {}
 
     monkeypatch.setattr(_clock, "_thread_stats", stats)
-    monkeypatch.setattr(_clock, "_runnable", lambda pid, tid: box["k"].state(tid) == "R")
+    monkeypatch.setattr(_clock, "_task_state", lambda pid, tid: (box["k"].state(tid) == "R", box["k"].ticks(tid)))
     monkeypatch.setattr(_clock, "process_cpu_s",
                         lambda pid: sum(box["k"].schedstat(t)[0] for t in box["k"].alive()) / 1e9)
     monkeypatch.setattr(_clock, "_children_cpu_s", lambda: 0.0)
 
-    def make(threads, born=None):
-        box["k"] = FakeKernel(threads, born)
+    def make(threads, born=None, nohz_full=False):
+        box["k"] = FakeKernel(threads, born, nohz_full)
         return box["k"]
 
     return make
@@ -192,3 +200,13 @@ def test_the_hard_cap_ends_a_call_whose_threads_always_wait(kernel):
     t, verdict = _until_verdict(k, clock)
     assert verdict == "hard" and t == pytest.approx(_clock.hard_wall_s(1.0), abs=clock.interval)
     assert "waiting for a CPU" in clock.note(verdict, t)
+
+
+def test_a_running_thread_whose_schedstat_stands_still_is_not_taken_for_waiting(kernel):
+    # On a nohz_full CPU the kernel may not update a running thread's schedstat until it is switched out: the loop
+    # below looks "runnable and never on a CPU". Its clock ticks still advance, so it is charged and times out at
+    # its limit instead of running on, discounted, to the hard cap.
+    k = kernel({1: [("run", 600.0)]}, nohz_full=True)
+    clock = CallClock(1.0, 1e9, 0.0, lambda: [PID], baseline=(PID,))
+    t, verdict = _until_verdict(k, clock)
+    assert verdict == "wall" and t == pytest.approx(1.0) and clock.waited == 0.0
