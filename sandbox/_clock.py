@@ -12,8 +12,9 @@ cannot control), so the worker's :class:`CallClock` charges a call only for the 
   a thread seen runnable at two checks without running in between (neither its ``schedstat`` nor its CPU ticks
   moved) is counted as waiting for that interval before the kernel reports it, and the part of a late-reported
   wait that began before is discounted from the interval where the thread last ran (up to what that interval was
-  charged). A thread that is not runnable at a check is not waiting. Sleeping, blocking on a pipe, a lock or I/O is not waiting for a CPU: such a program
-  is charged in full and times out at ``wall_s`` as the agent's failure, loaded host or not.
+  charged). A thread that is not runnable at a check is not waiting. Sleeping, blocking on a pipe, a lock or I/O
+  is not waiting for a CPU: such a program is charged in full and times out at ``wall_s`` as the agent's failure,
+  loaded host or not.
 * **CPU limit**: the call's processes together (those alive, plus what exited into their parents or into the
   worker server, which reaps orphans) may use ``cpu_s`` CPU seconds; the runner's own ``RLIMIT_CPU`` stays as
   the kernel-enforced per-process backstop. CPU time does not depend on the load.
