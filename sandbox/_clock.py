@@ -54,12 +54,17 @@ def _read(path: str) -> bytes | None:
         return None
 
 
+def _stat_fields(path: str) -> list[bytes] | None:
+    """The fields of a ``/proc`` ``stat`` file after the command name (the state first), or None if it is gone."""
+    raw = _read(path)
+    return None if raw is None else raw[raw.rfind(b")") + 2:].split()
+
+
 def process_cpu_s(pid: int) -> float | None:
     """CPU seconds of ``pid`` and of the children it has waited for (utime + stime + cutime + cstime)."""
-    raw = _read(f"/proc/{pid}/stat")
-    if raw is None:
+    fields = _stat_fields(f"/proc/{pid}/stat")
+    if fields is None:
         return None
-    fields = raw[raw.rfind(b")") + 2:].split()
     try:
         return sum(int(f) for f in fields[11:15]) / _TICK
     except (ValueError, IndexError):
@@ -90,10 +95,9 @@ def _task_state(pid: int, tid: int) -> tuple[bool, int]:
 
     The ticks are a second witness of running: on a ``nohz_full`` CPU the kernel may leave a running thread's
     ``schedstat`` unchanged between context switches, while the tick count it reports here stays current."""
-    raw = _read(f"/proc/{pid}/task/{tid}/stat")
-    if raw is None:
+    fields = _stat_fields(f"/proc/{pid}/task/{tid}/stat")
+    if fields is None:
         return False, -1
-    fields = raw[raw.rfind(b")") + 2:].split()
     try:
         return fields[0] == b"R", int(fields[11]) + int(fields[12])
     except (ValueError, IndexError):
@@ -128,13 +132,11 @@ class CallClock:
         self.interval = min(max(self.wall_s / 20, 0.02), 0.25)
         self.next_check = start + min(_FIRST_CHECK_S, self.wall_s / 4)
         self.charged = 0.0  # seconds charged up to ``last``
-        self.waited = 0.0  # seconds discounted up to ``last``: the call was waiting for a CPU
         self.cpu = 0.0  # CPU seconds of the call's processes
         self.last = start  # time of the last sample
         self._charges: list[float] = []  # seconds charged in each interval between samples
-        self._threads: dict[int, tuple[int, int, int]] = {}  # tid -> schedstat at the last sample
-        self._runnable: set[int] = set()  # tids runnable at the last sample
-        self._ticks: dict[int, int] = {}  # tid -> CPU clock ticks at the last sample
+        # tid -> (schedstat, runnable, CPU clock ticks) at the last sample (the baseline's: runnable unknown)
+        self._threads: dict[int, tuple[tuple[int, int, int], bool, int]] = {}
         self._pending: dict[int, int] = {}  # tid -> ns of a wait still in progress, discounted before it is reported
         # tid -> (the last interval in which it ran, slept or woke, seconds of it a wait still running may hold)
         self._since: dict[int, tuple[int, float]] = {}
@@ -145,8 +147,13 @@ class CallClock:
             used = process_cpu_s(pid)
             if used is not None:
                 self._cpu_base[pid] = used
-                self._threads.update(_thread_stats(pid))
+                self._threads.update({tid: (stat, False, -1) for tid, stat in _thread_stats(pid).items()})
                 self._adopt = False
+
+    @property
+    def waited(self) -> float:
+        """Seconds discounted up to ``last``: the call was waiting for a CPU."""
+        return (self.last - self.start) - self.charged
 
     def elapsed(self, now: float) -> float:
         return now - self.start
@@ -154,9 +161,7 @@ class CallClock:
     def _sample(self, now: float) -> None:
         k, dt = len(self._charges), now - self.last
         adopt, self._adopt = self._adopt, False
-        threads: dict[int, tuple[int, int, int]] = {}
-        runnable: set[int] = set()
-        ticks: dict[int, int] = {}  # tid -> CPU clock ticks now
+        threads: dict[int, tuple[tuple[int, int, int], bool, int]] = {}
         here = 0.0  # seconds of this interval the call's threads spent waiting (summed over threads)
         cpu_now: dict[int, float] = {}  # pid -> CPU seconds now
         for pid in self.pids():
@@ -167,14 +172,11 @@ class CallClock:
             if pid not in self._cpu_base:
                 self._cpu_base[pid] = used if adopt else 0.0
             for tid, stat in _thread_stats(pid).items():
-                threads[tid] = stat
-                now_runnable, ticks[tid] = _task_state(pid, tid)
-                if now_runnable:
-                    runnable.add(tid)
-                before = self._threads.get(tid)
-                if before is None:  # born during the call (all its waiting is the call's), or adopted as it is
-                    before = stat if adopt else (0, 0, 0)
-                if stat == before and ticks[tid] == self._ticks.get(tid) and now_runnable and tid in self._runnable:
+                now_runnable, ticks = _task_state(pid, tid)
+                threads[tid] = (stat, now_runnable, ticks)
+                # born during the call (all its waiting is the call's), or adopted as it is
+                before, was_runnable, ticks_before = self._threads.get(tid, (stat if adopt else (0, 0, 0), False, -1))
+                if stat == before and ticks == ticks_before and now_runnable and was_runnable:
                     # Runnable at both samples and never on a CPU in between (a thread blocks only while it runs):
                     # it waited for a CPU the whole interval. The kernel reports that wait only when it ends, so
                     # discount it now and settle when it is reported.
@@ -201,13 +203,12 @@ class CallClock:
         waited = min(here, dt)  # several threads waiting at once do not make time run backwards
         self._charges.append(dt - waited)
         self.charged += dt - waited
-        self.waited = (now - self.start) - self.charged
         self.cpu = sum(used - self._cpu_base.get(pid, 0.0) for pid, used in cpu_now.items()) \
             + (_children_cpu_s() - self._children_base)
         # A thread gone while waiting keeps what was discounted; the others' bookkeeping goes with them.
         self._pending = {tid: ns for tid, ns in self._pending.items() if tid in threads}
         self._since = {tid: idx for tid, idx in self._since.items() if tid in threads}
-        self._threads, self._runnable, self._ticks, self.last = threads, runnable, ticks, now
+        self._threads, self.last = threads, now
 
     def check(self, now: float) -> str | None:
         """``"wall"``, ``"cpu"`` or ``"hard"`` when that limit ends the call at ``now``, else None."""
